@@ -1,0 +1,238 @@
+#include "cli/args.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+std::vector<std::string> split_names(const std::string& names) {
+  std::vector<std::string> out;
+  std::stringstream s(names);
+  std::string item;
+  while (std::getline(s, item, ',')) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+Args::Args(std::string command, std::string summary)
+    : command_(std::move(command)), summary_(std::move(summary)) {}
+
+void Args::usage_error(const std::string& message) const {
+  raise(ErrorKind::kUsage, "anvil ", command_, ": ", message, " (see anvil ", command_, " --help)");
+}
+
+Args::Spec& Args::add(const std::string& names) {
+  specs_.push_back(Spec{});
+  specs_.back().names = split_names(names);
+  return specs_.back();
+}
+
+Args::Spec* Args::find(const std::string& name) {
+  for (auto& s : specs_)
+    for (auto& n : s.names)
+      if (n == name) return &s;
+  return nullptr;
+}
+
+Args& Args::flag(const std::string& names, bool* out, const std::string& help) {
+  Spec& s = add(names);
+  s.takes_value = false;
+  s.help = help;
+  s.set = [out](const std::string&) { *out = true; };
+  return *this;
+}
+
+Args& Args::opt(const std::string& names, std::string* out, const std::string& metavar,
+                const std::string& help, bool required) {
+  Spec& s = add(names);
+  s.metavar = metavar;
+  s.help = help;
+  s.required = required;
+  s.default_text = *out;
+  s.set = [out](const std::string& v) { *out = v; };
+  return *this;
+}
+
+Args& Args::opt(const std::string& names, int64_t* out, const std::string& metavar,
+                const std::string& help, bool required) {
+  Spec& s = add(names);
+  s.metavar = metavar;
+  s.help = help;
+  s.required = required;
+  s.default_text = std::to_string(*out);
+  const std::string flag = s.names.back();
+  s.set = [this, out, flag](const std::string& v) {
+    errno = 0;
+    char* end = nullptr;
+    long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno == ERANGE)
+      usage_error(cat(flag, " expects an integer, got '", v, "'"));
+    *out = x;
+  };
+  return *this;
+}
+
+Args& Args::opt(const std::string& names, double* out, const std::string& metavar,
+                const std::string& help, bool required) {
+  Spec& s = add(names);
+  s.metavar = metavar;
+  s.help = help;
+  s.required = required;
+  std::ostringstream d;
+  d << *out;
+  s.default_text = d.str();
+  const std::string flag = s.names.back();
+  s.set = [this, out, flag](const std::string& v) {
+    errno = 0;
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+      usage_error(cat(flag, " expects a number, got '", v, "'"));
+    *out = x;
+  };
+  return *this;
+}
+
+Args& Args::choice(const std::string& names, std::string* out, std::vector<std::string> choices,
+                   const std::string& help) {
+  Spec& s = add(names);
+  std::string joined;
+  for (auto& c : choices) joined += (joined.empty() ? "" : "|") + c;
+  s.metavar = joined;
+  s.help = help;
+  s.default_text = *out;
+  const std::string flag = s.names.back();
+  s.set = [this, out, flag, choices, joined](const std::string& v) {
+    for (auto& c : choices)
+      if (c == v) {
+        *out = v;
+        return;
+      }
+    usage_error(cat(flag, " must be one of ", joined, ", got '", v, "'"));
+  };
+  return *this;
+}
+
+Args& Args::list(const std::string& names, std::vector<std::string>* out, const std::string& metavar,
+                 const std::string& help, bool required) {
+  Spec& s = add(names);
+  s.metavar = metavar;
+  s.help = help;
+  s.required = required;
+  s.is_list = true;
+  s.set = [out](const std::string& v) { out->push_back(v); };
+  return *this;
+}
+
+Args& Args::positional(const std::string& name, std::string* out, const std::string& help,
+                       bool required) {
+  Spec s;
+  s.names = {name};
+  s.help = help;
+  s.required = required;
+  s.set = [out](const std::string& v) { *out = v; };
+  positionals_.push_back(s);
+  return *this;
+}
+
+bool Args::given(const std::string& name) const {
+  for (auto& s : specs_)
+    for (auto& n : s.names)
+      if (n == name) return s.seen;
+  return false;
+}
+
+bool Args::parse(int argc, char** argv) {
+  size_t next_positional = 0;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(help().c_str(), stdout);
+      return false;
+    }
+    if (a.size() > 1 && a[0] == '-' && !(a.size() > 1 && (std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.'))) {
+      std::string name = a, value;
+      bool inline_value = false;
+      if (auto eq = a.find('='); eq != std::string::npos) {
+        name = a.substr(0, eq);
+        value = a.substr(eq + 1);
+        inline_value = true;
+      }
+      Spec* s = find(name);
+      if (!s) usage_error(cat("unknown flag ", name));
+      if (!s->takes_value) {
+        if (inline_value) usage_error(cat(name, " takes no value"));
+        s->set("");
+        s->seen = true;
+        continue;
+      }
+      if (!inline_value) {
+        if (i + 1 >= argc) usage_error(cat(name, " needs a value (", s->metavar, ")"));
+        value = argv[++i];
+      }
+      s->set(value);
+      s->seen = true;
+      // A list flag takes every following value up to the next flag.
+      while (s->is_list && !inline_value && i + 1 < argc && argv[i + 1][0] != '-') s->set(argv[++i]);
+      continue;
+    }
+    if (next_positional >= positionals_.size()) usage_error(cat("unexpected argument '", a, "'"));
+    positionals_[next_positional].set(a);
+    positionals_[next_positional].seen = true;
+    ++next_positional;
+  }
+  for (auto& p : positionals_)
+    if (p.required && !p.seen) usage_error(cat("missing argument ", p.names[0]));
+  for (auto& s : specs_)
+    if (s.required && !s.seen) usage_error(cat("missing required flag ", s.names.back()));
+  return true;
+}
+
+std::string Args::help() const {
+  std::ostringstream h;
+  h << "usage: anvil " << command_;
+  for (auto& p : positionals_) h << (p.required ? " " : " [") << p.names[0] << (p.required ? "" : "]");
+  h << " [flags]\n\n" << summary_ << "\n";
+  if (!positionals_.empty()) {
+    h << "\narguments:\n";
+    for (auto& p : positionals_) h << "  " << p.names[0] << "\n      " << p.help << "\n";
+  }
+  h << "\nflags:\n";
+  for (auto& s : specs_) {
+    std::string names;
+    for (auto& n : s.names) names += (names.empty() ? "" : ", ") + n;
+    h << "  " << names;
+    if (s.takes_value) h << " " << s.metavar;
+    h << "\n      " << s.help;
+    if (s.required) h << " (required)";
+    else if (s.takes_value && !s.default_text.empty() && !s.is_list) h << " [default: " << s.default_text << "]";
+    h << "\n";
+  }
+  h << "  -h, --help\n      show this help\n";
+  return h.str();
+}
+
+int64_t parse_size(const std::string& text, const std::string& what) {
+  if (text.empty()) raise(ErrorKind::kUsage, what, " expects a size such as 8, 64K, 4M or 1G");
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  int64_t mult = 1;
+  std::string suffix = end;
+  if (suffix == "K" || suffix == "k") mult = 1LL << 10;
+  else if (suffix == "M" || suffix == "m") mult = 1LL << 20;
+  else if (suffix == "G" || suffix == "g") mult = 1LL << 30;
+  else if (!suffix.empty() || end == text.c_str() || v < 0 || errno == ERANGE)
+    raise(ErrorKind::kUsage, what, " expects a size such as 8, 64K, 4M or 1G, got '", text, "'");
+  return v * mult;
+}
+
+}  // namespace anvil

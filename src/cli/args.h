@@ -1,0 +1,63 @@
+// Command-line flags for one subcommand.
+//
+// Each subcommand declares its flags against the fields of its options struct, then calls
+// parse(). Flags take "--name value" or "--name=value"; a flag may have aliases
+// ("-b,--minbytes"). An unknown flag, a missing or malformed value, or a missing required
+// flag throws a kUsage Error whose one line names the command and the flag; the CLI turns
+// it into exit code 2. --help prints the generated help and parse() returns false.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace anvil {
+
+class Args {
+ public:
+  Args(std::string command, std::string summary);
+
+  Args& flag(const std::string& names, bool* out, const std::string& help);
+  Args& opt(const std::string& names, std::string* out, const std::string& metavar,
+            const std::string& help, bool required = false);
+  Args& opt(const std::string& names, int64_t* out, const std::string& metavar,
+            const std::string& help, bool required = false);
+  Args& opt(const std::string& names, double* out, const std::string& metavar,
+            const std::string& help, bool required = false);
+  Args& choice(const std::string& names, std::string* out, std::vector<std::string> choices,
+               const std::string& help);
+  // Repeatable; each occurrence may also carry several values ("--data a.jsonl b.jsonl").
+  Args& list(const std::string& names, std::vector<std::string>* out, const std::string& metavar,
+             const std::string& help, bool required = false);
+  // Positional arguments (e.g. the collective of `anvil bench all_reduce`).
+  Args& positional(const std::string& name, std::string* out, const std::string& help,
+                   bool required = true);
+
+  // argv[0] is the first argument after the subcommand's name.
+  bool parse(int argc, char** argv);
+  std::string help() const;
+  // True when the flag was given on the command line (not left at its default).
+  bool given(const std::string& name) const;
+
+ private:
+  struct Spec {
+    std::vector<std::string> names;
+    std::string metavar, help;
+    bool takes_value = true, required = false, seen = false, is_list = false;
+    std::string default_text;
+    std::function<void(const std::string&)> set;
+  };
+  Spec& add(const std::string& names);
+  Spec* find(const std::string& name);
+  [[noreturn]] void usage_error(const std::string& message) const;
+
+  std::string command_, summary_;
+  std::vector<Spec> specs_;
+  std::vector<Spec> positionals_;
+};
+
+// Parses sizes such as 8, 64K, 4M, 1G (powers of 1024). Throws kUsage naming `what`.
+int64_t parse_size(const std::string& text, const std::string& what);
+
+}  // namespace anvil

@@ -1,0 +1,12 @@
+// The subcommands of anvil. Each takes the arguments after its own name, parses them into
+// its options struct (cli/args.h) and calls one library function; it returns the process
+// exit code. Errors are thrown as anvil::Error and turned into one line by main().
+#pragma once
+
+namespace anvil {
+
+int cmd_init(int argc, char** argv);
+int cmd_grad(int argc, char** argv);
+int cmd_train(int argc, char** argv);
+
+}  // namespace anvil

@@ -1,0 +1,69 @@
+// anvil: the table of subcommands, and the one place where errors become exit codes.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);
+};
+
+constexpr Command kCommands[] = {
+    {"train", "full fine-tune a model (ddp or fsdp, one process per GPU, or the CPU reference)",
+     anvil::cmd_train},
+    {"grad", "loss, logits and gradients of one batch: the parity tool against PyTorch",
+     anvil::cmd_grad},
+    {"init", "write a Hugging Face model folder with freshly initialised weights", anvil::cmd_init},
+};
+
+void print_usage(FILE* out) {
+  std::fprintf(out,
+               "anvil %s: full fine-tuning of Hugging Face language models on every GPU of one "
+               "machine\n\nusage: anvil <command> [flags]   (anvil <command> --help for its flags)\n\n"
+               "commands:\n",
+               ANVIL_VERSION);
+  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_usage(stdout);
+    return 0;
+  }
+  if (name == "--version") {
+    std::printf("anvil %s\n", ANVIL_VERSION);
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (name != c.name) continue;
+    try {
+      return c.run(argc - 2, argv + 2);
+    } catch (const anvil::Error& e) {
+      if (e.kind() == anvil::ErrorKind::kUsage) std::fprintf(stderr, "%s\n", e.what());
+      else anvil::log_error(e.what());
+      return anvil::exit_code(e.kind());
+    } catch (const std::bad_alloc&) {
+      anvil::log_error("out of host memory");
+      return 1;
+    } catch (const std::exception& e) {
+      anvil::log_error("unexpected: ", e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "anvil: unknown command '%s' (see anvil --help)\n", name.c_str());
+  return 2;
+}

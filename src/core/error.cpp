@@ -1,0 +1,31 @@
+#include "core/error.h"
+
+namespace anvil {
+
+const char* error_kind_name(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kUsage: return "usage";
+    case ErrorKind::kInvalidInput: return "invalid input";
+    case ErrorKind::kNotFound: return "not found";
+    case ErrorKind::kIo: return "i/o";
+    case ErrorKind::kUnsupported: return "unsupported";
+    case ErrorKind::kOutOfMemory: return "out of memory";
+    case ErrorKind::kNoDevice: return "no device";
+    case ErrorKind::kDevice: return "device";
+    case ErrorKind::kComm: return "communication";
+    case ErrorKind::kTimeout: return "timeout";
+    case ErrorKind::kNumerics: return "numerics";
+    case ErrorKind::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+int exit_code(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kUsage: return 2;
+    case ErrorKind::kNoDevice: return 3;
+    default: return 1;
+  }
+}
+
+}  // namespace anvil

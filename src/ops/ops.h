@@ -1,0 +1,113 @@
+// The op set: everything the transformer's forward and backward need, declared once.
+//
+// model/ writes the forward and backward pass once against this interface; ops/cpu is the
+// fp32 reference (always built), ops/cuda the GPU backend (bf16 compute, fp32 accumulate).
+// Conventions, for every backend:
+//  - Tensors are dense row-major views (core/tensor.h) on the backend's device.
+//  - "compute" tensors (activations, weight copies) have the backend's compute_dtype():
+//    F32 on the CPU, BF16 on CUDA. Gradients of parameters, master weights, AdamW state,
+//    rstd/lse statistics and losses are always F32.
+//  - Parameter gradients are accumulated (+=), never overwritten, so micro-batches and the
+//    tied embedding/output weight add up without extra passes.
+//  - Token ids and targets are I32; a target of -100 is ignored (PyTorch's ignore_index).
+//  - qkv is packed per token as (H + 2*KV) heads of head_dim: q heads, then k, then v,
+//    because q_proj, k_proj and v_proj are stored back to back and run as one GEMM.
+//  - gate_up is packed per token as (2*I): gate, then up, for the same reason.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace anvil {
+
+struct AdamWHyper {
+  float lr = 1e-5f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  int64_t step = 1;  // 1-based, after increment (PyTorch's state["step"])
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+  virtual DType compute_dtype() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- memory
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void upload(Tensor dst, const void* host_src) = 0;    // host -> dst, same dtype
+  virtual void download(void* host_dst, Tensor src) = 0;        // src -> host, same dtype
+  virtual void zero(Tensor t) = 0;
+  virtual void convert(Tensor dst, Tensor src) = 0;  // elementwise dtype conversion (F32 <-> compute)
+  virtual void synchronize() = 0;
+
+  // ---- linear layers: y (M,N) = x (M,K) . w(N,K)^T + bias(N)
+  virtual void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) = 0;  // bias may be empty
+  // dx (M,K) = dy (M,N) . w (N,K); accumulate: dx += ...
+  virtual void linear_backward_input(Tensor dx, Tensor dy, Tensor w, bool accumulate) = 0;
+  // dw (N,K) += dy^T . x; dbias (N) += column sums of dy (dbias may be empty). dw, dbias F32.
+  virtual void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x) = 0;
+
+  // ---- embedding: out (N,C) = table[ids]; dtable (V,C) F32 += scatter of dout rows
+  virtual void embedding_forward(Tensor out, Tensor ids, Tensor table) = 0;
+  virtual void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) = 0;
+
+  // ---- RMSNorm over the last dimension: out = x * rstd * w, rstd (R) F32 = 1/sqrt(mean(x^2)+eps)
+  virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) = 0;
+  // dx (=, or += when accumulate) and dw (F32, +=)
+  virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
+                                bool accumulate) = 0;
+
+  // ---- per-head RMSNorm of q and k (Qwen3; skipped when q_w is empty) then RoPE
+  // (rotate-half), on packed qkv (B*T, H+2KV, hd); v is copied unchanged.
+  // cos, sin: (T, hd/2) F32 for positions 0..T-1 of each sequence; rstd: (B*T, H+KV) F32.
+  virtual void qk_norm_rope_forward(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w,
+                                    Tensor cos, Tensor sin, int n_heads, int n_kv_heads,
+                                    float eps) = 0;
+  // din (B*T, H+2KV, hd) from dout; dq_w, dk_w (hd) F32 +=.
+  virtual void qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in,
+                                     Tensor q_w, Tensor k_w, Tensor rstd, Tensor cos, Tensor sin,
+                                     int n_heads, int n_kv_heads) = 0;
+
+  // ---- causal GQA attention, scale 1/sqrt(hd). qkv (B,T,H+2KV,hd); out (B,T,H,hd);
+  // lse (B,H,T) F32: log-sum-exp of each query's scaled scores, saved for backward.
+  virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) = 0;
+  // dqkv (B,T,H+2KV,hd) written.
+  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
+                                  int n_heads, int n_kv_heads) = 0;
+
+  // ---- SwiGLU: out (N,I) = silu(gate) * up, gate_up (N,2I); dgate_up written
+  virtual void swiglu_forward(Tensor out, Tensor gate_up) = 0;
+  virtual void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up) = 0;
+
+  // ---- out = a + b (out may alias a or b)
+  virtual void add(Tensor out, Tensor a, Tensor b) = 0;
+
+  // ---- output projection fused with cross-entropy, in chunks of rows so that the full
+  // logits never exist. h (N,C), w (V,C), targets (N) I32 (-100: ignored).
+  // loss_sum (1) F32 += sum over targets of -log softmax(h.w^T)[target]
+  // dh (N,C) = d(loss_sum * loss_scale)/dh (written); dw (V,C) F32 += the same for w.
+  // logits (N,V) F32: written when given (the parity tool), else left untouched.
+  virtual void cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h,
+                                              Tensor w, Tensor targets, float loss_scale,
+                                              Tensor logits) = 0;
+
+  // ---- optimizer on flat F32 buffers: grad is multiplied by grad_scale (the clipping
+  // coefficient) as it is read; param, m and v are updated in place as PyTorch's AdamW.
+  virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
+                          float grad_scale) = 0;
+  // out (1) F32 += sum of x^2 (x F32)
+  virtual void sum_squares(Tensor out, Tensor x) = 0;
+};
+
+// The fp32 CPU reference backend.
+std::unique_ptr<Ops> make_cpu_ops();
+// The CUDA backend on the given device (ops/cuda); throws kNoDevice in a build without CUDA
+// or on a machine without a usable GPU.
+std::unique_ptr<Ops> make_cuda_ops(int device);
+bool cuda_available();  // a CUDA build with at least one usable GPU
+
+}  // namespace anvil

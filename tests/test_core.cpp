@@ -1,0 +1,145 @@
+// core: bf16 rounding on every bit pattern and the fp32 edge cases, fp16, errors, tensors.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "core/tensor.h"
+#include "testing.h"
+
+namespace anvil {
+namespace {
+
+// Reference rounding through double arithmetic: the nearest bf16 value, ties to even.
+uint16_t bf16_reference(float f) {
+  if (std::isnan(f)) return 0;  // checked separately
+  if (std::isinf(f)) return std::signbit(f) ? 0xff80 : 0x7f80;
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  uint16_t lo = static_cast<uint16_t>(u >> 16);        // truncation: toward zero
+  uint16_t hi = static_cast<uint16_t>(lo + 1);         // next value away from zero
+  double flo = bf16_bits_to_f32(lo);
+  double fhi = (hi & 0x7f80) == 0x7f80 && (hi & 0x7f) == 0 ? std::copysign(std::ldexp(1.0, 128), f)
+                                                           : static_cast<double>(bf16_bits_to_f32(hi));
+  double dlo = std::abs(static_cast<double>(f) - flo), dhi = std::abs(fhi - static_cast<double>(f));
+  if (dlo < dhi) return lo;
+  if (dhi < dlo) return hi;
+  return (lo & 1) ? hi : lo;
+}
+
+TEST(Bf16, EveryBitPatternRoundTrips) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    float f = bf16_bits_to_f32(static_cast<uint16_t>(b));
+    EXPECT_EQ(std::bit_cast<uint32_t>(f), b << 16);
+    uint16_t back = f32_to_bf16_bits(f);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(bf16_bits_to_f32(back))) << b;
+      EXPECT_EQ(back & 0x8000, b & 0x8000) << "NaN keeps its sign";
+    } else {
+      ASSERT_EQ(back, b) << "pattern " << b;
+    }
+  }
+}
+
+TEST(Bf16, RoundsToNearestEvenAroundEveryPattern) {
+  // For every finite bf16 value, floats just below, at and above the midpoint to the next
+  // value, and the midpoint itself (a tie), must round as the double-precision reference.
+  for (uint32_t b = 0; b < 65536; ++b) {
+    uint32_t u = b << 16;
+    float f = std::bit_cast<float>(u);
+    if (!std::isfinite(f)) continue;
+    for (uint32_t low : {0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      float g = std::bit_cast<float>(u | low);
+      if (!std::isfinite(g)) continue;
+      ASSERT_EQ(f32_to_bf16_bits(g), bf16_reference(g)) << std::hex << (u | low);
+    }
+  }
+}
+
+TEST(Bf16, EdgeCases) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(f32_to_bf16_bits(inf), 0x7f80);
+  EXPECT_EQ(f32_to_bf16_bits(-inf), 0xff80);
+  EXPECT_EQ(f32_to_bf16_bits(0.0f), 0x0000);
+  EXPECT_EQ(f32_to_bf16_bits(-0.0f), 0x8000);
+  // NaNs with payload only in the low bits must not become inf.
+  float nan_low = std::bit_cast<float>(0x7f800001u);
+  EXPECT_TRUE(std::isnan(bf16_bits_to_f32(f32_to_bf16_bits(nan_low))));
+  EXPECT_TRUE(std::isnan(bf16_bits_to_f32(f32_to_bf16_bits(std::bit_cast<float>(0xffffffffu)))));
+  // Largest finite float rounds up to inf; the largest finite bf16 stays.
+  EXPECT_EQ(f32_to_bf16_bits(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x7f7f0000u)), 0x7f7f);
+  // Ties: 1 + 2^-8 is halfway between 1 and 1 + 2^-7: even (1.0) wins; the next tie rounds up.
+  EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x3f808000u)), 0x3f80);
+  EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x3f818000u)), 0x3f82);
+  // Denormals: smallest float denormal rounds to zero, a denormal tie to even.
+  EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x00000001u)), 0x0000);
+  EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x00008000u)), 0x0000);
+  EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x00018000u)), 0x0002);
+  EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x00010001u)), 0x0001);
+  // Rounding from the largest denormal carries into the smallest normal.
+  EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x007fffffu)), 0x0080);
+}
+
+TEST(F16, AllPatternsRoundTrip) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = f16_bits_to_f32(static_cast<uint16_t>(h));
+    uint16_t back = f32_to_f16_bits(f);
+    if (std::isnan(f)) EXPECT_TRUE(std::isnan(f16_bits_to_f32(back)));
+    else ASSERT_EQ(back, h) << h;
+  }
+  EXPECT_EQ(f16_bits_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_bits_to_f32(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(f32_to_f16_bits(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(f32_to_f16_bits(65504.0f), 0x7bff);
+}
+
+TEST(Error, KindsMapToExitCodes) {
+  EXPECT_EQ(exit_code(ErrorKind::kUsage), 2);
+  EXPECT_EQ(exit_code(ErrorKind::kNoDevice), 3);
+  EXPECT_EQ(exit_code(ErrorKind::kIo), 1);
+  try {
+    ANVIL_ENSURE(1 == 2, kInvalidInput, "value ", 7, " is bad");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+    EXPECT_STREQ(e.what(), "value 7 is bad");
+  }
+  Status s(ErrorKind::kNotFound, "x");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THROW(s.throw_if_error(), Error);
+  EXPECT_TRUE(Status().ok());
+}
+
+TEST(Tensor, ShapesAndSlices) {
+  std::vector<float> buf(24);
+  Tensor t(buf.data(), DType::kF32, {2, 3, 4});
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.rows(), 6);
+  EXPECT_EQ(t.cols(), 4);
+  EXPECT_EQ(t.shape.str(), "[2, 3, 4]");
+  Tensor s = t.slice_rows(1, 2);
+  EXPECT_EQ(s.ptr<float>(), buf.data() + 12);
+  EXPECT_EQ(s.shape, Shape({1, 3, 4}));
+  EXPECT_THROW(t.reshape({5, 5}), Error);
+  DType d;
+  EXPECT_TRUE(dtype_from_name("BF16", &d));
+  EXPECT_EQ(d, DType::kBF16);
+  EXPECT_FALSE(dtype_from_name("F8", &d));
+}
+
+TEST(Json, ParseErrorsNameTheSource) {
+  try {
+    json_parse("{\"a\": ", "config.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace anvil

@@ -1,0 +1,102 @@
+#include "testing.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+namespace anvil::testing {
+
+std::string shared_dir() { return ANVIL_SHARED_DIR; }
+std::string testdata_dir() { return ANVIL_TESTDATA_DIR; }
+std::string anvil_binary() { return ANVIL_BINARY; }
+
+namespace {
+std::vector<std::string>& temp_dirs() {
+  static std::vector<std::string> dirs;
+  static bool registered = [] {
+    std::atexit([] {
+      std::error_code ec;
+      for (auto& d : temp_dirs()) std::filesystem::remove_all(d, ec);
+    });
+    return true;
+  }();
+  (void)registered;
+  return dirs;
+}
+}  // namespace
+
+std::string temp_dir(const std::string& tag) {
+  std::string base = std::filesystem::temp_directory_path().string() + "/anvil-test-" + tag + "-XXXXXX";
+  std::vector<char> buf(base.begin(), base.end());
+  buf.push_back('\0');
+  if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
+  temp_dirs().push_back(buf.data());
+  return buf.data();
+}
+
+RunResult run_command(const std::string& shell_command) {
+  RunResult r;
+  FILE* p = ::popen((shell_command + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+RunResult run_anvil(const std::vector<std::string>& args) {
+  std::string cmd = "'" + anvil_binary() + "'";
+  for (auto& a : args) {
+    std::string q;
+    for (char c : a) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+    cmd += " '" + q + "'";
+  }
+  return run_command(cmd + " </dev/null");
+}
+
+double rel_l2(const double* a, const double* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
+}
+
+double rel_l2(const float* a, const double* b, size_t n) {
+  std::vector<double> ad(a, a + n);
+  return rel_l2(ad.data(), b, n);
+}
+
+::testing::AssertionResult close_rel_l2(const std::vector<double>& got, const std::vector<double>& want,
+                                        double tol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  double err = rel_l2(got.data(), want.data(), got.size());
+  bool any_nan = false;
+  for (double g : got) any_nan |= !std::isfinite(g);
+  if (err <= tol && !any_nan) return ::testing::AssertionSuccess() << "rel L2 " << err;
+  double max_abs = 0, max_rel = 0, scale = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  long first_bad = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double d = std::abs(got[i] - want[i]);
+    max_abs = std::max(max_abs, d);
+    max_rel = std::max(max_rel, d / std::max(std::abs(want[i]), 1e-12));
+    if (first_bad < 0 && (!(d <= tol * scale))) first_bad = static_cast<long>(i);
+  }
+  std::ostringstream s;
+  s << "rel L2 error " << err << " > " << tol << " (max abs " << max_abs << ", max rel " << max_rel;
+  if (first_bad >= 0) s << ", first bad index " << first_bad << ": got " << got[first_bad] << " want " << want[first_bad];
+  s << (any_nan ? ", non-finite values" : "") << ")";
+  return ::testing::AssertionFailure() << s.str();
+}
+
+}  // namespace anvil::testing
