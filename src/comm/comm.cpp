@@ -1,0 +1,103 @@
+// The parts of Comm shared by every implementation: options from the environment, the
+// argument checks, error context, and the host exchanges over the rendezvous.
+#include "comm/comm.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace anvil {
+
+const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "avg"; }
+
+CommOptions comm_options_from_env() {
+  CommOptions o;
+  o.timeout_s = static_cast<double>(env_comm_timeout_s());
+  ANVIL_ENSURE(o.timeout_s > 0, kInvalidInput, "ANVIL_COMM_TIMEOUT_S must be positive, got ", o.timeout_s);
+  if (env_rank() < 0) return o;
+  o.rank = static_cast<int>(env_rank());
+  o.world = static_cast<int>(env_world_size());
+  ANVIL_ENSURE(o.world >= 1, kInvalidInput, "RANK is set (", o.rank, ") but WORLD_SIZE is not");
+  ANVIL_ENSURE(o.rank < o.world, kInvalidInput, "RANK=", o.rank, " is not below WORLD_SIZE=", o.world);
+  o.local_rank = env_local_rank() >= 0 ? static_cast<int>(env_local_rank()) : o.rank;
+  o.master_addr = env_master_addr().empty() ? "127.0.0.1" : env_master_addr();
+  o.master_port = static_cast<int>(env_master_port());
+  ANVIL_ENSURE(o.world == 1 || o.master_port > 0, kInvalidInput, "RANK and WORLD_SIZE=", o.world,
+               " are set but MASTER_PORT is not");
+  return o;
+}
+
+std::string Comm::where(std::string_view op, std::string_view tag) const {
+  std::string s = cat(op, " on rank ", rank(), " of ", world());
+  if (step_ >= 0 || !tag.empty()) {
+    s += " (";
+    if (step_ >= 0) s += cat("step ", step_);
+    if (!tag.empty()) s += cat(step_ >= 0 ? ", " : "", "tag '", tag, "'");
+    s += ")";
+  }
+  return s;
+}
+
+void Comm::check_device(std::string_view op, Tensor t) const {
+  ANVIL_ENSURE(t.device == device(), kInternal, where(op, ""), ": a ",
+               t.device == Device::kCPU ? "host" : "GPU", " tensor was given to the ", backend(), " comm");
+}
+
+void Comm::check_reduce(std::string_view op, Tensor out, Tensor in, int64_t in_per_out) const {
+  check_device(op, out);
+  check_device(op, in);
+  ANVIL_ENSURE(in.dtype == DType::kF32 || in.dtype == DType::kBF16, kUnsupported, where(op, ""),
+               ": reductions take F32 or BF16, not ", dtype_name(in.dtype));
+  ANVIL_ENSURE(out.dtype == in.dtype, kInternal, where(op, ""), ": out is ", dtype_name(out.dtype), ", in is ",
+               dtype_name(in.dtype));
+  ANVIL_ENSURE(in.numel() == out.numel() * in_per_out, kInternal, where(op, ""), ": in has ", in.numel(),
+               " elements, out ", out.numel(), " (expected in = ", in_per_out, " x out)");
+}
+
+void Comm::check_gather(std::string_view op, Tensor out, Tensor in, int64_t out_per_in) const {
+  check_device(op, out);
+  check_device(op, in);
+  ANVIL_ENSURE(out.dtype == in.dtype, kInternal, where(op, ""), ": out is ", dtype_name(out.dtype), ", in is ",
+               dtype_name(in.dtype));
+  ANVIL_ENSURE(out.numel() == in.numel() * out_per_in, kInternal, where(op, ""), ": in has ", in.numel(),
+               " elements, out ", out.numel(), " (expected out = ", out_per_in, " x in)");
+}
+
+void Comm::host_all_gather(const void* mine, size_t bytes, void* all, std::string_view tag) {
+  std::vector<std::string> blobs =
+      bootstrap_->all_gather(std::string(static_cast<const char*>(mine), bytes), where("host_all_gather", tag));
+  for (size_t r = 0; r < blobs.size(); ++r) {
+    ANVIL_ENSURE(blobs[r].size() == bytes, kComm, where("host_all_gather", tag), ": rank ", r, " sent ",
+                 blobs[r].size(), " bytes, expected ", bytes);
+    std::memcpy(static_cast<char*>(all) + r * bytes, blobs[r].data(), bytes);
+  }
+}
+
+namespace {
+template <class T, class F>
+T host_fold(Comm& comm, T value, std::string_view tag, F fold) {
+  std::vector<T> all(static_cast<size_t>(comm.world()));
+  comm.host_all_gather(&value, sizeof value, all.data(), tag);
+  T acc = all[0];
+  for (size_t r = 1; r < all.size(); ++r) acc = fold(acc, all[r]);
+  return acc;
+}
+}  // namespace
+
+double Comm::host_sum(double value, std::string_view tag) {
+  return host_fold(*this, value, tag, [](double a, double b) { return a + b; });
+}
+int64_t Comm::host_sum(int64_t value, std::string_view tag) {
+  return host_fold(*this, value, tag, [](int64_t a, int64_t b) { return a + b; });
+}
+double Comm::host_max(double value, std::string_view tag) {
+  return host_fold(*this, value, tag, [](double a, double b) { return std::max(a, b); });
+}
+
+std::unique_ptr<Comm> make_comm(Device device, const CommOptions& options) {
+  return device == Device::kCUDA ? make_nccl_comm(options) : make_cpu_comm(options);
+}
+
+}  // namespace anvil

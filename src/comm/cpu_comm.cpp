@@ -1,0 +1,377 @@
+// The CPU comm: collectives between processes (or threads) over a full mesh of TCP
+// connections, set up through the rendezvous.
+//
+// Algorithms, for n ranks and a buffer split into n chunks (chunk j: elements
+// [N*j/n, N*(j+1)/n)):
+//  - reduce_scatter: rank j receives every rank's chunk j and adds them in rank order.
+//  - all_reduce: reduce_scatter, then every rank sends its reduced chunk to all others.
+//  - all_gather: every rank sends its slice to all others. broadcast: root sends to all.
+// Each element is reduced by exactly one rank, always as ((x0 + x1) + x2) + ..., in fp32
+// (bf16 inputs are widened and rounded once at the end), so the result is bit-identical on
+// every rank and every run, whatever order the bytes arrive in. Each rank sends and
+// receives (n-1)/n of the buffer per phase, like a ring, without the ring's n-1 steps.
+//
+// All transfers of a phase progress together under one poll() loop on non-blocking
+// sockets, so two ranks sending to each other never deadlock on full socket buffers, and
+// the comm timeout bounds the whole collective. Every message starts with a header
+// (sequence number, collective, byte count) that the receiver checks: ranks that call
+// different collectives, or the same one with different sizes, get an error that says so
+// instead of garbage.
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "comm/comm.h"
+#include "core/bf16.h"
+#include "core/error.h"
+#include "core/threads.h"
+
+namespace anvil {
+namespace {
+
+enum class Op : uint32_t { kAllReduce = 1, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kAllReduce: return "all_reduce";
+    case Op::kReduceScatter: return "reduce_scatter";
+    case Op::kAllGather: return "all_gather";
+    case Op::kBroadcast: return "broadcast";
+    case Op::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+struct Header {
+  uint64_t seq = 0;
+  uint32_t op = 0;
+  uint32_t magic = 0x616e766c;  // "anvl"
+  uint64_t bytes = 0;
+};
+static_assert(sizeof(Header) == 24);
+
+// One message to or from one peer within a phase: the header, then `bytes` of payload.
+struct Transfer {
+  int peer = 0;
+  bool send = false;
+  char* data = nullptr;
+  size_t bytes = 0;
+  Header header{};   // sent, or received and checked
+  size_t done = 0;   // bytes of header + payload moved so far
+  bool finished() const { return done == sizeof(Header) + bytes; }
+};
+
+int64_t chunk_begin(int64_t n_elems, int world, int j) {
+  return n_elems * static_cast<int64_t>(j) / world;
+}
+
+// out[i] = op over sources (rank order) of src[r][i]; out may alias a source.
+void reduce_in_rank_order(void* out, const std::vector<const void*>& srcs, DType dtype, int64_t n,
+                          ReduceOp op, std::vector<float>& acc) {
+  acc.resize(static_cast<size_t>(n));
+  const float divisor = static_cast<float>(srcs.size());
+  parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+    float* a = acc.data();
+    if (dtype == DType::kF32) {
+      const float* s0 = static_cast<const float*>(srcs[0]);
+      for (int64_t i = b; i < e; ++i) a[i] = s0[i];
+      for (size_t r = 1; r < srcs.size(); ++r) {
+        const float* s = static_cast<const float*>(srcs[r]);
+        for (int64_t i = b; i < e; ++i) a[i] += s[i];
+      }
+      float* o = static_cast<float*>(out);
+      if (op == ReduceOp::kAvg) for (int64_t i = b; i < e; ++i) o[i] = a[i] / divisor;
+      else for (int64_t i = b; i < e; ++i) o[i] = a[i];
+    } else {
+      const uint16_t* s0 = static_cast<const uint16_t*>(srcs[0]);
+      for (int64_t i = b; i < e; ++i) a[i] = bf16_bits_to_f32(s0[i]);
+      for (size_t r = 1; r < srcs.size(); ++r) {
+        const uint16_t* s = static_cast<const uint16_t*>(srcs[r]);
+        for (int64_t i = b; i < e; ++i) a[i] += bf16_bits_to_f32(s[i]);
+      }
+      uint16_t* o = static_cast<uint16_t*>(out);
+      for (int64_t i = b; i < e; ++i) o[i] = f32_to_bf16_bits(op == ReduceOp::kAvg ? a[i] / divisor : a[i]);
+    }
+  });
+}
+
+class CpuComm final : public Comm {
+ public:
+  explicit CpuComm(const CommOptions& o)
+      : Comm(std::make_unique<Bootstrap>(
+            BootstrapOptions{o.rank, o.world, o.master_addr, o.master_port, o.timeout_s})) {
+    if (world() > 1) connect_mesh();
+  }
+
+  Device device() const override { return Device::kCPU; }
+  std::string backend() const override { return "cpu"; }
+
+  CommWork all_reduce(Tensor out, Tensor in, ReduceOp op, std::string_view tag) override {
+    check_reduce("all_reduce", out, in, 1);
+    if (out.data != in.data) std::memmove(out.data, in.data, in.bytes());
+    const int n = world(), me = rank();
+    if (n == 1) return next_work();
+    const size_t es = dtype_size(in.dtype);
+    const int64_t N = in.numel();
+    char* buf = static_cast<char*>(out.data);
+    auto begin = [&](int j) { return chunk_begin(N, n, j); };
+    const int64_t mine = begin(me + 1) - begin(me);
+    reduce_chunk(Op::kAllReduce, tag, out.dtype, op, mine, [&](int p) { return buf + begin(p) * es; },
+                 buf + begin(me) * es, buf + begin(me) * es,
+                 [&](int p) { return static_cast<size_t>(begin(p + 1) - begin(p)) * es; });
+    std::vector<Transfer> ts;
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      ts.push_back(make(p, true, buf + begin(me) * es, static_cast<size_t>(mine) * es));
+      ts.push_back(make(p, false, buf + begin(p) * es, static_cast<size_t>(begin(p + 1) - begin(p)) * es));
+    }
+    exchange(ts, Op::kAllReduce, tag);
+    return next_work();
+  }
+
+  CommWork reduce_scatter(Tensor out, Tensor in, ReduceOp op, std::string_view tag) override {
+    check_reduce("reduce_scatter", out, in, world());
+    const int n = world(), me = rank();
+    const size_t slice = out.bytes();
+    char* src = static_cast<char*>(in.data);
+    if (n == 1) {
+      if (out.data != in.data) std::memmove(out.data, in.data, slice);
+      return next_work();
+    }
+    reduce_chunk(Op::kReduceScatter, tag, in.dtype, op, out.numel(),
+                 [&](int p) { return src + static_cast<size_t>(p) * slice; }, src + static_cast<size_t>(me) * slice,
+                 static_cast<char*>(out.data), [&](int) { return slice; });
+    return next_work();
+  }
+
+  CommWork all_gather(Tensor out, Tensor in, std::string_view tag) override {
+    check_gather("all_gather", out, in, world());
+    const int n = world(), me = rank();
+    const size_t slice = in.bytes();
+    char* dst = static_cast<char*>(out.data);
+    if (dst + static_cast<size_t>(me) * slice != in.data) std::memmove(dst + static_cast<size_t>(me) * slice, in.data, slice);
+    std::vector<Transfer> ts;
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      ts.push_back(make(p, true, dst + static_cast<size_t>(me) * slice, slice));
+      ts.push_back(make(p, false, dst + static_cast<size_t>(p) * slice, slice));
+    }
+    exchange(ts, Op::kAllGather, tag);
+    return next_work();
+  }
+
+  CommWork broadcast(Tensor buf, int root, std::string_view tag) override {
+    check_device("broadcast", buf);
+    ANVIL_ENSURE(root >= 0 && root < world(), kInternal, where("broadcast", tag), ": root ", root,
+                 " is not a rank");
+    std::vector<Transfer> ts;
+    if (rank() == root) {
+      for (int p = 0; p < world(); ++p)
+        if (p != root) ts.push_back(make(p, true, static_cast<char*>(buf.data), buf.bytes()));
+    } else {
+      ts.push_back(make(root, false, static_cast<char*>(buf.data), buf.bytes()));
+    }
+    exchange(ts, Op::kBroadcast, tag);
+    return next_work();
+  }
+
+  void barrier(std::string_view tag) override {
+    std::vector<Transfer> ts;
+    for (int p = 0; p < world(); ++p) {
+      if (p == rank()) continue;
+      ts.push_back(make(p, true, nullptr, 0));
+      ts.push_back(make(p, false, nullptr, 0));
+    }
+    exchange(ts, Op::kBarrier, tag);
+  }
+
+  void set_compute_stream(void*) override {}
+  void wait(CommWork) override {}
+  void synchronize() override {}
+
+ private:
+  CommWork next_work() { return CommWork{++works_}; }
+
+  static Transfer make(int peer, bool send, char* data, size_t bytes) {
+    Transfer t;
+    t.peer = peer;
+    t.send = send;
+    t.data = data;
+    t.bytes = bytes;
+    return t;
+  }
+
+  // The reduce-scatter phase: send chunk p (at chunk_of(p)) to every peer p, receive every
+  // peer's copy of my chunk (bytes_of(me) each), and reduce it with mine (at my_src) into
+  // dst, in rank order.
+  template <class ChunkOf, class BytesOf>
+  void reduce_chunk(Op coll, std::string_view tag, DType dtype, ReduceOp op, int64_t my_elems, ChunkOf chunk_of,
+                    const char* my_src, char* dst, BytesOf bytes_of) {
+    const int n = world(), me = rank();
+    const size_t my_bytes = bytes_of(me);
+    staging_.resize(my_bytes * static_cast<size_t>(n - 1));
+    std::vector<Transfer> ts;
+    std::vector<const void*> srcs(static_cast<size_t>(n));
+    size_t slot = 0;
+    for (int p = 0; p < n; ++p) {
+      if (p == me) {
+        srcs[static_cast<size_t>(p)] = my_src;
+        continue;
+      }
+      char* stage = staging_.data() + slot++ * my_bytes;
+      srcs[static_cast<size_t>(p)] = stage;
+      ts.push_back(make(p, true, chunk_of(p), bytes_of(p)));
+      ts.push_back(make(p, false, stage, my_bytes));
+    }
+    exchange(ts, coll, tag);
+    reduce_in_rank_order(dst, srcs, dtype, my_elems, op, acc_);
+  }
+
+  void connect_mesh();
+  void exchange(std::vector<Transfer>& ts, Op coll, std::string_view tag);
+  [[noreturn]] void peer_failed(Op coll, std::string_view tag, int peer, bool closed) const;
+
+  std::vector<net::Socket> peers_;  // index p: the connection to rank p (none to self)
+  uint64_t seq_ = 0;                // phases exchanged so far: the same count on every rank
+  uint64_t works_ = 0;
+  std::vector<char> staging_;
+  std::vector<float> acc_;
+};
+
+void CpuComm::connect_mesh() {
+  const int n = world(), me = rank();
+  const std::string what = cat("CPU comm setup on rank ", me, " of ", n);
+  int port = 0;
+  net::Socket listener = net::listen_tcp(0, n, &port, what);
+  std::vector<std::string> addrs = bootstrap_->all_gather(cat(bootstrap_->local_address(), ":", port), what);
+  const auto deadline = net::Deadline::after(timeout_s());
+  peers_.resize(static_cast<size_t>(n));
+  // Each rank connects to the ranks below it and accepts the ranks above it.
+  for (int p = 0; p < me; ++p) {
+    const std::string& a = addrs[static_cast<size_t>(p)];
+    const size_t colon = a.rfind(':');
+    net::Socket s = net::connect_tcp(a.substr(0, colon), std::stoi(a.substr(colon + 1)), deadline, what);
+    int32_t hello = me;
+    ANVIL_ENSURE(net::send_all(s, &hello, sizeof hello, deadline) == net::IoStatus::kOk, kComm, what,
+                 ": rank ", p, " did not take our hello");
+    peers_[static_cast<size_t>(p)] = std::move(s);
+  }
+  for (int k = me + 1; k < n; ++k) {
+    net::Socket s = net::accept_tcp(listener, deadline);
+    ANVIL_ENSURE(s.valid(), kTimeout, what, ": the ranks above ", me, " did not all connect within ", timeout_s(), " s");
+    int32_t hello = -1;
+    ANVIL_ENSURE(net::recv_all(s, &hello, sizeof hello, deadline) == net::IoStatus::kOk, kComm, what,
+                 ": a peer connected but did not say its rank");
+    ANVIL_ENSURE(hello > me && hello < n && !peers_[static_cast<size_t>(hello)].valid(), kComm, what,
+                 ": unexpected hello from rank ", hello);
+    peers_[static_cast<size_t>(hello)] = std::move(s);
+  }
+  for (auto& s : peers_)
+    if (s.valid()) s.set_nonblocking();
+}
+
+void CpuComm::peer_failed(Op coll, std::string_view tag, int peer, bool closed) const {
+  if (closed)
+    raise(ErrorKind::kComm, where(op_name(coll), tag), ": rank ", peer,
+          " closed its connection (did it exit or crash?)");
+  raise(ErrorKind::kComm, where(op_name(coll), tag), ": socket error talking to rank ", peer, ": ",
+        std::strerror(errno));
+}
+
+void CpuComm::exchange(std::vector<Transfer>& ts, Op coll, std::string_view tag) {
+  const uint64_t seq = ++seq_;
+  for (Transfer& t : ts)
+    if (t.send) {
+      t.header.seq = seq;
+      t.header.op = static_cast<uint32_t>(coll);
+      t.header.bytes = t.bytes;
+    }
+  const auto deadline = net::Deadline::after(timeout_s());
+  std::vector<pollfd> fds;
+  std::vector<int> send_of, recv_of;  // per pollfd: index into ts, or -1
+  for (;;) {
+    fds.clear();
+    send_of.clear();
+    recv_of.clear();
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (ts[i].finished()) continue;
+      size_t k = 0;
+      while (k < fds.size() && fds[k].fd != peers_[static_cast<size_t>(ts[i].peer)].fd()) ++k;
+      if (k == fds.size()) {
+        fds.push_back(pollfd{peers_[static_cast<size_t>(ts[i].peer)].fd(), 0, 0});
+        send_of.push_back(-1);
+        recv_of.push_back(-1);
+      }
+      fds[k].events |= ts[i].send ? POLLOUT : POLLIN;
+      (ts[i].send ? send_of : recv_of)[k] = static_cast<int>(i);
+    }
+    if (fds.empty()) return;
+    int r = ::poll(fds.data(), fds.size(), deadline.remaining_ms());
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0 && deadline.expired()) {
+      std::string silent, stuck;
+      for (const Transfer& t : ts) {
+        if (t.finished()) continue;
+        std::string& list = t.send ? stuck : silent;
+        list += cat(list.empty() ? "" : ", ", t.peer);
+      }
+      raise(ErrorKind::kTimeout, where(op_name(coll), tag), ": did not finish within ", timeout_s(),
+            " s (ANVIL_COMM_TIMEOUT_S)", silent.empty() ? "" : cat("; waiting for data from rank(s) ", silent),
+            stuck.empty() ? "" : cat("; rank(s) ", stuck, " not reading"),
+            ". A rank is stuck, slow or calling a different collective");
+    }
+    for (size_t k = 0; k < fds.size(); ++k) {
+      const short ev = fds[k].revents;
+      if (ev == 0) continue;
+      if (recv_of[k] >= 0 && (ev & (POLLIN | POLLHUP | POLLERR))) {
+        Transfer& t = ts[static_cast<size_t>(recv_of[k])];
+        while (!t.finished()) {
+          const bool in_header = t.done < sizeof(Header);
+          char* p = in_header ? reinterpret_cast<char*>(&t.header) + t.done : t.data + (t.done - sizeof(Header));
+          size_t want = in_header ? sizeof(Header) - t.done : t.bytes - (t.done - sizeof(Header));
+          ssize_t got = ::recv(fds[k].fd, p, want, MSG_DONTWAIT);
+          if (got == 0) peer_failed(coll, tag, t.peer, true);
+          if (got < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+            peer_failed(coll, tag, t.peer, errno == ECONNRESET);
+          }
+          t.done += static_cast<size_t>(got);
+          if (in_header && t.done == sizeof(Header)) {
+            const Header& h = t.header;
+            const bool ok = h.magic == Header{}.magic && h.seq == seq && h.op == static_cast<uint32_t>(coll) &&
+                            h.bytes == t.bytes;
+            if (!ok)
+              raise(ErrorKind::kComm, where(op_name(coll), tag), ": collective mismatch: this rank expects ",
+                    op_name(coll), " #", seq, " with ", t.bytes, " bytes from rank ", t.peer, ", which sent ",
+                    h.magic == Header{}.magic ? op_name(static_cast<Op>(h.op)) : "garbage", " #", h.seq, " with ",
+                    h.bytes, " bytes; every rank must call the same collectives in the same order and sizes");
+          }
+        }
+      }
+      if (send_of[k] >= 0 && (ev & (POLLOUT | POLLHUP | POLLERR))) {
+        Transfer& t = ts[static_cast<size_t>(send_of[k])];
+        while (!t.finished()) {
+          const bool in_header = t.done < sizeof(Header);
+          const char* p = in_header ? reinterpret_cast<const char*>(&t.header) + t.done
+                                    : t.data + (t.done - sizeof(Header));
+          size_t want = in_header ? sizeof(Header) - t.done : t.bytes - (t.done - sizeof(Header));
+          ssize_t put = ::send(fds[k].fd, p, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+          if (put < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+            peer_failed(coll, tag, t.peer, errno == EPIPE || errno == ECONNRESET);
+          }
+          t.done += static_cast<size_t>(put);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> make_cpu_comm(const CommOptions& options) { return std::make_unique<CpuComm>(options); }
+
+}  // namespace anvil

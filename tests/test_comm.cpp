@@ -1,0 +1,323 @@
+// The CPU comm against closed forms: 1 to 4 ranks (threads, each with its own TCP comm),
+// every collective, F32 and BF16, in place and out of place, compared exactly; the
+// determinism of reductions; and the errors: timeout, dead peer, mismatched collectives.
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "comm/comm.h"
+#include "comm/socket.h"
+#include "core/bf16.h"
+#include "testing.h"
+
+namespace anvil {
+namespace {
+
+// Runs fn(comm) on n ranks, one thread each; returns each rank's error message ("" if none).
+std::vector<std::string> run_ranks(int n, const std::function<void(Comm&)>& fn, double timeout_s = 20) {
+  const int port = net::free_tcp_port();
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        CommOptions o;
+        o.rank = r;
+        o.world = n;
+        o.master_port = port;
+        o.timeout_s = timeout_s;
+        auto comm = make_cpu_comm(o);
+        fn(*comm);
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = cat("[", error_kind_name(e.kind()), "] ", e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+void expect_no_errors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// Values of rank r at index i: small integers, so every sum below is exact in bf16 too.
+float value(int r, int64_t i) { return static_cast<float>((r + 1) * (i % 13 + 1)); }
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16_bits(v[i]);
+  return b;
+}
+
+std::vector<float> read(const void* data, DType dtype, size_t n) {
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = dtype == DType::kF32 ? static_cast<const float*>(data)[i]
+                                  : bf16_bits_to_f32(static_cast<const uint16_t*>(data)[i]);
+  return out;
+}
+
+// Host storage for one tensor of either dtype.
+struct Buf {
+  std::vector<float> f;
+  std::vector<uint16_t> b;
+  DType dtype;
+  Buf(const std::vector<float>& v, DType d) : dtype(d) {
+    if (d == DType::kF32) f = v;
+    else b = to_bf16(v);
+  }
+  void* data() { return dtype == DType::kF32 ? static_cast<void*>(f.data()) : static_cast<void*>(b.data()); }
+  size_t size() const { return dtype == DType::kF32 ? f.size() : b.size(); }
+  Tensor view(size_t begin = 0, size_t n = SIZE_MAX) {
+    n = std::min(n, size() - begin);
+    return Tensor(static_cast<char*>(data()) + begin * dtype_size(dtype), dtype, {static_cast<int64_t>(n)});
+  }
+  std::vector<float> values(size_t begin = 0, size_t n = SIZE_MAX) {
+    n = std::min(n, size() - begin);
+    return read(static_cast<char*>(data()) + begin * dtype_size(dtype), dtype, n);
+  }
+};
+
+class CommRanks : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+TEST_P(CommRanks, AllReduceMatchesClosedForm) {
+  const auto [n, dtype] = GetParam();
+  for (int64_t N : {1, 7, 1000, 65537}) {
+    for (bool in_place : {true, false}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        auto errors = run_ranks(n, [&, N, in_place, op](Comm& c) {
+          std::vector<float> v(static_cast<size_t>(N));
+          for (int64_t i = 0; i < N; ++i) v[static_cast<size_t>(i)] = value(c.rank(), i);
+          Buf in(v, dtype), out(std::vector<float>(static_cast<size_t>(N), -1.0f), dtype);
+          if (in_place) {
+            c.all_reduce(in.view(), op, "grads");
+          } else {
+            c.all_reduce(out.view(), in.view(), op, "grads");
+          }
+          std::vector<float> got = in_place ? in.values() : out.values();
+          const float tri = static_cast<float>(n * (n + 1) / 2);
+          for (int64_t i = 0; i < N; ++i) {
+            float want = tri * static_cast<float>(i % 13 + 1);
+            if (op == ReduceOp::kAvg) want /= static_cast<float>(n);
+            ASSERT_EQ(got[static_cast<size_t>(i)], want)
+                << "rank " << c.rank() << " index " << i << " N " << N << " op " << reduce_op_name(op);
+          }
+          if (!in_place) {
+            EXPECT_EQ(in.values(), read(Buf(v, dtype).data(), dtype, v.size()));
+          }
+        });
+        expect_no_errors(errors);
+      }
+    }
+  }
+}
+
+TEST_P(CommRanks, ReduceScatterMatchesClosedForm) {
+  const auto [n, dtype] = GetParam();
+  for (int64_t M : {1, 5, 4099}) {
+    for (bool in_place : {true, false}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        auto errors = run_ranks(n, [&, M, in_place, op](Comm& c) {
+          const int64_t N = M * n;
+          std::vector<float> v(static_cast<size_t>(N));
+          for (int64_t j = 0; j < N; ++j) v[static_cast<size_t>(j)] = value(c.rank(), j);
+          Buf in(v, dtype), out(std::vector<float>(static_cast<size_t>(M), -1.0f), dtype);
+          const size_t mine = static_cast<size_t>(c.rank() * M);
+          Tensor dst = in_place ? in.view(mine, static_cast<size_t>(M)) : out.view();
+          c.reduce_scatter(dst, in.view(), op, "unit 3");
+          std::vector<float> got = in_place ? in.values(mine, static_cast<size_t>(M)) : out.values();
+          const float tri = static_cast<float>(n * (n + 1) / 2);
+          for (int64_t i = 0; i < M; ++i) {
+            float want = tri * static_cast<float>((c.rank() * M + i) % 13 + 1);
+            if (op == ReduceOp::kAvg) want /= static_cast<float>(n);
+            ASSERT_EQ(got[static_cast<size_t>(i)], want) << "rank " << c.rank() << " index " << i;
+          }
+        });
+        expect_no_errors(errors);
+      }
+    }
+  }
+}
+
+TEST_P(CommRanks, AllGatherMatchesClosedForm) {
+  const auto [n, dtype] = GetParam();
+  for (int64_t M : {1, 3, 5000}) {
+    for (bool in_place : {true, false}) {
+      auto errors = run_ranks(n, [&, M, in_place](Comm& c) {
+        std::vector<float> mine(static_cast<size_t>(M));
+        for (int64_t i = 0; i < M; ++i) mine[static_cast<size_t>(i)] = static_cast<float>(c.rank() * 10 + i % 7);
+        Buf out(std::vector<float>(static_cast<size_t>(M * n), -1.0f), dtype);
+        Buf in(mine, dtype);
+        if (in_place) {
+          std::memcpy(out.view(static_cast<size_t>(c.rank() * M)).data, in.data(), in.view().bytes());
+          c.all_gather(out.view(), out.view(static_cast<size_t>(c.rank() * M), static_cast<size_t>(M)), "weights");
+        } else {
+          c.all_gather(out.view(), in.view(), "weights");
+        }
+        std::vector<float> got = out.values();
+        for (int p = 0; p < n; ++p)
+          for (int64_t i = 0; i < M; ++i)
+            ASSERT_EQ(got[static_cast<size_t>(p * M + i)], static_cast<float>(p * 10 + i % 7))
+                << "rank " << c.rank() << " slice " << p << " index " << i;
+      });
+      expect_no_errors(errors);
+    }
+  }
+}
+
+TEST_P(CommRanks, BroadcastFromEveryRoot) {
+  const auto [n, dtype] = GetParam();
+  for (int root = 0; root < n; ++root) {
+    auto errors = run_ranks(n, [&, root](Comm& c) {
+      std::vector<float> v(777);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = c.rank() == root ? static_cast<float>(i % 50 + root) : -3.0f;
+      Buf b(v, dtype);
+      c.broadcast(b.view(), root, "init");
+      std::vector<float> got = b.values();
+      for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(got[i], static_cast<float>(i % 50 + root)) << "index " << i;
+      c.barrier("end");
+    });
+    expect_no_errors(errors);
+  }
+}
+
+TEST_P(CommRanks, HostExchangesAddInRankOrder) {
+  const auto [n, dtype] = GetParam();
+  (void)dtype;
+  auto errors = run_ranks(n, [&](Comm& c) {
+    EXPECT_EQ(c.host_sum(static_cast<int64_t>(c.rank() + 1)), n * (n + 1) / 2);
+    EXPECT_EQ(c.host_max(static_cast<double>(c.rank()) * 0.5), (n - 1) * 0.5);
+    std::vector<int32_t> all(static_cast<size_t>(n));
+    int32_t mine = 10 * c.rank();
+    c.host_all_gather(&mine, sizeof mine, all.data());
+    for (int r = 0; r < n; ++r) EXPECT_EQ(all[static_cast<size_t>(r)], 10 * r);
+  });
+  expect_no_errors(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CommRanks,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(DType::kF32, DType::kBF16)),
+                         [](const auto& p) {
+                           return cat(std::get<0>(p.param), "ranks_", dtype_name(std::get<1>(p.param)));
+                         });
+
+// Each element is reduced as ((x0 + x1) + x2) + x3 in fp32 on whichever rank owns it:
+// arbitrary floats give that exact bit pattern on every rank.
+TEST(Comm, ReductionIsRankOrderedAndIdenticalOnEveryRank) {
+  const int n = 4;
+  const size_t N = 10001;
+  std::vector<std::vector<float>> inputs(n, std::vector<float>(N));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1e3f);
+  for (auto& v : inputs)
+    for (float& x : v) x = dist(rng) * std::exp(dist(rng) / 500.0f);
+  std::vector<float> want(N);
+  for (size_t i = 0; i < N; ++i) want[i] = ((inputs[0][i] + inputs[1][i]) + inputs[2][i]) + inputs[3][i];
+  auto errors = run_ranks(n, [&](Comm& c) {
+    std::vector<float> v = inputs[static_cast<size_t>(c.rank())];
+    c.all_reduce(Tensor(v.data(), DType::kF32, {static_cast<int64_t>(N)}), ReduceOp::kSum);
+    for (size_t i = 0; i < N; ++i)
+      ASSERT_EQ(std::memcmp(&v[i], &want[i], sizeof(float)), 0) << "rank " << c.rank() << " index " << i;
+  });
+  expect_no_errors(errors);
+}
+
+TEST(Comm, TimeoutNamesCollectiveRankStepAndTag) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto errors = run_ranks(
+      2,
+      [](Comm& c) {
+        if (c.rank() == 1) {  // never joins the all_reduce, but stays alive past the timeout
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          return;
+        }
+        std::vector<float> v(10, 1.0f);
+        c.set_step(7);
+        c.all_reduce(Tensor(v.data(), DType::kF32, {10}), ReduceOp::kAvg, "layers.3");
+      },
+      1.0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(errors[1], "");
+  EXPECT_NE(errors[0].find("[timeout]"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("all_reduce on rank 0 of 2 (step 7, tag 'layers.3')"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("waiting for data from rank(s) 1"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("ANVIL_COMM_TIMEOUT_S"), std::string::npos) << errors[0];
+  EXPECT_LT(s, 5.0);
+}
+
+TEST(Comm, DeadPeerIsNamedAtOnce) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto errors = run_ranks(
+      3,
+      [](Comm& c) {
+        if (c.rank() == 2) return;  // leaves: its comm (and sockets) close
+        std::vector<float> v(3072, 1.0f);
+        c.all_gather(Tensor(v.data(), DType::kF32, {3072}), Tensor(v.data() + c.rank() * 1024, DType::kF32, {1024}));
+      },
+      30.0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The first survivor to notice names rank 2; the other may instead see that survivor go.
+  int named = 0;
+  for (int r : {0, 1}) {
+    const std::string& e = errors[static_cast<size_t>(r)];
+    EXPECT_NE(e.find("[communication]"), std::string::npos) << e;
+    EXPECT_NE(e.find("all_gather on rank " + std::to_string(r) + " of 3"), std::string::npos) << e;
+    EXPECT_NE(e.find("closed its connection (did it exit or crash?)"), std::string::npos) << e;
+    named += e.find("rank 2 closed its connection") != std::string::npos;
+  }
+  EXPECT_GE(named, 1) << errors[0] << "\n" << errors[1];
+  EXPECT_LT(s, 10.0);  // far below the 30 s timeout
+}
+
+TEST(Comm, MismatchedCollectivesAreReported) {
+  auto errors = run_ranks(2, [](Comm& c) {
+    std::vector<float> v(8, 1.0f);
+    if (c.rank() == 0) c.all_reduce(Tensor(v.data(), DType::kF32, {8}), ReduceOp::kSum);
+    else c.all_gather(Tensor(v.data(), DType::kF32, {8}), Tensor(v.data() + 4, DType::kF32, {4}));
+  });
+  const std::string all = errors[0] + errors[1];
+  EXPECT_NE(all.find("collective mismatch"), std::string::npos) << all;
+  EXPECT_NE(all.find("all_gather"), std::string::npos) << all;
+  EXPECT_NE(all.find("all_reduce"), std::string::npos) << all;
+}
+
+TEST(Comm, RendezvousWaitsForALateRankZero) {
+  const int port = net::free_tcp_port();
+  std::string error;
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CommOptions o;
+    o.world = 2;
+    o.master_port = port;
+    o.timeout_s = 10;
+    auto c = make_cpu_comm(o);
+    c->barrier();
+  });
+  CommOptions o;
+  o.rank = 1;
+  o.world = 2;
+  o.master_port = port;
+  o.timeout_s = 10;
+  auto c = make_cpu_comm(o);
+  c->barrier();
+  late.join();
+}
+
+TEST(Comm, RejectsWrongSizesAndDtypes) {
+  auto errors = run_ranks(1, [](Comm& c) {
+    std::vector<float> v(8);
+    std::vector<int32_t> ints(8);
+    EXPECT_THROW(c.reduce_scatter(Tensor(v.data(), DType::kF32, {3}), Tensor(v.data(), DType::kF32, {8}),
+                                  ReduceOp::kSum),
+                 Error);
+    EXPECT_THROW(c.all_reduce(Tensor(ints.data(), DType::kI32, {8}), ReduceOp::kSum), Error);
+    EXPECT_THROW(c.all_reduce(Tensor(v.data(), DType::kF32, {8}, Device::kCUDA), ReduceOp::kSum), Error);
+  });
+  expect_no_errors(errors);
+}
+
+}  // namespace
+}  // namespace anvil
