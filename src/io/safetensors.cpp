@@ -1,0 +1,261 @@
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "core/fs.h"
+
+namespace anvil {
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ANVIL_ENSURE(fd >= 0, kNotFound, path, ": cannot open (", errno_text(), ")");
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    raise(ErrorKind::kIo, path, ": cannot stat (", errno_text(), ")");
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    raise(ErrorKind::kInvalidInput, path, ": not a safetensors file (", size_, " bytes, truncated?)");
+  }
+  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  ANVIL_ENSURE(map_ != MAP_FAILED, kIo, path, ": mmap failed (", errno_text(), ")");
+  const uint8_t* base = static_cast<const uint8_t*>(map_);
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, base, 8);
+  ANVIL_ENSURE(header_len <= size_ - 8 && header_len < (100u << 20), kInvalidInput, path,
+               ": bad safetensors header length ", header_len, " for a file of ", size_, " bytes (truncated?)");
+  Json header;
+  try {
+    header = Json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
+  } catch (const nlohmann::json::exception& e) {
+    raise(ErrorKind::kInvalidInput, path, ": bad safetensors header (", e.what(), ")");
+  }
+  ANVIL_ENSURE(header.is_object(), kInvalidInput, path, ": safetensors header is not a JSON object");
+  const size_t data_start = 8 + header_len;
+  const size_t data_size = size_ - data_start;
+  for (auto& [name, v] : header.items()) {
+    if (name == "__metadata__") {
+      metadata_ = v;
+      continue;
+    }
+    SafeTensorInfo t;
+    t.name = name;
+    ANVIL_ENSURE(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+                 kInvalidInput, path, ": tensor ", name, ": header entry lacks dtype, shape or data_offsets");
+    const std::string dt = v["dtype"].get<std::string>();
+    ANVIL_ENSURE(dtype_from_name(dt, &t.dtype), kUnsupported, path, ": tensor ", name, ": dtype ", dt,
+                 " is not supported");
+    const auto& shape = v["shape"];
+    ANVIL_ENSURE(shape.is_array() && shape.size() <= Shape::kMaxDims, kUnsupported, path, ": tensor ", name,
+                 ": rank ", shape.size(), " is not supported");
+    for (auto& d : shape) {
+      ANVIL_ENSURE(d.is_number_integer() && d.get<int64_t>() >= 0, kInvalidInput, path, ": tensor ", name,
+                   ": bad shape ", shape.dump());
+      t.shape.dims[static_cast<size_t>(t.shape.ndim++)] = d.get<int64_t>();
+    }
+    const auto& off = v["data_offsets"];
+    ANVIL_ENSURE(off.is_array() && off.size() == 2, kInvalidInput, path, ": tensor ", name, ": bad data_offsets");
+    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    t.bytes = static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype);
+    ANVIL_ENSURE(b <= e && e - b == t.bytes, kInvalidInput, path, ": tensor ", name, ": data_offsets [", b, ", ",
+                 e, "] do not match ", dt, " ", t.shape.str());
+    ANVIL_ENSURE(e <= data_size, kInvalidInput, path, ": tensor ", name, " ends at byte ", e,
+                 " past the end of the data (", data_size, " bytes): the file is truncated");
+    t.data = base + data_start + b;
+    index_[name] = tensors_.size();
+    tensors_.push_back(std::move(t));
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ && map_ != MAP_FAILED) ::munmap(map_, size_);
+}
+
+const SafeTensorInfo* SafetensorsFile::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const SafeTensorInfo& SafetensorsFile::get(const std::string& name) const {
+  const SafeTensorInfo* t = find(name);
+  ANVIL_ENSURE(t, kNotFound, path_, ": no tensor ", name);
+  return *t;
+}
+
+SafetensorsSet::SafetensorsSet(const std::string& dir) : dir_(dir) {
+  std::vector<std::string> shard_files;
+  const std::string index = path_join(dir, "model.safetensors.index.json");
+  const std::string single = path_join(dir, "model.safetensors");
+  if (path_exists(index)) {
+    Json j = json_read_file(index);
+    ANVIL_ENSURE(j.contains("weight_map") && j["weight_map"].is_object(), kInvalidInput, index,
+                 ": no weight_map");
+    std::set<std::string> seen;
+    for (auto& [name, file] : j["weight_map"].items()) {
+      (void)name;
+      if (seen.insert(file.get<std::string>()).second) shard_files.push_back(file.get<std::string>());
+    }
+  } else if (path_exists(single)) {
+    shard_files.push_back("model.safetensors");
+  } else {
+    raise(ErrorKind::kNotFound, dir, ": neither model.safetensors nor model.safetensors.index.json");
+  }
+  for (auto& f : shard_files) {
+    files_.push_back(std::make_unique<SafetensorsFile>(path_join(dir, f)));
+    const size_t idx = files_.size() - 1;
+    for (auto& t : files_.back()->tensors()) {
+      auto [it, inserted] = where_.emplace(t.name, std::make_pair(idx, &t));
+      ANVIL_ENSURE(inserted, kInvalidInput, dir, ": tensor ", t.name, " appears in both ",
+                   files_[it->second.first]->path(), " and ", files_.back()->path());
+    }
+  }
+}
+
+const SafeTensorInfo* SafetensorsSet::find(const std::string& name) const {
+  auto it = where_.find(name);
+  return it == where_.end() ? nullptr : it->second.second;
+}
+
+std::string SafetensorsSet::file_of(const std::string& name) const {
+  auto it = where_.find(name);
+  return it == where_.end() ? dir_ : files_[it->second.first]->path();
+}
+
+std::vector<std::string> SafetensorsSet::names() const {
+  std::vector<std::string> out;
+  for (auto& [n, w] : where_) out.push_back(n);
+  return out;
+}
+
+void SafetensorsSet::read_f32(const std::string& name, const Shape& shape, float* out) const {
+  const SafeTensorInfo* t = find(name);
+  ANVIL_ENSURE(t, kNotFound, dir_, ": tensor ", name, " is missing from the model's safetensors");
+  ANVIL_ENSURE(t->shape == shape, kInvalidInput, file_of(name), ": tensor ", name, " has shape ", t->shape.str(),
+               ", expected ", shape.str(), " from config.json");
+  convert_to_f32(t->data, t->dtype, static_cast<size_t>(t->shape.numel()), out);
+}
+
+void convert_to_f32(const void* src, DType dtype, size_t n, float* out) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(out, src, n * 4);
+      return;
+    case DType::kBF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(s[i]);
+      return;
+    }
+    case DType::kF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) out[i] = f16_bits_to_f32(s[i]);
+      return;
+    }
+    case DType::kF64: {
+      const double* s = static_cast<const double*>(src);
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(s[i]);
+      return;
+    }
+    default:
+      raise(ErrorKind::kUnsupported, "cannot read a ", dtype_name(dtype), " tensor as floating point");
+  }
+}
+
+std::vector<double> read_as_f64(const SafeTensorInfo& t) {
+  const size_t n = static_cast<size_t>(t.shape.numel());
+  std::vector<double> out(n);
+  if (t.dtype == DType::kF64) {
+    std::memcpy(out.data(), t.data, n * 8);
+  } else if (t.dtype == DType::kI64) {
+    const int64_t* s = reinterpret_cast<const int64_t*>(t.data);
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(s[i]);
+  } else {
+    std::vector<float> f(n);
+    convert_to_f32(t.data, t.dtype, n, f.data());
+    for (size_t i = 0; i < n; ++i) out[i] = f[i];
+  }
+  return out;
+}
+
+std::vector<int64_t> read_as_i64(const SafeTensorInfo& t) {
+  const size_t n = static_cast<size_t>(t.shape.numel());
+  std::vector<int64_t> out(n);
+  if (t.dtype == DType::kI64) {
+    std::memcpy(out.data(), t.data, n * 8);
+  } else if (t.dtype == DType::kI32) {
+    const int32_t* s = reinterpret_cast<const int32_t*>(t.data);
+    for (size_t i = 0; i < n; ++i) out[i] = s[i];
+  } else {
+    raise(ErrorKind::kInvalidInput, "tensor ", t.name, " is ", dtype_name(t.dtype), ", expected I64 or I32");
+  }
+  return out;
+}
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape, const void* data) {
+  for (auto& e : entries_) ANVIL_ENSURE(e.name != name, kInternal, "safetensors: tensor ", name, " added twice");
+  entries_.push_back({name, dtype, shape, data});
+}
+
+size_t SafetensorsWriter::total_bytes() const {
+  size_t n = 0;
+  for (auto& e : entries_) n += static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype);
+  return n;
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  Json header = Json::object();
+  size_t offset = 0;
+  for (auto& e : entries_) {
+    const size_t bytes = static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype);
+    Json shape = Json::array();
+    for (int i = 0; i < e.shape.ndim; ++i) shape.push_back(e.shape[i]);
+    header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  Json meta = Json::object();
+  for (auto& [k, v] : metadata_) meta[k] = v;
+  if (!meta.empty()) header["__metadata__"] = meta;
+  std::string text = header.dump();
+  while ((8 + text.size()) % 8 != 0) text.push_back(' ');  // data starts 8-byte aligned
+  const uint64_t len = text.size();
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ANVIL_ENSURE(fd >= 0, kIo, tmp, ": cannot create (", errno_text(), ")");
+  auto put = [&](const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      ssize_t w = ::write(fd, c, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        std::string why = errno_text();
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        raise(ErrorKind::kIo, path, ": write failed (", why, ")");
+      }
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+  };
+  put(&len, 8);
+  put(text.data(), text.size());
+  for (auto& e : entries_) put(e.data, static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    raise(ErrorKind::kIo, path, ": sync failed (", why, ")");
+  }
+  ANVIL_ENSURE(::rename(tmp.c_str(), path.c_str()) == 0, kIo, path, ": rename failed (", errno_text(), ")");
+}
+
+}  // namespace anvil

@@ -1,0 +1,258 @@
+#include "model/config.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/fs.h"
+
+namespace anvil {
+namespace {
+
+template <class T>
+T get_or(const Json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  return it->get<T>();
+}
+
+int64_t require_int(const Json& j, const char* key, const std::string& source) {
+  auto it = j.find(key);
+  ANVIL_ENSURE(it != j.end() && it->is_number_integer(), kInvalidInput, source, ": missing or non-integer \"",
+               key, "\"");
+  int64_t v = it->get<int64_t>();
+  ANVIL_ENSURE(v > 0, kInvalidInput, source, ": \"", key, "\" must be positive, got ", v);
+  return v;
+}
+
+void read_rope(const Json& j, const std::string& source, RopeConfig* rope) {
+  // transformers 5: rope_parameters {rope_type, rope_theta, ...}; transformers 4: top-level
+  // rope_theta and an optional rope_scaling {type|rope_type, factor, ...}.
+  const Json* params = nullptr;
+  if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object()) params = &*it;
+  double theta = get_or<double>(j, "rope_theta", 10000.0);
+  const Json* scaling = nullptr;
+  if (params) {
+    theta = get_or<double>(*params, "rope_theta", theta);
+    scaling = params;
+  } else if (auto it = j.find("rope_scaling"); it != j.end() && it->is_object()) {
+    scaling = &*it;
+  }
+  rope->theta = theta;
+  if (!scaling) return;
+  std::string type = get_or<std::string>(*scaling, "rope_type", get_or<std::string>(*scaling, "type", "default"));
+  if (type == "default") return;
+  ANVIL_ENSURE(type == "llama3", kUnsupported, source, ": RoPE scaling \"", type,
+               "\" is not supported (supported: default, llama3)");
+  rope->type = type;
+  rope->factor = get_or<double>(*scaling, "factor", 8.0);
+  rope->low_freq_factor = get_or<double>(*scaling, "low_freq_factor", 1.0);
+  rope->high_freq_factor = get_or<double>(*scaling, "high_freq_factor", 4.0);
+  rope->original_max_position_embeddings =
+      get_or<int64_t>(*scaling, "original_max_position_embeddings", 8192);
+  ANVIL_ENSURE(rope->high_freq_factor > rope->low_freq_factor && rope->factor > 0, kInvalidInput, source,
+               ": llama3 RoPE needs high_freq_factor > low_freq_factor and factor > 0");
+}
+
+}  // namespace
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t c = hidden_size;
+  int64_t block = c * qkv_dim() + q_dim() * c + 3 * c * intermediate_size + 2 * c;
+  if (qkv_bias) block += qkv_dim();
+  if (qk_norm) block += 2 * head_dim;
+  int64_t n = vocab_size * c + num_layers * block + c;
+  if (!tie_word_embeddings) n += vocab_size * c;
+  return n;
+}
+
+ModelConfig config_from_json(const Json& j, const std::string& source) {
+  ANVIL_ENSURE(j.is_object(), kInvalidInput, source, ": expected a JSON object");
+  ModelConfig c;
+  c.raw = j;
+  c.model_type = get_or<std::string>(j, "model_type", "");
+  std::string arch;
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty())
+    arch = (*it)[0].get<std::string>();
+  if (arch.empty()) {
+    if (c.model_type == "qwen3") arch = "Qwen3ForCausalLM";
+    else if (c.model_type == "qwen2") arch = "Qwen2ForCausalLM";
+    else if (c.model_type == "llama") arch = "LlamaForCausalLM";
+  }
+  c.architecture = arch;
+  if (arch == "Qwen3ForCausalLM") {
+    c.arch = Arch::kQwen3;
+    c.qk_norm = true;
+  } else if (arch == "Qwen2ForCausalLM") {
+    c.arch = Arch::kQwen2;
+    c.qkv_bias = true;
+  } else if (arch == "LlamaForCausalLM") {
+    c.arch = Arch::kLlama;
+  } else {
+    raise(ErrorKind::kUnsupported, source, ": architecture \"", arch.empty() ? c.model_type : arch,
+          "\" is not supported (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)");
+  }
+
+  for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"}) {
+    int64_t experts = get_or<int64_t>(j, moe, 0);
+    ANVIL_ENSURE(experts == 0, kUnsupported, source, ": mixture of experts (\"", moe, "\": ", experts,
+                 ") is not supported");
+  }
+  ANVIL_ENSURE(!get_or<bool>(j, "use_sliding_window", false), kUnsupported, source,
+               ": sliding-window attention (\"use_sliding_window\": true) is not supported");
+  if (auto it = j.find("layer_types"); it != j.end() && it->is_array())
+    for (auto& t : *it)
+      ANVIL_ENSURE(t == "full_attention", kUnsupported, source, ": layer type ", t.dump(),
+                   " is not supported (only full_attention)");
+  std::string act = get_or<std::string>(j, "hidden_act", "silu");
+  ANVIL_ENSURE(act == "silu", kUnsupported, source, ": activation \"", act, "\" is not supported (only silu)");
+  if (c.arch != Arch::kQwen2)
+    ANVIL_ENSURE(!get_or<bool>(j, "attention_bias", false), kUnsupported, source,
+                 ": \"attention_bias\": true is not supported for ", arch);
+  ANVIL_ENSURE(!get_or<bool>(j, "mlp_bias", false), kUnsupported, source, ": \"mlp_bias\": true is not supported");
+  ANVIL_ENSURE(get_or<int64_t>(j, "pretraining_tp", 1) == 1, kUnsupported, source,
+               ": \"pretraining_tp\" other than 1 is not supported");
+
+  c.vocab_size = require_int(j, "vocab_size", source);
+  c.hidden_size = require_int(j, "hidden_size", source);
+  c.intermediate_size = require_int(j, "intermediate_size", source);
+  c.num_layers = require_int(j, "num_hidden_layers", source);
+  c.num_heads = require_int(j, "num_attention_heads", source);
+  c.num_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                       ? require_int(j, "num_key_value_heads", source)
+                       : c.num_heads;
+  ANVIL_ENSURE(c.num_heads % c.num_kv_heads == 0, kInvalidInput, source, ": num_attention_heads ",
+               c.num_heads, " is not a multiple of num_key_value_heads ", c.num_kv_heads);
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    c.head_dim = require_int(j, "head_dim", source);
+  } else {
+    ANVIL_ENSURE(c.hidden_size % c.num_heads == 0, kInvalidInput, source, ": hidden_size ", c.hidden_size,
+                 " is not a multiple of num_attention_heads ", c.num_heads, " and head_dim is not given");
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  ANVIL_ENSURE(c.head_dim % 2 == 0, kInvalidInput, source, ": head_dim ", c.head_dim, " must be even for RoPE");
+  c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", 4096);
+  c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6);
+  c.initializer_range = get_or<double>(j, "initializer_range", 0.02);
+  c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false);
+  read_rope(j, source, &c.rope);
+  return c;
+}
+
+ModelConfig load_config(const std::string& model_dir) {
+  const std::string path = path_join(model_dir, "config.json");
+  ANVIL_ENSURE(path_exists(path), kNotFound, model_dir, ": no config.json (is this a Hugging Face model folder?)");
+  return config_from_json(json_read_file(path), path);
+}
+
+Json config_to_json(const ModelConfig& c) {
+  Json j;
+  j["architectures"] = Json::array({c.architecture});
+  j["model_type"] = c.model_type;
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_attention_heads"] = c.num_heads;
+  j["num_key_value_heads"] = c.num_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["initializer_range"] = c.initializer_range;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["attention_bias"] = c.qkv_bias;
+  j["use_cache"] = false;
+  j["dtype"] = "float32";
+  Json rope = {{"rope_type", c.rope.type}, {"rope_theta", c.rope.theta}};
+  if (c.rope.type == "llama3") {
+    rope["factor"] = c.rope.factor;
+    rope["low_freq_factor"] = c.rope.low_freq_factor;
+    rope["high_freq_factor"] = c.rope.high_freq_factor;
+    rope["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
+  }
+  j["rope_parameters"] = rope;
+  if (c.arch != Arch::kLlama) {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+  }
+  return j;
+}
+
+std::vector<std::string> preset_names() {
+  return {"tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"};
+}
+
+ModelConfig preset_config(const std::string& name) {
+  struct Preset {
+    const char* name;
+    int64_t vocab, hidden, inter, layers, heads, kv, head_dim;
+    bool tie;
+    int64_t max_pos;
+  };
+  // Shapes of the published Qwen3 models; "tiny" is the demo size (the Qwen3 vocabulary, so
+  // that it trains on text tokenized by the real tokenizer).
+  static const Preset kPresets[] = {
+      {"tiny", 151936, 128, 384, 4, 4, 2, 32, true, 4096},
+      {"qwen3-0.6b", 151936, 1024, 3072, 28, 16, 8, 128, true, 40960},
+      {"qwen3-1.7b", 151936, 2048, 6144, 28, 16, 8, 128, true, 40960},
+      {"qwen3-4b", 151936, 2560, 9728, 36, 32, 8, 128, true, 40960},
+      {"qwen3-8b", 151936, 4096, 12288, 36, 32, 8, 128, false, 40960},
+      {"qwen3-14b", 151936, 5120, 17408, 40, 40, 8, 128, false, 40960},
+      {"qwen3-32b", 151936, 5120, 25600, 64, 64, 8, 128, false, 40960},
+  };
+  for (const Preset& p : kPresets) {
+    if (name != p.name) continue;
+    ModelConfig c;
+    c.arch = Arch::kQwen3;
+    c.architecture = "Qwen3ForCausalLM";
+    c.model_type = "qwen3";
+    c.qk_norm = true;
+    c.vocab_size = p.vocab;
+    c.hidden_size = p.hidden;
+    c.intermediate_size = p.inter;
+    c.num_layers = p.layers;
+    c.num_heads = p.heads;
+    c.num_kv_heads = p.kv;
+    c.head_dim = p.head_dim;
+    c.tie_word_embeddings = p.tie;
+    c.max_position_embeddings = p.max_pos;
+    c.rms_norm_eps = 1e-6;
+    c.rope.theta = 1000000.0;
+    c.raw = config_to_json(c);
+    return c;
+  }
+  std::string names;
+  for (auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+  raise(ErrorKind::kUsage, "unknown preset '", name, "' (presets: ", names, ")");
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int64_t half = c.head_dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  const float base = static_cast<float>(c.rope.theta);
+  for (int64_t i = 0; i < half; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    inv[static_cast<size_t>(i)] = 1.0f / std::pow(base, e);
+  }
+  if (c.rope.type != "llama3") return inv;
+  const float factor = static_cast<float>(c.rope.factor);
+  const float low = static_cast<float>(c.rope.low_freq_factor);
+  const float high = static_cast<float>(c.rope.high_freq_factor);
+  const float old_ctx = static_cast<float>(c.rope.original_max_position_embeddings);
+  const float low_freq_wavelen = old_ctx / low;
+  const float high_freq_wavelen = old_ctx / high;
+  const float two_pi = static_cast<float>(2.0 * M_PI);
+  for (auto& f : inv) {
+    const float wavelen = two_pi / f;
+    float scaled = wavelen > low_freq_wavelen ? f / factor : f;
+    const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    if (medium) {
+      const float smooth = (old_ctx / wavelen - low) / (high - low);
+      scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+    }
+    f = scaled;
+  }
+  return inv;
+}
+
+}  // namespace anvil

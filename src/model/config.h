@@ -1,0 +1,62 @@
+// ModelConfig: the shape and numerics of a supported causal LM, read from config.json.
+//
+// Qwen3ForCausalLM, Qwen2ForCausalLM and LlamaForCausalLM share one block; they differ in
+// q/k/v biases (Qwen2), per-head q/k RMSNorm (Qwen3) and RoPE scaling (llama3). Both
+// config forms are read: transformers 5 (rope_parameters) and transformers 4 (top-level
+// rope_theta and rope_scaling). Anything else (other architectures, sliding windows,
+// mixture of experts, other RoPE types, other activations) is refused with a message that
+// names the setting: a silently different model would be worse than none.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+
+namespace anvil {
+
+enum class Arch { kQwen3, kQwen2, kLlama };
+
+struct RopeConfig {
+  std::string type = "default";  // default | llama3
+  double theta = 10000.0;
+  double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  Arch arch = Arch::kQwen3;
+  std::string architecture;  // Hugging Face class name, e.g. "Qwen3ForCausalLM"
+  std::string model_type;    // "qwen3", "qwen2", "llama"
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_layers = 0;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0, max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6, initializer_range = 0.02;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2
+  bool qk_norm = false;   // Qwen3
+  Json raw;               // config.json as read, kept for export
+
+  int64_t q_dim() const { return num_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+  // Parameters counted once (a tied embedding once).
+  int64_t num_parameters() const;
+};
+
+ModelConfig config_from_json(const Json& j, const std::string& source);
+ModelConfig load_config(const std::string& model_dir);  // reads model_dir/config.json
+// config.json text for a config made here (anvil init): transformers 5 form.
+Json config_to_json(const ModelConfig& c);
+
+// Real shapes: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, and
+// "tiny" (the demo size). Throws kUsage listing the names for an unknown one.
+ModelConfig preset_config(const std::string& name);
+std::vector<std::string> preset_names();
+
+// RoPE inverse frequencies (head_dim/2), computed in fp32 in the order transformers uses,
+// with llama3 scaling applied.
+std::vector<float> rope_inv_freq(const ModelConfig& c);
+
+}  // namespace anvil

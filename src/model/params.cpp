@@ -1,0 +1,83 @@
+#include "model/params.h"
+
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace
+
+ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size) {
+  ANVIL_ENSURE(world_size >= 1, kInternal, "world size ", world_size);
+  num_layers_ = static_cast<int>(c.num_layers);
+  tied_ = c.tie_word_embeddings;
+  const int64_t C = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
+
+  auto add_unit = [&](const std::string& name) {
+    units_.push_back(UnitInfo{name, 0, 0, world_size});
+    return static_cast<int>(units_.size() - 1);
+  };
+  auto add = [&](int unit, const std::string& name, Shape shape) {
+    int64_t off = units_[static_cast<size_t>(unit)].numel;
+    entries_.push_back(ParamEntry{name, unit, off, shape});
+    units_[static_cast<size_t>(unit)].numel += shape.numel();
+    return off;
+  };
+
+  int u = add_unit("embed");
+  add(u, "model.embed_tokens.weight", {c.vocab_size, C});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    u = add_unit("layers." + std::to_string(l));
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    BlockOffsets b;
+    // Matrices first, in GEMM groups, then the small vectors.
+    b.qkv_w = add(u, p + "self_attn.q_proj.weight", {c.q_dim(), C});
+    add(u, p + "self_attn.k_proj.weight", {c.kv_dim(), C});
+    add(u, p + "self_attn.v_proj.weight", {c.kv_dim(), C});
+    b.o_w = add(u, p + "self_attn.o_proj.weight", {C, c.q_dim()});
+    b.gate_up_w = add(u, p + "mlp.gate_proj.weight", {I, C});
+    add(u, p + "mlp.up_proj.weight", {I, C});
+    b.down_w = add(u, p + "mlp.down_proj.weight", {C, I});
+    if (c.qkv_bias) {
+      b.qkv_b = add(u, p + "self_attn.q_proj.bias", {c.q_dim()});
+      add(u, p + "self_attn.k_proj.bias", {c.kv_dim()});
+      add(u, p + "self_attn.v_proj.bias", {c.kv_dim()});
+    }
+    b.attn_norm = add(u, p + "input_layernorm.weight", {C});
+    b.mlp_norm = add(u, p + "post_attention_layernorm.weight", {C});
+    if (c.qk_norm) {
+      b.q_norm = add(u, p + "self_attn.q_norm.weight", {hd});
+      b.k_norm = add(u, p + "self_attn.k_norm.weight", {hd});
+    }
+    block_ = b;
+  }
+  u = add_unit("norm");
+  add(u, "model.norm.weight", {C});
+  if (!c.tie_word_embeddings) {
+    u = add_unit("lm_head");
+    add(u, "lm_head.weight", {c.vocab_size, C});
+  }
+  for (auto& unit : units_) unit.padded = round_up(unit.numel, kShardAlign * world_size);
+}
+
+const ParamEntry* ParamTable::find(const std::string& name) const {
+  for (auto& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+int64_t ParamTable::total_numel() const {
+  int64_t n = 0;
+  for (auto& u : units_) n += u.numel;
+  return n;
+}
+
+int64_t ParamTable::total_padded() const {
+  int64_t n = 0;
+  for (auto& u : units_) n += u.padded;
+  return n;
+}
+
+}  // namespace anvil

@@ -1,0 +1,71 @@
+// The parameter table: every Hugging Face tensor's place in the flat units.
+//
+// A unit is one flat fp32 buffer: the embedding, each transformer block, the final norm,
+// and (untied models) the output layer. Gradients and AdamW m and v share the layout, so the
+// optimizer is one pass over flat memory and gradient sync is one collective per unit.
+// Inside a block, q/k/v weights are stored back to back (one (H+2KV)*hd x C matrix: one
+// GEMM), as are gate/up (one 2I x C matrix) and the q/k/v biases. The layout depends only
+// on the model config; the padding at the end of each unit (so that it splits evenly into
+// world-size shards of aligned size) depends on the world size and holds zeros.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace anvil {
+
+struct ParamEntry {
+  std::string name;  // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
+  int unit = 0;
+  int64_t offset = 0;  // elements from the start of the unit
+  Shape shape;
+  int64_t numel() const { return shape.numel(); }
+};
+
+struct UnitInfo {
+  std::string name;     // "embed", "layers.3", "norm", "lm_head"
+  int64_t numel = 0;    // elements holding parameters
+  int64_t padded = 0;   // numel rounded up to world * kShardAlign
+  int64_t shard() const { return padded / world; }
+  int world = 1;
+};
+
+// Offsets (elements) of each part of a block unit; identical for every block. -1: absent.
+struct BlockOffsets {
+  int64_t attn_norm = -1, qkv_w = -1, qkv_b = -1, q_norm = -1, k_norm = -1, o_w = -1;
+  int64_t mlp_norm = -1, gate_up_w = -1, down_w = -1;
+};
+
+class ParamTable {
+ public:
+  static constexpr int64_t kShardAlign = 64;  // elements: 256-byte aligned fp32 shards
+
+  ParamTable(const ModelConfig& config, int world_size);
+
+  const std::vector<UnitInfo>& units() const { return units_; }
+  const std::vector<ParamEntry>& entries() const { return entries_; }
+  const ParamEntry* find(const std::string& name) const;
+  const BlockOffsets& block() const { return block_; }
+  int world() const { return world_; }
+
+  int embed_unit() const { return 0; }
+  int block_unit(int64_t layer) const { return 1 + static_cast<int>(layer); }
+  int norm_unit() const { return 1 + num_layers_; }
+  int lm_head_unit() const { return tied_ ? embed_unit() : norm_unit() + 1; }  // tied: the embedding
+  int64_t total_numel() const;   // parameters, counted once
+  int64_t total_padded() const;  // with padding
+
+ private:
+  int world_ = 1;
+  int num_layers_ = 0;
+  bool tied_ = false;
+  std::vector<UnitInfo> units_;
+  std::vector<ParamEntry> entries_;
+  BlockOffsets block_;
+};
+
+}  // namespace anvil

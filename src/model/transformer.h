@@ -1,0 +1,88 @@
+// The transformer's forward and backward pass, written once against the op interface.
+//
+// One micro-batch of B sequences of T tokens: embedding -> L blocks -> final RMSNorm ->
+// output projection fused with cross-entropy -> and back. Parameter gradients are
+// accumulated into each unit's F32 gradient buffer. The model never owns parameters: it
+// asks a UnitSource for each unit's compute weights just before use and hands them back
+// right after, and says when a unit's gradient is complete, which is where the parallel
+// layer gathers shards (FSDP) or starts the gradient's all-reduce (DDP).
+//
+// Activations are allocated once, at construction, for the given micro-batch and
+// sequence length. With Recompute::kFull only each block's input is kept; the block's
+// forward runs again, into one shared set of buffers, just before its backward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+#include "ops/ops.h"
+
+namespace anvil {
+
+enum class Recompute { kNone, kFull };
+
+class UnitSource {
+ public:
+  virtual ~UnitSource() = default;
+  virtual Tensor weights(int unit) = 0;    // compute dtype, the whole unit; valid until release
+  virtual void release(int unit) = 0;      // the pass is done with the weights for now
+  virtual Tensor grads(int unit) = 0;      // F32, the whole unit; accumulated into
+  virtual void grads_ready(int unit) = 0;  // this micro-batch's contribution is complete
+};
+
+// Activation sizes, for the memory plan (sys/) and the allocation below: one formula.
+struct ActivationLayout {
+  int64_t saved_per_block = 0;  // bytes kept per block between forward and backward
+  int64_t resident = 0;         // block inputs, scratch, gradients of activations, tables
+  int64_t total(int64_t num_layers, Recompute r) const {
+    return resident + (r == Recompute::kNone ? num_layers : 1) * saved_per_block;
+  }
+};
+ActivationLayout activation_layout(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
+                                   DType compute_dtype);
+
+class Transformer {
+ public:
+  Transformer(const ModelConfig& config, const ParamTable& table, Ops& ops, int64_t micro_batch,
+              int64_t seq_len, Recompute recompute);
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  // ids, targets: (B*T) I32 on the ops' device; targets[i] is the token that position i
+  // predicts (-100: none). loss_sum (1) F32 += the summed token losses; gradients are of
+  // loss_sum * loss_scale. logits (B*T, V) F32, when given, receives the logits.
+  void forward_backward(UnitSource& source, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
+                        Tensor logits = Tensor());
+
+  int64_t micro_batch() const { return B_; }
+  int64_t seq_len() const { return T_; }
+  int64_t activation_bytes() const { return allocated_bytes_; }
+
+ private:
+  struct BlockActs {
+    Tensor h1, rstd1, qkv_raw, qkv, rstd_qk, att, lse, x_mid, h2, rstd2, gate_up;
+  };
+  Tensor make(Shape shape, DType dtype);
+  void block_forward(int64_t layer, Tensor weights, Tensor x_in, BlockActs& a, Tensor x_out);
+  void block_backward(int64_t layer, Tensor weights, Tensor grads, Tensor x_in, BlockActs& a);
+
+  const ModelConfig& c_;
+  const ParamTable& table_;
+  Ops& ops_;
+  int64_t B_, T_, N_;
+  Recompute recompute_;
+  DType cd_;
+  std::vector<void*> buffers_;
+  int64_t allocated_bytes_ = 0;
+
+  std::vector<Tensor> resid_;  // x_0 .. x_L, (N, C)
+  std::vector<BlockActs> acts_;
+  Tensor cos_, sin_;                                     // (T, hd/2) F32
+  Tensor act_, d_act_, d_gate_up_, d_att_, d_qkv_, d_qkv_raw_, dx_, dh_, h_final_, rstd_final_;
+};
+
+}  // namespace anvil

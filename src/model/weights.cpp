@@ -1,0 +1,63 @@
+#include "model/weights.h"
+
+#include <cmath>
+#include <random>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "io/safetensors.h"
+
+namespace anvil {
+
+HostUnits make_host_units(const ParamTable& table) {
+  HostUnits units;
+  for (auto& u : table.units()) units.emplace_back(static_cast<size_t>(u.padded), 0.0f);
+  return units;
+}
+
+void load_hf_weights(const std::string& model_dir, const ParamTable& table, HostUnits& units) {
+  SafetensorsSet set(model_dir);
+  for (auto& e : table.entries())
+    set.read_f32(e.name, e.shape, units[static_cast<size_t>(e.unit)].data() + e.offset);
+  std::string unused;
+  int n_unused = 0;
+  for (auto& name : set.names()) {
+    if (table.find(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    if (name == "lm_head.weight" && !table.find(name)) continue;  // tied: transformers ignores it too
+    if (n_unused++ < 3) unused += (unused.empty() ? "" : ", ") + name;
+  }
+  if (n_unused > 0) log_warn(model_dir, ": ", n_unused, " tensor(s) not used by the model (", unused, n_unused > 3 ? ", ..." : "", ")");
+}
+
+void init_weights(const ModelConfig& config, const ParamTable& table, uint64_t seed, HostUnits& units) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, static_cast<float>(config.initializer_range));
+  for (auto& e : table.entries()) {
+    float* p = units[static_cast<size_t>(e.unit)].data() + e.offset;
+    const int64_t n = e.numel();
+    const bool is_norm = e.name.find("norm") != std::string::npos;
+    const bool is_bias = e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".bias") == 0;
+    for (int64_t i = 0; i < n; ++i) p[i] = is_norm ? 1.0f : is_bias ? 0.0f : normal(rng);
+  }
+}
+
+void save_hf_weights(const std::string& path, const ParamTable& table, const HostUnits& units, DType dtype) {
+  ANVIL_ENSURE(dtype == DType::kF32 || dtype == DType::kBF16, kUnsupported, "export dtype ", dtype_name(dtype));
+  std::vector<std::vector<uint16_t>> bf16_copies;
+  SafetensorsWriter w;
+  w.set_metadata("format", "pt");
+  for (auto& e : table.entries()) {
+    const float* p = units[static_cast<size_t>(e.unit)].data() + e.offset;
+    if (dtype == DType::kF32) {
+      w.add(e.name, dtype, e.shape, p);
+    } else {
+      bf16_copies.emplace_back(static_cast<size_t>(e.numel()));
+      for (int64_t i = 0; i < e.numel(); ++i) bf16_copies.back()[static_cast<size_t>(i)] = f32_to_bf16_bits(p[i]);
+      w.add(e.name, dtype, e.shape, bf16_copies.back().data());
+    }
+  }
+  w.write(path);
+}
+
+}  // namespace anvil

@@ -1,0 +1,30 @@
+// Moving parameters between Hugging Face safetensors and the flat units of a ParamTable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+
+namespace anvil {
+
+// Host fp32 copies of every unit (padded length, padding zero).
+using HostUnits = std::vector<std::vector<float>>;
+HostUnits make_host_units(const ParamTable& table);
+
+// Reads every parameter of the table from the model folder's safetensors (single file or
+// sharded) into host units. Missing or mis-shaped tensors are errors naming the file and
+// tensor; tensors the model does not use are reported once as a warning.
+void load_hf_weights(const std::string& model_dir, const ParamTable& table, HostUnits& units);
+
+// Initialises as transformers does: linear and embedding weights ~ normal(0,
+// initializer_range), norm weights 1, biases 0. Deterministic in the seed.
+void init_weights(const ModelConfig& config, const ParamTable& table, uint64_t seed, HostUnits& units);
+
+// Writes model.safetensors (one file) with every parameter under its Hugging Face name, in
+// F32 or BF16 (round to nearest even).
+void save_hf_weights(const std::string& path, const ParamTable& table, const HostUnits& units, DType dtype);
+
+}  // namespace anvil

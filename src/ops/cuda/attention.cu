@@ -1,0 +1,521 @@
+// Causal GQA flash attention, forward and backward, on mma.sync m16n8k16 (bf16 in, fp32
+// accumulate; sm_80 and later), in the FlashAttention-2 scheme.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16): lane = 4 g + t.
+//   A (16 x 16, row-major): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
+//   B (16 x 8, k x n):      b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
+//   C (16 x 8):             c0,c1 = C[g][2t..2t+1], c2,c3 = C[g+8][2t..2t+1]
+// so the C fragments of two adjacent n-tiles are, packed to bf16, the A fragment of the
+// next product (P . V without a trip through shared memory).
+//
+// Forward: a block of 4 warps owns 64 queries of one (batch, head), each warp 16 rows; it
+// streams 64-key tiles of K and V through shared memory up to the diagonal and keeps an
+// online softmax (max and sum per row, in the exp2 domain). lse is saved for backward.
+// Backward, deterministic (no atomics), in three kernels:
+//   dsum = rowsum(dout * out) per query;
+//   dK, dV: a block owns 64 keys of one (batch, kv head), loops over the q heads of its
+//     group and the 32-query tiles at or after its keys, and computes S^T, P^T, dV += P^T dO,
+//     dP^T = V dO^T, dS^T = P^T (dP^T - dsum), dK += dS^T Q;
+//   dQ: a block owns 64 queries of one (batch, head), loops over 32-key tiles up to the
+//     diagonal, recomputes P and dS and accumulates dQ += dS K.
+// The recomputation in the dQ kernel costs 3 of the 7 matrix products of backward, the
+// price of writing every gradient exactly once.
+// Shared-memory rows are padded by 8 bf16 (16 bytes) so that the 32-bit fragment loads
+// of a warp fall in distinct banks.
+#include "core/cuda/check.h"
+#include "core/error.h"
+#include "ops/cuda/attention.h"
+#include "ops/cuda/kernel_util.cuh"
+
+namespace anvil::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kThreads = 128;
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t ld_pair(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__device__ __forceinline__ uint32_t ld_two(const bf16* lo, const bf16* hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(*lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(*hi)) << 16);
+}
+
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A fragment of rows [0, 16) and columns [0, 16) of a row-major tile with row stride ld.
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int ld, int g, int t) {
+  a[0] = ld_pair(tile + g * ld + 2 * t);
+  a[1] = ld_pair(tile + (g + 8) * ld + 2 * t);
+  a[2] = ld_pair(tile + g * ld + 2 * t + 8);
+  a[3] = ld_pair(tile + (g + 8) * ld + 2 * t + 8);
+}
+
+// B fragment (k 16 x n 8) of a tile stored [n][k] (k contiguous, row stride ld).
+__device__ __forceinline__ void load_b_nk(uint32_t& b0, uint32_t& b1, const bf16* tile, int ld, int g, int t) {
+  b0 = ld_pair(tile + g * ld + 2 * t);
+  b1 = ld_pair(tile + g * ld + 2 * t + 8);
+}
+
+// B fragment (k 16 x n 8) of a tile stored [k][n] (n contiguous, row stride ld).
+__device__ __forceinline__ void load_b_kn(uint32_t& b0, uint32_t& b1, const bf16* tile, int ld, int g, int t) {
+  b0 = ld_two(tile + (2 * t) * ld + g, tile + (2 * t + 1) * ld + g);
+  b1 = ld_two(tile + (2 * t + 8) * ld + g, tile + (2 * t + 9) * ld + g);
+}
+
+// The A fragment (16 x 16) formed by the C fragments of n-tiles 2j and 2j+1.
+__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack_bf16(c0[0], c0[1]);
+  a[1] = pack_bf16(c0[2], c0[3]);
+  a[2] = pack_bf16(c1[0], c1[1]);
+  a[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// Rows [row0, row0 + NROWS) of one head (row stride `stride` elements) into a shared tile
+// [NROWS][LD]; rows at or past `limit` are zero (never garbage: 0 * NaN would poison P.V).
+template <int HD, int LD, int NROWS>
+__device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t stride, int row0, int limit) {
+  constexpr int kVecs = HD / 8;
+  for (int i = threadIdx.x; i < NROWS * kVecs; i += kThreads) {
+    const int r = i / kVecs, c = (i % kVecs) * 8;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (row0 + r < limit) v = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(row0 + r) * stride + c);
+    *reinterpret_cast<uint4*>(dst + r * LD + c) = v;
+  }
+}
+
+}  // namespace
+
+template <int HD>
+static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T,
+                                                                   int H, int KV, float scale_log2) {
+  constexpr int BQ = 64, BK = 64, LD = HD + 8;
+  __shared__ __align__(16) bf16 ks[BK * LD];
+  __shared__ __align__(16) bf16 vs[BK * LD];
+  const int qtile = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+  const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
+  const int64_t stride = static_cast<int64_t>(H + 2 * KV) * HD;
+  const bf16* seq = qkv + static_cast<int64_t>(b) * T * stride;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int q0 = qtile * BQ + warp * 16;
+
+  uint32_t qf[HD / 16][4];
+  {
+    const int r0 = q0 + g, r1 = q0 + g + 8;
+    const bf16* p0 = seq + static_cast<int64_t>(r0) * stride + h * HD;
+    const bf16* p1 = seq + static_cast<int64_t>(r1) * stride + h * HD;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      qf[kk][0] = r0 < T ? ld_pair(p0 + kk * 16 + 2 * t) : 0u;
+      qf[kk][1] = r1 < T ? ld_pair(p1 + kk * 16 + 2 * t) : 0u;
+      qf[kk][2] = r0 < T ? ld_pair(p0 + kk * 16 + 2 * t + 8) : 0u;
+      qf[kk][3] = r1 < T ? ld_pair(p1 + kk * 16 + 2 * t + 8) : 0u;
+    }
+  }
+  float o[HD / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < HD / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  const int kv_end = min(T, (qtile + 1) * BQ);
+  for (int k0 = 0; k0 < kv_end; k0 += BK) {
+    __syncthreads();
+    load_tile<HD, LD, BK>(ks, seq + (H + kvh) * HD, stride, k0, T);
+    load_tile<HD, LD, BK>(vs, seq + (H + KV + kvh) * HD, stride, k0, T);
+    __syncthreads();
+    if (k0 > q0 + 15) continue;  // every key of the tile is after every query of the warp
+
+    float s[BK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+#pragma unroll
+      for (int nt = 0; nt < BK / 8; ++nt) {
+        uint32_t b0, b1;
+        load_b_nk(b0, b1, ks + nt * 8 * LD + kk * 16, LD, g, t);
+        mma(s[nt], qf[kk], b0, b1);
+      }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q = q0 + g + 8 * r;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int key = k0 + nt * 8 + 2 * t + c;
+          const float v = key <= q ? s[nt][2 * r + c] * scale_log2 : -INFINITY;
+          s[nt][2 * r + c] = v;
+          mx = fmaxf(mx, v);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // Every row of a tile that is not skipped has a key at or before it: m_new is finite.
+      const float m_new = fmaxf(m[r], mx);
+      const float alpha = exp2f(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int nt = 0; nt < HD / 8; ++nt) {
+        o[nt][2 * r] *= alpha;
+        o[nt][2 * r + 1] *= alpha;
+      }
+#pragma unroll
+      for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float p = exp2f(s[nt][2 * r + c] - m_new);
+          s[nt][2 * r + c] = p;
+          l[r] += p;
+        }
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      uint32_t a[4];
+      c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int nt = 0; nt < HD / 8; ++nt) {
+        uint32_t b0, b1;
+        load_b_kn(b0, b1, vs + kk * 16 * LD + nt * 8, LD, g, t);
+        mma(o[nt], a, b0, b1);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int q = q0 + g + 8 * r;
+    if (q >= T) continue;
+    const float inv = 1.0f / l[r];
+    bf16* dst = out + ((static_cast<int64_t>(b) * T + q) * H + h) * HD;
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt)
+      *reinterpret_cast<uint32_t*>(dst + nt * 8 + 2 * t) = pack_bf16(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+    if (t == 0) lse[(static_cast<int64_t>(b) * H + h) * T + q] = (m[r] + log2f(l[r])) * kLn2;
+  }
+}
+
+// dsum (B, H, T) = rowsum(dout * out): one warp per (b, t, h).
+static __global__ void attn_bwd_dsum_kernel(float* dsum, const bf16* dout, const bf16* out, int64_t units, int T, int H,
+                                            int hd) {
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (u >= units) return;
+  const int lane = threadIdx.x & 31;
+  float s = 0.0f;
+  for (int i = lane; i < hd; i += 32) s += __bfloat162float(dout[u * hd + i]) * __bfloat162float(out[u * hd + i]);
+  s = warp_sum(s);
+  const int h = static_cast<int>(u % H);
+  const int64_t bt = u / H, b = bt / T, q = bt % T;
+  if (lane == 0) dsum[(b * H + h) * T + q] = s;
+}
+
+template <int HD>
+static __global__ void __launch_bounds__(kThreads)
+    attn_bwd_dkv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* dsum, int T,
+                        int H, int KV, float scale_log2, float scale) {
+  constexpr int BK = 64, BQ = 32, LD = HD + 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* ks = reinterpret_cast<bf16*>(smem_raw);
+  bf16* vs = ks + BK * LD;
+  bf16* qs = vs + BK * LD;
+  bf16* dos = qs + BQ * LD;
+  float* lse_s = reinterpret_cast<float*>(dos + BQ * LD);
+  float* d_s = lse_s + BQ;
+
+  const int b = blockIdx.y / KV, kvh = blockIdx.y % KV, group = H / KV;
+  const int64_t stride = static_cast<int64_t>(H + 2 * KV) * HD;
+  const bf16* seq = qkv + static_cast<int64_t>(b) * T * stride;
+  const bf16* dseq = dout + static_cast<int64_t>(b) * T * H * HD;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int k_begin = blockIdx.x * BK, key0 = k_begin + warp * 16;
+
+  load_tile<HD, LD, BK>(ks, seq + (H + kvh) * HD, stride, k_begin, T);
+  load_tile<HD, LD, BK>(vs, seq + (H + KV + kvh) * HD, stride, k_begin, T);
+  float dk[HD / 8][4], dv[HD / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < HD / 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dk[nt][i] = dv[nt][i] = 0.0f;
+
+  for (int hq = 0; hq < group; ++hq) {
+    const int h = kvh * group + hq;
+    for (int qb = k_begin; qb < T; qb += BQ) {
+      __syncthreads();
+      load_tile<HD, LD, BQ>(qs, seq + h * HD, stride, qb, T);
+      load_tile<HD, LD, BQ>(dos, dseq + h * HD, static_cast<int64_t>(H) * HD, qb, T);
+      if (threadIdx.x < BQ) {
+        const int q = qb + threadIdx.x;
+        const bool in = q < T;
+        // A query past T gets lse = +inf, so its P is exactly 0.
+        lse_s[threadIdx.x] = in ? lse[(static_cast<int64_t>(b) * H + h) * T + q] * kLog2e : INFINITY;
+        d_s[threadIdx.x] = in ? dsum[(static_cast<int64_t>(b) * H + h) * T + q] : 0.0f;
+      }
+      __syncthreads();
+      if (qb + BQ - 1 < key0) continue;  // every query of the tile is before every key of the warp
+
+      float st[BQ / 8][4];  // S^T, then P^T: rows = the warp's 16 keys, columns = 32 queries
+#pragma unroll
+      for (int nt = 0; nt < BQ / 8; ++nt) st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        uint32_t a[4];
+        load_a(a, ks + warp * 16 * LD + kk * 16, LD, g, t);
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; ++nt) {
+          uint32_t b0, b1;
+          load_b_nk(b0, b1, qs + nt * 8 * LD + kk * 16, LD, g, t);
+          mma(st[nt], a, b0, b1);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = key0 + g + (i >= 2 ? 8 : 0), ql = nt * 8 + 2 * t + (i & 1);
+          st[nt][i] = key <= qb + ql ? exp2f(st[nt][i] * scale_log2 - lse_s[ql]) : 0.0f;
+        }
+
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk) {  // dV += P^T dO
+        uint32_t a[4];
+        c_to_a(a, st[2 * kk], st[2 * kk + 1]);
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; ++nt) {
+          uint32_t b0, b1;
+          load_b_kn(b0, b1, dos + kk * 16 * LD + nt * 8, LD, g, t);
+          mma(dv[nt], a, b0, b1);
+        }
+      }
+
+      float ds[BQ / 8][4];  // dP^T = V dO^T, then dS^T
+#pragma unroll
+      for (int nt = 0; nt < BQ / 8; ++nt) ds[nt][0] = ds[nt][1] = ds[nt][2] = ds[nt][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        uint32_t a[4];
+        load_a(a, vs + warp * 16 * LD + kk * 16, LD, g, t);
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; ++nt) {
+          uint32_t b0, b1;
+          load_b_nk(b0, b1, dos + nt * 8 * LD + kk * 16, LD, g, t);
+          mma(ds[nt], a, b0, b1);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ds[nt][i] = st[nt][i] * (ds[nt][i] - d_s[nt * 8 + 2 * t + (i & 1)]);
+
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk) {  // dK += dS^T Q
+        uint32_t a[4];
+        c_to_a(a, ds[2 * kk], ds[2 * kk + 1]);
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; ++nt) {
+          uint32_t b0, b1;
+          load_b_kn(b0, b1, qs + kk * 16 * LD + nt * 8, LD, g, t);
+          mma(dk[nt], a, b0, b1);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key0 + g + 8 * r;
+    if (key >= T) continue;
+    bf16* kd = dqkv + (static_cast<int64_t>(b) * T + key) * stride + (H + kvh) * HD;
+    bf16* vd = dqkv + (static_cast<int64_t>(b) * T + key) * stride + (H + KV + kvh) * HD;
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt) {
+      *reinterpret_cast<uint32_t*>(kd + nt * 8 + 2 * t) = pack_bf16(dk[nt][2 * r] * scale, dk[nt][2 * r + 1] * scale);
+      *reinterpret_cast<uint32_t*>(vd + nt * 8 + 2 * t) = pack_bf16(dv[nt][2 * r], dv[nt][2 * r + 1]);
+    }
+  }
+}
+
+template <int HD>
+static __global__ void __launch_bounds__(kThreads)
+    attn_bwd_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* dsum, int T,
+                       int H, int KV, float scale_log2, float scale) {
+  constexpr int BQ = 64, BK = 32, LD = HD + 8;
+  __shared__ __align__(16) bf16 ks[BK * LD];
+  __shared__ __align__(16) bf16 vs[BK * LD];
+  const int qtile = gridDim.x - 1 - blockIdx.x;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
+  const int64_t stride = static_cast<int64_t>(H + 2 * KV) * HD;
+  const bf16* seq = qkv + static_cast<int64_t>(b) * T * stride;
+  const bf16* dseq = dout + static_cast<int64_t>(b) * T * H * HD;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int q0 = qtile * BQ + warp * 16;
+
+  uint32_t qf[HD / 16][4], df[HD / 16][4];
+  float lse2[2], dd[2];
+  {
+    const int r0 = q0 + g, r1 = q0 + g + 8;
+    const bf16* p0 = seq + static_cast<int64_t>(r0) * stride + h * HD;
+    const bf16* p1 = seq + static_cast<int64_t>(r1) * stride + h * HD;
+    const bf16* e0 = dseq + (static_cast<int64_t>(r0) * H + h) * HD;
+    const bf16* e1 = dseq + (static_cast<int64_t>(r1) * H + h) * HD;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      qf[kk][0] = r0 < T ? ld_pair(p0 + kk * 16 + 2 * t) : 0u;
+      qf[kk][1] = r1 < T ? ld_pair(p1 + kk * 16 + 2 * t) : 0u;
+      qf[kk][2] = r0 < T ? ld_pair(p0 + kk * 16 + 2 * t + 8) : 0u;
+      qf[kk][3] = r1 < T ? ld_pair(p1 + kk * 16 + 2 * t + 8) : 0u;
+      df[kk][0] = r0 < T ? ld_pair(e0 + kk * 16 + 2 * t) : 0u;
+      df[kk][1] = r1 < T ? ld_pair(e1 + kk * 16 + 2 * t) : 0u;
+      df[kk][2] = r0 < T ? ld_pair(e0 + kk * 16 + 2 * t + 8) : 0u;
+      df[kk][3] = r1 < T ? ld_pair(e1 + kk * 16 + 2 * t + 8) : 0u;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q = q0 + g + 8 * r;
+      const int64_t idx = (static_cast<int64_t>(b) * H + h) * T + q;
+      lse2[r] = q < T ? lse[idx] * kLog2e : INFINITY;
+      dd[r] = q < T ? dsum[idx] : 0.0f;
+    }
+  }
+  float dq[HD / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < HD / 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.0f;
+
+  const int kv_end = min(T, (qtile + 1) * BQ);
+  for (int k0 = 0; k0 < kv_end; k0 += BK) {
+    __syncthreads();
+    load_tile<HD, LD, BK>(ks, seq + (H + kvh) * HD, stride, k0, T);
+    load_tile<HD, LD, BK>(vs, seq + (H + KV + kvh) * HD, stride, k0, T);
+    __syncthreads();
+    if (k0 > q0 + 15) continue;
+
+    float s[BK / 8][4], dp[BK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[nt][i] = dp[nt][i] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+#pragma unroll
+      for (int nt = 0; nt < BK / 8; ++nt) {
+        uint32_t b0, b1;
+        load_b_nk(b0, b1, ks + nt * 8 * LD + kk * 16, LD, g, t);
+        mma(s[nt], qf[kk], b0, b1);
+        load_b_nk(b0, b1, vs + nt * 8 * LD + kk * 16, LD, g, t);
+        mma(dp[nt], df[kk], b0, b1);
+      }
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int q = q0 + g + (i >= 2 ? 8 : 0), key = k0 + nt * 8 + 2 * t + (i & 1);
+        const float p = key <= q ? exp2f(s[nt][i] * scale_log2 - lse2[i >> 1]) : 0.0f;
+        s[nt][i] = p * (dp[nt][i] - dd[i >> 1]);
+      }
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {  // dQ += dS K
+      uint32_t a[4];
+      c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int nt = 0; nt < HD / 8; ++nt) {
+        uint32_t b0, b1;
+        load_b_kn(b0, b1, ks + kk * 16 * LD + nt * 8, LD, g, t);
+        mma(dq[nt], a, b0, b1);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int q = q0 + g + 8 * r;
+    if (q >= T) continue;
+    bf16* dst = dqkv + (static_cast<int64_t>(b) * T + q) * stride + h * HD;
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt)
+      *reinterpret_cast<uint32_t*>(dst + nt * 8 + 2 * t) = pack_bf16(dq[nt][2 * r] * scale, dq[nt][2 * r + 1] * scale);
+  }
+}
+
+static void check_shape(const AttentionShape& s, const void* qkv, const void* other) {
+  ANVIL_ENSURE(s.head_dim == 64 || s.head_dim == 128, kUnsupported, "attention: head_dim ", s.head_dim,
+               "; the CUDA kernels handle 64 and 128");
+  ANVIL_ENSURE(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, kInvalidInput, "attention: ", s.n_heads,
+               " query heads are not a multiple of ", s.n_kv_heads, " kv heads");
+  ANVIL_ENSURE(s.seq <= (int64_t{1} << 30) && s.batch * s.n_heads <= 65535, kUnsupported,
+               "attention: batch x heads ", s.batch * s.n_heads, " or sequence ", s.seq, " too large for one launch");
+  ANVIL_ENSURE(aligned16(qkv) && aligned16(other), kInternal, "attention: qkv and dout must be 16-byte aligned");
+}
+
+template <int HD>
+static void launch_fwd(bf16* out, float* lse, const bf16* qkv, const AttentionShape& s, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(s.seq, 64)), static_cast<unsigned>(s.batch * s.n_heads));
+  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(HD));
+  attn_fwd_kernel<HD><<<grid, kThreads, 0, stream>>>(out, lse, qkv, static_cast<int>(s.seq), s.n_heads, s.n_kv_heads,
+                                                      scale_log2);
+  CUDA_CHECK_LAUNCH();
+}
+
+void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttentionShape& s, cudaStream_t stream) {
+  check_shape(s, qkv, qkv);
+  if (s.batch * s.seq == 0) return;
+  if (s.head_dim == 64)
+    launch_fwd<64>(out, lse, qkv, s, stream);
+  else
+    launch_fwd<128>(out, lse, qkv, s, stream);
+}
+
+size_t attention_backward_scratch_bytes(const AttentionShape& s) {
+  return static_cast<size_t>(s.batch * s.n_heads * s.seq) * sizeof(float);
+}
+
+template <int HD>
+static void launch_bwd(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* dsum,
+                       const AttentionShape& s, cudaStream_t stream) {
+  constexpr int LD = HD + 8;
+  const float scale = 1.0f / sqrtf(static_cast<float>(HD)), scale_log2 = scale * kLog2e;
+  const int T = static_cast<int>(s.seq);
+  const size_t smem = static_cast<size_t>((2 * 64 + 2 * 32) * LD) * sizeof(bf16) + 2 * 32 * sizeof(float);
+  CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem)));
+  const dim3 grid_kv(static_cast<unsigned>(ceil_div(s.seq, 64)), static_cast<unsigned>(s.batch * s.n_kv_heads));
+  attn_bwd_dkv_kernel<HD><<<grid_kv, kThreads, smem, stream>>>(dqkv, qkv, dout, lse, dsum, T, s.n_heads,
+                                                               s.n_kv_heads, scale_log2, scale);
+  CUDA_CHECK_LAUNCH();
+  const dim3 grid_q(static_cast<unsigned>(ceil_div(s.seq, 64)), static_cast<unsigned>(s.batch * s.n_heads));
+  attn_bwd_dq_kernel<HD><<<grid_q, kThreads, 0, stream>>>(dqkv, qkv, dout, lse, dsum, T, s.n_heads, s.n_kv_heads,
+                                                          scale_log2, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                        const AttentionShape& s, void* scratch, cudaStream_t stream) {
+  check_shape(s, qkv, dout);
+  if (s.batch * s.seq == 0) return;
+  float* dsum = static_cast<float*>(scratch);
+  const int64_t units = s.batch * s.seq * s.n_heads;
+  attn_bwd_dsum_kernel<<<static_cast<unsigned>(ceil_div(units, 8)), 256, 0, stream>>>(
+      dsum, dout, out, units, static_cast<int>(s.seq), s.n_heads, s.head_dim);
+  CUDA_CHECK_LAUNCH();
+  if (s.head_dim == 64)
+    launch_bwd<64>(dqkv, dout, qkv, lse, dsum, s, stream);
+  else
+    launch_bwd<128>(dqkv, dout, qkv, lse, dsum, s, stream);
+}
+
+}  // namespace anvil::cuda

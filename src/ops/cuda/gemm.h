@@ -1,0 +1,59 @@
+// GEMMs of the CUDA backend through cuBLASLt: bf16 operands, fp32 accumulation, bf16 or
+// fp32 output, optional bias epilogue, beta = 1 to accumulate into the output.
+//
+// The interface is row-major, as every tensor in anvil:
+//   out (M, N) [row stride ldo] = op(A) (M, K) . op(B) (K, N) (+ bias (N)) + beta * out
+// with A stored (M, K) [lda], or (K, M) when trans_a; B stored (K, N) [ldb], or (N, K) when
+// trans_b. Row strides let the fused cross-entropy address a bf16 matrix that lives inside
+// an fp32 buffer. Plans (descriptors and the heuristic's algorithm) are cached per shape,
+// strides and pointer alignment, so a training step pays the heuristic once per shape.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace anvil::cuda {
+
+struct GemmOperand {
+  const void* ptr = nullptr;
+  int64_t ld = 0;
+  bool trans = false;
+};
+
+class Gemm {
+ public:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS's advice for Hopper
+
+  explicit Gemm(cudaStream_t stream);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // out_type: CUDA_R_16BF or CUDA_R_32F. bias: bf16 (N) or null; only with a bf16 output.
+  void run(void* out, cudaDataType_t out_type, int64_t ldo, GemmOperand a, GemmOperand b, int64_t m, int64_t n,
+           int64_t k, float beta, const void* bias);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  // m, n, k, lda, ldb, ldo, trans_a, trans_b, out type, bias, beta == 0, alignments of A, B, D
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, bool, bool, int,
+                         int, int>;
+
+  const Plan& plan(const Key& key);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace anvil::cuda

@@ -1,0 +1,127 @@
+// RMSNorm forward and backward (fp32 arithmetic, bf16 in and out).
+//
+// Forward: one block per row; the row is read twice (sum of squares, then the scaled
+// write), the second time from L1/L2. Backward: with xhat = x * rstd and g = dout * w,
+//   dx = rstd * (g - xhat * mean(g * xhat)) = rstd * g - x * rstd^3 * sum(g * x) / C
+//   dw += sum over rows of dout * xhat.
+// The dw sum is deterministic: a fixed grid of kPartialBlocks blocks, each summing its rows
+// in order into a shared-memory row, then reduce_partials_add over the blocks in order.
+// Each thread owns the same columns in every loop, so dx may alias dout.
+#include "core/cuda/check.h"
+#include "core/error.h"
+#include "ops/cuda/kernel_util.cuh"
+#include "ops/cuda/reduce.h"
+#include "ops/cuda/rmsnorm.h"
+
+namespace anvil::cuda {
+
+namespace {
+constexpr int kThreads = 256;
+constexpr int64_t kMaxCols = 12288;  // the dw row of one block lives in 48 KB of shared memory
+}  // namespace
+
+template <int VEC>
+static __global__ void rmsnorm_fwd_kernel(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* x,
+                                          const __nv_bfloat16* w, int cols, float eps) {
+  const int64_t r = blockIdx.x;
+  const __nv_bfloat16* xr = x + r * cols;
+  float ss = 0.0f;
+  for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
+    float v[VEC];
+    load_bf16<VEC>(xr + c, v);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) ss += v[i] * v[i];
+  }
+  ss = block_sum(ss);
+  const float rs = rsqrtf(ss / static_cast<float>(cols) + eps);
+  if (threadIdx.x == 0) rstd[r] = rs;
+  for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
+    float v[VEC], wv[VEC];
+    load_bf16<VEC>(xr + c, v);
+    load_bf16<VEC>(w + c, wv);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] = v[i] * rs * wv[i];
+    store_bf16<VEC>(out + r * cols + c, v);
+  }
+}
+
+template <int VEC>
+static __global__ void rmsnorm_bwd_kernel(__nv_bfloat16* dx, float* partials, const __nv_bfloat16* dout,
+                                          const __nv_bfloat16* x, const __nv_bfloat16* w, const float* rstd,
+                                          int64_t rows, int cols, bool accumulate) {
+  extern __shared__ float dw_acc[];  // (cols)
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) dw_acc[c] = 0.0f;
+  __syncthreads();
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float rs = rstd[r];
+    const __nv_bfloat16* dr = dout + r * cols;
+    const __nv_bfloat16* xr = x + r * cols;
+    float dot = 0.0f;
+    for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
+      float d[VEC], xv[VEC], wv[VEC];
+      load_bf16<VEC>(dr + c, d);
+      load_bf16<VEC>(xr + c, xv);
+      load_bf16<VEC>(w + c, wv);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) dot += d[i] * wv[i] * xv[i];
+    }
+    dot = block_sum(dot);
+    const float coef = dot * rs * rs / static_cast<float>(cols);
+    for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
+      float d[VEC], xv[VEC], wv[VEC], o[VEC];
+      load_bf16<VEC>(dr + c, d);
+      load_bf16<VEC>(xr + c, xv);
+      load_bf16<VEC>(w + c, wv);
+      if (accumulate) {
+        load_bf16<VEC>(dx + r * cols + c, o);
+      } else {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) o[i] = 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        o[i] += rs * (d[i] * wv[i] - xv[i] * coef);
+        dw_acc[c + i] += d[i] * xv[i] * rs;
+      }
+      store_bf16<VEC>(dx + r * cols + c, o);
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) partials[blockIdx.x * static_cast<int64_t>(cols) + c] = dw_acc[c];
+}
+
+void rmsnorm_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                     int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
+  if (rows == 0) return;
+  const int c = static_cast<int>(cols);
+  if (cols % 8 == 0 && aligned16(out) && aligned16(x) && aligned16(w))
+    rmsnorm_fwd_kernel<8><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, x, w, c, eps);
+  else
+    rmsnorm_fwd_kernel<1><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, x, w, c, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+static int bwd_blocks(int64_t rows) { return static_cast<int>(rows < kPartialBlocks ? rows : kPartialBlocks); }
+
+size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>(bwd_blocks(rows)) * static_cast<size_t>(cols) * sizeof(float);
+}
+
+void rmsnorm_backward(__nv_bfloat16* dx, float* dw, const __nv_bfloat16* dout, const __nv_bfloat16* x,
+                      const __nv_bfloat16* w, const float* rstd, int64_t rows, int64_t cols,
+                      bool accumulate, void* scratch, cudaStream_t stream) {
+  if (rows == 0) return;
+  ANVIL_ENSURE(cols <= kMaxCols, kUnsupported, "rmsnorm_backward: ", cols, " columns; the CUDA kernel handles up to ",
+               kMaxCols);
+  const int blocks = bwd_blocks(rows), c = static_cast<int>(cols);
+  const size_t smem = static_cast<size_t>(cols) * sizeof(float);
+  float* partials = static_cast<float*>(scratch);
+  if (cols % 8 == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(w))
+    rmsnorm_bwd_kernel<8><<<blocks, kThreads, smem, stream>>>(dx, partials, dout, x, w, rstd, rows, c, accumulate);
+  else
+    rmsnorm_bwd_kernel<1><<<blocks, kThreads, smem, stream>>>(dx, partials, dout, x, w, rstd, rows, c, accumulate);
+  CUDA_CHECK_LAUNCH();
+  reduce_partials_add(dw, partials, blocks, cols, cols, stream);
+}
+
+}  // namespace anvil::cuda

@@ -1,0 +1,24 @@
+// RMSNorm over the last dimension, CUDA backend: out = x * rstd * w, rstd = 1/sqrt(mean(x^2)+eps).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace anvil::cuda {
+
+// x, out (rows, cols) bf16; w (cols) bf16; rstd (rows) F32.
+void rmsnorm_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                     int64_t rows, int64_t cols, float eps, cudaStream_t stream);
+
+// Scratch (device memory) that rmsnorm_backward needs for the partial sums of dw.
+size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t cols);
+// dx (rows, cols) bf16: written, or added to when accumulate; dw (cols) F32 +=.
+// dx may alias dout.
+void rmsnorm_backward(__nv_bfloat16* dx, float* dw, const __nv_bfloat16* dout, const __nv_bfloat16* x,
+                      const __nv_bfloat16* w, const float* rstd, int64_t rows, int64_t cols,
+                      bool accumulate, void* scratch, cudaStream_t stream);
+
+}  // namespace anvil::cuda

@@ -1,0 +1,18 @@
+// SwiGLU of the CUDA backend: out (N, I) = silu(gate) * up, with gate_up (N, 2I) packed as
+// gate then up per row (ops.h).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace anvil::cuda {
+
+void swiglu_forward(__nv_bfloat16* out, const __nv_bfloat16* gate_up, int64_t rows, int64_t inter,
+                    cudaStream_t stream);
+// dgate_up (N, 2I) written from dout (N, I).
+void swiglu_backward(__nv_bfloat16* dgate_up, const __nv_bfloat16* dout, const __nv_bfloat16* gate_up,
+                     int64_t rows, int64_t inter, cudaStream_t stream);
+
+}  // namespace anvil::cuda

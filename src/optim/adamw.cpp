@@ -1,0 +1,48 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace anvil {
+
+double lr_at(const OptimizerConfig& c, int64_t step, int64_t total_steps) {
+  if (c.warmup_steps > 0 && step <= c.warmup_steps)
+    return c.lr * static_cast<double>(step) / static_cast<double>(c.warmup_steps);
+  if (c.schedule == "cosine" && total_steps > c.warmup_steps) {
+    const double progress = static_cast<double>(step - c.warmup_steps) / static_cast<double>(total_steps - c.warmup_steps);
+    const double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
+    return c.lr * (c.min_lr_ratio + (1.0 - c.min_lr_ratio) * cosine);
+  }
+  return c.lr;
+}
+
+double grad_sum_squares(Ops& ops, const std::vector<Tensor>& grads, Tensor scratch) {
+  ops.zero(scratch);
+  for (const Tensor& g : grads) ops.sum_squares(scratch, g);
+  float s = 0;
+  ops.download(&s, scratch);
+  return s;
+}
+
+float clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0f;
+  const double coef = max_norm / (norm + 1e-6);
+  return static_cast<float>(std::min(1.0, coef));
+}
+
+void adamw_update(Ops& ops, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                  const std::vector<Tensor>& m, const std::vector<Tensor>& v, const OptimizerConfig& c,
+                  int64_t step, double lr, float grad_scale) {
+  ANVIL_ASSERT(params.size() == grads.size() && params.size() == m.size() && params.size() == v.size());
+  AdamWHyper h;
+  h.lr = static_cast<float>(lr);
+  h.beta1 = static_cast<float>(c.beta1);
+  h.beta2 = static_cast<float>(c.beta2);
+  h.eps = static_cast<float>(c.eps);
+  h.weight_decay = static_cast<float>(c.weight_decay);
+  h.step = step;
+  for (size_t i = 0; i < params.size(); ++i) ops.adamw_step(params[i], grads[i], m[i], v[i], h, grad_scale);
+}
+
+}  // namespace anvil

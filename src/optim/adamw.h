@@ -1,0 +1,39 @@
+// AdamW over flat units, global-norm clipping and the learning-rate schedule.
+//
+// Numerics follow torch.optim.AdamW and torch.nn.utils.clip_grad_norm_: the pre-clip norm
+// is the L2 norm over every gradient element (across shards: the caller sums the squares
+// over ranks); the clipping coefficient min(1, max_norm / (norm + 1e-6)) multiplies each
+// gradient as AdamW reads it, which is what clip_grad_norm_'s in-place scaling amounts to.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace anvil {
+
+struct OptimizerConfig {
+  double lr = 1e-5, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  double max_grad_norm = 1.0;  // <= 0: no clipping
+  int64_t warmup_steps = 0;
+  std::string schedule = "constant";  // constant | cosine (to min_lr_ratio * lr at the last step)
+  double min_lr_ratio = 0.0;
+};
+
+// The learning rate of 1-based step `step` of `total_steps`.
+double lr_at(const OptimizerConfig& c, int64_t step, int64_t total_steps);
+
+// Sum of squares of every gradient buffer, as a double on the host (one device sync).
+double grad_sum_squares(Ops& ops, const std::vector<Tensor>& grads, Tensor scratch);
+
+// min(1, max_norm / (norm + 1e-6)); 1 when clipping is off.
+float clip_coefficient(double norm, double max_norm);
+
+// One AdamW step over every (param, grad, m, v) quadruple of flat F32 buffers.
+void adamw_update(Ops& ops, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                  const std::vector<Tensor>& m, const std::vector<Tensor>& v, const OptimizerConfig& c,
+                  int64_t step, double lr, float grad_scale);
+
+}  // namespace anvil

@@ -1,0 +1,41 @@
+// The launcher: one worker process per rank on this machine, as torchrun does.
+//
+// launch_workers() forks and execs argv once per rank with RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, relays their output, and waits:
+//  - Output. Rank 0's stdout passes through unchanged (it carries the run's results: a
+//    table, --json), every other line gets a "[rN] " prefix unless the worker already
+//    wrote one (core/log.h does), so interleaved lines always say whose they are.
+//  - Failure. When a worker exits non-zero or is killed, the others are sent SIGTERM, then
+//    SIGKILL after grace_s; the call throws an Error naming that rank, how it ended and its
+//    last output line. Workers run in their own process groups (their children are
+//    stopped with them) and get SIGKILL if the launcher itself dies (PR_SET_PDEATHSIG).
+//  - Signals. SIGINT and SIGTERM sent to the launcher are forwarded to every worker; the
+//    call then waits for them (SIGKILL after grace_s) and throws "interrupted".
+// Nothing can hang here: every wait is bounded by the workers' own exits, grace_s, or the
+// comm timeouts inside the workers.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace anvil {
+
+struct LaunchOptions {
+  int nproc = 1;
+  std::vector<std::string> argv;  // the worker's command line; argv[0] is the executable path
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: pick a free port
+  double grace_s = 5.0;
+  std::vector<std::pair<std::string, std::string>> env;  // extra variables for every worker
+};
+
+// Returns when every worker has exited with status 0; throws otherwise (see above). The
+// error's kind is kNoDevice when the failed worker exited with code 3 (no GPU), kComm
+// otherwise.
+void launch_workers(const LaunchOptions& options);
+
+// This executable's path (/proc/self/exe), to re-run anvil as its own workers.
+std::string self_executable();
+
+}  // namespace anvil

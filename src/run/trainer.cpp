@@ -1,0 +1,128 @@
+#include "run/trainer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace anvil {
+
+std::unique_ptr<Ops> make_ops(const std::string& device, int device_index) {
+  if (device == "cpu") return make_cpu_ops();
+  if (device == "cuda") return make_cuda_ops(device_index);
+  raise(ErrorKind::kUsage, "unknown device '", device, "' (cpu or cuda)");
+}
+
+Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings)
+    : config_(config), settings_(settings), table_(config, 1), ops_(make_ops(settings.device, settings.device_index)) {
+  store_ = std::make_unique<ParamStore>(table_, *ops_);
+  store_->load(weights);
+  model_ = std::make_unique<Transformer>(config_, table_, *ops_, settings.micro_batch, settings.seq_len,
+                                         settings.recompute);
+  const int64_t n = settings.micro_batch * settings.seq_len;
+  auto make = [&](Shape s, DType d) {
+    Tensor t(nullptr, d, s, ops_->device());
+    t.data = ops_->alloc(t.bytes());
+    buffers_.push_back(t.data);
+    return t;
+  };
+  ids_ = make({n}, DType::kI32);
+  targets_ = make({n}, DType::kI32);
+  loss_sum_ = make({1}, DType::kF32);
+}
+
+Trainer::~Trainer() {
+  model_.reset();
+  store_.reset();
+  for (void* p : buffers_) ops_->release(p);
+}
+
+int64_t Trainer::upload_batch(const TokenBatch& b) {
+  const int64_t B = settings_.micro_batch, T = settings_.seq_len, n = B * T;
+  ANVIL_ENSURE(static_cast<int64_t>(b.ids.size()) == n, kInvalidInput, "a micro-batch holds ", b.ids.size(),
+               " tokens, expected ", B, " x ", T);
+  ANVIL_ENSURE(b.labels.empty() || b.labels.size() == b.ids.size(), kInvalidInput, "labels and ids differ in length");
+  const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
+  std::vector<int32_t> ids(static_cast<size_t>(n)), tgt(static_cast<size_t>(n));
+  int64_t count = 0;
+  for (int64_t s = 0; s < B; ++s)
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t i = static_cast<size_t>(s * T + t);
+      const int64_t id = b.ids[i];
+      ANVIL_ENSURE(id >= 0 && id < config_.vocab_size, kInvalidInput, "token id ", id, " (sequence ", s,
+                   ", position ", t, ") is outside the vocabulary of ", config_.vocab_size);
+      ids[i] = static_cast<int32_t>(id);
+      const int64_t y = t + 1 < T ? lab[i + 1] : -100;
+      ANVIL_ENSURE(y == -100 || (y >= 0 && y < config_.vocab_size), kInvalidInput, "label ", y,
+                   " is outside the vocabulary");
+      tgt[i] = static_cast<int32_t>(y);
+      count += y != -100;
+    }
+  ops_->upload(ids_, ids.data());
+  ops_->upload(targets_, tgt.data());
+  return count;
+}
+
+StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
+  ANVIL_ENSURE(!micro_batches.empty(), kInternal, "a step needs a micro-batch");
+  // The loss is normalised by the step's whole count of target tokens, so accumulation
+  // gives the gradient of the mean over the step, not a mean of means.
+  int64_t total = 0;
+  for (const TokenBatch& b : micro_batches) {
+    const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
+    const int64_t T = settings_.seq_len;
+    for (size_t i = 0; i < lab.size(); ++i)
+      if (static_cast<int64_t>(i % static_cast<size_t>(T)) != 0 && lab[i] != -100) ++total;
+  }
+  ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1, " has no target tokens (every label is -100)");
+  ops_->zero(loss_sum_);
+  for (const TokenBatch& b : micro_batches) {
+    upload_batch(b);
+    model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(total), loss_sum_);
+  }
+  float loss_sum = 0;
+  ops_->download(&loss_sum, loss_sum_);
+  StepStats s;
+  s.loss = loss_sum / static_cast<double>(total);
+  s.target_tokens = total;
+  ANVIL_ENSURE(std::isfinite(s.loss), kNumerics, "loss is ", s.loss, " at step ", step_ + 1,
+               ": stopping before the update");
+  ++step_;
+  s.lr = lr_at(settings_.optim, step_, settings_.total_steps);
+  s.grad_norm = store_->optimizer_step(settings_.optim, step_, s.lr);
+  store_->zero_grads();
+  return s;
+}
+
+double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logits) {
+  store_->zero_grads();
+  ops_->zero(loss_sum_);
+  const int64_t count = upload_batch(batch);
+  ANVIL_ENSURE(count > 0, kInvalidInput, "the batch has no target tokens");
+  Tensor lg;
+  void* lg_buf = nullptr;
+  if (logits) {
+    lg = Tensor(nullptr, DType::kF32, {settings_.micro_batch * settings_.seq_len, config_.vocab_size}, ops_->device());
+    lg_buf = lg.data = ops_->alloc(lg.bytes());
+  }
+  model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(count), loss_sum_, lg);
+  if (logits) {
+    logits->resize(static_cast<size_t>(lg.numel()));
+    ops_->download(logits->data(), lg);
+    ops_->release(lg_buf);
+  }
+  float loss_sum = 0;
+  ops_->download(&loss_sum, loss_sum_);
+  return loss_sum / static_cast<double>(count);
+}
+
+HostUnits Trainer::grads() const {
+  HostUnits out;
+  for (size_t u = 0; u < table_.units().size(); ++u) {
+    Tensor g = store_->grads(static_cast<int>(u));
+    out.emplace_back(static_cast<size_t>(g.numel()));
+    ops_->download(out.back().data(), g);
+  }
+  return out;
+}
+
+}  // namespace anvil

@@ -1,0 +1,81 @@
+// Trainer: one rank's model, parameters and optimizer, and the training step.
+//
+// A step is: zero gradients, forward+backward of each micro-batch (gradient accumulation),
+// the loss normalised by the count of target tokens of the whole step, global-norm
+// clipping and AdamW. It is the loop of the reference trainer (loss, backward,
+// clip_grad_norm_(1.0), AdamW step, zero_grad), with accumulation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+#include "optim/adamw.h"
+#include "ops/ops.h"
+#include "parallel/param_store.h"
+
+namespace anvil {
+
+// Token blocks of one micro-batch: ids (B*T) and, optionally, labels (B*T, -100 where no
+// loss is wanted; empty: labels = ids). Position t is trained to predict label t+1.
+struct TokenBatch {
+  std::vector<int64_t> ids;
+  std::vector<int64_t> labels;
+};
+
+struct TrainerSettings {
+  std::string device = "cpu";  // cpu | cuda
+  int device_index = 0;
+  int64_t micro_batch = 1, seq_len = 2048;
+  Recompute recompute = Recompute::kNone;
+  OptimizerConfig optim;
+  int64_t total_steps = 1;  // for the LR schedule
+};
+
+struct StepStats {
+  double loss = 0;       // mean over the step's target tokens
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  int64_t target_tokens = 0;
+};
+
+std::unique_ptr<Ops> make_ops(const std::string& device, int device_index);
+
+class Trainer {
+ public:
+  Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings);
+  ~Trainer();
+
+  StepStats step(const std::vector<TokenBatch>& micro_batches);
+  // Loss, gradients (left in the store) and optionally logits of one micro-batch, no update.
+  double loss_and_grads(const TokenBatch& batch, std::vector<float>* logits);
+
+  int64_t step_count() const { return step_; }
+  const ModelConfig& config() const { return config_; }
+  const ParamTable& table() const { return table_; }
+  ParamStore& store() { return *store_; }
+  Ops& ops() { return *ops_; }
+  HostUnits masters() const { return store_->download_masters(); }
+  HostUnits grads() const;
+
+ private:
+  // Uploads ids/targets of a micro-batch; returns its count of target tokens.
+  int64_t upload_batch(const TokenBatch& b);
+
+  ModelConfig config_;
+  TrainerSettings settings_;
+  ParamTable table_;
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<ParamStore> store_;
+  std::unique_ptr<Transformer> model_;
+  Tensor ids_, targets_, loss_sum_;
+  std::vector<void*> buffers_;
+  int64_t step_ = 0;
+};
+
+}  // namespace anvil
