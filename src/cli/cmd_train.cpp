@@ -1,7 +1,44 @@
+// anvil train: flags -> TrainOptions -> run_train (run/train.h).
+#include "cli/args.h"
 #include "cli/commands.h"
-#include "core/error.h"
+#include "run/train.h"
+
 namespace anvil {
-int cmd_train(int, char**) { raise(ErrorKind::kInternal, "train: being written"); }
-int cmd_grad(int, char**) { raise(ErrorKind::kInternal, "grad: being written"); }
-int cmd_init(int, char**) { raise(ErrorKind::kInternal, "init: being written"); }
+
+int cmd_train(int argc, char** argv) {
+  TrainOptions o;
+  std::string shuffle_off_note;
+  bool no_shuffle = false;
+  Args a("train", "Full fine-tune a Qwen3, Qwen2 or Llama 3 model: fp32 master weights, AdamW, clipping at 1.0,\n"
+                  "gradient accumulation; the loss every --log-every steps, tokens/s and peak memory at the end.");
+  a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache")
+      .opt("--preset", &o.preset, "NAME", "train a built-in shape from fresh weights instead of --model")
+      .opt("--data", &o.data, "FILE", "safetensors holding input_ids I64 [N, T] (token blocks)", true)
+      .opt("--device", &o.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]")
+      .choice("--mode", &o.mode, {"ddp", "fsdp"}, "replicated (ddp) or sharded (fsdp) parameters")
+      .opt("--seq-len", &o.seq_len, "T", "tokens per sequence (must match the data's blocks)")
+      .opt("--steps", &o.steps, "N", "optimizer steps")
+      .opt("--micro-batch,--batch", &o.micro_batch, "B", "sequences per micro-batch")
+      .opt("--grad-accum", &o.grad_accum, "K", "micro-batches per optimizer step")
+      .choice("--recompute", &o.recompute, {"none", "full"}, "activation recomputation in backward")
+      .opt("--lr", &o.optim.lr, "LR", "peak learning rate")
+      .opt("--weight-decay", &o.optim.weight_decay, "WD", "AdamW decoupled weight decay")
+      .opt("--beta1", &o.optim.beta1, "B1", "AdamW beta1")
+      .opt("--beta2", &o.optim.beta2, "B2", "AdamW beta2")
+      .opt("--eps", &o.optim.eps, "EPS", "AdamW epsilon")
+      .opt("--max-grad-norm", &o.optim.max_grad_norm, "X", "clip the global gradient norm to X (0: off)")
+      .opt("--warmup", &o.optim.warmup_steps, "N", "linear warm-up steps")
+      .choice("--schedule", &o.optim.schedule, {"constant", "cosine"}, "learning-rate schedule after warm-up")
+      .opt("--seed", &o.seed, "N", "seed of the data order and of fresh weights")
+      .flag("--no-shuffle", &no_shuffle, "read the blocks in file order")
+      .opt("--log-every", &o.log_every, "N", "print the loss every N steps")
+      .opt("--metrics", &o.metrics, "FILE", "append one JSON object per logged step")
+      .opt("--export", &o.export_dir, "DIR", "write a Hugging Face model folder (bf16) at the end");
+  if (!a.parse(argc, argv)) return 0;
+  o.shuffle = !no_shuffle;
+  if (o.log_every < 1) o.log_every = 1;
+  run_train(o);
+  return 0;
+}
+
 }  // namespace anvil

@@ -1,0 +1,25 @@
+// anvil grad --model DIR --tokens FILE.safetensors --out OUT.safetensors [--device cpu|cuda]
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "run/grad.h"
+
+namespace anvil {
+
+int cmd_grad(int argc, char** argv) {
+  GradOptions o;
+  Args a("grad", "Loss, logits and the gradient of every parameter for one batch, computed as the reference does\n"
+                 "(labels = input_ids, shifted inside), written as safetensors: loss F32 [1], logits F32 [B, T, V],\n"
+                 "grad.<name> F32 under Hugging Face names (tied models: the embedding's name only).");
+  a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache", true)
+      .opt("--tokens", &o.tokens, "FILE", "safetensors holding input_ids I64 [B, T]", true)
+      .opt("--out", &o.out, "FILE", "output safetensors", true)
+      .choice("--device", &o.device, {"cpu", "cuda"}, "where to compute");
+  if (!a.parse(argc, argv)) return 0;
+  const double loss = run_grad(o);
+  std::printf("loss %.9g\nwrote %s\n", loss, o.out.c_str());
+  return 0;
+}
+
+}  // namespace anvil

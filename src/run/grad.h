@@ -1,0 +1,19 @@
+// anvil grad: loss, logits and every parameter gradient of one batch, written to a
+// safetensors file under Hugging Face names: the parity tool against PyTorch.
+#pragma once
+
+#include <string>
+
+namespace anvil {
+
+struct GradOptions {
+  std::string model;   // folder or hub id
+  std::string tokens;  // safetensors with input_ids I64 [B, T]
+  std::string out;     // output safetensors
+  std::string device = "cpu";
+};
+
+// Returns the loss. Writes loss F32 [1], logits F32 [B, T, V], grad.<name> F32.
+double run_grad(const GradOptions& o);
+
+}  // namespace anvil

@@ -1,0 +1,39 @@
+// anvil train: the training loop around the Trainer: data, steps, logging, metrics, export.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "optim/adamw.h"
+
+namespace anvil {
+
+struct TrainOptions {
+  std::string model;   // folder or hub id
+  std::string preset;  // or a built-in shape with fresh weights (benchmarks, the demo)
+  std::string data;    // safetensors holding input_ids [N, T]
+  std::string device;  // cpu | cuda; empty: cuda when a GPU is present, else cpu
+  std::string mode = "ddp";
+  int64_t seq_len = 0;  // 0: from the data
+  int64_t steps = 40;
+  int64_t micro_batch = 1;
+  int64_t grad_accum = 1;
+  std::string recompute = "none";  // none | full
+  OptimizerConfig optim;
+  int64_t seed = 0;
+  bool shuffle = true;
+  int64_t log_every = 10;
+  std::string metrics;  // JSON lines, one per logged step
+  std::string export_dir;
+};
+
+struct TrainSummary {
+  std::vector<double> losses;
+  double tokens_per_s = 0;
+  double peak_host_gib = 0;
+};
+
+TrainSummary run_train(const TrainOptions& o);
+
+}  // namespace anvil
