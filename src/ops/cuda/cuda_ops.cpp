@@ -1,0 +1,491 @@
+// The CUDA backend of the op set (ops/ops.h): bf16 compute, fp32 accumulation.
+//
+// This file checks each op's tensors (device, dtype, shapes) and calls the launcher of the
+// op's own file pair; kernels live there. One backend = one device and one non-blocking
+// stream: every op is enqueued on it, none waits for the host except download() and
+// synchronize(). Ops that need temporary device memory (deterministic partial sums,
+// the cross-entropy chunk, attention's row sums) share one scratch buffer that grows to
+// the largest request and is then reused; stream order makes the sharing safe.
+// Scratch needs, for the memory plan: the largest of
+//   rmsnorm backward   min(rows, 264) * cols * 4
+//   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
+//   attention backward B * H * T * 4
+//   cross-entropy      min(N, 256 MiB / (4 V)) * V * 4 + N * 4
+// plus the cuBLASLt workspace (32 MiB) for the backend's lifetime.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "core/cuda/check.h"
+#include "core/error.h"
+#include "ops/cuda/adamw.h"
+#include "ops/cuda/attention.h"
+#include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/elementwise.h"
+#include "ops/cuda/embedding.h"
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/linear.h"
+#include "ops/cuda/qk_norm_rope.h"
+#include "ops/cuda/rmsnorm.h"
+#include "ops/cuda/sum_squares.h"
+#include "ops/cuda/swiglu.h"
+#include "ops/ops.h"
+
+namespace anvil {
+namespace {
+
+using nv_bf16 = __nv_bfloat16;
+
+bool present(const Tensor& t) { return t.data != nullptr; }
+
+void expect(const Tensor& t, DType dtype, const char* op, const char* name) {
+  ANVIL_ENSURE(t.data != nullptr || t.numel() == 0, kInternal, op, ": tensor ", name, " is missing");
+  ANVIL_ENSURE(t.device == Device::kCUDA, kInternal, op, ": tensor ", name, " is not on the GPU");
+  ANVIL_ENSURE(t.dtype == dtype, kInternal, op, ": tensor ", name, " is ", dtype_name(t.dtype), ", expected ",
+               dtype_name(dtype));
+}
+
+void expect_numel(const Tensor& t, int64_t n, const char* op, const char* name) {
+  ANVIL_ENSURE(t.numel() == n, kInternal, op, ": tensor ", name, " has shape ", t.shape.str(), " (", t.numel(),
+               " elements), expected ", n, " elements");
+}
+
+template <class T>
+T* p(const Tensor& t) {
+  return static_cast<T*>(t.data);
+}
+
+class CudaOps final : public Ops {
+ public:
+  explicit CudaOps(int device) {
+    int count = 0;
+    const cudaError_t st = cudaGetDeviceCount(&count);
+    ANVIL_ENSURE(st == cudaSuccess && count > 0, kNoDevice, "no usable CUDA GPU (",
+                 st == cudaSuccess ? "none found" : cudaGetErrorString(st), "); use --device cpu");
+    ANVIL_ENSURE(device >= 0 && device < count, kNoDevice, "CUDA device ", device, " does not exist (", count,
+                 " visible)");
+    CUDA_CHECK(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    ANVIL_ENSURE(prop.major >= 8, kUnsupported, "GPU ", prop.name, " has compute capability ", prop.major, ".",
+                 prop.minor, "; anvil's CUDA backend needs 8.0 or newer (bf16 tensor cores)");
+    name_ = cat("cuda:", device, " (", prop.name, ")");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    gemm_ = std::make_unique<cuda::Gemm>(stream_);
+  }
+
+  ~CudaOps() override {
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    if (scratch_) cudaFree(scratch_);
+    cudaStreamDestroy(stream_);
+  }
+
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  Device device() const override { return Device::kCUDA; }
+  DType compute_dtype() const override { return DType::kBF16; }
+  std::string name() const override { return name_; }
+
+  // ---- memory
+  void* alloc(size_t bytes) override {
+    void* ptr = nullptr;
+    const cudaError_t st = cudaMalloc(&ptr, bytes ? bytes : 1);
+    if (st == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      raise(ErrorKind::kOutOfMemory, "GPU allocation of ", bytes, " bytes failed on ", name_, " (", free_b,
+            " of ", total_b, " bytes free)");
+    }
+    CUDA_CHECK(st);
+    return ptr;
+  }
+  void release(void* ptr) override {
+    if (ptr) CUDA_CHECK(cudaFree(ptr));
+  }
+  void upload(Tensor dst, const void* host_src) override {
+    ANVIL_ENSURE(dst.device == Device::kCUDA, kInternal, "upload: destination is not on the GPU");
+    if (dst.bytes() == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may be reused on return
+  }
+  void download(void* host_dst, Tensor src) override {
+    ANVIL_ENSURE(src.device == Device::kCUDA, kInternal, "download: source is not on the GPU");
+    if (src.bytes() == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void zero(Tensor t) override {
+    ANVIL_ENSURE(t.device == Device::kCUDA, kInternal, "zero: tensor is not on the GPU");
+    if (t.bytes()) CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+  }
+  void convert(Tensor dst, Tensor src) override {
+    ANVIL_ENSURE(dst.device == Device::kCUDA && src.device == Device::kCUDA, kInternal,
+                 "convert: tensors are not on the GPU");
+    expect_numel(dst, src.numel(), "convert", "dst");
+    const int64_t n = src.numel();
+    if (dst.dtype == src.dtype) {
+      if (dst.data != src.data && n)
+        CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    } else if (dst.dtype == DType::kBF16 && src.dtype == DType::kF32) {
+      cuda::convert_f32_to_bf16(p<nv_bf16>(dst), p<float>(src), n, stream_);
+    } else if (dst.dtype == DType::kF32 && src.dtype == DType::kBF16) {
+      cuda::convert_bf16_to_f32(p<float>(dst), p<nv_bf16>(src), n, stream_);
+    } else {
+      raise(ErrorKind::kInternal, "convert: ", dtype_name(src.dtype), " to ", dtype_name(dst.dtype),
+            " is not supported (F32 <-> BF16 only)");
+    }
+  }
+  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // ---- linear layers
+  void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) override {
+    const char* op = "linear_forward";
+    expect(y, DType::kBF16, op, "y");
+    expect(x, DType::kBF16, op, "x");
+    expect(w, DType::kBF16, op, "w");
+    const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
+    ANVIL_ENSURE(w.cols() == K && y.rows() == M && y.cols() == N, kInternal, op, " shapes: x ", x.shape.str(),
+                 " w ", w.shape.str(), " y ", y.shape.str());
+    if (present(bias)) {
+      expect(bias, DType::kBF16, op, "bias");
+      expect_numel(bias, N, op, "bias");
+    }
+    gemm_->run(y.data, CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
+               present(bias) ? bias.data : nullptr);
+  }
+
+  void linear_backward_input(Tensor dx, Tensor dy, Tensor w, bool accumulate) override {
+    const char* op = "linear_backward_input";
+    expect(dx, DType::kBF16, op, "dx");
+    expect(dy, DType::kBF16, op, "dy");
+    expect(w, DType::kBF16, op, "w");
+    const int64_t M = dy.rows(), N = dy.cols(), K = w.cols();
+    ANVIL_ENSURE(w.dim(0) == N && dx.rows() == M && dx.cols() == K, kInternal, op, " shapes: dy ", dy.shape.str(),
+                 " w ", w.shape.str(), " dx ", dx.shape.str());
+    gemm_->run(dx.data, CUDA_R_16BF, K, {dy.data, N, false}, {w.data, K, false}, M, K, N, accumulate ? 1.0f : 0.0f,
+               nullptr);
+  }
+
+  void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x) override {
+    const char* op = "linear_backward_weight";
+    expect(dw, DType::kF32, op, "dw");
+    expect(dy, DType::kBF16, op, "dy");
+    expect(x, DType::kBF16, op, "x");
+    const int64_t M = dy.rows(), N = dy.cols(), K = x.cols();
+    ANVIL_ENSURE(x.rows() == M && dw.dim(0) == N && dw.cols() == K, kInternal, op, " shapes: dy ", dy.shape.str(),
+                 " x ", x.shape.str(), " dw ", dw.shape.str());
+    if (M == 0) return;
+    gemm_->run(dw.data, CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M, 1.0f, nullptr);
+    if (present(dbias)) {
+      expect(dbias, DType::kF32, op, "dbias");
+      expect_numel(dbias, N, op, "dbias");
+      cuda::bias_grad(p<float>(dbias), p<nv_bf16>(dy), M, N, scratch(cuda::bias_grad_scratch_bytes(M, N)), stream_);
+    }
+  }
+
+  // ---- embedding
+  void embedding_forward(Tensor out, Tensor ids, Tensor table) override {
+    const char* op = "embedding_forward";
+    expect(out, DType::kBF16, op, "out");
+    expect(ids, DType::kI32, op, "ids");
+    expect(table, DType::kBF16, op, "table");
+    const int64_t N = ids.numel(), C = table.cols();
+    expect_numel(out, N * C, op, "out");
+    cuda::embedding_forward(p<nv_bf16>(out), p<int32_t>(ids), p<nv_bf16>(table), N, table.dim(0), C, stream_);
+  }
+
+  void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) override {
+    const char* op = "embedding_backward";
+    expect(dtable, DType::kF32, op, "dtable");
+    expect(ids, DType::kI32, op, "ids");
+    expect(dout, DType::kBF16, op, "dout");
+    const int64_t N = ids.numel(), C = dtable.cols();
+    expect_numel(dout, N * C, op, "dout");
+    cuda::embedding_backward(p<float>(dtable), p<int32_t>(ids), p<nv_bf16>(dout), N, dtable.dim(0), C, stream_);
+  }
+
+  // ---- RMSNorm
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) override {
+    const char* op = "rmsnorm_forward";
+    expect(out, DType::kBF16, op, "out");
+    expect(rstd, DType::kF32, op, "rstd");
+    expect(x, DType::kBF16, op, "x");
+    expect(w, DType::kBF16, op, "w");
+    const int64_t R = x.rows(), C = x.cols();
+    expect_numel(out, R * C, op, "out");
+    expect_numel(rstd, R, op, "rstd");
+    expect_numel(w, C, op, "w");
+    cuda::rmsnorm_forward(p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(x), p<nv_bf16>(w), R, C, eps, stream_);
+  }
+
+  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
+                        bool accumulate) override {
+    const char* op = "rmsnorm_backward";
+    expect(dx, DType::kBF16, op, "dx");
+    expect(dw, DType::kF32, op, "dw");
+    expect(dout, DType::kBF16, op, "dout");
+    expect(x, DType::kBF16, op, "x");
+    expect(w, DType::kBF16, op, "w");
+    expect(rstd, DType::kF32, op, "rstd");
+    const int64_t R = x.rows(), C = x.cols();
+    expect_numel(dx, R * C, op, "dx");
+    expect_numel(dout, R * C, op, "dout");
+    expect_numel(dw, C, op, "dw");
+    expect_numel(rstd, R, op, "rstd");
+    cuda::rmsnorm_backward(p<nv_bf16>(dx), p<float>(dw), p<nv_bf16>(dout), p<nv_bf16>(x), p<nv_bf16>(w),
+                           p<float>(rstd), R, C, accumulate, scratch(cuda::rmsnorm_backward_scratch_bytes(R, C)),
+                           stream_);
+  }
+
+  // ---- qk-norm + RoPE
+  void qk_norm_rope_forward(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w, Tensor cos, Tensor sin,
+                            int n_heads, int n_kv_heads, float eps) override {
+    const char* op = "qk_norm_rope_forward";
+    const cuda::QkRopeShape s = qk_shape(op, in, cos, sin, n_heads, n_kv_heads);
+    expect(out, DType::kBF16, op, "out");
+    expect_numel(out, in.numel(), op, "out");
+    const bool norm = check_qk_weights(op, q_w, k_w, s.head_dim);
+    if (norm) {
+      expect(rstd, DType::kF32, op, "rstd");
+      expect_numel(rstd, s.rows * (n_heads + n_kv_heads), op, "rstd");
+    }
+    cuda::qk_norm_rope_forward(p<nv_bf16>(out), norm ? p<float>(rstd) : nullptr, p<nv_bf16>(in),
+                               norm ? p<nv_bf16>(q_w) : nullptr, norm ? p<nv_bf16>(k_w) : nullptr, p<float>(cos),
+                               p<float>(sin), s, eps, stream_);
+  }
+
+  void qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in, Tensor q_w, Tensor k_w,
+                             Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads) override {
+    const char* op = "qk_norm_rope_backward";
+    const cuda::QkRopeShape s = qk_shape(op, in, cos, sin, n_heads, n_kv_heads);
+    expect(din, DType::kBF16, op, "din");
+    expect(dout, DType::kBF16, op, "dout");
+    expect_numel(din, in.numel(), op, "din");
+    expect_numel(dout, in.numel(), op, "dout");
+    const bool norm = check_qk_weights(op, q_w, k_w, s.head_dim);
+    if (norm) {
+      expect(rstd, DType::kF32, op, "rstd");
+      expect_numel(rstd, s.rows * (n_heads + n_kv_heads), op, "rstd");
+      expect(dq_w, DType::kF32, op, "dq_w");
+      expect(dk_w, DType::kF32, op, "dk_w");
+      expect_numel(dq_w, s.head_dim, op, "dq_w");
+      expect_numel(dk_w, s.head_dim, op, "dk_w");
+    }
+    cuda::qk_norm_rope_backward(p<nv_bf16>(din), norm ? p<float>(dq_w) : nullptr, norm ? p<float>(dk_w) : nullptr,
+                                p<nv_bf16>(dout), p<nv_bf16>(in), norm ? p<nv_bf16>(q_w) : nullptr,
+                                norm ? p<nv_bf16>(k_w) : nullptr, norm ? p<float>(rstd) : nullptr, p<float>(cos),
+                                p<float>(sin), s, scratch(cuda::qk_norm_rope_backward_scratch_bytes(s)), stream_);
+  }
+
+  // ---- attention
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) override {
+    const char* op = "attention_forward";
+    const cuda::AttentionShape s = attn_shape(op, qkv, n_heads, n_kv_heads);
+    expect(out, DType::kBF16, op, "out");
+    expect(lse, DType::kF32, op, "lse");
+    expect_numel(out, s.batch * s.seq * n_heads * s.head_dim, op, "out");
+    expect_numel(lse, s.batch * n_heads * s.seq, op, "lse");
+    cuda::attention_forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), s, stream_);
+  }
+
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_heads,
+                          int n_kv_heads) override {
+    const char* op = "attention_backward";
+    const cuda::AttentionShape s = attn_shape(op, qkv, n_heads, n_kv_heads);
+    expect(dqkv, DType::kBF16, op, "dqkv");
+    expect(dout, DType::kBF16, op, "dout");
+    expect(out, DType::kBF16, op, "out");
+    expect(lse, DType::kF32, op, "lse");
+    expect_numel(dqkv, qkv.numel(), op, "dqkv");
+    expect_numel(dout, s.batch * s.seq * n_heads * s.head_dim, op, "dout");
+    expect_numel(out, s.batch * s.seq * n_heads * s.head_dim, op, "out");
+    expect_numel(lse, s.batch * n_heads * s.seq, op, "lse");
+    cuda::attention_backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out), p<float>(lse), s,
+                             scratch(cuda::attention_backward_scratch_bytes(s)), stream_);
+  }
+
+  // ---- SwiGLU, add
+  void swiglu_forward(Tensor out, Tensor gate_up) override {
+    const char* op = "swiglu_forward";
+    expect(out, DType::kBF16, op, "out");
+    expect(gate_up, DType::kBF16, op, "gate_up");
+    const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
+    ANVIL_ENSURE(gate_up.cols() % 2 == 0, kInternal, op, ": gate_up ", gate_up.shape.str(), " has an odd width");
+    expect_numel(out, N * I, op, "out");
+    cuda::swiglu_forward(p<nv_bf16>(out), p<nv_bf16>(gate_up), N, I, stream_);
+  }
+
+  void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up) override {
+    const char* op = "swiglu_backward";
+    expect(dgate_up, DType::kBF16, op, "dgate_up");
+    expect(dout, DType::kBF16, op, "dout");
+    expect(gate_up, DType::kBF16, op, "gate_up");
+    const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
+    ANVIL_ENSURE(gate_up.cols() % 2 == 0, kInternal, op, ": gate_up ", gate_up.shape.str(), " has an odd width");
+    expect_numel(dgate_up, N * 2 * I, op, "dgate_up");
+    expect_numel(dout, N * I, op, "dout");
+    cuda::swiglu_backward(p<nv_bf16>(dgate_up), p<nv_bf16>(dout), p<nv_bf16>(gate_up), N, I, stream_);
+  }
+
+  void add(Tensor out, Tensor a, Tensor b) override {
+    const char* op = "add";
+    const int64_t n = out.numel();
+    expect(a, out.dtype, op, "a");
+    expect(b, out.dtype, op, "b");
+    expect_numel(a, n, op, "a");
+    expect_numel(b, n, op, "b");
+    if (out.dtype == DType::kBF16) {
+      expect(out, DType::kBF16, op, "out");
+      cuda::add_bf16(p<nv_bf16>(out), p<nv_bf16>(a), p<nv_bf16>(b), n, stream_);
+    } else {
+      expect(out, DType::kF32, op, "out");
+      cuda::add_f32(p<float>(out), p<float>(a), p<float>(b), n, stream_);
+    }
+  }
+
+  // ---- output projection + cross-entropy
+  void cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h, Tensor w, Tensor targets,
+                                      float loss_scale, Tensor logits) override {
+    const char* op = "cross_entropy_forward_backward";
+    expect(loss_sum, DType::kF32, op, "loss_sum");
+    expect(dh, DType::kBF16, op, "dh");
+    expect(dw, DType::kF32, op, "dw");
+    expect(h, DType::kBF16, op, "h");
+    expect(w, DType::kBF16, op, "w");
+    expect(targets, DType::kI32, op, "targets");
+    const int64_t N = h.rows(), C = h.cols(), V = w.dim(0);
+    ANVIL_ENSURE(w.cols() == C, kInternal, op, " shapes: h ", h.shape.str(), " w ", w.shape.str());
+    expect_numel(loss_sum, 1, op, "loss_sum");
+    expect_numel(dh, N * C, op, "dh");
+    expect_numel(dw, V * C, op, "dw");
+    expect_numel(targets, N, op, "targets");
+    if (present(logits)) {
+      expect(logits, DType::kF32, op, "logits");
+      expect_numel(logits, N * V, op, "logits");
+    }
+    cuda::CrossEntropyArgs a{p<float>(loss_sum), p<nv_bf16>(dh),      p<float>(dw),
+                             p<nv_bf16>(h),      p<nv_bf16>(w),       p<int32_t>(targets),
+                             present(logits) ? p<float>(logits) : nullptr,
+                             N,                  V,                   C,
+                             loss_scale};
+    cuda::cross_entropy_forward_backward(a, scratch(cuda::cross_entropy_scratch_bytes(N, V)), *gemm_, stream_);
+  }
+
+  // ---- optimizer
+  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h, float grad_scale) override {
+    const char* op = "adamw_step";
+    expect(param, DType::kF32, op, "param");
+    expect(grad, DType::kF32, op, "grad");
+    expect(m, DType::kF32, op, "m");
+    expect(v, DType::kF32, op, "v");
+    const int64_t n = param.numel();
+    expect_numel(grad, n, op, "grad");
+    expect_numel(m, n, op, "m");
+    expect_numel(v, n, op, "v");
+    // Scalars as torch.optim.AdamW computes them (Python floats), then used in fp32.
+    const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
+    const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
+    const cuda::AdamWArgs a{h.lr,
+                            h.beta1,
+                            h.beta2,
+                            h.eps,
+                            h.weight_decay,
+                            static_cast<float>(bc1),
+                            static_cast<float>(std::sqrt(bc2)),
+                            grad_scale};
+    cuda::adamw_step(p<float>(param), p<float>(grad), p<float>(m), p<float>(v), n, a, stream_);
+  }
+
+  void sum_squares(Tensor out, Tensor x) override {
+    const char* op = "sum_squares";
+    expect(out, DType::kF32, op, "out");
+    expect(x, DType::kF32, op, "x");
+    expect_numel(out, 1, op, "out");
+    cuda::sum_squares(p<float>(out), p<float>(x), x.numel(), scratch(cuda::sum_squares_scratch_bytes(x.numel())),
+                      stream_);
+  }
+
+ private:
+  // The shared scratch buffer, grown to `bytes` if smaller (cudaFree waits for the GPU).
+  void* scratch(size_t bytes) {
+    if (bytes > scratch_bytes_) {
+      if (scratch_) CUDA_CHECK(cudaFree(scratch_));
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+      scratch_ = alloc(bytes);
+      scratch_bytes_ = bytes;
+    }
+    return scratch_;
+  }
+
+  cuda::QkRopeShape qk_shape(const char* op, const Tensor& in, const Tensor& cos, const Tensor& sin, int n_heads,
+                             int n_kv_heads) {
+    expect(in, DType::kBF16, op, "in");
+    expect(cos, DType::kF32, op, "cos");
+    expect(sin, DType::kF32, op, "sin");
+    cuda::QkRopeShape s;
+    s.head_dim = static_cast<int>(in.cols());
+    s.n_heads = n_heads;
+    s.n_kv_heads = n_kv_heads;
+    const int64_t heads = n_heads + 2 * n_kv_heads;
+    ANVIL_ENSURE(heads > 0 && in.numel() % (heads * s.head_dim) == 0, kInternal, op, ": in ", in.shape.str(),
+                 " is not (rows, ", heads, ", head_dim)");
+    s.rows = in.numel() / (heads * s.head_dim);
+    s.seq = cos.dim(0);
+    ANVIL_ENSURE(cos.cols() == s.head_dim / 2 && sin.numel() == cos.numel(), kInternal, op, ": cos ",
+                 cos.shape.str(), " sin ", sin.shape.str(), " for head_dim ", s.head_dim);
+    return s;
+  }
+
+  bool check_qk_weights(const char* op, const Tensor& q_w, const Tensor& k_w, int head_dim) {
+    if (!present(q_w)) return false;
+    expect(q_w, DType::kBF16, op, "q_w");
+    expect(k_w, DType::kBF16, op, "k_w");
+    expect_numel(q_w, head_dim, op, "q_w");
+    expect_numel(k_w, head_dim, op, "k_w");
+    return true;
+  }
+
+  cuda::AttentionShape attn_shape(const char* op, const Tensor& qkv, int n_heads, int n_kv_heads) {
+    expect(qkv, DType::kBF16, op, "qkv");
+    ANVIL_ENSURE(qkv.shape.ndim == 4 && qkv.dim(2) == n_heads + 2 * n_kv_heads, kInternal, op, ": qkv ",
+                 qkv.shape.str(), " is not (B, T, ", n_heads + 2 * n_kv_heads, ", head_dim)");
+    cuda::AttentionShape s;
+    s.batch = qkv.dim(0);
+    s.seq = qkv.dim(1);
+    s.n_heads = n_heads;
+    s.n_kv_heads = n_kv_heads;
+    s.head_dim = static_cast<int>(qkv.dim(3));
+    return s;
+  }
+
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<CudaOps>(device); }
+
+bool cuda_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess && prop.major >= 8) return true;
+  }
+  return false;
+}
+
+}  // namespace anvil
