@@ -98,7 +98,7 @@ TEST(Cli, GradMatchesGoldenFixture) {
     EXPECT_EQ(g->shape, t.shape) << t.name;
     EXPECT_TRUE(testing::close_rel_l2(read_as_f64(*g), read_as_f64(t), 1e-4)) << t.name;
   }
-  EXPECT_EQ(grads + 3, static_cast<int>(got.tensors().size())) << "loss, logits and one gradient per parameter";
+  EXPECT_EQ(grads + 2, static_cast<int>(got.tensors().size())) << "loss, logits and one gradient per parameter";
 }
 
 TEST(Cli, BadInputsNameTheFile) {
