@@ -1,0 +1,229 @@
+// Model I/O: config.json in both transformers forms and its refusals; safetensors read
+// (single, sharded, F32/BF16/F16), write, and its errors; the parameter table's layout.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/bf16.h"
+#include "core/fs.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "model/weights.h"
+#include "testing.h"
+
+namespace anvil {
+namespace {
+
+Json tiny_qwen3() { return json_read_file(testing::shared_dir() + "/fixtures/tiny-qwen3/config.json"); }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ReadsTransformers5Form) {
+  ModelConfig c = config_from_json(tiny_qwen3(), "config.json");
+  EXPECT_EQ(c.arch, Arch::kQwen3);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.head_dim, 32) << "explicit head_dim, with heads x head_dim != hidden";
+  EXPECT_EQ(c.rope.theta, 1e6);
+  EXPECT_TRUE(c.tie_word_embeddings);
+}
+
+TEST(Config, ReadsTransformers4Form) {
+  Json j = tiny_qwen3();
+  j.erase("rope_parameters");
+  j["rope_theta"] = 5e5;
+  j["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j.erase("head_dim");
+  ModelConfig c = config_from_json(j, "config.json");
+  EXPECT_EQ(c.arch, Arch::kLlama);
+  EXPECT_EQ(c.rope.theta, 5e5);
+  EXPECT_EQ(c.rope.type, "llama3");
+  EXPECT_EQ(c.rope.factor, 8.0);
+  EXPECT_EQ(c.head_dim, 16) << "derived: hidden / heads";
+  EXPECT_FALSE(c.qk_norm);
+  j["rope_scaling"] = nullptr;
+  EXPECT_EQ(config_from_json(j, "c").rope.type, "default");
+}
+
+TEST(Config, Qwen2HasBiases) {
+  ModelConfig c = load_config(testing::testdata_dir() + "/tiny-qwen2");
+  EXPECT_EQ(c.arch, Arch::kQwen2);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+}
+
+TEST(Config, RefusesWhatItCannotTrainNamingTheSetting) {
+  struct Case {
+    const char* key;
+    Json value;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"architectures", Json::array({"MistralForCausalLM"}), "MistralForCausalLM"},
+      {"use_sliding_window", true, "use_sliding_window"},
+      {"num_experts", 8, "num_experts"},
+      {"hidden_act", "gelu", "gelu"},
+      {"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e6}}, "yarn"},
+      {"layer_types", Json::array({"sliding_attention"}), "sliding_attention"},
+      {"vocab_size", -3, "vocab_size"},
+  };
+  for (const Case& k : cases) {
+    Json j = tiny_qwen3();
+    j[k.key] = k.value;
+    std::string msg = error_of([&] { config_from_json(j, "cfg.json"); });
+    EXPECT_NE(msg.find(k.expect), std::string::npos) << k.key << ": " << msg;
+    EXPECT_NE(msg.find("cfg.json"), std::string::npos) << msg;
+  }
+}
+
+TEST(Config, PresetsHaveTheRealShapes) {
+  ModelConfig c = preset_config("qwen3-1.7b");
+  EXPECT_EQ(c.num_parameters(), 1720574976) << "Qwen3-1.7B: 1.72e9 with the tied embedding counted once";
+  EXPECT_EQ(preset_config("qwen3-8b").num_parameters(), 8190735360);
+  EXPECT_FALSE(preset_config("qwen3-8b").tie_word_embeddings);
+  EXPECT_THROW(preset_config("qwen3-3b"), Error);
+}
+
+TEST(Config, Llama3RopeBands) {
+  ModelConfig c = load_config(testing::testdata_dir() + "/tiny-llama3");
+  std::vector<float> inv = rope_inv_freq(c);
+  ASSERT_EQ(inv.size(), 8u);
+  // Band by wavelength: < 16 unscaled, > 64 divided by the factor, between smoothly blended.
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  const float base1 = 1.0f / std::pow(500000.0f, 2.0f / 16.0f);
+  EXPECT_LT(inv[1], base1);
+  EXPECT_GT(inv[1], base1 / 8.0f);
+  const float base7 = 1.0f / std::pow(500000.0f, 14.0f / 16.0f);
+  EXPECT_FLOAT_EQ(inv[7], base7 / 8.0f);
+}
+
+TEST(ParamTable, LayoutGroupsAndPadding) {
+  ModelConfig c = load_config(testing::testdata_dir() + "/tiny-qwen2");
+  ParamTable t(c, 4);
+  EXPECT_EQ(t.total_numel(), c.num_parameters());
+  for (auto& u : t.units()) {
+    EXPECT_EQ(u.padded % (4 * ParamTable::kShardAlign), 0);
+    EXPECT_GE(u.padded, u.numel);
+  }
+  // q, k, v back to back; gate, up back to back; biases too.
+  const auto* q = t.find("model.layers.1.self_attn.q_proj.weight");
+  const auto* k = t.find("model.layers.1.self_attn.k_proj.weight");
+  const auto* v = t.find("model.layers.1.self_attn.v_proj.weight");
+  ASSERT_TRUE(q && k && v);
+  EXPECT_EQ(k->offset, q->offset + q->numel());
+  EXPECT_EQ(v->offset, k->offset + k->numel());
+  const auto* qb = t.find("model.layers.1.self_attn.q_proj.bias");
+  const auto* kb = t.find("model.layers.1.self_attn.k_proj.bias");
+  ASSERT_TRUE(qb && kb);
+  EXPECT_EQ(kb->offset, qb->offset + qb->numel());
+  EXPECT_EQ(t.find("lm_head.weight"), nullptr) << "tied";
+  EXPECT_EQ(t.lm_head_unit(), t.embed_unit());
+  // No two entries overlap.
+  std::vector<std::vector<int>> used(t.units().size());
+  for (size_t u = 0; u < used.size(); ++u) used[u].assign(static_cast<size_t>(t.units()[u].numel), 0);
+  for (auto& e : t.entries())
+    for (int64_t i = 0; i < e.numel(); ++i) ASSERT_EQ(used[static_cast<size_t>(e.unit)][static_cast<size_t>(e.offset + i)]++, 0) << e.name;
+}
+
+TEST(Safetensors, WriteReadAllFloatTypes) {
+  const std::string dir = testing::temp_dir("st");
+  std::vector<float> f = {1.5f, -2.25f, 3.0f, 0.0f, 1e-3f, -7.0f};
+  std::vector<uint16_t> b, h;
+  for (float x : f) b.push_back(f32_to_bf16_bits(x)), h.push_back(f32_to_f16_bits(x));
+  SafetensorsWriter w;
+  w.add("a", DType::kF32, {2, 3}, f.data());
+  w.add("b", DType::kBF16, {6}, b.data());
+  w.add("h", DType::kF16, {3, 2}, h.data());
+  w.set_metadata("format", "pt");
+  w.write(dir + "/x.safetensors");
+  SafetensorsFile r(dir + "/x.safetensors");
+  EXPECT_EQ(r.tensors().size(), 3u);
+  EXPECT_EQ(r.metadata()["format"], "pt");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(r.get("a").data) % 8, 0u) << "data 8-byte aligned";
+  for (const char* n : {"a", "b", "h"}) {
+    auto v = read_as_f64(r.get(n));
+    ASSERT_EQ(v.size(), f.size());
+    for (size_t i = 0; i < f.size(); ++i) EXPECT_NEAR(v[i], f[i], std::abs(f[i]) * 4e-3) << n << i;
+  }
+}
+
+TEST(Safetensors, ShardedFolder) {
+  const std::string dir = testing::temp_dir("shard");
+  std::vector<float> a = {1, 2}, b = {3, 4, 5};
+  SafetensorsWriter w1, w2;
+  w1.add("x", DType::kF32, {2}, a.data());
+  w2.add("y", DType::kF32, {3}, b.data());
+  w1.write(dir + "/model-00001-of-00002.safetensors");
+  w2.write(dir + "/model-00002-of-00002.safetensors");
+  write_file_atomic(dir + "/model.safetensors.index.json",
+                    R"({"metadata": {}, "weight_map": {"x": "model-00001-of-00002.safetensors", "y": "model-00002-of-00002.safetensors"}})");
+  SafetensorsSet s(dir);
+  std::vector<float> out(3);
+  s.read_f32("y", {3}, out.data());
+  EXPECT_EQ(out, b);
+  std::string msg = error_of([&] { s.read_f32("y", {4}, out.data()); });
+  EXPECT_NE(msg.find("model-00002-of-00002.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[3]"), std::string::npos) << msg;
+  msg = error_of([&] { s.read_f32("z", {1}, out.data()); });
+  EXPECT_NE(msg.find("tensor z"), std::string::npos) << msg;
+}
+
+TEST(Safetensors, TruncatedAndBadHeadersNameTheFile) {
+  const std::string dir = testing::temp_dir("bad");
+  std::vector<float> a(100, 1.0f);
+  SafetensorsWriter w;
+  w.add("weight", DType::kF32, {10, 10}, a.data());
+  w.write(dir + "/good.safetensors");
+  std::string bytes = read_file(dir + "/good.safetensors");
+  write_file_atomic(dir + "/trunc.safetensors", bytes.substr(0, bytes.size() - 10));
+  std::string msg = error_of([&] { SafetensorsFile f(dir + "/trunc.safetensors"); });
+  EXPECT_NE(msg.find("trunc.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  std::string bad = bytes;
+  bad[10] = '!';
+  write_file_atomic(dir + "/hdr.safetensors", bad);
+  msg = error_of([&] { SafetensorsFile f(dir + "/hdr.safetensors"); });
+  EXPECT_NE(msg.find("hdr.safetensors"), std::string::npos) << msg;
+  write_file_atomic(dir + "/tiny.safetensors", "abc");
+  EXPECT_NE(error_of([&] { SafetensorsFile f(dir + "/tiny.safetensors"); }).find("tiny.safetensors"), std::string::npos);
+  EXPECT_EQ(error_of([&] { SafetensorsFile f(dir + "/good.safetensors"); }), "");
+}
+
+TEST(Weights, MissingTensorNamesFileAndTensor) {
+  const std::string dir = testing::temp_dir("w");
+  ModelConfig c = load_config(testing::shared_dir() + "/fixtures/tiny-qwen3-untied");
+  json_write_file(dir + "/config.json", c.raw);
+  ParamTable t(c, 1);
+  HostUnits u = make_host_units(t);
+  init_weights(c, t, 1, u);
+  save_hf_weights(dir + "/model.safetensors", t, u, DType::kBF16);
+  HostUnits back = make_host_units(t);
+  load_hf_weights(dir, t, back);
+  for (size_t i = 0; i < u.size(); ++i)
+    for (size_t j = 0; j < u[i].size(); ++j) ASSERT_EQ(back[i][j], round_bf16(u[i][j]));
+  // Drop lm_head from the file: the error names it.
+  SafetensorsFile f(dir + "/model.safetensors");
+  SafetensorsWriter w;
+  std::vector<std::vector<uint16_t>> keep;
+  for (auto& ti : f.tensors())
+    if (ti.name != "lm_head.weight") w.add(ti.name, ti.dtype, ti.shape, ti.data);
+  w.write(dir + "/model2.safetensors");
+  std::rename((dir + "/model2.safetensors").c_str(), (dir + "/model.safetensors").c_str());
+  std::string msg = error_of([&] { load_hf_weights(dir, t, back); });
+  EXPECT_NE(msg.find("lm_head.weight"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace anvil
