@@ -28,11 +28,14 @@ struct LaunchOptions {
   int master_port = 0;  // 0: pick a free port
   double grace_s = 5.0;
   std::vector<std::pair<std::string, std::string>> env;  // extra variables for every worker
+  int out_fd = 1;  // where the relayed stdout and stderr lines go
+  int err_fd = 2;
 };
 
 // Returns when every worker has exited with status 0; throws otherwise (see above). The
 // error's kind is kNoDevice when the failed worker exited with code 3 (no GPU), kComm
-// otherwise.
+// otherwise. One launch at a time per process (it owns SIGCHLD, SIGINT and SIGTERM while
+// it runs, and restores the previous handlers).
 void launch_workers(const LaunchOptions& options);
 
 // This executable's path (/proc/self/exe), to re-run anvil as its own workers.
