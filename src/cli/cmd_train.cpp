@@ -1,14 +1,16 @@
 // anvil train: flags -> TrainOptions -> run_train (run/train.h).
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/launch.h"
+#include "ops/ops.h"
 #include "run/train.h"
 
 namespace anvil {
 
 int cmd_train(int argc, char** argv) {
   TrainOptions o;
-  std::string shuffle_off_note;
   bool no_shuffle = false;
+  std::string nproc;
   Args a("train", "Full fine-tune a Qwen3, Qwen2 or Llama 3 model: fp32 master weights, AdamW, clipping at 1.0,\n"
                   "gradient accumulation; the loss every --log-every steps, tokens/s and peak memory at the end.");
   a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache")
@@ -16,6 +18,9 @@ int cmd_train(int argc, char** argv) {
       .opt("--data", &o.data, "FILE", "safetensors holding input_ids I64 [N, T] (token blocks)", true)
       .opt("--device", &o.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]")
       .choice("--mode", &o.mode, {"ddp", "fsdp"}, "replicated (ddp) or sharded (fsdp) parameters")
+      .opt("--nproc-per-node", &nproc, "gpu|N",
+           "launch this many ranks here (gpu: one per visible GPU); without it, a worker joins from RANK, "
+           "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT when they are set")
       .opt("--seq-len", &o.seq_len, "T", "tokens per sequence (must match the data's blocks)")
       .opt("--steps", &o.steps, "N", "optimizer steps")
       .opt("--micro-batch,--batch", &o.micro_batch, "B", "sequences per micro-batch")
@@ -35,6 +40,8 @@ int cmd_train(int argc, char** argv) {
       .opt("--metrics", &o.metrics, "FILE", "append one JSON object per logged step")
       .opt("--export", &o.export_dir, "DIR", "write a Hugging Face model folder (bf16) at the end");
   if (!a.parse(argc, argv)) return 0;
+  const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
+  if (launch_if_requested("train", nproc, on_gpu, argc, argv)) return 0;
   o.shuffle = !no_shuffle;
   if (o.log_every < 1) o.log_every = 1;
   run_train(o);

@@ -43,6 +43,8 @@ class Ops {
   virtual void zero(Tensor t) = 0;
   virtual void convert(Tensor dst, Tensor src) = 0;  // elementwise dtype conversion (F32 <-> compute)
   virtual void synchronize() = 0;
+  // The stream the ops run on (a cudaStream_t), for ordering collectives; nullptr on the CPU.
+  virtual void* stream() { return nullptr; }
 
   // ---- linear layers: y (M,N) = x (M,K) . w(N,K)^T + bias(N)
   virtual void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) = 0;  // bias may be empty

@@ -6,69 +6,172 @@
 
 namespace anvil {
 
-ParamStore::ParamStore(const ParamTable& table, Ops& ops) : table_(table), ops_(ops) {
-  ANVIL_ENSURE(table.world() == 1, kInternal, "ParamStore: one process holds the whole model");
+ParallelMode parse_parallel_mode(const std::string& name) {
+  if (name == "ddp") return ParallelMode::kDdp;
+  if (name == "fsdp") return ParallelMode::kFsdp;
+  raise(ErrorKind::kUsage, "unknown mode '", name, "' (ddp or fsdp)");
+}
+
+ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode)
+    : table_(table), ops_(ops), comm_(comm), mode_(mode) {
+  world_ = comm ? comm->world() : 1;
+  rank_ = comm ? comm->rank() : 0;
+  ANVIL_ENSURE(table.world() == world_, kInternal, "parameter table for world ", table.world(), ", comm of ", world_);
   const bool separate_compute = ops.compute_dtype() != DType::kF32;
+  int64_t max_shard = 0;
   for (auto& u : table.units()) {
-    master_.push_back(make(u.padded, DType::kF32));
-    grads_.push_back(make(u.padded, DType::kF32));
-    m_.push_back(make(u.padded, DType::kF32));
-    v_.push_back(make(u.padded, DType::kF32));
-    compute_.push_back(separate_compute ? make(u.padded, ops.compute_dtype()) : master_.back());
+    const int64_t n = sharded() ? u.shard() : u.padded;
+    max_shard = std::max(max_shard, u.shard());
+    master_.push_back(make(n, DType::kF32));
+    grads_.push_back(make(n, DType::kF32));
+    m_.push_back(make(n, DType::kF32));
+    v_.push_back(make(n, DType::kF32));
+    if (!sharded()) compute_.push_back(separate_compute ? make(n, ops.compute_dtype()) : master_.back());
   }
+  if (sharded()) rs_tmp_ = make(max_shard, DType::kF32);
   scratch_ = make(1, DType::kF32);
 }
 
 ParamStore::~ParamStore() {
   for (void* p : buffers_) ops_.release(p);
+  for (auto& [size, p] : pool_) ops_.release(p);
+  for (auto& [u, t] : gathered_) ops_.release(t.data);
+  for (auto& [u, t] : full_grads_) ops_.release(t.data);
 }
 
 Tensor ParamStore::make(int64_t n, DType dtype) {
   Tensor t(nullptr, dtype, {n}, ops_.device());
   t.data = ops_.alloc(t.bytes());
   buffers_.push_back(t.data);
-  bytes_ += static_cast<int64_t>(t.bytes());
+  persistent_bytes_ += static_cast<int64_t>(t.bytes());
   return t;
+}
+
+Tensor ParamStore::pooled(int64_t n, DType dtype) {
+  Tensor t(nullptr, dtype, {n}, ops_.device());
+  auto it = pool_.lower_bound(t.bytes());
+  if (it != pool_.end()) {
+    t.data = it->second;
+    pool_.erase(it);
+  } else {
+    t.data = ops_.alloc(t.bytes());
+  }
+  return t;
+}
+
+void ParamStore::unpool(const Tensor& t) { pool_.emplace(t.bytes(), t.data); }
+
+int64_t ParamStore::owned_offset(int unit) const {
+  return sharded() ? rank_ * table_.units()[static_cast<size_t>(unit)].shard() : 0;
 }
 
 void ParamStore::load(const HostUnits& units) {
   ANVIL_ASSERT(units.size() == master_.size());
   for (size_t u = 0; u < units.size(); ++u) {
-    ANVIL_ASSERT(static_cast<int64_t>(units[u].size()) == master_[u].numel());
-    ops_.upload(master_[u], units[u].data());
+    ANVIL_ASSERT(static_cast<int64_t>(units[u].size()) == table_.units()[u].padded);
+    ops_.upload(master_[u], units[u].data() + owned_offset(static_cast<int>(u)));
     ops_.zero(m_[u]);
     ops_.zero(v_[u]);
+    if (!sharded() && compute_[u].data != master_[u].data) ops_.convert(compute_[u], master_[u]);
   }
   zero_grads();
-  refresh_compute_copies();
 }
 
-HostUnits ParamStore::download_masters() const {
+HostUnits ParamStore::download_masters() {
   HostUnits out;
-  for (const Tensor& t : master_) {
-    out.emplace_back(static_cast<size_t>(t.numel()));
-    ops_.download(out.back().data(), t);
+  for (size_t u = 0; u < master_.size(); ++u) {
+    const int64_t padded = table_.units()[u].padded;
+    out.emplace_back(static_cast<size_t>(padded));
+    if (!sharded()) {
+      ops_.download(out.back().data(), master_[u]);
+      continue;
+    }
+    Tensor full = pooled(padded, DType::kF32);
+    comm_->wait(comm_->all_gather(full, master_[u], "masters"));
+    comm_->synchronize();
+    ops_.download(out.back().data(), full);
+    unpool(full);
   }
   return out;
 }
 
-Tensor ParamStore::weights(int unit) { return compute_[static_cast<size_t>(unit)]; }
+Tensor ParamStore::weights(int unit) {
+  if (!sharded()) return compute_[static_cast<size_t>(unit)];
+  auto it = gathered_.find(unit);
+  ANVIL_ENSURE(it == gathered_.end(), kInternal, "unit ", unit, " gathered twice");
+  const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
+  Tensor full = pooled(info.padded, ops_.compute_dtype());
+  Tensor mine = full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
+  ops_.convert(mine, master_[static_cast<size_t>(unit)]);
+  comm_->wait(comm_->all_gather(full, mine, info.name));
+  gathered_[unit] = full;
+  return full;
+}
+
+void ParamStore::release(int unit) {
+  if (!sharded()) return;
+  auto it = gathered_.find(unit);
+  ANVIL_ENSURE(it != gathered_.end(), kInternal, "unit ", unit, " released but not gathered");
+  unpool(it->second);
+  gathered_.erase(it);
+}
+
+Tensor ParamStore::grads(int unit) {
+  if (!sharded()) return grads_[static_cast<size_t>(unit)];
+  auto it = full_grads_.find(unit);
+  if (it != full_grads_.end()) return it->second;
+  Tensor full = pooled(table_.units()[static_cast<size_t>(unit)].padded, DType::kF32);
+  ops_.zero(full);
+  full_grads_[unit] = full;
+  return full;
+}
+
+void ParamStore::finish_pending() {
+  if (pending_unit_ < 0) return;
+  comm_->wait(pending_work_);
+  Tensor owned = grads_[static_cast<size_t>(pending_unit_)];
+  ops_.add(owned, owned, rs_tmp_.slice_rows(0, owned.numel()));
+  unpool(pending_full_);
+  pending_unit_ = -1;
+}
+
+void ParamStore::grads_ready(int unit) {
+  if (!comm_ || world_ == 1) return;
+  const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
+  if (!sharded()) {
+    if (sync_) last_work_ = comm_->all_reduce(grads_[static_cast<size_t>(unit)], ReduceOp::kSum, info.name);
+    return;
+  }
+  // One reduce-scatter in flight: the previous one is accumulated before this one reuses
+  // the output buffer, so communication overlaps the next unit's backward.
+  finish_pending();
+  auto it = full_grads_.find(unit);
+  ANVIL_ENSURE(it != full_grads_.end(), kInternal, "unit ", unit, " has no gradient buffer");
+  pending_work_ = comm_->reduce_scatter(rs_tmp_.slice_rows(0, info.shard()), it->second, ReduceOp::kSum, info.name);
+  pending_unit_ = unit;
+  // The full buffer returns to the pool only once the collective that reads it is done.
+  pending_full_ = it->second;
+  full_grads_.erase(it);
+}
 
 void ParamStore::zero_grads() {
   for (const Tensor& g : grads_) ops_.zero(g);
 }
 
-void ParamStore::refresh_compute_copies() {
-  for (size_t u = 0; u < master_.size(); ++u)
-    if (compute_[u].data != master_[u].data) ops_.convert(compute_[u], master_[u]);
-}
-
 double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double lr) {
-  const double norm = std::sqrt(grad_sum_squares(ops_, grads_, scratch_));
+  if (comm_ && world_ > 1) {
+    finish_pending();
+    if (!sharded()) comm_->wait(last_work_);
+  }
+  double sq = grad_sum_squares(ops_, grads_, scratch_);
+  if (sharded()) sq = comm_->host_sum(sq, "grad norm");
+  const double norm = std::sqrt(sq);
   ANVIL_ENSURE(std::isfinite(norm), kNumerics, "gradient norm is ", norm, " at step ", step,
                ": the step was not applied");
   adamw_update(ops_, master_, grads_, m_, v_, c, step, lr, clip_coefficient(norm, c.max_grad_norm));
-  refresh_compute_copies();
+  if (!sharded())
+    for (size_t u = 0; u < master_.size(); ++u)
+      if (compute_[u].data != master_[u].data) ops_.convert(compute_[u], master_[u]);
   return norm;
 }
 

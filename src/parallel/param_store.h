@@ -1,16 +1,28 @@
-// The parameter state of every unit on one rank: fp32 master weights, fp32 gradients,
-// AdamW m and v, and the compute-dtype weight copies the model reads.
+// The parameter state of every unit on one rank, in either parallel mode.
 //
-// One layout serves every mode: a unit is a flat buffer padded to world * align elements;
-// this rank owns [rank * shard, (rank + 1) * shard) of it. In a single process the shard is
-// the whole unit. Gradients are kept whole-unit (the model accumulates into them); the
-// optimizer runs on the owned shard. On the CPU the compute weights are the masters
-// themselves (F32); elsewhere they are converted copies refreshed after each step.
+// One layout serves every mode (model/params.h): a unit is a flat buffer padded to
+// world * align elements and rank r owns [r * shard, (r + 1) * shard) of it.
+//  - Single process and DDP: a rank owns whole units. Master weights, AdamW m and v and
+//    the gradients are whole; the compute copies (bf16 on GPUs; on the CPU the masters
+//    themselves) are refreshed after each step. A unit's gradient is all-reduced (summed)
+//    as soon as the model says it is complete, on the last micro-batch only (no_sync
+//    before), while the backward of the next unit runs.
+//  - FSDP: a rank owns one shard of every unit's master, m, v and gradient. weights(u)
+//    converts the owned shard to the compute dtype and all-gathers the unit into a pooled
+//    buffer, freed by release(u) (the backward gathers again). grads(u) is a pooled
+//    full-unit F32 buffer; grads_ready(u) reduce-scatters it into the owned gradient shard,
+//    every micro-batch.
+// Gradients are summed, not averaged, across ranks: the loss is normalised by the global
+// count of target tokens (run/trainer.cpp), so the sum is the gradient of the global mean.
+// The optimizer is one AdamW pass over the owned memory and clips by the global norm
+// (squares summed across ranks in FSDP; in DDP every rank holds the same whole gradient).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
+#include "comm/comm.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "model/weights.h"
@@ -18,40 +30,63 @@
 
 namespace anvil {
 
+enum class ParallelMode { kDdp, kFsdp };
+ParallelMode parse_parallel_mode(const std::string& name);  // "ddp" | "fsdp"
+
 class ParamStore final : public UnitSource {
  public:
-  ParamStore(const ParamTable& table, Ops& ops);
+  // comm: null for a single process (then table.world() must be 1).
+  ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode);
   ~ParamStore() override;
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
-  void load(const HostUnits& units);  // masters from host, m = v = 0, grads = 0
-  HostUnits download_masters() const;
+  void load(const HostUnits& units);   // full units on every rank; each keeps what it owns
+  HostUnits download_masters();        // full units (FSDP: gathered; every rank must call)
 
   // UnitSource
   Tensor weights(int unit) override;
-  void release(int) override {}
-  Tensor grads(int unit) override { return grads_[static_cast<size_t>(unit)]; }
-  void grads_ready(int) override {}
+  void release(int unit) override;
+  Tensor grads(int unit) override;
+  void grads_ready(int unit) override;
 
+  // DDP: whether this micro-batch's gradients are synchronised (false: no_sync).
+  void set_sync(bool sync) { sync_ = sync; }
   void zero_grads();
   // Clips by the global norm and takes one AdamW step; returns the pre-clip norm.
   double optimizer_step(const OptimizerConfig& c, int64_t step, double lr);
 
+  ParallelMode mode() const { return mode_; }
+  bool sharded() const { return mode_ == ParallelMode::kFsdp && world_ > 1; }
+  // Owned memory: [offset, offset + numel) of each unit.
+  int64_t owned_offset(int unit) const;
   const std::vector<Tensor>& masters() const { return master_; }
   const std::vector<Tensor>& exp_avg() const { return m_; }
   const std::vector<Tensor>& exp_avg_sq() const { return v_; }
-  int64_t bytes() const { return bytes_; }
+  const std::vector<Tensor>& owned_grads() const { return grads_; }
+  int64_t persistent_bytes() const { return persistent_bytes_; }
 
  private:
-  Tensor make(int64_t n, DType dtype);
-  void refresh_compute_copies();
+  Tensor make(int64_t n, DType dtype);  // persistent
+  Tensor pooled(int64_t n, DType dtype);
+  void unpool(const Tensor& t);
+  void finish_pending();
 
   const ParamTable& table_;
   Ops& ops_;
+  Comm* comm_;
+  ParallelMode mode_;
+  int world_ = 1, rank_ = 0;
+  bool sync_ = true;
   std::vector<void*> buffers_;
-  int64_t bytes_ = 0;
-  std::vector<Tensor> master_, grads_, m_, v_, compute_;
+  int64_t persistent_bytes_ = 0;
+  std::vector<Tensor> master_, grads_, m_, v_, compute_;  // owned (compute: DDP only)
+  std::map<int, Tensor> gathered_, full_grads_;           // FSDP: live pooled buffers
+  std::multimap<size_t, void*> pool_;                     // free pooled buffers by size
+  Tensor rs_tmp_;          // FSDP: the reduce-scatter output awaiting accumulation
+  Tensor pending_full_;    // FSDP: the full gradient that reduce-scatter is reading
+  int pending_unit_ = -1;  // unit whose reduce-scatter is in flight into rs_tmp_
+  CommWork pending_work_, last_work_;
   Tensor scratch_;
 };
 

@@ -11,9 +11,11 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/env.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "io/hub.h"
+#include "comm/comm.h"
 #include "io/safetensors.h"
 #include "run/trainer.h"
 
@@ -40,6 +42,21 @@ BlockSource open_blocks(const std::string& path) {
   return s;
 }
 
+// DistributedSampler(shuffle, seed, drop_last=True) with set_epoch(epoch): rank r reads
+// positions r, r + world, ... of the epoch's order, cut to a multiple of world.
+std::vector<int64_t> sampler_indices(int64_t n, int world, int rank, int64_t epoch, int64_t seed, bool shuffle) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle) {
+    std::mt19937_64 rng(static_cast<uint64_t>(seed) * 1000003ull + static_cast<uint64_t>(epoch));
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  const int64_t per_rank = n / world;
+  std::vector<int64_t> mine(static_cast<size_t>(per_rank));
+  for (int64_t i = 0; i < per_rank; ++i) mine[static_cast<size_t>(i)] = order[static_cast<size_t>(i * world + rank)];
+  return mine;
+}
+
 double peak_rss_gib() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -54,6 +71,12 @@ TrainSummary run_train(const TrainOptions& o) {
   ANVIL_ENSURE(o.steps >= 1 && o.micro_batch >= 1 && o.grad_accum >= 1, kUsage,
                "anvil train: --steps, --micro-batch and --grad-accum must be at least 1");
   const std::string device = !o.device.empty() ? o.device : (cuda_available() ? "cuda" : "cpu");
+  // A worker of a launcher (anvil's own, torchrun, srun...) joins its group from RANK etc.
+  std::unique_ptr<Comm> comm;
+  const CommOptions copt = comm_options_from_env();
+  if (env_rank() >= 0) comm = make_comm(device == "cuda" ? Device::kCUDA : Device::kCPU, copt);
+  const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
+  if (rank != 0) log_set_level(LogLevel::kWarn);
 
   ModelConfig cfg;
   std::string model_dir;
@@ -63,7 +86,7 @@ TrainSummary run_train(const TrainOptions& o) {
   } else {
     cfg = preset_config(o.preset);
   }
-  ParamTable table(cfg, 1);
+  ParamTable table(cfg, world);
   HostUnits weights = make_host_units(table);
   if (!model_dir.empty()) load_hf_weights(model_dir, table, weights);
   else init_weights(cfg, table, static_cast<uint64_t>(o.seed), weights);
@@ -71,37 +94,36 @@ TrainSummary run_train(const TrainOptions& o) {
   BlockSource data = open_blocks(o.data);
   ANVIL_ENSURE(o.seq_len == 0 || o.seq_len == data.t, kUsage, "anvil train: --seq-len ", o.seq_len, " differs from the ",
                data.t, " tokens per block of ", o.data);
-  const int64_t per_step = o.micro_batch * o.grad_accum;
-  ANVIL_ENSURE(data.n >= per_step, kInvalidInput, o.data, " holds ", data.n, " blocks, fewer than one step's ",
-               per_step, " (micro-batch x grad-accum)");
+  const int64_t per_step = o.micro_batch * o.grad_accum;  // per rank
+  ANVIL_ENSURE(data.n / world >= per_step, kInvalidInput, o.data, " holds ", data.n, " blocks, fewer than one step's ",
+               per_step * world, " (micro-batch x grad-accum x ranks)");
 
   TrainerSettings s;
   s.device = device;
+  s.device_index = copt.local_rank;
+  s.mode = parse_parallel_mode(o.mode);
   s.micro_batch = o.micro_batch;
   s.seq_len = data.t;
   s.recompute = o.recompute == "full" ? Recompute::kFull : Recompute::kNone;
   s.optim = o.optim;
   s.total_steps = o.steps;
-  Trainer trainer(cfg, weights, s);
+  Trainer trainer(cfg, weights, s, comm.get());
   weights.clear();
-  log_info("training ", cfg.architecture, " (", table.total_numel(), " parameters) on ", device, ": ", data.n,
-           " blocks of ", data.t, " tokens, ", o.steps, " steps of ", per_step, " sequences");
+  log_info("training ", cfg.architecture, " (", table.total_numel(), " parameters) on ", world, " x ", device, " (",
+           o.mode, "): ", data.n, " blocks of ", data.t, " tokens, ", o.steps, " steps of ", per_step * world,
+           " sequences");
 
-  // Epoch order: a permutation per epoch from (seed, epoch), or file order; drop_last.
-  const int64_t per_epoch = data.n / per_step;
-  std::vector<int64_t> order(static_cast<size_t>(data.n));
+  // This rank's slice of each epoch; an epoch ends when a whole step no longer fits.
+  const int64_t steps_per_epoch = (data.n / world) / per_step;
+  std::vector<int64_t> mine;
   int64_t epoch = -1;
-  auto block_of = [&](int64_t global_index) {
-    const int64_t e = global_index / (per_epoch * per_step);
+  auto block_of = [&](int64_t index) {  // index-th block this rank reads
+    const int64_t e = index / (steps_per_epoch * per_step);
     if (e != epoch) {
       epoch = e;
-      std::iota(order.begin(), order.end(), 0);
-      if (o.shuffle) {
-        std::mt19937_64 rng(static_cast<uint64_t>(o.seed) * 1000003ull + static_cast<uint64_t>(e));
-        std::shuffle(order.begin(), order.end(), rng);
-      }
+      mine = sampler_indices(data.n, world, rank, e, o.seed, o.shuffle);
     }
-    return order[static_cast<size_t>(global_index % (per_epoch * per_step))];
+    return mine[static_cast<size_t>(index % (steps_per_epoch * per_step))];
   };
 
   std::ofstream metrics;
@@ -127,10 +149,10 @@ TrainSummary run_train(const TrainOptions& o) {
     summary.losses.push_back(st.loss);
     if (step > warm) {
       timed_s += dt;
-      timed_tokens += per_step * data.t;
+      timed_tokens += per_step * world * data.t;
     }
-    if (step % o.log_every == 0 || step == o.steps || step == 1) {
-      const double tps = static_cast<double>(per_step * data.t) / dt;
+    if (rank == 0 && (step % o.log_every == 0 || step == o.steps || step == 1)) {
+      const double tps = static_cast<double>(per_step * world * data.t) / dt;
       char line[256];
       std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f tok/s",
                     static_cast<long long>(step), static_cast<long long>(o.steps), st.loss, st.grad_norm, st.lr, tps);
@@ -149,8 +171,9 @@ TrainSummary run_train(const TrainOptions& o) {
            warm ? " (first 10 steps excluded)" : "", ", peak host memory ", summary.peak_host_gib, " GiB");
 
   if (!o.export_dir.empty()) {
+    const HostUnits final_w = trainer.masters();  // a collective in FSDP: every rank
+    if (rank != 0) return summary;
     make_directories(o.export_dir);
-    const HostUnits final_w = trainer.masters();
     Json j = cfg.raw.is_object() ? cfg.raw : config_to_json(cfg);
     j["dtype"] = "bfloat16";
     json_write_file(path_join(o.export_dir, "config.json"), j);

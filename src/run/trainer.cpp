@@ -12,9 +12,11 @@ std::unique_ptr<Ops> make_ops(const std::string& device, int device_index) {
   raise(ErrorKind::kUsage, "unknown device '", device, "' (cpu or cuda)");
 }
 
-Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings)
-    : config_(config), settings_(settings), table_(config, 1), ops_(make_ops(settings.device, settings.device_index)) {
-  store_ = std::make_unique<ParamStore>(table_, *ops_);
+Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings, Comm* comm)
+    : config_(config), settings_(settings), comm_(comm), table_(config, comm ? comm->world() : 1),
+      ops_(make_ops(settings.device, settings.device_index)) {
+  if (comm_) comm_->set_compute_stream(ops_->stream());
+  store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings.mode);
   store_->load(weights);
   model_ = std::make_unique<Transformer>(config_, table_, *ops_, settings.micro_batch, settings.seq_len,
                                          settings.recompute);
@@ -73,16 +75,19 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     for (size_t i = 0; i < lab.size(); ++i)
       if (static_cast<int64_t>(i % static_cast<size_t>(T)) != 0 && lab[i] != -100) ++total;
   }
+  total = global_sum(total, "target tokens");
   ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1, " has no target tokens (every label is -100)");
+  if (comm_) comm_->set_step(step_ + 1);
   ops_->zero(loss_sum_);
-  for (const TokenBatch& b : micro_batches) {
-    upload_batch(b);
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    upload_batch(micro_batches[i]);
+    store_->set_sync(i + 1 == micro_batches.size());  // DDP: no_sync before the last
     model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(total), loss_sum_);
   }
   float loss_sum = 0;
   ops_->download(&loss_sum, loss_sum_);
   StepStats s;
-  s.loss = loss_sum / static_cast<double>(total);
+  s.loss = (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(total);
   s.target_tokens = total;
   ANVIL_ENSURE(std::isfinite(s.loss), kNumerics, "loss is ", s.loss, " at step ", step_ + 1,
                ": stopping before the update");
@@ -93,10 +98,14 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   return s;
 }
 
+int64_t Trainer::global_sum(int64_t local, const char* what) {
+  return comm_ ? comm_->host_sum(local, what) : local;
+}
+
 double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logits) {
   store_->zero_grads();
   ops_->zero(loss_sum_);
-  const int64_t count = upload_batch(batch);
+  const int64_t count = global_sum(upload_batch(batch), "target tokens");
   ANVIL_ENSURE(count > 0, kInvalidInput, "the batch has no target tokens");
   Tensor lg;
   void* lg_buf = nullptr;
@@ -112,13 +121,14 @@ double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logi
   }
   float loss_sum = 0;
   ops_->download(&loss_sum, loss_sum_);
-  return loss_sum / static_cast<double>(count);
+  return (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(count);
 }
 
 HostUnits Trainer::grads() const {
+  ANVIL_ENSURE(!store_->sharded(), kInternal, "whole gradients are not kept in FSDP");
   HostUnits out;
   for (size_t u = 0; u < table_.units().size(); ++u) {
-    Tensor g = store_->grads(static_cast<int>(u));
+    Tensor g = store_->owned_grads()[u];
     out.emplace_back(static_cast<size_t>(g.numel()));
     ops_->download(out.back().data(), g);
   }

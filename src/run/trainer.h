@@ -31,6 +31,7 @@ struct TokenBatch {
 struct TrainerSettings {
   std::string device = "cpu";  // cpu | cuda
   int device_index = 0;
+  ParallelMode mode = ParallelMode::kDdp;
   int64_t micro_batch = 1, seq_len = 2048;
   Recompute recompute = Recompute::kNone;
   OptimizerConfig optim;
@@ -48,7 +49,9 @@ std::unique_ptr<Ops> make_ops(const std::string& device, int device_index);
 
 class Trainer {
  public:
-  Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings);
+  // comm: null for a single process; otherwise this rank's group (ops on its device).
+  Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings,
+          Comm* comm = nullptr);
   ~Trainer();
 
   StepStats step(const std::vector<TokenBatch>& micro_batches);
@@ -60,15 +63,17 @@ class Trainer {
   const ParamTable& table() const { return table_; }
   ParamStore& store() { return *store_; }
   Ops& ops() { return *ops_; }
-  HostUnits masters() const { return store_->download_masters(); }
+  HostUnits masters() { return store_->download_masters(); }  // every rank must call
   HostUnits grads() const;
 
  private:
   // Uploads ids/targets of a micro-batch; returns its count of target tokens.
   int64_t upload_batch(const TokenBatch& b);
+  int64_t global_sum(int64_t local, const char* what);
 
   ModelConfig config_;
   TrainerSettings settings_;
+  Comm* comm_;
   ParamTable table_;
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<ParamStore> store_;
