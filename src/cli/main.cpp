@@ -21,6 +21,7 @@ constexpr Command kCommands[] = {
     {"grad", "loss, logits and gradients of one batch: the parity tool against PyTorch",
      anvil::cmd_grad},
     {"init", "write a Hugging Face model folder with freshly initialised weights", anvil::cmd_init},
+    {"bench", "collective bus bandwidth like nccl-tests, or GPU copy bandwidth (p2p)", anvil::cmd_bench},
 };
 
 void print_usage(FILE* out) {

@@ -64,6 +64,7 @@ class Comm {
   int world() const { return bootstrap_->world(); }
   double timeout_s() const { return bootstrap_->timeout_s(); }
   virtual Device device() const = 0;
+  virtual int gpu() const = 0;               // the CUDA device of the buffers; -1 on the CPU
   virtual std::string backend() const = 0;  // "cpu" or "nccl"
 
   // The step named in error messages (the training loop sets it once per step).

@@ -107,6 +107,7 @@ class CpuComm final : public Comm {
   }
 
   Device device() const override { return Device::kCPU; }
+  int gpu() const override { return -1; }
   std::string backend() const override { return "cpu"; }
 
   CommWork all_reduce(Tensor out, Tensor in, ReduceOp op, std::string_view tag) override {

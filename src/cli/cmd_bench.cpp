@@ -1,0 +1,122 @@
+// anvil bench: collective bandwidth (nccl-tests style) and GPU copy bandwidth.
+//
+// With --nproc-per-node this process launches the ranks (run/launcher.h), each of which is
+// anvil bench again with RANK etc. set; without it, a worker joins from the environment,
+// so torchrun, srun or mpirun can start the ranks too. One GPU has nobody to talk to: the
+// bench says so and measures device copy bandwidth instead.
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "comm/bench.h"
+#include "comm/device.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "run/launcher.h"
+
+namespace anvil {
+
+namespace {
+
+void print(const std::string& s) {
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+DType parse_dtype(const std::string& s) { return s == "fp32" ? DType::kF32 : DType::kBF16; }
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  std::string what, min_b = "8", max_b, dtype = "bf16", nproc, device = "cuda";
+  int64_t iters = 20, warmup = 5, root = 0;
+  double factor = 2.0;
+  bool json = false;
+  Args args("bench",
+            "measure collective bandwidth like nccl-tests (all_reduce, all_gather, reduce_scatter, broadcast), "
+            "or copy bandwidth between GPUs (p2p)");
+  args.positional("what", &what, "all_reduce | all_gather | reduce_scatter | broadcast | p2p")
+      .opt("-b,--minbytes", &min_b, "SIZE", "smallest size of the sweep (8, 64K, 4M, 1G)")
+      .opt("-e,--maxbytes", &max_b, "SIZE",
+           "largest size of the sweep [default: 4G on GPUs, 16M on the CPU; p2p: the copy size, 256M]")
+      .opt("-f,--stepfactor", &factor, "F", "size multiplier between steps")
+      .choice("--dtype", &dtype, {"bf16", "fp32"}, "element type")
+      .opt("--iters", &iters, "N", "timed iterations per size")
+      .opt("--warmup", &warmup, "N", "untimed iterations per size")
+      .opt("--root", &root, "RANK", "root of broadcast")
+      .opt("--nproc-per-node", &nproc, "gpu|N", "launch this many ranks here (gpu: one per visible GPU)")
+      .choice("--device", &device, {"cuda", "cpu"}, "GPUs through NCCL, or CPU ranks through TCP")
+      .flag("--json", &json, "print JSON instead of the table");
+  if (!args.parse(argc, argv)) return 0;
+
+  const bool on_gpu = device == "cuda";
+  if (what == "p2p") {
+    ANVIL_ENSURE(on_gpu, kUsage, "anvil bench p2p measures GPUs; it has no --device cpu");
+    const int64_t bytes = parse_size(max_b.empty() ? "256M" : max_b, "-e");
+    P2pReport r = bench_p2p(bytes, static_cast<int>(iters), static_cast<int>(warmup));
+    print(json ? p2p_json(r).dump(2) + "\n" : p2p_table(r));
+    return 0;
+  }
+  BenchOptions o;
+  ANVIL_ENSURE(bench_collective_from_name(what, &o.collective), kUsage, "anvil bench: unknown benchmark '", what,
+               "' (all_reduce, all_gather, reduce_scatter, broadcast or p2p)");
+  o.min_bytes = parse_size(min_b, "-b");
+  o.max_bytes = parse_size(max_b.empty() ? (on_gpu ? "4G" : "16M") : max_b, "-e");
+  o.factor = factor;
+  o.dtype = parse_dtype(dtype);
+  o.iters = static_cast<int>(iters);
+  o.warmup = static_cast<int>(warmup);
+  o.root = static_cast<int>(root);
+  bench_sizes(o, 1);  // usage errors before any worker starts
+
+  if (!nproc.empty() && env_rank() < 0) {
+    int n = 0;
+    if (nproc == "gpu") {
+      ANVIL_ENSURE(on_gpu, kUsage, "anvil bench: --nproc-per-node gpu needs --device cuda; give a number of CPU ranks");
+      n = gpu_count();
+      ANVIL_ENSURE(n > 0, kNoDevice, "anvil bench: no GPU is visible (no driver, no GPU, or CUDA_VISIBLE_DEVICES "
+                   "empty); use --device cpu --nproc-per-node N for CPU ranks");
+    } else {
+      char* end = nullptr;
+      n = static_cast<int>(std::strtol(nproc.c_str(), &end, 10));
+      ANVIL_ENSURE(end && *end == '\0' && n >= 1, kUsage, "anvil bench: --nproc-per-node expects gpu or a number, got '",
+                   nproc, "'");
+    }
+    if (n > 1) {
+      LaunchOptions lo;
+      lo.nproc = n;
+      lo.argv = {self_executable(), "bench"};
+      for (int i = 0; i < argc; ++i) lo.argv.push_back(argv[i]);
+      launch_workers(lo);
+      return 0;
+    }
+  }
+
+  CommOptions co = comm_options_from_env();
+  if (co.world > 1) log_set_rank(co.rank);
+  if (on_gpu && co.world == 1) {
+    ANVIL_ENSURE(gpu_count() > 0, kNoDevice, "anvil bench: no GPU is visible (no driver, no GPU, or "
+                 "CUDA_VISIBLE_DEVICES empty); use --device cpu for CPU ranks");
+    const std::string note = cat("collectives need two or more GPUs; this run has one (", gpu_count(),
+                                 " visible, --nproc-per-node ", nproc.empty() ? "not given" : nproc,
+                                 "), so it measures what one GPU can: device copy bandwidth");
+    std::vector<CopyRow> rows = bench_device_copy(co.local_rank, o);
+    if (json) {
+      Json j = {{"mode", "device_copy"}, {"note", note}, {"gpu", co.local_rank}, {"rows", Json::array()}};
+      for (const CopyRow& r : rows) j["rows"].push_back({{"bytes", r.bytes}, {"time_us", r.time_us}, {"gbps", r.gbps}});
+      print(j.dump(2) + "\n");
+    } else {
+      print("# " + note + "\n" + copy_table(rows, co.local_rank));
+    }
+    return 0;
+  }
+  std::unique_ptr<Comm> comm = make_comm(on_gpu ? Device::kCUDA : Device::kCPU, co);
+  BenchReport report = run_bench(*comm, o);
+  if (comm->rank() == 0) print(json ? bench_json(report).dump(2) + "\n" : bench_table(report));
+  ANVIL_ENSURE(report.wrong() == 0, kComm, "anvil bench ", what, ": ", report.wrong(),
+               " wrong values after the timed loop: the ", comm->backend(), " comm corrupts data");
+  return 0;
+}
+
+}  // namespace anvil
