@@ -1,0 +1,220 @@
+// anvil_bench_ops: times every op of the CUDA backend at the shapes of one training step of
+// a model (Qwen3-1.7B by default: C 2048, 16 q heads, 8 kv heads, head_dim 128, I 6144,
+// V 151936) and prints each op's time against its floor: FLOPs over the bf16 dense rate
+// for matrix work, bytes over memory bandwidth for the rest (peaks as flags, defaults
+// 790 TFLOP/s and 4.0 TB/s, the rates measured on an H200).
+//
+// Usage: anvil_bench_ops [--tokens N] [--seq T] [--peak-tflops F] [--peak-tbs B]
+// Times are host-clock medians of 5 batches of back-to-back calls (each batch ends with
+// one synchronize), after warm-up; inputs are random, never zeros.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace anvil {
+namespace {
+
+struct Model {
+  int64_t C = 2048, H = 16, KV = 8, hd = 128, I = 6144, V = 151936;
+};
+
+class Bench {
+ public:
+  Bench(Ops& ops, double peak_flops, double peak_bytes) : ops_(ops), peak_flops_(peak_flops), peak_bytes_(peak_bytes) {}
+  ~Bench() {
+    for (void* p : owned_) ops_.release(p);
+  }
+
+  // A device tensor of random values (bf16 or f32), or of token ids in [0, id_range).
+  Tensor make(DType dt, Shape s, float scale = 1.0f, int64_t id_range = 0) {
+    Tensor t(ops_.alloc(static_cast<size_t>(s.numel()) * dtype_size(dt)), dt, s, Device::kCUDA);
+    owned_.push_back(t.data);
+    const size_t n = static_cast<size_t>(s.numel());
+    const size_t block = std::min<size_t>(n, size_t{1} << 20);
+    std::mt19937 gen(static_cast<uint32_t>(owned_.size()));
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<char> host(block * dtype_size(dt));
+    for (size_t i = 0; i < block; ++i) {
+      if (dt == DType::kBF16) {
+        const uint16_t b = f32_to_bf16_bits(dist(gen));
+        std::memcpy(host.data() + 2 * i, &b, 2);
+      } else if (dt == DType::kF32) {
+        const float f = dist(gen);
+        std::memcpy(host.data() + 4 * i, &f, 4);
+      } else {
+        const int32_t v = static_cast<int32_t>(gen() % static_cast<uint32_t>(id_range));
+        std::memcpy(host.data() + 4 * i, &v, 4);
+      }
+    }
+    for (size_t off = 0; off < n; off += block) {
+      const size_t len = std::min(block, n - off);
+      Tensor part(static_cast<char*>(t.data) + off * dtype_size(dt), dt, {static_cast<int64_t>(len)}, Device::kCUDA);
+      ops_.upload(part, host.data());
+    }
+    return t;
+  }
+
+  // Times fn; flops or bytes (one of them non-zero) give the floor.
+  void run(const std::string& name, const std::string& shape, double flops, double bytes,
+           const std::function<void()>& fn) {
+    using clock = std::chrono::steady_clock;
+    fn();
+    ops_.synchronize();
+    auto t0 = clock::now();
+    fn();
+    ops_.synchronize();
+    const double once = std::chrono::duration<double>(clock::now() - t0).count();
+    const int reps = std::max(1, std::min(200, static_cast<int>(2e-3 / std::max(once, 1e-6))));
+    std::vector<double> per;
+    for (int b = 0; b < 5; ++b) {
+      t0 = clock::now();
+      for (int r = 0; r < reps; ++r) fn();
+      ops_.synchronize();
+      per.push_back(std::chrono::duration<double>(clock::now() - t0).count() / reps);
+    }
+    std::sort(per.begin(), per.end());
+    const double t = per[per.size() / 2];
+    const double floor = flops > 0 ? flops / peak_flops_ : bytes / peak_bytes_;
+    if (flops > 0)
+      std::printf("%-28s %-22s %10.1f us %9.1f TFLOP/s  floor %8.1f us  %5.1f%% of peak\n", name.c_str(),
+                  shape.c_str(), t * 1e6, flops / t / 1e12, floor * 1e6, 100.0 * floor / t);
+    else
+      std::printf("%-28s %-22s %10.1f us %9.2f TB/s     floor %8.1f us  %5.1f%% of peak\n", name.c_str(),
+                  shape.c_str(), t * 1e6, bytes / t / 1e12, floor * 1e6, 100.0 * floor / t);
+    std::fflush(stdout);
+  }
+
+ private:
+  Ops& ops_;
+  double peak_flops_, peak_bytes_;
+  std::vector<void*> owned_;
+};
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t v : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(v);
+  }
+  return s;
+}
+
+int bench_main(int argc, char** argv) {
+  int64_t tokens = 2048, seq = 2048;
+  double peak_tflops = 790, peak_tbs = 4.0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--tokens") tokens = std::atoll(argv[i + 1]);
+    else if (k == "--seq") seq = std::atoll(argv[i + 1]);
+    else if (k == "--peak-tflops") peak_tflops = std::atof(argv[i + 1]);
+    else if (k == "--peak-tbs") peak_tbs = std::atof(argv[i + 1]);
+    else raise(ErrorKind::kUsage, "unknown flag ", k, " (flags: --tokens --seq --peak-tflops --peak-tbs)");
+  }
+  ANVIL_ENSURE(seq > 0 && tokens % seq == 0, kUsage, "--tokens must be a multiple of --seq");
+  auto ops = make_cuda_ops(0);
+  std::printf("%s, %lld tokens (sequences of %lld); peaks %.0f TFLOP/s, %.1f TB/s\n", ops->name().c_str(),
+              static_cast<long long>(tokens), static_cast<long long>(seq), peak_tflops, peak_tbs);
+  Bench b(*ops, peak_tflops * 1e12, peak_tbs * 1e12);
+  const Model m;
+  const int64_t N = tokens, B = tokens / seq, T = seq, heads = m.H + 2 * m.KV, QKV = heads * m.hd;
+  const DType bf = DType::kBF16, f32 = DType::kF32;
+  Tensor none;
+
+  // GEMMs of one block (forward and both backward GEMMs of the largest).
+  struct Lin { const char* name; int64_t k, n; };
+  for (const Lin& l : {Lin{"qkv", m.C, QKV}, Lin{"o", m.H * m.hd, m.C}, Lin{"gate_up", m.C, 2 * m.I},
+                       Lin{"down", m.I, m.C}}) {
+    Tensor x = b.make(bf, {N, l.k}), w = b.make(bf, {l.n, l.k}, 0.02f), y = b.make(bf, {N, l.n});
+    const double fl = 2.0 * N * l.n * l.k;
+    b.run(std::string("linear_forward ") + l.name, dims({N, l.k, l.n}), fl, 0,
+          [&] { ops->linear_forward(y, x, w, none); });
+    if (std::string(l.name) == "gate_up" || std::string(l.name) == "down") {
+      Tensor dw = b.make(f32, {l.n, l.k}, 0.0f);
+      b.run(std::string("linear_backward_input ") + l.name, dims({N, l.n, l.k}), fl, 0,
+            [&] { ops->linear_backward_input(x, y, w, false); });
+      b.run(std::string("linear_backward_weight ") + l.name, dims({l.n, l.k, N}), fl, 0,
+            [&] { ops->linear_backward_weight(dw, none, y, x); });
+    }
+  }
+
+  {  // attention
+    Tensor qkv = b.make(bf, {B, T, heads, m.hd}), out = b.make(bf, {B, T, m.H, m.hd});
+    Tensor lse = b.make(f32, {B, m.H, T}), dout = b.make(bf, {B, T, m.H, m.hd}), dqkv = b.make(bf, {B, T, heads, m.hd});
+    const double fl = 2.0 * B * m.H * static_cast<double>(T) * T * m.hd;  // causal: half of 4 B H T^2 hd
+    b.run("attention_forward", dims({B, T, m.H, m.KV, m.hd}), fl, 0,
+          [&] { ops->attention_forward(out, lse, qkv, static_cast<int>(m.H), static_cast<int>(m.KV)); });
+    b.run("attention_backward", dims({B, T, m.H, m.KV, m.hd}), 2.5 * fl, 0, [&] {
+      ops->attention_backward(dqkv, dout, qkv, out, lse, static_cast<int>(m.H), static_cast<int>(m.KV));
+    });
+  }
+
+  {  // norms, rope, swiglu, add, embedding
+    Tensor x = b.make(bf, {N, m.C}), w = b.make(bf, {m.C}), out = b.make(bf, {N, m.C}), rstd = b.make(f32, {N});
+    Tensor dw = b.make(f32, {m.C}, 0.0f);
+    const double row = 2.0 * N * m.C;
+    b.run("rmsnorm_forward", dims({N, m.C}), 0, 2 * row, [&] { ops->rmsnorm_forward(out, rstd, x, w, 1e-6f); });
+    b.run("rmsnorm_backward", dims({N, m.C}), 0, 3 * row,
+          [&] { ops->rmsnorm_backward(out, dw, x, x, w, rstd, false); });
+    b.run("add", dims({N, m.C}), 0, 3 * row, [&] { ops->add(out, x, out); });
+
+    Tensor qkv = b.make(bf, {N, heads, m.hd}), qo = b.make(bf, {N, heads, m.hd}), qr = b.make(f32, {N, m.H + m.KV});
+    Tensor cs = b.make(f32, {T, m.hd / 2}), sn = b.make(f32, {T, m.hd / 2});
+    Tensor qw = b.make(bf, {m.hd}), kw = b.make(bf, {m.hd}), dqw = b.make(f32, {m.hd}, 0.0f), dkw = b.make(f32, {m.hd}, 0.0f);
+    const double qb = 2.0 * N * QKV;
+    b.run("qk_norm_rope_forward", dims({N, heads, m.hd}), 0, 2 * qb, [&] {
+      ops->qk_norm_rope_forward(qo, qr, qkv, qw, kw, cs, sn, static_cast<int>(m.H), static_cast<int>(m.KV), 1e-6f);
+    });
+    b.run("qk_norm_rope_backward", dims({N, heads, m.hd}), 0, 3 * qb, [&] {
+      ops->qk_norm_rope_backward(qo, dqw, dkw, qkv, qkv, qw, kw, qr, cs, sn, static_cast<int>(m.H),
+                                 static_cast<int>(m.KV));
+    });
+
+    Tensor gu = b.make(bf, {N, 2 * m.I}), act = b.make(bf, {N, m.I}), dgu = b.make(bf, {N, 2 * m.I});
+    const double ib = 2.0 * N * m.I;
+    b.run("swiglu_forward", dims({N, m.I}), 0, 3 * ib, [&] { ops->swiglu_forward(act, gu); });
+    b.run("swiglu_backward", dims({N, m.I}), 0, 5 * ib, [&] { ops->swiglu_backward(dgu, act, gu); });
+
+    Tensor ids = b.make(DType::kI32, {N}, 0, m.V), table = b.make(bf, {m.V, m.C}), dtable = b.make(f32, {m.V, m.C}, 0.0f);
+    b.run("embedding_forward", dims({N, m.C}), 0, 2 * row, [&] { ops->embedding_forward(out, ids, table); });
+    b.run("embedding_backward", dims({N, m.C}), 0, row + 8.0 * N * m.C,
+          [&] { ops->embedding_backward(dtable, ids, out); });
+
+    Tensor loss = b.make(f32, {1}, 0.0f), dh = b.make(bf, {N, m.C}), targets = b.make(DType::kI32, {N}, 0, m.V);
+    b.run("cross_entropy (fused)", dims({N, m.V, m.C}), 6.0 * N * m.V * m.C, 0, [&] {
+      ops->cross_entropy_forward_backward(loss, dh, dtable, x, table, targets, 1.0f / static_cast<float>(N), none);
+    });
+  }
+
+  {  // optimizer over 2^28 parameters
+    const int64_t n = int64_t{1} << 28;
+    Tensor p = b.make(f32, {n}), g = b.make(f32, {n}, 1e-3f), mm = b.make(f32, {n}, 0.0f), vv = b.make(f32, {n}, 0.0f);
+    Tensor ss = b.make(f32, {1}, 0.0f);
+    AdamWHyper hp;
+    b.run("adamw_step", dims({n}), 0, 28.0 * n, [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f); });
+    b.run("sum_squares", dims({n}), 0, 4.0 * n, [&] { ops->sum_squares(ss, g); });
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace anvil
+
+int main(int argc, char** argv) {
+  try {
+    return anvil::bench_main(argc, argv);
+  } catch (const anvil::Error& e) {
+    std::fprintf(stderr, "anvil_bench_ops: %s\n", e.what());
+    return anvil::exit_code(e.kind());
+  }
+}

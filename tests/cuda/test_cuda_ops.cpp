@@ -1,0 +1,486 @@
+// Every CUDA op against the fp32 CPU reference, on random inputs of several shapes (odd
+// sizes included, so the scalar paths and partial tiles run too).
+//
+// Both backends get the same input values: random normals rounded to bf16, exact in either
+// dtype. Outputs that an op writes are poisoned with NaN first (an unwritten element then
+// fails); outputs it accumulates into start from the same random values on both sides
+// (so += is tested, not =). Tolerances are relative L2 errors that follow from bf16:
+//   kOut1: one rounding of a bf16 output (unit roundoff 2^-8; rms error about 2^-9/sqrt(3)
+//          = 1.1e-3 of the values): 4e-3;
+//   kChain: several roundings in a chain (attention's P and dS, cross-entropy's dlogits,
+//          each 2^-9 relative): 1.2e-2;
+//   kF32: fp32 results from identical bf16 inputs, only the order of additions differs: 1e-4
+//         (1e-6 for elementwise fp32 arithmetic).
+// Every comparison prints one "[err]" line (relative L2, max abs, max rel), the figures of
+// the device-run report. A build without a usable GPU skips.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/bf16.h"
+#include "ops/ops.h"
+#include "../testing.h"
+
+namespace anvil {
+namespace {
+
+constexpr double kOut1 = 4e-3, kChain = 1.2e-2, kF32 = 1e-4, kExact32 = 1e-6;
+
+Ops& cpu() {
+  static std::unique_ptr<Ops> ops = make_cpu_ops();
+  return *ops;
+}
+Ops& gpu() {
+  static std::unique_ptr<Ops> ops = make_cuda_ops(0);
+  return *ops;
+}
+
+#define REQUIRE_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no usable CUDA GPU"
+
+std::vector<float> randn(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = round_bf16(dist(gen));
+  return v;
+}
+
+std::vector<float> nans(int64_t n) { return std::vector<float>(static_cast<size_t>(n), NAN); }
+
+// One tensor on both backends: F32 on the CPU, `dtype` (F32 or BF16) on the GPU.
+class Buf {
+ public:
+  Buf(Shape shape, DType dtype, std::vector<float> values) : shape_(shape), dtype_(dtype), host_(std::move(values)) {
+    EXPECT_EQ(static_cast<int64_t>(host_.size()), shape.numel());
+    dev_ = gpu().alloc(g().bytes());
+    if (dtype_ == DType::kBF16) {
+      std::vector<uint16_t> bits(host_.size());
+      for (size_t i = 0; i < host_.size(); ++i) bits[i] = f32_to_bf16_bits(host_[i]);
+      gpu().upload(g(), bits.data());
+    } else {
+      gpu().upload(g(), host_.data());
+    }
+  }
+  ~Buf() { gpu().release(dev_); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+
+  Tensor c() { return Tensor(host_.data(), DType::kF32, shape_, Device::kCPU); }
+  Tensor g() { return Tensor(dev_, dtype_, shape_, Device::kCUDA); }
+  std::vector<double> got() {
+    std::vector<double> out(host_.size());
+    if (dtype_ == DType::kBF16) {
+      std::vector<uint16_t> bits(host_.size());
+      gpu().download(bits.data(), g());
+      for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_bits_to_f32(bits[i]);
+    } else {
+      std::vector<float> f(host_.size());
+      gpu().download(f.data(), g());
+      for (size_t i = 0; i < f.size(); ++i) out[i] = f[i];
+    }
+    return out;
+  }
+  std::vector<double> want() const { return std::vector<double>(host_.begin(), host_.end()); }
+  std::vector<float>& host() { return host_; }
+
+ private:
+  Shape shape_;
+  DType dtype_;
+  std::vector<float> host_;
+  void* dev_ = nullptr;
+};
+
+class Ids {
+ public:
+  explicit Ids(std::vector<int32_t> ids) : host_(std::move(ids)) {
+    dev_ = gpu().alloc(host_.size() * 4 + 4);
+    gpu().upload(g(), host_.data());
+  }
+  ~Ids() { gpu().release(dev_); }
+  Ids(const Ids&) = delete;
+  Ids& operator=(const Ids&) = delete;
+  Tensor c() { return Tensor(host_.data(), DType::kI32, {static_cast<int64_t>(host_.size())}, Device::kCPU); }
+  Tensor g() { return Tensor(dev_, DType::kI32, {static_cast<int64_t>(host_.size())}, Device::kCUDA); }
+
+ private:
+  std::vector<int32_t> host_;
+  void* dev_ = nullptr;
+};
+
+// Compares the GPU result with the CPU reference and prints the error line.
+void check(const std::string& what, Buf& b, double tol) {
+  const std::vector<double> got = b.got(), want = b.want();
+  double max_abs = 0, max_rel = 0, scale = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::abs(got[i] - want[i]);
+    max_abs = std::max(max_abs, d);
+    if (std::abs(want[i]) > 1e-3 * scale) max_rel = std::max(max_rel, d / std::abs(want[i]));
+  }
+  const double rel = testing::rel_l2(got.data(), want.data(), got.size());
+  std::printf("[err] %-58s rel_l2 %.2e  max_abs %.2e  max_rel %.2e  (tol %.0e)\n", what.c_str(), rel, max_abs,
+              max_rel, tol);
+  EXPECT_TRUE(testing::close_rel_l2(got, want, tol)) << what;
+}
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t v : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(v);
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------
+
+TEST(CudaOps, Linear) {
+  REQUIRE_GPU();
+  struct Case { int64_t m, k, n; bool bias; };
+  for (const Case& cs : {Case{64, 128, 96, false}, Case{37, 100, 61, true}, Case{33, 77, 45, true},
+                         Case{256, 512, 384, true}, Case{1, 64, 8, false}}) {
+    const std::string tag = dims({cs.m, cs.k, cs.n});
+    uint32_t seed = static_cast<uint32_t>(cs.m * 7 + cs.k);
+    Buf x({cs.m, cs.k}, DType::kBF16, randn(cs.m * cs.k, seed++));
+    Buf w({cs.n, cs.k}, DType::kBF16, randn(cs.n * cs.k, seed++, 0.1f));
+    Buf b({cs.n}, DType::kBF16, randn(cs.n, seed++));
+    Buf y({cs.m, cs.n}, DType::kBF16, nans(cs.m * cs.n));
+    Tensor none;
+    cpu().linear_forward(y.c(), x.c(), w.c(), cs.bias ? b.c() : none);
+    gpu().linear_forward(y.g(), x.g(), w.g(), cs.bias ? b.g() : none);
+    check("linear_forward " + tag + (cs.bias ? " +bias" : "") + " y", y, kOut1);
+
+    Buf dy({cs.m, cs.n}, DType::kBF16, randn(cs.m * cs.n, seed++));
+    Buf dx({cs.m, cs.k}, DType::kBF16, nans(cs.m * cs.k));
+    cpu().linear_backward_input(dx.c(), dy.c(), w.c(), false);
+    gpu().linear_backward_input(dx.g(), dy.g(), w.g(), false);
+    check("linear_backward_input " + tag + " dx", dx, kOut1);
+    Buf dx2({cs.m, cs.k}, DType::kBF16, randn(cs.m * cs.k, seed++));
+    cpu().linear_backward_input(dx2.c(), dy.c(), w.c(), true);
+    gpu().linear_backward_input(dx2.g(), dy.g(), w.g(), true);
+    check("linear_backward_input " + tag + " dx (accumulate)", dx2, kOut1);
+
+    Buf dw({cs.n, cs.k}, DType::kF32, randn(cs.n * cs.k, seed++));
+    Buf db({cs.n}, DType::kF32, randn(cs.n, seed++));
+    cpu().linear_backward_weight(dw.c(), cs.bias ? db.c() : none, dy.c(), x.c());
+    gpu().linear_backward_weight(dw.g(), cs.bias ? db.g() : none, dy.g(), x.g());
+    check("linear_backward_weight " + tag + " dw", dw, kF32);
+    if (cs.bias) check("linear_backward_weight " + tag + " dbias", db, kF32);
+  }
+}
+
+TEST(CudaOps, Embedding) {
+  REQUIRE_GPU();
+  struct Case { int64_t n, vocab, cols; };
+  for (const Case& cs : {Case{50, 37, 64}, Case{300, 1000, 100}, Case{700, 5, 24}, Case{9, 100000, 2048}}) {
+    const std::string tag = dims({cs.n, cs.vocab, cs.cols});
+    std::mt19937 gen(static_cast<uint32_t>(cs.n));
+    std::vector<int32_t> id(static_cast<size_t>(cs.n));
+    for (auto& v : id) v = static_cast<int32_t>(gen() % static_cast<uint32_t>(cs.vocab));
+    Ids ids(id);
+    Buf table({cs.vocab, cs.cols}, DType::kBF16, randn(cs.vocab * cs.cols, 3));
+    Buf out({cs.n, cs.cols}, DType::kBF16, nans(cs.n * cs.cols));
+    cpu().embedding_forward(out.c(), ids.c(), table.c());
+    gpu().embedding_forward(out.g(), ids.g(), table.g());
+    check("embedding_forward " + tag + " out", out, 0.0);
+    Buf dout({cs.n, cs.cols}, DType::kBF16, randn(cs.n * cs.cols, 4));
+    Buf dtable({cs.vocab, cs.cols}, DType::kF32, randn(cs.vocab * cs.cols, 5));
+    cpu().embedding_backward(dtable.c(), ids.c(), dout.c());
+    gpu().embedding_backward(dtable.g(), ids.g(), dout.g());
+    check("embedding_backward " + tag + " dtable", dtable, kExact32);
+  }
+}
+
+TEST(CudaOps, RmsNorm) {
+  REQUIRE_GPU();
+  struct Case { int64_t rows, cols; };
+  for (const Case& cs : {Case{7, 64}, Case{33, 1000}, Case{300, 2048}, Case{5, 777}, Case{2, 5120}}) {
+    const std::string tag = dims({cs.rows, cs.cols});
+    const int64_t n = cs.rows * cs.cols;
+    Buf x({cs.rows, cs.cols}, DType::kBF16, randn(n, 11, 2.0f));
+    std::vector<float> wv = randn(cs.cols, 12, 0.2f);
+    for (auto& v : wv) v = round_bf16(1.0f + v);
+    Buf w({cs.cols}, DType::kBF16, wv);
+    Buf out({cs.rows, cs.cols}, DType::kBF16, nans(n));
+    Buf rstd({cs.rows}, DType::kF32, nans(cs.rows));
+    cpu().rmsnorm_forward(out.c(), rstd.c(), x.c(), w.c(), 1e-6f);
+    gpu().rmsnorm_forward(out.g(), rstd.g(), x.g(), w.g(), 1e-6f);
+    check("rmsnorm_forward " + tag + " out", out, kOut1);
+    check("rmsnorm_forward " + tag + " rstd", rstd, kExact32 * 10);
+    Buf dout({cs.rows, cs.cols}, DType::kBF16, randn(n, 13));
+    Buf dw({cs.cols}, DType::kF32, randn(cs.cols, 14));
+    for (bool acc : {false, true}) {
+      Buf dx({cs.rows, cs.cols}, DType::kBF16, acc ? randn(n, 15) : nans(n));
+      cpu().rmsnorm_backward(dx.c(), dw.c(), dout.c(), x.c(), w.c(), rstd.c(), acc);
+      gpu().rmsnorm_backward(dx.g(), dw.g(), dout.g(), x.g(), w.g(), rstd.g(), acc);
+      check("rmsnorm_backward " + tag + (acc ? " dx (accumulate)" : " dx"), dx, kOut1);
+      check("rmsnorm_backward " + tag + " dw", dw, kF32);
+    }
+  }
+}
+
+// cos, sin (T, hd/2) of standard RoPE, theta 1e6.
+void rope_tables(int64_t T, int64_t hd, std::vector<float>* cos, std::vector<float>* sin) {
+  const int64_t half = hd / 2;
+  cos->resize(static_cast<size_t>(T * half));
+  sin->resize(static_cast<size_t>(T * half));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const double a = static_cast<double>(t) * std::pow(1e6, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+      (*cos)[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(a));
+      (*sin)[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(a));
+    }
+}
+
+TEST(CudaOps, QkNormRope) {
+  REQUIRE_GPU();
+  struct Case { int64_t b, t; int h, kv; int64_t hd; bool norm; };
+  for (const Case& cs : {Case{2, 37, 4, 2, 64, true}, Case{1, 130, 16, 8, 128, true}, Case{2, 9, 2, 1, 32, false},
+                         Case{3, 5, 6, 2, 128, false}}) {
+    const std::string tag = dims({cs.b, cs.t, cs.h, cs.kv, cs.hd}) + (cs.norm ? " qk-norm" : "");
+    const int64_t heads = cs.h + 2 * cs.kv, rows = cs.b * cs.t, n = rows * heads * cs.hd;
+    std::vector<float> cv, sv;
+    rope_tables(cs.t, cs.hd, &cv, &sv);
+    Buf cos({cs.t, cs.hd / 2}, DType::kF32, cv), sin({cs.t, cs.hd / 2}, DType::kF32, sv);
+    Buf in({rows, heads, cs.hd}, DType::kBF16, randn(n, 21, 1.5f));
+    std::vector<float> qw = randn(cs.hd, 22, 0.3f), kw = randn(cs.hd, 23, 0.3f);
+    for (auto& v : qw) v = round_bf16(1.0f + v);
+    for (auto& v : kw) v = round_bf16(1.0f + v);
+    Buf q_w({cs.hd}, DType::kBF16, qw), k_w({cs.hd}, DType::kBF16, kw);
+    Buf out({rows, heads, cs.hd}, DType::kBF16, nans(n));
+    Buf rstd({rows, cs.h + cs.kv}, DType::kF32, cs.norm ? nans(rows * (cs.h + cs.kv)) : randn(rows * (cs.h + cs.kv), 24));
+    Tensor none;
+    cpu().qk_norm_rope_forward(out.c(), rstd.c(), in.c(), cs.norm ? q_w.c() : none, cs.norm ? k_w.c() : none,
+                               cos.c(), sin.c(), cs.h, cs.kv, 1e-6f);
+    gpu().qk_norm_rope_forward(out.g(), rstd.g(), in.g(), cs.norm ? q_w.g() : none, cs.norm ? k_w.g() : none,
+                               cos.g(), sin.g(), cs.h, cs.kv, 1e-6f);
+    check("qk_norm_rope_forward " + tag + " out", out, kOut1);
+    if (cs.norm) check("qk_norm_rope_forward " + tag + " rstd", rstd, kExact32 * 10);
+    Buf dout({rows, heads, cs.hd}, DType::kBF16, randn(n, 25));
+    Buf din({rows, heads, cs.hd}, DType::kBF16, nans(n));
+    Buf dq_w({cs.hd}, DType::kF32, randn(cs.hd, 26)), dk_w({cs.hd}, DType::kF32, randn(cs.hd, 27));
+    cpu().qk_norm_rope_backward(din.c(), dq_w.c(), dk_w.c(), dout.c(), in.c(), cs.norm ? q_w.c() : none,
+                                cs.norm ? k_w.c() : none, rstd.c(), cos.c(), sin.c(), cs.h, cs.kv);
+    gpu().qk_norm_rope_backward(din.g(), dq_w.g(), dk_w.g(), dout.g(), in.g(), cs.norm ? q_w.g() : none,
+                                cs.norm ? k_w.g() : none, rstd.g(), cos.g(), sin.g(), cs.h, cs.kv);
+    check("qk_norm_rope_backward " + tag + " din", din, kOut1);
+    check("qk_norm_rope_backward " + tag + " dq_w", dq_w, kF32);
+    check("qk_norm_rope_backward " + tag + " dk_w", dk_w, kF32);
+  }
+}
+
+TEST(CudaOps, Attention) {
+  REQUIRE_GPU();
+  struct Case { int64_t b, t; int h, kv; int64_t hd; };
+  for (const Case& cs : {Case{1, 64, 2, 1, 64}, Case{2, 37, 4, 2, 128}, Case{1, 200, 6, 2, 128}, Case{2, 130, 2, 2, 64},
+                         Case{1, 1, 2, 1, 128}, Case{1, 300, 8, 1, 128}}) {
+    const std::string tag = dims({cs.b, cs.t, cs.h, cs.kv, cs.hd});
+    const int64_t heads = cs.h + 2 * cs.kv, n = cs.b * cs.t * heads * cs.hd, no = cs.b * cs.t * cs.h * cs.hd;
+    Buf qkv({cs.b, cs.t, heads, cs.hd}, DType::kBF16, randn(n, 31, 1.0f));
+    Buf out({cs.b, cs.t, cs.h, cs.hd}, DType::kBF16, nans(no));
+    Buf lse({cs.b, cs.h, cs.t}, DType::kF32, nans(cs.b * cs.h * cs.t));
+    cpu().attention_forward(out.c(), lse.c(), qkv.c(), cs.h, cs.kv);
+    gpu().attention_forward(out.g(), lse.g(), qkv.g(), cs.h, cs.kv);
+    check("attention_forward " + tag + " out", out, kChain);
+    check("attention_forward " + tag + " lse", lse, kF32);
+
+    // Backward from the same saved tensors on both sides: the CPU's out (rounded to bf16)
+    // and lse.
+    std::vector<float> o = out.host();
+    for (auto& v : o) v = round_bf16(v);
+    Buf saved_out({cs.b, cs.t, cs.h, cs.hd}, DType::kBF16, o);
+    Buf saved_lse({cs.b, cs.h, cs.t}, DType::kF32, lse.host());
+    Buf dout({cs.b, cs.t, cs.h, cs.hd}, DType::kBF16, randn(no, 32));
+    Buf dqkv({cs.b, cs.t, heads, cs.hd}, DType::kBF16, nans(n));
+    cpu().attention_backward(dqkv.c(), dout.c(), qkv.c(), saved_out.c(), saved_lse.c(), cs.h, cs.kv);
+    gpu().attention_backward(dqkv.g(), dout.g(), qkv.g(), saved_out.g(), saved_lse.g(), cs.h, cs.kv);
+    // Per part, so that a wrong dq, dk or dv shows by name.
+    const std::vector<double> got = dqkv.got(), want = dqkv.want();
+    const char* names[3] = {"dq", "dk", "dv"};
+    for (int part = 0; part < 3; ++part) {
+      const int64_t h0 = part == 0 ? 0 : part == 1 ? cs.h : cs.h + cs.kv, h1 = part == 0 ? cs.h : h0 + cs.kv;
+      std::vector<float> g, w;
+      for (int64_t r = 0; r < cs.b * cs.t; ++r)
+        for (int64_t hh = h0; hh < h1; ++hh)
+          for (int64_t d = 0; d < cs.hd; ++d) {
+            const size_t i = static_cast<size_t>((r * heads + hh) * cs.hd + d);
+            g.push_back(static_cast<float>(got[i]));
+            w.push_back(static_cast<float>(want[i]));
+          }
+      std::vector<double> gd(g.begin(), g.end()), wd(w.begin(), w.end());
+      double max_abs = 0;
+      for (size_t i = 0; i < gd.size(); ++i) max_abs = std::max(max_abs, std::abs(gd[i] - wd[i]));
+      std::printf("[err] %-58s rel_l2 %.2e  max_abs %.2e  (tol %.0e)\n",
+                  ("attention_backward " + tag + " " + names[part]).c_str(),
+                  testing::rel_l2(gd.data(), wd.data(), gd.size()), max_abs, kChain);
+      EXPECT_TRUE(testing::close_rel_l2(gd, wd, kChain)) << "attention_backward " << tag << " " << names[part];
+    }
+  }
+}
+
+TEST(CudaOps, SwiGLU) {
+  REQUIRE_GPU();
+  struct Case { int64_t n, inter; };
+  for (const Case& cs : {Case{5, 24}, Case{33, 100}, Case{64, 1024}, Case{3, 7}}) {
+    const std::string tag = dims({cs.n, cs.inter});
+    Buf gu({cs.n, 2 * cs.inter}, DType::kBF16, randn(cs.n * 2 * cs.inter, 41, 2.0f));
+    Buf out({cs.n, cs.inter}, DType::kBF16, nans(cs.n * cs.inter));
+    cpu().swiglu_forward(out.c(), gu.c());
+    gpu().swiglu_forward(out.g(), gu.g());
+    check("swiglu_forward " + tag + " out", out, kOut1);
+    Buf dout({cs.n, cs.inter}, DType::kBF16, randn(cs.n * cs.inter, 42));
+    Buf dgu({cs.n, 2 * cs.inter}, DType::kBF16, nans(cs.n * 2 * cs.inter));
+    cpu().swiglu_backward(dgu.c(), dout.c(), gu.c());
+    gpu().swiglu_backward(dgu.g(), dout.g(), gu.g());
+    check("swiglu_backward " + tag + " dgate_up", dgu, kOut1);
+  }
+}
+
+TEST(CudaOps, AddAndConvert) {
+  REQUIRE_GPU();
+  for (int64_t n : {13, 4096, 100003}) {
+    for (DType dt : {DType::kBF16, DType::kF32}) {
+      const std::string tag = std::to_string(n) + " " + dtype_name(dt);
+      Buf a({n}, dt, randn(n, 51)), b({n}, dt, randn(n, 52)), out({n}, dt, nans(n));
+      cpu().add(out.c(), a.c(), b.c());
+      gpu().add(out.g(), a.g(), b.g());
+      check("add " + tag + " out", out, dt == DType::kBF16 ? kOut1 : kExact32);
+      cpu().add(a.c(), a.c(), b.c());  // in place
+      gpu().add(a.g(), a.g(), b.g());
+      check("add " + tag + " in place", a, dt == DType::kBF16 ? kOut1 : kExact32);
+    }
+    // F32 -> BF16 rounds to nearest even exactly as the host rounding; back is exact.
+    std::mt19937 gen(static_cast<uint32_t>(n));
+    std::normal_distribution<float> dist(0.0f, 3.0f);
+    std::vector<float> f(static_cast<size_t>(n)), r(static_cast<size_t>(n));
+    for (size_t i = 0; i < f.size(); ++i) {
+      f[i] = dist(gen);
+      r[i] = round_bf16(f[i]);
+    }
+    Buf src({n}, DType::kF32, f), dst({n}, DType::kBF16, nans(n)), back({n}, DType::kF32, nans(n));
+    gpu().convert(dst.g(), src.g());
+    gpu().convert(back.g(), dst.g());
+    const std::vector<double> got = back.got();
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += got[i] != static_cast<double>(r[i]);
+    std::printf("[err] %-58s mismatches %zu of %lld\n", ("convert F32->BF16->F32 " + std::to_string(n)).c_str(), bad,
+                static_cast<long long>(n));
+    EXPECT_EQ(bad, 0u);
+  }
+}
+
+TEST(CudaOps, CrossEntropy) {
+  REQUIRE_GPU();
+  struct Case { int64_t n, vocab, cols; bool logits; };
+  // The last case has 2 chunks of rows (256 MiB of fp32 logits per chunk at V = 151936).
+  for (const Case& cs : {Case{33, 1000, 64, true}, Case{70, 5003, 128, false}, Case{1, 17, 8, true},
+                         Case{400, 151936, 64, false}}) {
+    const std::string tag = dims({cs.n, cs.vocab, cs.cols});
+    std::mt19937 gen(static_cast<uint32_t>(cs.n + cs.vocab));
+    std::vector<int32_t> tg(static_cast<size_t>(cs.n));
+    int64_t valid = 0;
+    for (auto& v : tg) {
+      v = gen() % 5 == 0 ? -100 : static_cast<int32_t>(gen() % static_cast<uint32_t>(cs.vocab));
+      valid += v >= 0;
+    }
+    Ids targets(tg);
+    Buf h({cs.n, cs.cols}, DType::kBF16, randn(cs.n * cs.cols, 61));
+    Buf w({cs.vocab, cs.cols}, DType::kBF16, randn(cs.vocab * cs.cols, 62, 2.0f / std::sqrt(static_cast<float>(cs.cols))));
+    Buf loss({1}, DType::kF32, {0.5f});
+    Buf dh({cs.n, cs.cols}, DType::kBF16, nans(cs.n * cs.cols));
+    Buf dw({cs.vocab, cs.cols}, DType::kF32, randn(cs.vocab * cs.cols, 63, 1e-3f));
+    Buf logits({cs.n, cs.vocab}, DType::kF32, nans(cs.n * cs.vocab));
+    const float scale = 1.0f / static_cast<float>(std::max<int64_t>(valid, 1));
+    Tensor none;
+    cpu().cross_entropy_forward_backward(loss.c(), dh.c(), dw.c(), h.c(), w.c(), targets.c(), scale,
+                                         cs.logits ? logits.c() : none);
+    gpu().cross_entropy_forward_backward(loss.g(), dh.g(), dw.g(), h.g(), w.g(), targets.g(), scale,
+                                         cs.logits ? logits.g() : none);
+    check("cross_entropy " + tag + " loss_sum", loss, kF32);
+    check("cross_entropy " + tag + " dh", dh, kChain);
+    check("cross_entropy " + tag + " dw", dw, kChain);
+    if (cs.logits) check("cross_entropy " + tag + " logits", logits, kF32);
+  }
+}
+
+TEST(CudaOps, AdamW) {
+  REQUIRE_GPU();
+  for (int64_t n : {1000, 12345}) {
+    for (int64_t step : {1, 7}) {
+      const std::string tag = std::to_string(n) + " step " + std::to_string(step);
+      std::vector<float> vv = randn(n, 73, 0.01f);
+      for (auto& x : vv) x = x * x;
+      Buf param({n}, DType::kF32, randn(n, 71)), grad({n}, DType::kF32, randn(n, 72, 0.1f));
+      Buf m({n}, DType::kF32, randn(n, 74, 0.01f)), v({n}, DType::kF32, vv);
+      AdamWHyper hp;
+      hp.lr = 3e-4f;
+      hp.weight_decay = 0.1f;
+      hp.step = step;
+      cpu().adamw_step(param.c(), grad.c(), m.c(), v.c(), hp, 0.5f);
+      gpu().adamw_step(param.g(), grad.g(), m.g(), v.g(), hp, 0.5f);
+      check("adamw_step " + tag + " param", param, kExact32);
+      check("adamw_step " + tag + " m", m, kExact32);
+      check("adamw_step " + tag + " v", v, kExact32);
+    }
+  }
+}
+
+TEST(CudaOps, SumSquares) {
+  REQUIRE_GPU();
+  for (int64_t n : {1, 1000, (1 << 20) + 3}) {
+    Buf x({n}, DType::kF32, randn(n, 81)), out({1}, DType::kF32, {2.0f});
+    cpu().sum_squares(out.c(), x.c());
+    gpu().sum_squares(out.g(), x.g());
+    check("sum_squares " + std::to_string(n), out, kF32 / 10);
+  }
+}
+
+// The ops that reduce (dw sums, embedding scatter, attention backward, cross-entropy) give
+// identical bits when run twice on the same inputs.
+TEST(CudaOps, Deterministic) {
+  REQUIRE_GPU();
+  const int64_t B = 1, T = 257, H = 4, KV = 2, hd = 128, heads = H + 2 * KV, C = 256, V = 3001;
+  Buf qkv({B, T, heads, hd}, DType::kBF16, randn(B * T * heads * hd, 91));
+  Buf out({B, T, H, hd}, DType::kBF16, nans(B * T * H * hd)), lse({B, H, T}, DType::kF32, nans(B * H * T));
+  gpu().attention_forward(out.g(), lse.g(), qkv.g(), H, KV);
+  Buf dout({B, T, H, hd}, DType::kBF16, randn(B * T * H * hd, 92));
+  Buf d1({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd)), d2({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd));
+  gpu().attention_backward(d1.g(), dout.g(), qkv.g(), out.g(), lse.g(), H, KV);
+  gpu().attention_backward(d2.g(), dout.g(), qkv.g(), out.g(), lse.g(), H, KV);
+  EXPECT_EQ(d1.got(), d2.got()) << "attention_backward";
+
+  std::vector<int32_t> tg(static_cast<size_t>(T));
+  for (size_t i = 0; i < tg.size(); ++i) tg[i] = static_cast<int32_t>((i * 7919) % 50);  // many repeats
+  Ids ids(tg);
+  Buf x({T, C}, DType::kBF16, randn(T * C, 93)), w({V, C}, DType::kBF16, randn(V * C, 94, 0.1f));
+  std::vector<double> first[3];
+  for (int run = 0; run < 2; ++run) {
+    Buf dtab({V, C}, DType::kF32, std::vector<float>(static_cast<size_t>(V * C), 0.0f));
+    gpu().embedding_backward(dtab.g(), ids.g(), x.g());
+    Buf loss({1}, DType::kF32, {0.0f}), dh({T, C}, DType::kBF16, nans(T * C));
+    gpu().cross_entropy_forward_backward(loss.g(), dh.g(), dtab.g(), x.g(), w.g(), ids.g(), 1.0f / T, Tensor());
+    Buf nw({C}, DType::kF32, std::vector<float>(static_cast<size_t>(C), 0.0f)), rs({T}, DType::kF32, nans(T));
+    Buf nwt({C}, DType::kBF16, std::vector<float>(static_cast<size_t>(C), 1.0f)), nout({T, C}, DType::kBF16, nans(T * C));
+    gpu().rmsnorm_forward(nout.g(), rs.g(), x.g(), nwt.g(), 1e-6f);
+    gpu().rmsnorm_backward(nout.g(), nw.g(), x.g(), x.g(), nwt.g(), rs.g(), false);
+    if (run == 0) {
+      first[0] = dtab.got();
+      first[1] = loss.got();
+      first[2] = nw.got();
+    } else {
+      EXPECT_EQ(first[0], dtab.got()) << "embedding_backward + cross_entropy dw";
+      EXPECT_EQ(first[1], loss.got()) << "cross_entropy loss";
+      EXPECT_EQ(first[2], nw.got()) << "rmsnorm_backward dw";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace anvil
