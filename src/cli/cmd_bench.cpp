@@ -1,6 +1,6 @@
 // anvil bench: collective bandwidth (nccl-tests style) and GPU copy bandwidth.
 //
-// With --nproc-per-node this process launches the ranks (run/launcher.h), each of which is
+// With --nproc-per-node this process launches the ranks (cli/launch.h), each of which is
 // anvil bench again with RANK etc. set; without it, a worker joins from the environment,
 // so torchrun, srun or mpirun can start the ranks too. One GPU has nobody to talk to: the
 // bench says so and measures device copy bandwidth instead.
@@ -8,12 +8,11 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "comm/bench.h"
 #include "comm/device.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "run/launcher.h"
 
 namespace anvil {
 
@@ -70,28 +69,7 @@ int cmd_bench(int argc, char** argv) {
   o.root = static_cast<int>(root);
   bench_sizes(o, 1);  // usage errors before any worker starts
 
-  if (!nproc.empty() && env_rank() < 0) {
-    int n = 0;
-    if (nproc == "gpu") {
-      ANVIL_ENSURE(on_gpu, kUsage, "anvil bench: --nproc-per-node gpu needs --device cuda; give a number of CPU ranks");
-      n = gpu_count();
-      ANVIL_ENSURE(n > 0, kNoDevice, "anvil bench: no GPU is visible (no driver, no GPU, or CUDA_VISIBLE_DEVICES "
-                   "empty); use --device cpu --nproc-per-node N for CPU ranks");
-    } else {
-      char* end = nullptr;
-      n = static_cast<int>(std::strtol(nproc.c_str(), &end, 10));
-      ANVIL_ENSURE(end && *end == '\0' && n >= 1, kUsage, "anvil bench: --nproc-per-node expects gpu or a number, got '",
-                   nproc, "'");
-    }
-    if (n > 1) {
-      LaunchOptions lo;
-      lo.nproc = n;
-      lo.argv = {self_executable(), "bench"};
-      for (int i = 0; i < argc; ++i) lo.argv.push_back(argv[i]);
-      launch_workers(lo);
-      return 0;
-    }
-  }
+  if (launch_if_requested("bench", nproc, on_gpu, argc, argv)) return 0;
 
   CommOptions co = comm_options_from_env();
   if (co.world > 1) log_set_rank(co.rank);
