@@ -23,14 +23,16 @@ namespace {
 
 // GPT-2's reversible byte <-> printable character table used by ByteLevel.
 struct ByteLevelTable {
+  static constexpr char32_t kChars = 512;  // every mapped character is below 256 + 68
   char32_t byte_to_char[256];
-  std::unordered_map<char32_t, uint8_t> char_to_byte;
+  int16_t char_to_byte[kChars];             // -1: not a byte-level character
   ByteLevelTable() {
+    std::fill(std::begin(char_to_byte), std::end(char_to_byte), int16_t{-1});
     int n = 0;
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
       byte_to_char[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
-      char_to_byte[byte_to_char[b]] = static_cast<uint8_t>(b);
+      char_to_byte[byte_to_char[b]] = static_cast<int16_t>(b);
     }
   }
 };
@@ -47,9 +49,8 @@ std::string byte_level_to_bytes(std::string_view token) {
   size_t i = 0;
   while (i < token.size()) {
     const char32_t c = utf8_next(token, i);
-    auto it = t.char_to_byte.find(c);
-    if (it == t.char_to_byte.end()) return std::string(token);
-    out.push_back(static_cast<char>(it->second));
+    if (c >= ByteLevelTable::kChars || t.char_to_byte[c] < 0) return std::string(token);
+    out.push_back(static_cast<char>(t.char_to_byte[c]));
   }
   return out;
 }
@@ -765,6 +766,15 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   auto v = impl_->vocab.find(byte_level_to_bytes(token));
   if (v != impl_->vocab.end()) return v->second;
   return std::nullopt;
+}
+
+std::string_view Tokenizer::token_bytes(int32_t id) const {
+  const Impl& t = *impl_;
+  ANVIL_ENSURE(id >= 0 && static_cast<size_t>(id) < t.id_used.size() && t.id_used[static_cast<size_t>(id)],
+               kInvalidInput, "token id ", id, " is not in the vocabulary of ", t.what);
+  auto it = t.added_by_id.find(id);
+  if (it != t.added_by_id.end()) return t.added_decoded[static_cast<size_t>(it->second)];
+  return t.id_bytes[static_cast<size_t>(id)];
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_used.size()); }

@@ -57,6 +57,9 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
   std::optional<int32_t> token_to_id(std::string_view token) const;  // model or added token
+  // The bytes one id stands for in decoded text (its share of decode()'s output before
+  // UTF-8 repair); a token's byte offset in encoded text is the sum over the ids before it.
+  std::string_view token_bytes(int32_t id) const;
   int32_t vocab_size() const;  // one past the largest id
   const std::vector<AddedToken>& added_tokens() const;
   // Content hash of the tokenizer.json this was loaded from (cache keys).

@@ -1,0 +1,448 @@
+// Row encoding, packing into blocks, the block file and its cache (see packing.h).
+#include "data/packing.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "core/threads.h"
+#include "data/hash.h"
+#include "data/jsonl.h"
+
+namespace anvil {
+
+namespace {
+
+constexpr char kMagic[8] = {'A', 'N', 'V', 'I', 'L', 'P', 'K', '1'};
+constexpr const char* kFormat = "anvil-packed-v1";
+constexpr size_t kPage = 4096;
+
+// Persistent workers, so that each keeps its thread-local tokenizer caches across batches.
+// run(n, fn) calls fn(i) for every i in [0, n) across the workers and the caller, and
+// returns when all are done; fn must not throw.
+class WorkerPool {
+ public:
+  explicit WorkerPool(int threads) {
+    for (int t = 1; t < threads; ++t) workers_.emplace_back([this] { loop(); });
+  }
+  ~WorkerPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  void run(int64_t n, const std::function<void(int64_t)>& fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = &fn;
+      n_ = n;
+      next_ = 0;
+      active_ = static_cast<int>(workers_.size());
+      ++generation_;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this] { return active_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void work() {
+    for (int64_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) (*fn_)(i);
+  }
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      work();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --active_;
+      }
+      done_cv_.notify_one();
+    }
+  }
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  std::atomic<int64_t> next_{0};
+  int64_t n_ = 0;
+  int active_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+bool blank(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
+}
+
+std::unique_ptr<ChatTemplate> load_template_if_any(const std::string& dir) {
+  try {
+    return std::make_unique<ChatTemplate>(ChatTemplate::load(dir));
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kNotFound) return nullptr;
+    throw;
+  }
+}
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    ANVIL_ENSURE(w > 0, kIo, path, ": write failed (", errno_text(), ")");
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
+RowEncoder::RowEncoder(const Tokenizer& tokenizer, const ChatTemplate* chat_template, bool assistant_only_loss)
+    : tokenizer_(tokenizer), template_(chat_template), assistant_only_loss_(assistant_only_loss) {}
+
+void RowEncoder::encode_line(std::string_view line, TokenizedRow& out) const {
+  OrderedJson row;
+  try {
+    row = OrderedJson::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    raise(ErrorKind::kInvalidInput, "not valid JSON (", e.what(), ")");
+  }
+  encode_row(row, out);
+}
+
+void RowEncoder::encode_row(const OrderedJson& row, TokenizedRow& out) const {
+  out.ids.clear();
+  out.labels.clear();
+  out.rendered.clear();
+  ANVIL_ENSURE(row.is_object(), kInvalidInput, "a row must be a JSON object with \"messages\" or \"text\"");
+  if (row.contains("messages")) {
+    const OrderedJson& messages = row["messages"];
+    ANVIL_ENSURE(messages.is_array() && !messages.empty(), kInvalidInput, "\"messages\" must be a non-empty array");
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const OrderedJson& m = messages[i];
+      ANVIL_ENSURE(m.is_object() && m.contains("role") && m["role"].is_string(), kInvalidInput, "message ", i,
+                   " must be an object with a string \"role\"");
+    }
+    ANVIL_ENSURE(template_ != nullptr, kInvalidInput,
+                 "a \"messages\" row needs a chat template, and the tokenizer folder has none");
+    out.rendered = template_->render(messages, false);
+    tokenizer_.encode_append(out.rendered, out.ids);
+    if (assistant_only_loss_) out.labels = span_labels(tokenizer_, out.ids, template_->assistant_spans(messages, out.rendered));
+    return;
+  }
+  if (row.contains("text")) {
+    ANVIL_ENSURE(row["text"].is_string(), kInvalidInput, "\"text\" must be a string");
+    ANVIL_ENSURE(!assistant_only_loss_, kInvalidInput,
+                 "assistant-only loss needs conversational rows ({\"messages\": [...]}), this is a text row");
+    tokenizer_.encode_append(row["text"].get_ref<const std::string&>(), out.ids);
+    return;
+  }
+  raise(ErrorKind::kInvalidInput, "a row must hold \"messages\" or \"text\"");
+}
+
+std::vector<int32_t> span_labels(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,
+                                 const std::vector<std::pair<size_t, size_t>>& spans) {
+  std::vector<int32_t> labels(ids.size(), kIgnoreIndex);
+  size_t offset = 0, s = 0;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    while (s < spans.size() && spans[s].second <= offset) ++s;
+    if (s < spans.size() && offset >= spans[s].first && offset < spans[s].second) labels[k] = ids[k];
+    offset += tokenizer.token_bytes(ids[k]).size();
+  }
+  return labels;
+}
+
+// ---------------------------------------------------------------------------------------
+// PackedDataset
+
+PackedDataset PackedDataset::open(const std::string& path) {
+  const std::string file = is_directory(path) ? path_join(path, "packed.bin") : path;
+  PackedDataset d;
+  d.path_ = file;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  ANVIL_ENSURE(fd >= 0, kNotFound, file, ": cannot open (", errno_text(), ")");
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    raise(ErrorKind::kIo, file, ": stat failed (", errno_text(), ")");
+  }
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size < 16) {
+    ::close(fd);
+    raise(ErrorKind::kInvalidInput, file, ": not an anvil packed file (too short)");
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ANVIL_ENSURE(map != MAP_FAILED, kIo, file, ": mmap failed (", errno_text(), ")");
+  d.map_ = map;
+  d.map_size_ = size;
+  const auto* bytes = static_cast<const char*>(map);
+  ANVIL_ENSURE(std::memcmp(bytes, kMagic, 8) == 0, kInvalidInput, file, ": not an anvil packed file (bad magic)");
+  uint64_t header_len = 0;
+  for (int k = 7; k >= 0; --k) header_len = (header_len << 8) | static_cast<unsigned char>(bytes[8 + k]);
+  ANVIL_ENSURE(header_len <= size - 16, kInvalidInput, file, ": header length past the end of the file");
+  d.header_ = json_parse(std::string(bytes + 16, header_len), file);
+  ANVIL_ENSURE(d.header_.value("format", "") == kFormat, kInvalidInput, file, ": format '",
+               d.header_.value("format", ""), "' is not ", kFormat);
+  d.seq_len_ = d.header_.at("seq_len").get<int64_t>();
+  d.num_blocks_ = d.header_.at("num_blocks").get<int64_t>();
+  d.has_labels_ = d.header_.at("has_labels").get<bool>();
+  d.stride_ = d.header_.at("block_stride").get<int64_t>();
+  const auto offset = d.header_.at("data_offset").get<uint64_t>();
+  ANVIL_ENSURE(d.stride_ == d.seq_len_ * (d.has_labels_ ? 2 : 1), kInvalidInput, file, ": inconsistent block_stride");
+  ANVIL_ENSURE(offset % 4 == 0 && offset + static_cast<uint64_t>(d.num_blocks_ * d.stride_) * 4 == size,
+               kInvalidInput, file, ": size ", size, " does not match its header (truncated file?)");
+  d.blocks_ = reinterpret_cast<const int32_t*>(bytes + offset);
+  return d;
+}
+
+PackedDataset::PackedDataset(PackedDataset&& o) noexcept { *this = std::move(o); }
+
+PackedDataset& PackedDataset::operator=(PackedDataset&& o) noexcept {
+  if (this != &o) {
+    if (map_) ::munmap(map_, map_size_);
+    path_ = std::move(o.path_);
+    header_ = std::move(o.header_);
+    map_ = std::exchange(o.map_, nullptr);
+    map_size_ = std::exchange(o.map_size_, 0);
+    blocks_ = std::exchange(o.blocks_, nullptr);
+    num_blocks_ = o.num_blocks_;
+    seq_len_ = o.seq_len_;
+    stride_ = o.stride_;
+    has_labels_ = o.has_labels_;
+  }
+  return *this;
+}
+
+PackedDataset::~PackedDataset() {
+  if (map_) ::munmap(map_, map_size_);
+}
+
+const int32_t* PackedDataset::input_ids(int64_t block) const {
+  ANVIL_ENSURE(block >= 0 && block < num_blocks_, kInvalidInput, path_, ": block ", block, " out of range [0, ",
+               num_blocks_, ")");
+  return blocks_ + block * stride_;
+}
+
+const int32_t* PackedDataset::labels(int64_t block) const {
+  return has_labels_ ? input_ids(block) + seq_len_ : input_ids(block);
+}
+
+// ---------------------------------------------------------------------------------------
+// prepare
+
+namespace {
+
+// The cache key, and each data file's hash on the way (hashing reads the whole file: once).
+std::string key_and_data_hashes(const PrepareOptions& o, std::vector<std::string>* data_hashes) {
+  Hasher h;
+  h.update(kFormat);
+  const std::string tok_file = is_directory(o.tokenizer) ? path_join(o.tokenizer, "tokenizer.json") : o.tokenizer;
+  h.update(hash_file(tok_file));
+  const std::string dir = is_directory(o.tokenizer) ? o.tokenizer : std::string(".");
+  for (const char* extra : {"tokenizer_config.json", "chat_template.jinja"}) {
+    const std::string p = path_join(dir, extra);
+    h.update(path_exists(p) ? hash_file(p) : std::string("-"));
+  }
+  for (const std::string& f : o.data) {
+    data_hashes->push_back(hash_file(f));
+    h.update(data_hashes->back());
+  }
+  h.update(cat("seq_len=", o.seq_len, ";aol=", o.assistant_only_loss, ";skip=", o.skip_bad_rows));
+  return h.hex();
+}
+
+}  // namespace
+
+std::string prepare_key(const PrepareOptions& o) {
+  std::vector<std::string> hashes;
+  return key_and_data_hashes(o, &hashes);
+}
+
+Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
+  ANVIL_ENSURE(o.seq_len >= 2, kUsage, "prepare: --seq-len must be at least 2, got ", o.seq_len);
+  ANVIL_ENSURE(!o.data.empty(), kUsage, "prepare: no --data files");
+  std::vector<std::string> data_hashes;
+  const std::string key = key_and_data_hashes(o, &data_hashes);
+  const Tokenizer tokenizer = Tokenizer::load(o.tokenizer);
+  const std::string dir = is_directory(o.tokenizer) ? o.tokenizer : std::string(".");
+  const std::unique_ptr<ChatTemplate> tmpl = load_template_if_any(dir);
+  const RowEncoder encoder(tokenizer, tmpl.get(), o.assistant_only_loss);
+  make_directories(out_dir);
+  const std::string path = path_join(out_dir, "packed.bin");
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+
+  // Room for the header: fixed part plus the data file entries.
+  size_t header_room = 2048;
+  for (const auto& f : o.data) header_room += 128 + 2 * f.size();
+  const size_t data_offset = (header_room + kPage - 1) / kPage * kPage;
+
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ANVIL_ENSURE(fd >= 0, kIo, tmp, ": cannot create (", errno_text(), ")");
+  try {
+    std::vector<char> zeros(data_offset, ' ');
+    write_all(fd, zeros.data(), zeros.size(), tmp);
+
+    const int64_t seq = o.seq_len;
+    std::vector<int32_t> carry_ids, carry_labels, block;
+    int64_t blocks = 0, total_tokens = 0, rows = 0, bad_rows = 0;
+    const auto flush_blocks = [&] {
+      size_t used = 0;
+      while (carry_ids.size() - used >= static_cast<size_t>(seq)) {
+        block.assign(carry_ids.begin() + static_cast<std::ptrdiff_t>(used),
+                     carry_ids.begin() + static_cast<std::ptrdiff_t>(used + static_cast<size_t>(seq)));
+        if (o.assistant_only_loss)
+          block.insert(block.end(), carry_labels.begin() + static_cast<std::ptrdiff_t>(used),
+                       carry_labels.begin() + static_cast<std::ptrdiff_t>(used + static_cast<size_t>(seq)));
+        write_all(fd, block.data(), block.size() * sizeof(int32_t), tmp);
+        used += static_cast<size_t>(seq);
+        ++blocks;
+      }
+      carry_ids.erase(carry_ids.begin(), carry_ids.begin() + static_cast<std::ptrdiff_t>(used));
+      if (o.assistant_only_loss) carry_labels.erase(carry_labels.begin(), carry_labels.begin() + static_cast<std::ptrdiff_t>(used));
+    };
+
+    WorkerPool pool(hardware_threads());
+    Json files = Json::array();
+    constexpr size_t kBatchRows = 4096, kBatchBytes = 16u << 20;
+    std::vector<std::string> lines;
+    std::vector<int64_t> line_numbers;
+    std::vector<TokenizedRow> results;
+    std::vector<std::string> errors;
+    for (size_t f = 0; f < o.data.size(); ++f) {
+      const std::string& file = o.data[f];
+      LineReader reader(file);
+      int64_t file_rows = 0, file_bad = 0;
+      bool more = true;
+      while (more) {
+        lines.clear();
+        line_numbers.clear();
+        size_t bytes = 0;
+        std::string line;
+        while (lines.size() < kBatchRows && bytes < kBatchBytes) {
+          if (!reader.next(line)) {
+            more = false;
+            break;
+          }
+          if (blank(line)) continue;
+          bytes += line.size();
+          lines.push_back(std::move(line));
+          line_numbers.push_back(reader.line_number());
+        }
+        const auto n = static_cast<int64_t>(lines.size());
+        results.resize(lines.size());
+        errors.assign(lines.size(), std::string());
+        pool.run(n, [&](int64_t i) {
+          const auto k = static_cast<size_t>(i);
+          try {
+            encoder.encode_line(lines[k], results[k]);
+          } catch (const std::exception& e) {
+            errors[k] = e.what();
+          }
+        });
+        for (size_t k = 0; k < lines.size(); ++k) {
+          if (!errors[k].empty()) {
+            ANVIL_ENSURE(o.skip_bad_rows, kInvalidInput, file, ":", line_numbers[k], ": bad row: ", errors[k],
+                         " (--skip-bad-rows skips and counts such rows)");
+            if (file_bad < 3) log_warn(file, ":", line_numbers[k], ": skipping bad row: ", errors[k]);
+            ++file_bad;
+            continue;
+          }
+          ++file_rows;
+          total_tokens += static_cast<int64_t>(results[k].ids.size());
+          carry_ids.insert(carry_ids.end(), results[k].ids.begin(), results[k].ids.end());
+          if (o.assistant_only_loss) carry_labels.insert(carry_labels.end(), results[k].labels.begin(), results[k].labels.end());
+          flush_blocks();
+        }
+      }
+      if (file_bad > 0) log_warn(file, ": skipped ", file_bad, " bad rows");
+      files.push_back({{"path", file}, {"hash", data_hashes[f]}, {"rows", file_rows}, {"bad_rows", file_bad}});
+      rows += file_rows;
+      bad_rows += file_bad;
+    }
+    ANVIL_ENSURE(blocks > 0, kInvalidInput, "prepare: ", total_tokens, " tokens make no block of --seq-len ", seq,
+                 " (more data or a shorter --seq-len)");
+
+    Json header = {{"format", kFormat},
+                   {"seq_len", seq},
+                   {"num_blocks", blocks},
+                   {"has_labels", o.assistant_only_loss},
+                   {"block_stride", seq * (o.assistant_only_loss ? 2 : 1)},
+                   {"dtype", "int32"},
+                   {"data_offset", data_offset},
+                   {"assistant_only_loss", o.assistant_only_loss},
+                   {"skip_bad_rows", o.skip_bad_rows},
+                   {"tokenizer_hash", tokenizer.hash()},
+                   {"template_hash", tmpl ? Json(tmpl->hash()) : Json()},
+                   {"vocab_size", tokenizer.vocab_size()},
+                   {"data", files},
+                   {"rows", rows},
+                   {"bad_rows", bad_rows},
+                   {"total_tokens", total_tokens},
+                   {"dropped_tokens", total_tokens - blocks * seq},
+                   {"key", key}};
+    const std::string text = header.dump();
+    ANVIL_ENSURE(16 + text.size() <= data_offset, kInternal, "prepare: header larger than its reserved room");
+    char prefix[16];
+    std::memcpy(prefix, kMagic, 8);
+    uint64_t len = text.size();
+    for (int k = 0; k < 8; ++k) prefix[8 + k] = static_cast<char>((len >> (8 * k)) & 0xFF);
+    ANVIL_ENSURE(::lseek(fd, 0, SEEK_SET) == 0, kIo, tmp, ": seek failed (", errno_text(), ")");
+    write_all(fd, prefix, 16, tmp);
+    write_all(fd, text.data(), text.size(), tmp);
+    ANVIL_ENSURE(::fsync(fd) == 0, kIo, tmp, ": sync failed (", errno_text(), ")");
+    ::close(fd);
+    ANVIL_ENSURE(::rename(tmp.c_str(), path.c_str()) == 0, kIo, path, ": rename failed (", errno_text(), ")");
+    return header;
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+PackedDataset prepare_cached(const PrepareOptions& o, const std::string& cache_dir) {
+  const std::string key = prepare_key(o);
+  const std::string dir = path_join(cache_dir, key);
+  const std::string file = path_join(dir, "packed.bin");
+  if (path_exists(file)) {
+    try {
+      PackedDataset d = PackedDataset::open(file);
+      if (d.header().value("key", "") == key) {
+        log_info("data: reusing ", file, " (", d.num_blocks(), " blocks of ", d.seq_len(), " tokens)");
+        return d;
+      }
+    } catch (const Error& e) {
+      log_warn("data: cache ", file, " unusable (", e.what(), "), preparing again");
+    }
+  }
+  const Json header = prepare_packed(o, dir);
+  log_info("data: prepared ", file, ": ", header["num_blocks"].get<int64_t>(), " blocks of ", o.seq_len, " tokens from ",
+           header["rows"].get<int64_t>(), " rows");
+  return PackedDataset::open(file);
+}
+
+}  // namespace anvil

@@ -1,0 +1,105 @@
+// From JSONL rows to training blocks: the seed's packing, assistant-only labels, the
+// memory-mapped block file and its cache.
+//
+// Packing (as the seed): every row is rendered with the chat template ({"messages": [...]})
+// or taken as is ({"text": "..."}), tokenized without added special tokens, all rows are
+// concatenated in file order (files in the order given), and the stream is cut into blocks
+// of seq_len tokens; the remainder is dropped. With assistant_only_loss, labels are the ids
+// inside assistant turns (ChatTemplate::assistant_spans) and -100 elsewhere; without it the
+// labels are the ids themselves and are not stored.
+//
+// File (packed.bin): "ANVILPK1", a little-endian uint64 header length, the JSON header
+// (format, seq_len, num_blocks, has_labels, data_offset, block_stride, tokenizer and data
+// hashes, counts), spaces up to data_offset (a multiple of 4096), then the blocks as int32:
+// block b holds seq_len input ids followed, when has_labels, by seq_len labels.
+// The file is written under a temporary name and renamed: a reader never sees half of one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/json.h"
+#include "data/chat_template.h"
+#include "data/tokenizer.h"
+
+namespace anvil {
+
+constexpr int32_t kIgnoreIndex = -100;
+
+struct TokenizedRow {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> labels;  // filled only with assistant_only_loss
+  std::string rendered;         // the chat rendering (messages rows only)
+};
+
+// Turns one JSONL line into tokens. A malformed row throws kInvalidInput saying what is
+// wrong (the caller adds the file and line). Thread-safe.
+class RowEncoder {
+ public:
+  // chat_template may be null when no row holds messages.
+  RowEncoder(const Tokenizer& tokenizer, const ChatTemplate* chat_template, bool assistant_only_loss);
+  void encode_line(std::string_view line, TokenizedRow& out) const;
+  // Same, for a row already parsed.
+  void encode_row(const OrderedJson& row, TokenizedRow& out) const;
+
+ private:
+  const Tokenizer& tokenizer_;
+  const ChatTemplate* template_;
+  bool assistant_only_loss_;
+};
+
+// Labels for ids of `rendered`: the id where its first byte lies inside a span, else -100.
+std::vector<int32_t> span_labels(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,
+                                 const std::vector<std::pair<size_t, size_t>>& spans);
+
+// A packed block file, memory-mapped read-only. Move-only.
+class PackedDataset {
+ public:
+  // path: a packed.bin file or the folder holding one.
+  static PackedDataset open(const std::string& path);
+  PackedDataset(PackedDataset&& other) noexcept;
+  PackedDataset& operator=(PackedDataset&& other) noexcept;
+  PackedDataset(const PackedDataset&) = delete;
+  PackedDataset& operator=(const PackedDataset&) = delete;
+  ~PackedDataset();
+
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t seq_len() const { return seq_len_; }
+  bool has_labels() const { return has_labels_; }
+  const int32_t* input_ids(int64_t block) const;  // (seq_len,)
+  const int32_t* labels(int64_t block) const;     // (seq_len,): the ids themselves when !has_labels()
+  const Json& header() const { return header_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  PackedDataset() = default;
+  std::string path_;
+  Json header_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  const int32_t* blocks_ = nullptr;
+  int64_t num_blocks_ = 0, seq_len_ = 0, stride_ = 0;
+  bool has_labels_ = false;
+};
+
+struct PrepareOptions {
+  std::string tokenizer;          // folder with tokenizer.json (and tokenizer_config.json for chats)
+  std::vector<std::string> data;  // JSONL files (plain, .gz, .zst), packed in this order
+  int64_t seq_len = 0;
+  bool assistant_only_loss = false;
+  bool skip_bad_rows = false;     // count and skip malformed rows instead of failing
+};
+
+// Tokenizes and packs o.data into out_dir/packed.bin on every core; returns its header.
+Json prepare_packed(const PrepareOptions& o, const std::string& out_dir);
+
+// The trainer's entry point: opens cache_dir/<key>/packed.bin when one was made from the
+// same tokenizer, template, data contents and settings, else prepares it there first.
+PackedDataset prepare_cached(const PrepareOptions& o, const std::string& cache_dir);
+
+// The cache key of o (hashes the tokenizer files and every data file).
+std::string prepare_key(const PrepareOptions& o);
+
+}  // namespace anvil
