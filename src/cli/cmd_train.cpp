@@ -15,7 +15,13 @@ int cmd_train(int argc, char** argv) {
                   "gradient accumulation; the loss every --log-every steps, tokens/s and peak memory at the end.");
   a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache")
       .opt("--preset", &o.preset, "NAME", "train a built-in shape from fresh weights instead of --model")
-      .opt("--data", &o.data, "FILE", "safetensors holding input_ids I64 [N, T] (token blocks)", true)
+      .opt("--data", &o.data, "FILE",
+           "chat or text JSONL (plain, .gz, .zst; packed on the fly and cached), a folder made by anvil prepare, "
+           "or safetensors holding input_ids I64 [N, T]", true)
+      .opt("--tokenizer", &o.tokenizer, "DIR", "tokenizer.json folder for JSONL data [default: the model's]")
+      .opt("--data-cache", &o.data_cache, "DIR", "where JSONL data is packed [default: ~/.cache/anvil]")
+      .flag("--assistant-only-loss", &o.assistant_only_loss, "train only on the assistant turns of chats")
+      .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed JSONL rows instead of stopping")
       .opt("--device", &o.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]")
       .choice("--mode", &o.mode, {"ddp", "fsdp"}, "replicated (ddp) or sharded (fsdp) parameters")
       .opt("--nproc-per-node", &nproc, "gpu|N",
@@ -38,7 +44,8 @@ int cmd_train(int argc, char** argv) {
       .flag("--no-shuffle", &no_shuffle, "read the blocks in file order")
       .opt("--log-every", &o.log_every, "N", "print the loss every N steps")
       .opt("--metrics", &o.metrics, "FILE", "append one JSON object per logged step")
-      .opt("--export", &o.export_dir, "DIR", "write a Hugging Face model folder (bf16) at the end");
+      .opt("--export", &o.export_dir, "DIR", "write a Hugging Face model folder at the end")
+      .choice("--export-dtype", &o.export_dtype, {"bf16", "fp32"}, "dtype of the exported weights");
   if (!a.parse(argc, argv)) return 0;
   const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
   if (launch_if_requested("train", nproc, on_gpu, argc, argv)) return 0;

@@ -6,8 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <numeric>
-#include <random>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -16,46 +14,76 @@
 #include "core/log.h"
 #include "io/hub.h"
 #include "comm/comm.h"
+#include "data/packing.h"
+#include "data/sampler.h"
 #include "io/safetensors.h"
 #include "run/trainer.h"
 
 namespace anvil {
 namespace {
 
-// Token blocks from a safetensors file, read through the mapping.
-struct BlockSource {
-  std::unique_ptr<SafetensorsFile> file;
-  std::vector<int64_t> ids;  // N * T
-  int64_t n = 0, t = 0;
-};
-
-BlockSource open_blocks(const std::string& path) {
-  BlockSource s;
-  s.file = std::make_unique<SafetensorsFile>(path);
-  const SafeTensorInfo* ids = s.file->find("input_ids");
-  ANVIL_ENSURE(ids, kNotFound, path, ": no tensor input_ids");
-  ANVIL_ENSURE(ids->shape.ndim == 2 && ids->shape[1] >= 2 && ids->shape[0] >= 1, kInvalidInput, path,
-               ": input_ids has shape ", ids->shape.str(), ", expected [N, T] with T >= 2");
-  s.ids = read_as_i64(*ids);
-  s.n = ids->shape[0];
-  s.t = ids->shape[1];
-  return s;
-}
-
-// DistributedSampler(shuffle, seed, drop_last=True) with set_epoch(epoch): rank r reads
-// positions r, r + world, ... of the epoch's order, cut to a multiple of world.
-std::vector<int64_t> sampler_indices(int64_t n, int world, int rank, int64_t epoch, int64_t seed, bool shuffle) {
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  if (shuffle) {
-    std::mt19937_64 rng(static_cast<uint64_t>(seed) * 1000003ull + static_cast<uint64_t>(epoch));
-    std::shuffle(order.begin(), order.end(), rng);
+// Training blocks: token ids [N, T] from a safetensors file (input_ids), or a packed block
+// file made by `anvil prepare`, or JSONL prepared on the fly into the cache.
+class BlockSource {
+ public:
+  BlockSource(const TrainOptions& o, const std::string& model_dir, Comm* comm) {
+    if (o.data.size() > 12 && o.data.compare(o.data.size() - 12, 12, ".safetensors") == 0) {
+      file_ = std::make_unique<SafetensorsFile>(o.data);
+      const SafeTensorInfo* ids = file_->find("input_ids");
+      ANVIL_ENSURE(ids, kNotFound, o.data, ": no tensor input_ids");
+      ANVIL_ENSURE(ids->shape.ndim == 2 && ids->shape[1] >= 2 && ids->shape[0] >= 1, kInvalidInput, o.data,
+                   ": input_ids has shape ", ids->shape.str(), ", expected [N, T] with T >= 2");
+      ids_ = read_as_i64(*ids);
+      n_ = ids->shape[0];
+      t_ = ids->shape[1];
+      return;
+    }
+    if (is_directory(o.data) || (o.data.size() > 4 && o.data.compare(o.data.size() - 4, 4, ".bin") == 0)) {
+      packed_ = std::make_unique<PackedDataset>(PackedDataset::open(o.data));
+    } else {
+      PrepareOptions p;
+      p.tokenizer = !o.tokenizer.empty() ? o.tokenizer : model_dir;
+      ANVIL_ENSURE(!p.tokenizer.empty(), kUsage, "anvil train: --tokenizer is needed to read JSONL with --preset");
+      ANVIL_ENSURE(o.seq_len >= 2, kUsage, "anvil train: --seq-len is needed to pack JSONL data");
+      p.data = {o.data};
+      p.seq_len = o.seq_len;
+      p.assistant_only_loss = o.assistant_only_loss;
+      p.skip_bad_rows = o.skip_bad_rows;
+      const std::string cache = !o.data_cache.empty() ? o.data_cache
+                                : !env_str("XDG_CACHE_HOME", "").empty() ? path_join(env_str("XDG_CACHE_HOME", ""), "anvil")
+                                : path_join(env_str("HOME", "."), ".cache/anvil");
+      // Rank 0 prepares; the others open what it wrote.
+      if (!comm || comm->rank() == 0) packed_ = std::make_unique<PackedDataset>(prepare_cached(p, cache));
+      if (comm) comm->barrier("data preparation");
+      if (!packed_) packed_ = std::make_unique<PackedDataset>(prepare_cached(p, cache));
+    }
+    n_ = packed_->num_blocks();
+    t_ = packed_->seq_len();
+    ANVIL_ENSURE(n_ >= 1, kInvalidInput, o.data, ": no complete block of ", t_, " tokens");
   }
-  const int64_t per_rank = n / world;
-  std::vector<int64_t> mine(static_cast<size_t>(per_rank));
-  for (int64_t i = 0; i < per_rank; ++i) mine[static_cast<size_t>(i)] = order[static_cast<size_t>(i * world + rank)];
-  return mine;
-}
+
+  int64_t size() const { return n_; }
+  int64_t seq_len() const { return t_; }
+  void append(int64_t block, TokenBatch& b) const {
+    if (!packed_) {
+      auto first = ids_.begin() + block * t_;
+      b.ids.insert(b.ids.end(), first, first + t_);
+      return;
+    }
+    const int32_t* ids = packed_->input_ids(block);
+    b.ids.insert(b.ids.end(), ids, ids + t_);
+    if (packed_->has_labels()) {
+      const int32_t* lab = packed_->labels(block);
+      b.labels.insert(b.labels.end(), lab, lab + t_);
+    }
+  }
+
+ private:
+  std::unique_ptr<SafetensorsFile> file_;
+  std::vector<int64_t> ids_;
+  std::unique_ptr<PackedDataset> packed_;
+  int64_t n_ = 0, t_ = 0;
+};
 
 double peak_rss_gib() {
   struct rusage ru;
@@ -91,11 +119,12 @@ TrainSummary run_train(const TrainOptions& o) {
   if (!model_dir.empty()) load_hf_weights(model_dir, table, weights);
   else init_weights(cfg, table, static_cast<uint64_t>(o.seed), weights);
 
-  BlockSource data = open_blocks(o.data);
-  ANVIL_ENSURE(o.seq_len == 0 || o.seq_len == data.t, kUsage, "anvil train: --seq-len ", o.seq_len, " differs from the ",
-               data.t, " tokens per block of ", o.data);
+  const BlockSource data(o, model_dir, comm.get());
+  ANVIL_ENSURE(o.seq_len == 0 || o.seq_len == data.seq_len(), kUsage, "anvil train: --seq-len ", o.seq_len,
+               " differs from the ", data.seq_len(), " tokens per block of ", o.data);
+  const int64_t T = data.seq_len(), N = data.size();
   const int64_t per_step = o.micro_batch * o.grad_accum;  // per rank
-  ANVIL_ENSURE(data.n / world >= per_step, kInvalidInput, o.data, " holds ", data.n, " blocks, fewer than one step's ",
+  ANVIL_ENSURE(N / world >= per_step, kInvalidInput, o.data, " holds ", N, " blocks, fewer than one step's ",
                per_step * world, " (micro-batch x grad-accum x ranks)");
 
   TrainerSettings s;
@@ -103,25 +132,28 @@ TrainSummary run_train(const TrainOptions& o) {
   s.device_index = copt.local_rank;
   s.mode = parse_parallel_mode(o.mode);
   s.micro_batch = o.micro_batch;
-  s.seq_len = data.t;
+  s.seq_len = T;
   s.recompute = o.recompute == "full" ? Recompute::kFull : Recompute::kNone;
   s.optim = o.optim;
   s.total_steps = o.steps;
   Trainer trainer(cfg, weights, s, comm.get());
   weights.clear();
   log_info("training ", cfg.architecture, " (", table.total_numel(), " parameters) on ", world, " x ", device, " (",
-           o.mode, "): ", data.n, " blocks of ", data.t, " tokens, ", o.steps, " steps of ", per_step * world,
+           o.mode, "): ", N, " blocks of ", T, " tokens, ", o.steps, " steps of ", per_step * world,
            " sequences");
 
-  // This rank's slice of each epoch; an epoch ends when a whole step no longer fits.
-  const int64_t steps_per_epoch = (data.n / world) / per_step;
+  // This rank's slice of each epoch (PyTorch's DistributedSampler with set_epoch); an epoch
+  // ends when a whole step no longer fits, as a DataLoader with drop_last does.
+  DistributedSampler sampler(N, world, rank, static_cast<uint64_t>(o.seed), o.shuffle, true);
+  const int64_t steps_per_epoch = sampler.num_samples() / per_step;
   std::vector<int64_t> mine;
   int64_t epoch = -1;
-  auto block_of = [&](int64_t index) {  // index-th block this rank reads
+  auto block_of = [&](int64_t index) {  // the index-th block this rank reads
     const int64_t e = index / (steps_per_epoch * per_step);
     if (e != epoch) {
       epoch = e;
-      mine = sampler_indices(data.n, world, rank, e, o.seed, o.shuffle);
+      sampler.set_epoch(e);
+      mine = sampler.indices();
     }
     return mine[static_cast<size_t>(index % (steps_per_epoch * per_step))];
   };
@@ -140,19 +172,17 @@ TrainSummary run_train(const TrainOptions& o) {
     std::vector<TokenBatch> micro(static_cast<size_t>(o.grad_accum));
     for (int64_t a = 0; a < o.grad_accum; ++a)
       for (int64_t b = 0; b < o.micro_batch; ++b) {
-        const int64_t blk = block_of((step - 1) * per_step + a * o.micro_batch + b);
-        auto first = data.ids.begin() + blk * data.t;
-        micro[static_cast<size_t>(a)].ids.insert(micro[static_cast<size_t>(a)].ids.end(), first, first + data.t);
+        data.append(block_of((step - 1) * per_step + a * o.micro_batch + b), micro[static_cast<size_t>(a)]);
       }
     const StepStats st = trainer.step(micro);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     summary.losses.push_back(st.loss);
     if (step > warm) {
       timed_s += dt;
-      timed_tokens += per_step * world * data.t;
+      timed_tokens += per_step * world * T;
     }
     if (rank == 0 && (step % o.log_every == 0 || step == o.steps || step == 1)) {
-      const double tps = static_cast<double>(per_step * world * data.t) / dt;
+      const double tps = static_cast<double>(per_step * world * T) / dt;
       char line[256];
       std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f tok/s",
                     static_cast<long long>(step), static_cast<long long>(o.steps), st.loss, st.grad_norm, st.lr, tps);
@@ -175,14 +205,17 @@ TrainSummary run_train(const TrainOptions& o) {
     if (rank != 0) return summary;
     make_directories(o.export_dir);
     Json j = cfg.raw.is_object() ? cfg.raw : config_to_json(cfg);
-    j["dtype"] = "bfloat16";
+    j["dtype"] = o.export_dtype == "fp32" ? "float32" : "bfloat16";
     json_write_file(path_join(o.export_dir, "config.json"), j);
-    save_hf_weights(path_join(o.export_dir, "model.safetensors"), table, final_w, DType::kBF16);
+    save_hf_weights(path_join(o.export_dir, "model.safetensors"), table, final_w,
+                    o.export_dtype == "fp32" ? DType::kF32 : DType::kBF16);
+    const std::string tok_dir = !o.tokenizer.empty() ? o.tokenizer : model_dir;
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
                           "special_tokens_map.json", "vocab.json", "merges.txt"})
-      if (!model_dir.empty() && path_exists(path_join(model_dir, f)))
-        write_file_atomic(path_join(o.export_dir, f), read_file(path_join(model_dir, f)));
-    log_info("exported ", o.export_dir, " (bf16 safetensors)");
+      for (const std::string& from : {model_dir, tok_dir})
+        if (!from.empty() && path_exists(path_join(from, f)) && !path_exists(path_join(o.export_dir, f)))
+          write_file_atomic(path_join(o.export_dir, f), read_file(path_join(from, f)));
+    log_info("exported ", o.export_dir, " (", o.export_dtype, " safetensors)");
   }
   return summary;
 }

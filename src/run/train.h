@@ -12,7 +12,11 @@ namespace anvil {
 struct TrainOptions {
   std::string model;   // folder or hub id
   std::string preset;  // or a built-in shape with fresh weights (benchmarks, the demo)
-  std::string data;    // safetensors holding input_ids [N, T]
+  std::string data;    // safetensors (input_ids [N, T]), a prepared block file/folder, or JSONL
+  std::string tokenizer;   // for JSONL: folder with tokenizer.json (default: the model's)
+  std::string data_cache;  // where JSONL is prepared (default: ~/.cache/anvil)
+  bool assistant_only_loss = false;
+  bool skip_bad_rows = false;
   std::string device;  // cpu | cuda; empty: cuda when a GPU is present, else cpu
   std::string mode = "ddp";
   int64_t seq_len = 0;  // 0: from the data
@@ -26,6 +30,7 @@ struct TrainOptions {
   int64_t log_every = 10;
   std::string metrics;  // JSON lines, one per logged step
   std::string export_dir;
+  std::string export_dtype = "bf16";
 };
 
 struct TrainSummary {
