@@ -21,6 +21,8 @@ constexpr Command kCommands[] = {
     {"grad", "loss, logits and gradients of one batch: the parity tool against PyTorch",
      anvil::cmd_grad},
     {"init", "write a Hugging Face model folder with freshly initialised weights", anvil::cmd_init},
+    {"prepare", "tokenize and pack JSONL data into blocks for training (every core)", anvil::cmd_prepare},
+    {"tokenize", "JSONL texts or chats on stdin -> token ids (and chat renderings) on stdout", anvil::cmd_tokenize},
     {"bench", "collective bus bandwidth like nccl-tests, or GPU copy bandwidth (p2p)", anvil::cmd_bench},
 };
 

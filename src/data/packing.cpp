@@ -7,13 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <functional>
-#include <mutex>
-#include <thread>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -21,6 +16,7 @@
 #include "core/threads.h"
 #include "data/hash.h"
 #include "data/jsonl.h"
+#include "data/worker_pool.h"
 
 namespace anvil {
 
@@ -29,70 +25,6 @@ namespace {
 constexpr char kMagic[8] = {'A', 'N', 'V', 'I', 'L', 'P', 'K', '1'};
 constexpr const char* kFormat = "anvil-packed-v1";
 constexpr size_t kPage = 4096;
-
-// Persistent workers, so that each keeps its thread-local tokenizer caches across batches.
-// run(n, fn) calls fn(i) for every i in [0, n) across the workers and the caller, and
-// returns when all are done; fn must not throw.
-class WorkerPool {
- public:
-  explicit WorkerPool(int threads) {
-    for (int t = 1; t < threads; ++t) workers_.emplace_back([this] { loop(); });
-  }
-  ~WorkerPool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& w : workers_) w.join();
-  }
-  void run(int64_t n, const std::function<void(int64_t)>& fn) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      fn_ = &fn;
-      n_ = n;
-      next_ = 0;
-      active_ = static_cast<int>(workers_.size());
-      ++generation_;
-    }
-    cv_.notify_all();
-    work();
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [this] { return active_ == 0; });
-    fn_ = nullptr;
-  }
-
- private:
-  void work() {
-    for (int64_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) (*fn_)(i);
-  }
-  void loop() {
-    uint64_t seen = 0;
-    for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-      }
-      work();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        --active_;
-      }
-      done_cv_.notify_one();
-    }
-  }
-  std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
-  const std::function<void(int64_t)>* fn_ = nullptr;
-  std::atomic<int64_t> next_{0};
-  int64_t n_ = 0;
-  int active_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-};
 
 bool blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });

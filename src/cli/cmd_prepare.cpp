@@ -1,0 +1,40 @@
+// anvil prepare: tokenize and pack JSONL data into a memory-mapped block file
+// (data/packing.h: the packing, the file format and what the header records).
+#include <chrono>
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/fs.h"
+#include "data/packing.h"
+
+namespace anvil {
+
+int cmd_prepare(int argc, char** argv) {
+  PrepareOptions o;
+  std::string out;
+  Args args("prepare",
+            "tokenize JSONL chats or texts (plain, .gz, .zst) and pack them into blocks of --seq-len tokens in "
+            "OUT/packed.bin, on every core");
+  args.opt("--tokenizer", &o.tokenizer, "DIR", "folder with tokenizer.json (and tokenizer_config.json for chats)", true)
+      .list("--data", &o.data, "FILE", "JSONL files, packed in the order given", true)
+      .opt("--seq-len", &o.seq_len, "N", "tokens per block", true)
+      .opt("--out", &out, "DIR", "output folder (created)", true)
+      .flag("--assistant-only-loss", &o.assistant_only_loss,
+            "store labels that are -100 outside the assistant turns of each chat")
+      .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed rows instead of stopping at the first");
+  if (!args.parse(argc, argv)) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Json h = prepare_packed(o, out);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("wrote %s: %lld blocks of %lld tokens from %lld rows (%lld bad rows skipped, %lld tokens dropped), "
+              "%.2f s, %.0f tokens/s\n",
+              path_join(out, "packed.bin").c_str(), static_cast<long long>(h["num_blocks"].get<int64_t>()),
+              static_cast<long long>(o.seq_len), static_cast<long long>(h["rows"].get<int64_t>()),
+              static_cast<long long>(h["bad_rows"].get<int64_t>()),
+              static_cast<long long>(h["dropped_tokens"].get<int64_t>()), s,
+              static_cast<double>(h["total_tokens"].get<int64_t>()) / std::max(s, 1e-9));
+  return 0;
+}
+
+}  // namespace anvil
