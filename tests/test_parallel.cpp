@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "core/json.h"
@@ -14,7 +15,7 @@
 namespace anvil {
 namespace {
 
-struct Run {
+struct TrainRun {
   std::vector<double> losses;
   std::map<std::string, std::vector<double>> params;
 };
@@ -31,7 +32,7 @@ class Parallel : public ::testing::Test {
     w.write(*dir_ + "/blocks.safetensors");
   }
 
-  static Run train(const std::string& tag, const std::string& mode, int nproc, int micro, int accum) {
+  static TrainRun train(const std::string& tag, const std::string& mode, int nproc, int micro, int accum) {
     const std::string out = *dir_ + "/" + tag;
     std::vector<std::string> args = {"train", "--device", "cpu", "--model",
                                      testing::shared_dir() + "/fixtures/tiny-qwen3", "--data",
@@ -42,7 +43,7 @@ class Parallel : public ::testing::Test {
     if (nproc > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc)});
     auto r = testing::run_anvil(args);
     EXPECT_EQ(r.exit_code, 0) << tag << ": " << r.out;
-    Run run;
+    TrainRun run;
     std::ifstream m(out + ".jsonl");
     std::string line;
     while (std::getline(m, line)) run.losses.push_back(json_parse(line, tag)["loss"].get<double>());
@@ -53,7 +54,7 @@ class Parallel : public ::testing::Test {
     return run;
   }
 
-  static void expect_same(const Run& got, const Run& want, const std::string& what) {
+  static void expect_same(const TrainRun& got, const TrainRun& want, const std::string& what) {
     ASSERT_EQ(got.losses.size(), 5u) << what;
     for (size_t i = 0; i < 5; ++i)
       EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << what << " step " << i + 1;
@@ -67,7 +68,7 @@ class Parallel : public ::testing::Test {
 std::string* Parallel::dir_ = nullptr;
 
 TEST_F(Parallel, SameGlobalBatchSameResultInEveryLayout) {
-  const Run base = train("base", "ddp", 1, 4, 1);
+  const TrainRun base = train("base", "ddp", 1, 4, 1);
   ASSERT_EQ(base.losses.size(), 5u);
   EXPECT_LT(base.losses.back(), base.losses.front()) << "the loss moves";
   struct Layout {
@@ -82,7 +83,7 @@ TEST_F(Parallel, SameGlobalBatchSameResultInEveryLayout) {
 }
 
 TEST_F(Parallel, SameRunSameBits) {
-  const Run a = train("bits_a", "fsdp", 2, 1, 2), b = train("bits_b", "fsdp", 2, 1, 2);
+  const TrainRun a = train("bits_a", "fsdp", 2, 1, 2), b = train("bits_b", "fsdp", 2, 1, 2);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.params, b.params);
 }
