@@ -315,8 +315,17 @@ TEST(CudaOps, Attention) {
             w.push_back(static_cast<float>(want[i]));
           }
       std::vector<double> gd(g.begin(), g.end()), wd(w.begin(), w.end());
-      double max_abs = 0;
-      for (size_t i = 0; i < gd.size(); ++i) max_abs = std::max(max_abs, std::abs(gd[i] - wd[i]));
+      double max_abs = 0, want_norm = 0;
+      for (size_t i = 0; i < gd.size(); ++i) {
+        max_abs = std::max(max_abs, std::abs(gd[i] - wd[i]));
+        want_norm += wd[i] * wd[i];
+      }
+      if (want_norm == 0) {  // T = 1: one key, P = 1, dS = dP - dsum = 0, so dq = dk = 0 exactly
+        std::printf("[err] %-58s max_abs %.2e  (closed form 0, tol 1e-5)\n",
+                    ("attention_backward " + tag + " " + names[part]).c_str(), max_abs);
+        EXPECT_LT(max_abs, 1e-5) << "attention_backward " << tag << " " << names[part];
+        continue;
+      }
       std::printf("[err] %-58s rel_l2 %.2e  max_abs %.2e  (tol %.0e)\n",
                   ("attention_backward " + tag + " " + names[part]).c_str(),
                   testing::rel_l2(gd.data(), wd.data(), gd.size()), max_abs, kChain);
@@ -379,9 +388,9 @@ TEST(CudaOps, AddAndConvert) {
 TEST(CudaOps, CrossEntropy) {
   REQUIRE_GPU();
   struct Case { int64_t n, vocab, cols; bool logits; };
-  // The last case has 2 chunks of rows (256 MiB of fp32 logits per chunk at V = 151936).
+  // The last case has 2 chunks of rows (832 rows of fp32 logits per chunk at V = 151936).
   for (const Case& cs : {Case{33, 1000, 64, true}, Case{70, 5003, 128, false}, Case{1, 17, 8, true},
-                         Case{400, 151936, 64, false}}) {
+                         Case{900, 151936, 64, false}}) {
     const std::string tag = dims({cs.n, cs.vocab, cs.cols});
     std::mt19937 gen(static_cast<uint32_t>(cs.n + cs.vocab));
     std::vector<int32_t> tg(static_cast<size_t>(cs.n));

@@ -20,8 +20,9 @@
 //     diagonal, recomputes P and dS and accumulates dQ += dS K.
 // The recomputation in the dQ kernel costs 3 of the 7 matrix products of backward, the
 // price of writing every gradient exactly once.
-// Shared-memory rows are padded by 8 bf16 (16 bytes) so that the 32-bit fragment loads
-// of a warp fall in distinct banks.
+// Fragments come from shared memory through ldmatrix (four 8x8 matrices per instruction;
+// .trans for operands stored k-major). Shared rows are padded by 8 bf16 (16 bytes), so the
+// eight 16-byte row reads of each 8x8 matrix fall in distinct banks.
 #include "core/cuda/check.h"
 #include "core/error.h"
 #include "ops/cuda/attention.h"
@@ -43,10 +44,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 __device__ __forceinline__ uint32_t ld_pair(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-__device__ __forceinline__ uint32_t ld_two(const bf16* lo, const bf16* hi) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(*lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(*hi)) << 16);
-}
-
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -55,24 +52,41 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A fragment of rows [0, 16) and columns [0, 16) of a row-major tile with row stride ld.
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int ld, int g, int t) {
-  a[0] = ld_pair(tile + g * ld + 2 * t);
-  a[1] = ld_pair(tile + (g + 8) * ld + 2 * t);
-  a[2] = ld_pair(tile + g * ld + 2 * t + 8);
-  a[3] = ld_pair(tile + (g + 8) * ld + 2 * t + 8);
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// B fragment (k 16 x n 8) of a tile stored [n][k] (k contiguous, row stride ld).
-__device__ __forceinline__ void load_b_nk(uint32_t& b0, uint32_t& b1, const bf16* tile, int ld, int g, int t) {
-  b0 = ld_pair(tile + g * ld + 2 * t);
-  b1 = ld_pair(tile + g * ld + 2 * t + 8);
+// ldmatrix: four 8x8 bf16 matrices from shared memory; lanes 8i..8i+7 give the row
+// addresses of matrix i, and lane 4g+t receives row g, columns 2t..2t+1 of each matrix
+// (with .trans: row 2t..2t+1, column g), which is the mma fragment layout.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
 }
 
-// B fragment (k 16 x n 8) of a tile stored [k][n] (n contiguous, row stride ld).
-__device__ __forceinline__ void load_b_kn(uint32_t& b0, uint32_t& b1, const bf16* tile, int ld, int g, int t) {
-  b0 = ld_two(tile + (2 * t) * ld + g, tile + (2 * t + 1) * ld + g);
-  b1 = ld_two(tile + (2 * t + 8) * ld + g, tile + (2 * t + 9) * ld + g);
+// A fragment of rows [0, 16) and columns [0, 16) of a row-major shared tile (row stride ld).
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int ld, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  ldsm_x4(a, tile + ((i & 1) * 8 + r) * ld + (i >> 1) * 8);
+}
+
+// B fragments of two n-tiles (n 0..15, k 0..15) of a shared tile stored [n][k]:
+// b[0], b[1] for n 0..7 and b[2], b[3] for n 8..15.
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const bf16* tile, int ld, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  ldsm_x4(b, tile + ((i >> 1) * 8 + r) * ld + (i & 1) * 8);
+}
+
+// The same from a shared tile stored [k][n] (transposed on the fly).
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* tile, int ld, int lane) {
+  const int i = lane >> 3, r = lane & 7;
+  ldsm_x4_trans(b, tile + ((i & 1) * 8 + r) * ld + (i >> 1) * 8);
 }
 
 // The A fragment (16 x 16) formed by the C fragments of n-tiles 2j and 2j+1.
@@ -143,10 +157,11 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk)
 #pragma unroll
-      for (int nt = 0; nt < BK / 8; ++nt) {
-        uint32_t b0, b1;
-        load_b_nk(b0, b1, ks + nt * 8 * LD + kk * 16, LD, g, t);
-        mma(s[nt], qf[kk], b0, b1);
+      for (int np = 0; np < BK / 16; ++np) {
+        uint32_t b[4];
+        load_b_nk(b, ks + np * 16 * LD + kk * 16, LD, lane);
+        mma(s[2 * np], qf[kk], b[0], b[1]);
+        mma(s[2 * np + 1], qf[kk], b[2], b[3]);
       }
 
 #pragma unroll
@@ -189,10 +204,11 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
       uint32_t a[4];
       c_to_a(a, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-      for (int nt = 0; nt < HD / 8; ++nt) {
-        uint32_t b0, b1;
-        load_b_kn(b0, b1, vs + kk * 16 * LD + nt * 8, LD, g, t);
-        mma(o[nt], a, b0, b1);
+      for (int np = 0; np < HD / 16; ++np) {
+        uint32_t b[4];
+        load_b_kn(b, vs + kk * 16 * LD + np * 16, LD, lane);
+        mma(o[2 * np], a, b[0], b[1]);
+        mma(o[2 * np + 1], a, b[2], b[3]);
       }
     }
   }
@@ -276,12 +292,13 @@ static __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
         uint32_t a[4];
-        load_a(a, ks + warp * 16 * LD + kk * 16, LD, g, t);
+        load_a(a, ks + warp * 16 * LD + kk * 16, LD, lane);
 #pragma unroll
-        for (int nt = 0; nt < BQ / 8; ++nt) {
-          uint32_t b0, b1;
-          load_b_nk(b0, b1, qs + nt * 8 * LD + kk * 16, LD, g, t);
-          mma(st[nt], a, b0, b1);
+        for (int np = 0; np < BQ / 16; ++np) {
+          uint32_t b[4];
+          load_b_nk(b, qs + np * 16 * LD + kk * 16, LD, lane);
+          mma(st[2 * np], a, b[0], b[1]);
+          mma(st[2 * np + 1], a, b[2], b[3]);
         }
       }
 #pragma unroll
@@ -297,10 +314,11 @@ static __global__ void __launch_bounds__(kThreads)
         uint32_t a[4];
         c_to_a(a, st[2 * kk], st[2 * kk + 1]);
 #pragma unroll
-        for (int nt = 0; nt < HD / 8; ++nt) {
-          uint32_t b0, b1;
-          load_b_kn(b0, b1, dos + kk * 16 * LD + nt * 8, LD, g, t);
-          mma(dv[nt], a, b0, b1);
+        for (int np = 0; np < HD / 16; ++np) {
+          uint32_t b[4];
+          load_b_kn(b, dos + kk * 16 * LD + np * 16, LD, lane);
+          mma(dv[2 * np], a, b[0], b[1]);
+          mma(dv[2 * np + 1], a, b[2], b[3]);
         }
       }
 
@@ -310,12 +328,13 @@ static __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
         uint32_t a[4];
-        load_a(a, vs + warp * 16 * LD + kk * 16, LD, g, t);
+        load_a(a, vs + warp * 16 * LD + kk * 16, LD, lane);
 #pragma unroll
-        for (int nt = 0; nt < BQ / 8; ++nt) {
-          uint32_t b0, b1;
-          load_b_nk(b0, b1, dos + nt * 8 * LD + kk * 16, LD, g, t);
-          mma(ds[nt], a, b0, b1);
+        for (int np = 0; np < BQ / 16; ++np) {
+          uint32_t b[4];
+          load_b_nk(b, dos + np * 16 * LD + kk * 16, LD, lane);
+          mma(ds[2 * np], a, b[0], b[1]);
+          mma(ds[2 * np + 1], a, b[2], b[3]);
         }
       }
 #pragma unroll
@@ -328,10 +347,11 @@ static __global__ void __launch_bounds__(kThreads)
         uint32_t a[4];
         c_to_a(a, ds[2 * kk], ds[2 * kk + 1]);
 #pragma unroll
-        for (int nt = 0; nt < HD / 8; ++nt) {
-          uint32_t b0, b1;
-          load_b_kn(b0, b1, qs + kk * 16 * LD + nt * 8, LD, g, t);
-          mma(dk[nt], a, b0, b1);
+        for (int np = 0; np < HD / 16; ++np) {
+          uint32_t b[4];
+          load_b_kn(b, qs + kk * 16 * LD + np * 16, LD, lane);
+          mma(dk[2 * np], a, b[0], b[1]);
+          mma(dk[2 * np + 1], a, b[2], b[3]);
         }
       }
     }
@@ -413,12 +433,14 @@ static __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk)
 #pragma unroll
-      for (int nt = 0; nt < BK / 8; ++nt) {
-        uint32_t b0, b1;
-        load_b_nk(b0, b1, ks + nt * 8 * LD + kk * 16, LD, g, t);
-        mma(s[nt], qf[kk], b0, b1);
-        load_b_nk(b0, b1, vs + nt * 8 * LD + kk * 16, LD, g, t);
-        mma(dp[nt], df[kk], b0, b1);
+      for (int np = 0; np < BK / 16; ++np) {
+        uint32_t b[4];
+        load_b_nk(b, ks + np * 16 * LD + kk * 16, LD, lane);
+        mma(s[2 * np], qf[kk], b[0], b[1]);
+        mma(s[2 * np + 1], qf[kk], b[2], b[3]);
+        load_b_nk(b, vs + np * 16 * LD + kk * 16, LD, lane);
+        mma(dp[2 * np], df[kk], b[0], b[1]);
+        mma(dp[2 * np + 1], df[kk], b[2], b[3]);
       }
 #pragma unroll
     for (int nt = 0; nt < BK / 8; ++nt)
@@ -433,10 +455,11 @@ static __global__ void __launch_bounds__(kThreads)
       uint32_t a[4];
       c_to_a(a, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-      for (int nt = 0; nt < HD / 8; ++nt) {
-        uint32_t b0, b1;
-        load_b_kn(b0, b1, ks + kk * 16 * LD + nt * 8, LD, g, t);
-        mma(dq[nt], a, b0, b1);
+      for (int np = 0; np < HD / 16; ++np) {
+        uint32_t b[4];
+        load_b_kn(b, ks + kk * 16 * LD + np * 16, LD, lane);
+        mma(dq[2 * np], a, b[0], b[1]);
+        mma(dq[2 * np + 1], a, b[2], b[3]);
       }
     }
   }

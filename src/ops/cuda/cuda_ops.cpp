@@ -10,7 +10,8 @@
 //   rmsnorm backward   min(rows, 264) * cols * 4
 //   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
 //   attention backward B * H * T * 4
-//   cross-entropy      min(N, 256 MiB / (4 V)) * V * 4 + N * 4
+//   bias gradient      min(rows, 264) * cols * 4
+//   cross-entropy      min(N, 512 MiB / (4 V)) * V * 4 + N * 4
 // plus the cuBLASLt workspace (32 MiB) for the backend's lifetime.
 #include <cuda_runtime.h>
 
@@ -141,6 +142,7 @@ class CudaOps final : public Ops {
     }
   }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void* stream() override { return stream_; }
 
   // ---- linear layers
   void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) override {

@@ -15,7 +15,7 @@
 namespace anvil::cuda {
 
 // Blocks of the first pass of every two-pass reduction (a constant, not the SM count, so
-// that results are identical across GPU models).
+// that results are identical across GPU models; 2 per SM of an H100/H200).
 constexpr int kPartialBlocks = 264;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -1,4 +1,5 @@
-// qk-norm + RoPE forward and backward: one warp per (row, head).
+// qk-norm + RoPE forward and backward: one warp per (row, head); each lane moves pairs of
+// bf16 (head_dim a multiple of 4, so both halves of a head hold whole pairs).
 //
 // Forward, for a q or k head x (hd values), h = hd/2, position p:
 //   n = x * rstd * w (when normed), out[i] = n[i] cos[p,i] - n[i+h] sin[p,i],
@@ -17,7 +18,15 @@ namespace anvil::cuda {
 
 namespace {
 constexpr int kWarps = 8;
-constexpr int kMaxHeadDim = 512;
+constexpr int kMaxHeadDim = 256;
+constexpr int kPairs = kMaxHeadDim / 64;  // pairs per lane in each half of a head
+
+__device__ __forceinline__ float2 ld2(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ __forceinline__ void st2(__nv_bfloat16* p, float2 v) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v.x, v.y);
+}
 }  // namespace
 
 static __global__ void qk_rope_fwd_kernel(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* in,
@@ -33,30 +42,32 @@ static __global__ void qk_rope_fwd_kernel(__nv_bfloat16* out, float* rstd, const
   const __nv_bfloat16* x = in + unit * hd;
   __nv_bfloat16* o = out + unit * hd;
   if (head >= normed) {
-    for (int i = lane; i < hd; i += 32) o[i] = x[i];
+    for (int i = 2 * lane; i < hd; i += 64) st2(o + i, ld2(x + i));
     return;
   }
   const __nv_bfloat16* w = head < n_heads ? q_w : k_w;
   float rs = 1.0f;
   if (w) {
     float ss = 0.0f;
-    for (int i = lane; i < hd; i += 32) {
-      const float v = __bfloat162float(x[i]);
-      ss += v * v;
+    for (int i = 2 * lane; i < hd; i += 64) {
+      const float2 v = ld2(x + i);
+      ss += v.x * v.x + v.y * v.y;
     }
     rs = rsqrtf(warp_sum(ss) / static_cast<float>(hd) + eps);
     if (lane == 0) rstd[r * normed + head] = rs;
   }
   const int64_t p = r % seq;
-  for (int i = lane; i < half; i += 32) {
-    float x1 = __bfloat162float(x[i]) * rs, x2 = __bfloat162float(x[i + half]) * rs;
+  for (int i = 2 * lane; i < half; i += 64) {
+    float2 x1 = ld2(x + i), x2 = ld2(x + i + half);
+    x1.x *= rs; x1.y *= rs; x2.x *= rs; x2.y *= rs;
     if (w) {
-      x1 *= __bfloat162float(w[i]);
-      x2 *= __bfloat162float(w[i + half]);
+      const float2 w1 = ld2(w + i), w2 = ld2(w + i + half);
+      x1.x *= w1.x; x1.y *= w1.y; x2.x *= w2.x; x2.y *= w2.y;
     }
-    const float c = cos[p * half + i], s = sin[p * half + i];
-    o[i] = __float2bfloat16_rn(x1 * c - x2 * s);
-    o[i + half] = __float2bfloat16_rn(x2 * c + x1 * s);
+    const float2 c = *reinterpret_cast<const float2*>(cos + p * half + i);
+    const float2 s = *reinterpret_cast<const float2*>(sin + p * half + i);
+    st2(o + i, make_float2(x1.x * c.x - x2.x * s.x, x1.y * c.y - x2.y * s.y));
+    st2(o + i + half, make_float2(x2.x * c.x + x1.x * s.x, x2.y * c.y + x1.y * s.y));
   }
 }
 
@@ -79,16 +90,17 @@ static __global__ void qk_rope_bwd_kernel(__nv_bfloat16* din, float* partials, c
     const __nv_bfloat16* d = dout + unit * hd;
     __nv_bfloat16* dx = din + unit * hd;
     if (head >= normed) {
-      for (int i = lane; i < hd; i += 32) dx[i] = d[i];
+      for (int i = 2 * lane; i < hd; i += 64) st2(dx + i, ld2(d + i));
       continue;
     }
     const int64_t p = r % seq;
     if (!norm) {
-      for (int i = lane; i < half; i += 32) {
-        const float d1 = __bfloat162float(d[i]), d2 = __bfloat162float(d[i + half]);
-        const float c = cos[p * half + i], s = sin[p * half + i];
-        dx[i] = __float2bfloat16_rn(d1 * c + d2 * s);
-        dx[i + half] = __float2bfloat16_rn(d2 * c - d1 * s);
+      for (int i = 2 * lane; i < half; i += 64) {
+        const float2 d1 = ld2(d + i), d2 = ld2(d + i + half);
+        const float2 c = *reinterpret_cast<const float2*>(cos + p * half + i);
+        const float2 s = *reinterpret_cast<const float2*>(sin + p * half + i);
+        st2(dx + i, make_float2(d1.x * c.x + d2.x * s.x, d1.y * c.y + d2.y * s.y));
+        st2(dx + i + half, make_float2(d2.x * c.x - d1.x * s.x, d2.y * c.y - d1.y * s.y));
       }
       continue;
     }
@@ -96,24 +108,41 @@ static __global__ void qk_rope_bwd_kernel(__nv_bfloat16* din, float* partials, c
     const __nv_bfloat16* w = head < n_heads ? q_w : k_w;
     float* wacc = acc + (warp * 2 + (head < n_heads ? 0 : 1)) * hd;
     const float rs = rstd[r * normed + head];
+    // Each lane keeps its two pairs (i, i+1) and (i+half, i+half+1) of dn, x and w in
+    // registers between the dot product and the write (hd <= kMaxHeadDim = 4 pairs of 64).
+    float dn[kPairs][4], xv[kPairs][4], wv[kPairs][4];
     float dot = 0.0f;
-    for (int i = lane; i < half; i += 32) {
-      const float d1 = __bfloat162float(d[i]), d2 = __bfloat162float(d[i + half]);
-      const float c = cos[p * half + i], s = sin[p * half + i];
-      const float n1 = d1 * c + d2 * s, n2 = d2 * c - d1 * s;
-      dot += n1 * __bfloat162float(w[i]) * __bfloat162float(x[i]) +
-             n2 * __bfloat162float(w[i + half]) * __bfloat162float(x[i + half]);
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const int i = 2 * lane + 64 * k;
+      if (i >= half) break;
+      const float2 d1 = ld2(d + i), d2 = ld2(d + i + half);
+      const float2 c = *reinterpret_cast<const float2*>(cos + p * half + i);
+      const float2 s = *reinterpret_cast<const float2*>(sin + p * half + i);
+      dn[k][0] = d1.x * c.x + d2.x * s.x;
+      dn[k][1] = d1.y * c.y + d2.y * s.y;
+      dn[k][2] = d2.x * c.x - d1.x * s.x;
+      dn[k][3] = d2.y * c.y - d1.y * s.y;
+      const float2 x1 = ld2(x + i), x2 = ld2(x + i + half), w1 = ld2(w + i), w2 = ld2(w + i + half);
+      xv[k][0] = x1.x; xv[k][1] = x1.y; xv[k][2] = x2.x; xv[k][3] = x2.y;
+      wv[k][0] = w1.x; wv[k][1] = w1.y; wv[k][2] = w2.x; wv[k][3] = w2.y;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dot += dn[k][e] * wv[k][e] * xv[k][e];
     }
     const float coef = warp_sum(dot) * rs * rs / static_cast<float>(hd);
-    for (int i = lane; i < half; i += 32) {
-      const float d1 = __bfloat162float(d[i]), d2 = __bfloat162float(d[i + half]);
-      const float c = cos[p * half + i], s = sin[p * half + i];
-      const float n1 = d1 * c + d2 * s, n2 = d2 * c - d1 * s;
-      const float x1 = __bfloat162float(x[i]), x2 = __bfloat162float(x[i + half]);
-      dx[i] = __float2bfloat16_rn(rs * (n1 * __bfloat162float(w[i]) - x1 * coef));
-      dx[i + half] = __float2bfloat16_rn(rs * (n2 * __bfloat162float(w[i + half]) - x2 * coef));
-      wacc[i] += n1 * x1 * rs;
-      wacc[i + half] += n2 * x2 * rs;
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const int i = 2 * lane + 64 * k;
+      if (i >= half) break;
+      float o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] = rs * (dn[k][e] * wv[k][e] - xv[k][e] * coef);
+      st2(dx + i, make_float2(o[0], o[1]));
+      st2(dx + i + half, make_float2(o[2], o[3]));
+      wacc[i] += dn[k][0] * xv[k][0] * rs;
+      wacc[i + 1] += dn[k][1] * xv[k][1] * rs;
+      wacc[i + half] += dn[k][2] * xv[k][2] * rs;
+      wacc[i + half + 1] += dn[k][3] * xv[k][3] * rs;
     }
   }
   if (!norm) return;
@@ -126,8 +155,8 @@ static __global__ void qk_rope_bwd_kernel(__nv_bfloat16* din, float* partials, c
 }
 
 static void check_shape(const QkRopeShape& s) {
-  ANVIL_ENSURE(s.head_dim % 2 == 0 && s.head_dim <= kMaxHeadDim, kUnsupported, "qk_norm_rope: head_dim ",
-               s.head_dim, " (the CUDA kernel needs an even head_dim of at most ", kMaxHeadDim, ")");
+  ANVIL_ENSURE(s.head_dim % 4 == 0 && s.head_dim <= kMaxHeadDim, kUnsupported, "qk_norm_rope: head_dim ",
+               s.head_dim, " (the CUDA kernel needs a multiple of 4, at most ", kMaxHeadDim, ")");
   ANVIL_ENSURE(s.seq > 0 && s.rows % s.seq == 0, kInvalidInput, "qk_norm_rope: ", s.rows,
                " rows are not a whole number of sequences of ", s.seq);
 }
