@@ -16,6 +16,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The data tests' parity oracles (npm packages of Hugging Face's reference tokenizer and Jinja),
+# when node is present; without them those tests are skipped and say why.
+if command -v npm >/dev/null 2>&1; then
+  if [ ! -d tests/oracle/node_modules/@huggingface/jinja ]; then
+    (cd tests/oracle && npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "warning: npm ci in tests/oracle failed; the oracle parity tests will be skipped"
+  fi
+else
+  echo "note: node/npm not found; the oracle parity tests (tests/test_data_oracle.cpp) will be skipped"
+fi
 build=${ANVIL_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j "$(nproc)"
