@@ -657,8 +657,6 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
   t->id_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
   t->id_used.assign(static_cast<size_t>(max_id + 1), false);
   t->vocab.reserve(vocab.size());
-  std::unordered_map<std::string, int32_t> by_token;  // byte-level string -> id, for merges
-  by_token.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     const int32_t id = it.value().get<int32_t>();
     ANVIL_ENSURE(id >= 0, kInvalidInput, what, ": negative id for vocab entry '", it.key(), "'");
@@ -666,7 +664,6 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
     t->vocab.emplace(bytes, id);
     t->id_bytes[static_cast<size_t>(id)] = std::move(bytes);
     t->id_used[static_cast<size_t>(id)] = true;
-    by_token.emplace(it.key(), id);
   }
   for (int b = 0; b < 256; ++b) {
     auto it = t->vocab.find(std::string(1, static_cast<char>(b)));
@@ -689,8 +686,9 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
       a = m[0].get<std::string>();
       b = m[1].get<std::string>();
     }
-    auto ia = by_token.find(a), ib = by_token.find(b), im = by_token.find(a + b);
-    ANVIL_ENSURE(ia != by_token.end() && ib != by_token.end() && im != by_token.end(), kInvalidInput, what,
+    const std::string ba = byte_level_to_bytes(a), bb = byte_level_to_bytes(b);
+    auto ia = t->vocab.find(ba), ib = t->vocab.find(bb), im = t->vocab.find(ba + bb);
+    ANVIL_ENSURE(ia != t->vocab.end() && ib != t->vocab.end() && im != t->vocab.end(), kInvalidInput, what,
                  ": merge ", rank, " ('", a, "', '", b, "') names a token missing from the vocab");
     t->merges.insert(ia->second, ib->second, rank, im->second);
     ++rank;
