@@ -179,7 +179,7 @@ TEST(CudaOps, Linear) {
 TEST(CudaOps, Embedding) {
   REQUIRE_GPU();
   struct Case { int64_t n, vocab, cols; };
-  for (const Case& cs : {Case{50, 37, 64}, Case{300, 1000, 100}, Case{700, 5, 24}, Case{9, 100000, 2048}}) {
+  for (const Case& cs : {Case{50, 37, 64}, Case{300, 1000, 100}, Case{700, 5, 24}, Case{9, 20000, 2048}}) {
     const std::string tag = dims({cs.n, cs.vocab, cs.cols});
     std::mt19937 gen(static_cast<uint32_t>(cs.n));
     std::vector<int32_t> id(static_cast<size_t>(cs.n));

@@ -9,17 +9,21 @@
 // next product (P . V without a trip through shared memory).
 //
 // Forward: a block of 4 warps owns 64 queries of one (batch, head), each warp 16 rows; it
-// streams 64-key tiles of K and V through shared memory up to the diagonal and keeps an
-// online softmax (max and sum per row, in the exp2 domain). lse is saved for backward.
-// Backward, deterministic (no atomics), in three kernels:
+// streams 64-key tiles of K and V up to the diagonal and keeps an online softmax (max and
+// sum per row, in the exp2 domain). lse is saved for backward.
+// Backward, deterministic (no atomics), in four kernels:
 //   dsum = rowsum(dout * out) per query;
-//   dK, dV: a block owns 64 keys of one (batch, kv head), loops over the q heads of its
-//     group and the 32-query tiles at or after its keys, and computes S^T, P^T, dV += P^T dO,
-//     dP^T = V dO^T, dS^T = P^T (dP^T - dsum), dK += dS^T Q;
+//   dK, dV per q head: a block owns 64 keys of one (batch, q head), loops over the 32-query
+//     tiles at or after its keys and computes S^T, P^T, dV += P^T dO, dP^T = V dO^T,
+//     dS^T = P^T (dP^T - dsum), dK += dS^T Q, into fp32 partials (B, T, H, 2, hd); one block
+//     per q head (not per kv head) halves the longest chain of tiles under GQA;
+//   the partials of the q heads of each kv group are summed in head order into dqkv;
 //   dQ: a block owns 64 queries of one (batch, head), loops over 32-key tiles up to the
 //     diagonal, recomputes P and dS and accumulates dQ += dS K.
 // The recomputation in the dQ kernel costs 3 of the 7 matrix products of backward, the
 // price of writing every gradient exactly once.
+// Tiles stream through two shared-memory stages with cp.async: the next tile loads while
+// the current one is used.
 // Fragments come from shared memory through ldmatrix (four 8x8 matrices per instruction;
 // .trans for operands stored k-major). Shared rows are padded by 8 bf16 (16 bytes), so the
 // eight 16-byte row reads of each 8x8 matrix fall in distinct banks.
@@ -97,16 +101,25 @@ __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], c
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
-// Rows [row0, row0 + NROWS) of one head (row stride `stride` elements) into a shared tile
-// [NROWS][LD]; rows at or past `limit` are zero (never garbage: 0 * NaN would poison P.V).
+// 16 bytes global -> shared without passing through registers (cp.async, sm_80+); with
+// in == false nothing is read and the destination is zero-filled.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool in) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(in ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most one committed group is still in flight (the one just issued).
+__device__ __forceinline__ void cp_async_wait_prev() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+// Starts copying rows [row0, row0 + NROWS) of one head (row stride `stride` elements) into a
+// shared tile [NROWS][LD]; rows at or past `limit` become zero (never garbage: 0 * NaN would
+// poison P.V).
 template <int HD, int LD, int NROWS>
-__device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t stride, int row0, int limit) {
+__device__ __forceinline__ void load_tile_async(bf16* dst, const bf16* src, int64_t stride, int row0, int limit) {
   constexpr int kVecs = HD / 8;
   for (int i = threadIdx.x; i < NROWS * kVecs; i += kThreads) {
     const int r = i / kVecs, c = (i % kVecs) * 8;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (row0 + r < limit) v = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(row0 + r) * stride + c);
-    *reinterpret_cast<uint4*>(dst + r * LD + c) = v;
+    const bool in = row0 + r < limit;
+    cp_async16(dst + r * LD + c, in ? src + static_cast<int64_t>(row0 + r) * stride + c : src, in);
   }
 }
 
@@ -116,8 +129,8 @@ template <int HD>
 static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T,
                                                                    int H, int KV, float scale_log2) {
   constexpr int BQ = 64, BK = 64, LD = HD + 8;
-  __shared__ __align__(16) bf16 ks[BK * LD];
-  __shared__ __align__(16) bf16 vs[BK * LD];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* const kv_buf = reinterpret_cast<bf16*>(smem_raw);  // 2 stages x (K, V) x [BK][LD]
   const int qtile = gridDim.x - 1 - blockIdx.x;  // the longest rows first
   const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
   const int64_t stride = static_cast<int64_t>(H + 2 * KV) * HD;
@@ -143,74 +156,85 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
   for (int nt = 0; nt < HD / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  const int kv_end = min(T, (qtile + 1) * BQ);
-  for (int k0 = 0; k0 < kv_end; k0 += BK) {
+  const int n_tiles = (min(T, (qtile + 1) * BQ) + BK - 1) / BK;
+  const auto issue = [&](int j) {
+    bf16* dst = kv_buf + (j & 1) * 2 * BK * LD;
+    load_tile_async<HD, LD, BK>(dst, seq + (H + kvh) * HD, stride, j * BK, T);
+    load_tile_async<HD, LD, BK>(dst + BK * LD, seq + (H + KV + kvh) * HD, stride, j * BK, T);
+  };
+  issue(0);
+  cp_async_commit();
+  for (int j = 0; j < n_tiles; ++j) {
+    if (j + 1 < n_tiles) issue(j + 1);  // the next tile streams in while this one is used
+    cp_async_commit();
+    cp_async_wait_prev();
     __syncthreads();
-    load_tile<HD, LD, BK>(ks, seq + (H + kvh) * HD, stride, k0, T);
-    load_tile<HD, LD, BK>(vs, seq + (H + KV + kvh) * HD, stride, k0, T);
-    __syncthreads();
-    if (k0 > q0 + 15) continue;  // every key of the tile is after every query of the warp
-
-    float s[BK / 8][4];
+    const int k0 = j * BK;
+    const bf16* ks = kv_buf + (j & 1) * 2 * BK * LD;
+    const bf16* vs = ks + BK * LD;
+    if (k0 <= q0 + 15) {  // else every key of the tile is after every query of the warp
+      float s[BK / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk)
+      for (int kk = 0; kk < HD / 16; ++kk)
 #pragma unroll
-      for (int np = 0; np < BK / 16; ++np) {
-        uint32_t b[4];
-        load_b_nk(b, ks + np * 16 * LD + kk * 16, LD, lane);
-        mma(s[2 * np], qf[kk], b[0], b[1]);
-        mma(s[2 * np + 1], qf[kk], b[2], b[3]);
-      }
-
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int q = q0 + g + 8 * r;
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < BK / 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int key = k0 + nt * 8 + 2 * t + c;
-          const float v = key <= q ? s[nt][2 * r + c] * scale_log2 : -INFINITY;
-          s[nt][2 * r + c] = v;
-          mx = fmaxf(mx, v);
+        for (int np = 0; np < BK / 16; ++np) {
+          uint32_t bb[4];
+          load_b_nk(bb, ks + np * 16 * LD + kk * 16, LD, lane);
+          mma(s[2 * np], qf[kk], bb[0], bb[1]);
+          mma(s[2 * np + 1], qf[kk], bb[2], bb[3]);
         }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // Every row of a tile that is not skipped has a key at or before it: m_new is finite.
-      const float m_new = fmaxf(m[r], mx);
-      const float alpha = exp2f(m[r] - m_new);
-      m[r] = m_new;
-      l[r] *= alpha;
-#pragma unroll
-      for (int nt = 0; nt < HD / 8; ++nt) {
-        o[nt][2 * r] *= alpha;
-        o[nt][2 * r + 1] *= alpha;
-      }
-#pragma unroll
-      for (int nt = 0; nt < BK / 8; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const float p = exp2f(s[nt][2 * r + c] - m_new);
-          s[nt][2 * r + c] = p;
-          l[r] += p;
-        }
-    }
 
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      uint32_t a[4];
-      c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+      for (int r = 0; r < 2; ++r) {
+        const int q = q0 + g + 8 * r;
+        float mx = -INFINITY;
 #pragma unroll
-      for (int np = 0; np < HD / 16; ++np) {
-        uint32_t b[4];
-        load_b_kn(b, vs + kk * 16 * LD + np * 16, LD, lane);
-        mma(o[2 * np], a, b[0], b[1]);
-        mma(o[2 * np + 1], a, b[2], b[3]);
+        for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int key = k0 + nt * 8 + 2 * t + c;
+            const float v = key <= q ? s[nt][2 * r + c] * scale_log2 : -INFINITY;
+            s[nt][2 * r + c] = v;
+            mx = fmaxf(mx, v);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // Every row of a tile that is not skipped has a key at or before it: m_new is finite.
+        const float m_new = fmaxf(m[r], mx);
+        const float alpha = exp2f(m[r] - m_new);
+        m[r] = m_new;
+        l[r] *= alpha;
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; ++nt) {
+          o[nt][2 * r] *= alpha;
+          o[nt][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float p = exp2f(s[nt][2 * r + c] - m_new);
+            s[nt][2 * r + c] = p;
+            l[r] += p;
+          }
+      }
+
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        uint32_t a[4];
+        c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+        for (int np = 0; np < HD / 16; ++np) {
+          uint32_t bb[4];
+          load_b_kn(bb, vs + kk * 16 * LD + np * 16, LD, lane);
+          mma(o[2 * np], a, bb[0], bb[1]);
+          mma(o[2 * np + 1], a, bb[2], bb[3]);
+        }
       }
     }
+    __syncthreads();  // the stage is refilled by the issue of iteration j + 1
   }
 
 #pragma unroll
@@ -242,50 +266,65 @@ static __global__ void attn_bwd_dsum_kernel(float* dsum, const bf16* dout, const
   if (lane == 0) dsum[(b * H + h) * T + q] = s;
 }
 
+// dK, dV of one q head for one 64-key tile: written as fp32 partials (B, T, H, 2, hd),
+// summed over the q heads of each kv group by attn_bwd_kv_reduce_kernel.
 template <int HD>
 static __global__ void __launch_bounds__(kThreads)
-    attn_bwd_dkv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* dsum, int T,
-                        int H, int KV, float scale_log2, float scale) {
+    attn_bwd_dkv_kernel(float* partial, const bf16* qkv, const bf16* dout, const float* lse, const float* dsum,
+                        int T, int H, int KV, float scale_log2, float scale) {
   constexpr int BK = 64, BQ = 32, LD = HD + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);
   bf16* vs = ks + BK * LD;
-  bf16* qs = vs + BK * LD;
-  bf16* dos = qs + BQ * LD;
-  float* lse_s = reinterpret_cast<float*>(dos + BQ * LD);
-  float* d_s = lse_s + BQ;
+  bf16* qdo = vs + BK * LD;  // 2 stages x (Q, dO) x [BQ][LD]
+  float* stats = reinterpret_cast<float*>(qdo + 2 * 2 * BQ * LD);  // 2 stages x (lse, dsum) x [BQ]
 
-  const int b = blockIdx.y / KV, kvh = blockIdx.y % KV, group = H / KV;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
   const int64_t stride = static_cast<int64_t>(H + 2 * KV) * HD;
   const bf16* seq = qkv + static_cast<int64_t>(b) * T * stride;
   const bf16* dseq = dout + static_cast<int64_t>(b) * T * H * HD;
+  const float* lse_h = lse + (static_cast<int64_t>(b) * H + h) * T;
+  const float* dsum_h = dsum + (static_cast<int64_t>(b) * H + h) * T;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int k_begin = blockIdx.x * BK, key0 = k_begin + warp * 16;
 
-  load_tile<HD, LD, BK>(ks, seq + (H + kvh) * HD, stride, k_begin, T);
-  load_tile<HD, LD, BK>(vs, seq + (H + KV + kvh) * HD, stride, k_begin, T);
+  // Stage j holds the query tile [k_begin + j*BQ, +BQ): Q, dO, lse (log2 units; +inf past T
+  // so that P is exactly 0 there) and dsum.
+  const int n_tiles = (T - k_begin + BQ - 1) / BQ;
+  const auto issue = [&](int j) {
+    const int qb = k_begin + j * BQ;
+    bf16* q_dst = qdo + (j & 1) * 2 * BQ * LD;
+    load_tile_async<HD, LD, BQ>(q_dst, seq + h * HD, stride, qb, T);
+    load_tile_async<HD, LD, BQ>(q_dst + BQ * LD, dseq + h * HD, static_cast<int64_t>(H) * HD, qb, T);
+    if (threadIdx.x < BQ) {
+      const int q = qb + threadIdx.x;
+      float* st = stats + (j & 1) * 2 * BQ;
+      st[threadIdx.x] = q < T ? lse_h[q] * kLog2e : INFINITY;
+      st[BQ + threadIdx.x] = q < T ? dsum_h[q] : 0.0f;
+    }
+  };
+  load_tile_async<HD, LD, BK>(ks, seq + (H + kvh) * HD, stride, k_begin, T);
+  load_tile_async<HD, LD, BK>(vs, seq + (H + KV + kvh) * HD, stride, k_begin, T);
+  issue(0);
+  cp_async_commit();
+
   float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
   for (int nt = 0; nt < HD / 8; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) dk[nt][i] = dv[nt][i] = 0.0f;
 
-  for (int hq = 0; hq < group; ++hq) {
-    const int h = kvh * group + hq;
-    for (int qb = k_begin; qb < T; qb += BQ) {
-      __syncthreads();
-      load_tile<HD, LD, BQ>(qs, seq + h * HD, stride, qb, T);
-      load_tile<HD, LD, BQ>(dos, dseq + h * HD, static_cast<int64_t>(H) * HD, qb, T);
-      if (threadIdx.x < BQ) {
-        const int q = qb + threadIdx.x;
-        const bool in = q < T;
-        // A query past T gets lse = +inf, so its P is exactly 0.
-        lse_s[threadIdx.x] = in ? lse[(static_cast<int64_t>(b) * H + h) * T + q] * kLog2e : INFINITY;
-        d_s[threadIdx.x] = in ? dsum[(static_cast<int64_t>(b) * H + h) * T + q] : 0.0f;
-      }
-      __syncthreads();
-      if (qb + BQ - 1 < key0) continue;  // every query of the tile is before every key of the warp
-
+  for (int j = 0; j < n_tiles; ++j) {
+    if (j + 1 < n_tiles) issue(j + 1);
+    cp_async_commit();
+    cp_async_wait_prev();
+    __syncthreads();
+    const int qb = k_begin + j * BQ;
+    const bf16* qs = qdo + (j & 1) * 2 * BQ * LD;
+    const bf16* dos = qs + BQ * LD;
+    const float* lse_s = stats + (j & 1) * 2 * BQ;
+    const float* d_s = lse_s + BQ;
+    if (qb + BQ - 1 >= key0) {  // else every query of the tile is before every key of the warp
       float st[BQ / 8][4];  // S^T, then P^T: rows = the warp's 16 keys, columns = 32 queries
 #pragma unroll
       for (int nt = 0; nt < BQ / 8; ++nt) st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.0f;
@@ -295,10 +334,10 @@ static __global__ void __launch_bounds__(kThreads)
         load_a(a, ks + warp * 16 * LD + kk * 16, LD, lane);
 #pragma unroll
         for (int np = 0; np < BQ / 16; ++np) {
-          uint32_t b[4];
-          load_b_nk(b, qs + np * 16 * LD + kk * 16, LD, lane);
-          mma(st[2 * np], a, b[0], b[1]);
-          mma(st[2 * np + 1], a, b[2], b[3]);
+          uint32_t bb[4];
+          load_b_nk(bb, qs + np * 16 * LD + kk * 16, LD, lane);
+          mma(st[2 * np], a, bb[0], bb[1]);
+          mma(st[2 * np + 1], a, bb[2], bb[3]);
         }
       }
 #pragma unroll
@@ -315,10 +354,10 @@ static __global__ void __launch_bounds__(kThreads)
         c_to_a(a, st[2 * kk], st[2 * kk + 1]);
 #pragma unroll
         for (int np = 0; np < HD / 16; ++np) {
-          uint32_t b[4];
-          load_b_kn(b, dos + kk * 16 * LD + np * 16, LD, lane);
-          mma(dv[2 * np], a, b[0], b[1]);
-          mma(dv[2 * np + 1], a, b[2], b[3]);
+          uint32_t bb[4];
+          load_b_kn(bb, dos + kk * 16 * LD + np * 16, LD, lane);
+          mma(dv[2 * np], a, bb[0], bb[1]);
+          mma(dv[2 * np + 1], a, bb[2], bb[3]);
         }
       }
 
@@ -331,10 +370,10 @@ static __global__ void __launch_bounds__(kThreads)
         load_a(a, vs + warp * 16 * LD + kk * 16, LD, lane);
 #pragma unroll
         for (int np = 0; np < BQ / 16; ++np) {
-          uint32_t b[4];
-          load_b_nk(b, dos + np * 16 * LD + kk * 16, LD, lane);
-          mma(ds[2 * np], a, b[0], b[1]);
-          mma(ds[2 * np + 1], a, b[2], b[3]);
+          uint32_t bb[4];
+          load_b_nk(bb, dos + np * 16 * LD + kk * 16, LD, lane);
+          mma(ds[2 * np], a, bb[0], bb[1]);
+          mma(ds[2 * np + 1], a, bb[2], bb[3]);
         }
       }
 #pragma unroll
@@ -348,27 +387,44 @@ static __global__ void __launch_bounds__(kThreads)
         c_to_a(a, ds[2 * kk], ds[2 * kk + 1]);
 #pragma unroll
         for (int np = 0; np < HD / 16; ++np) {
-          uint32_t b[4];
-          load_b_kn(b, qs + kk * 16 * LD + np * 16, LD, lane);
-          mma(dk[2 * np], a, b[0], b[1]);
-          mma(dk[2 * np + 1], a, b[2], b[3]);
+          uint32_t bb[4];
+          load_b_kn(bb, qs + kk * 16 * LD + np * 16, LD, lane);
+          mma(dk[2 * np], a, bb[0], bb[1]);
+          mma(dk[2 * np + 1], a, bb[2], bb[3]);
         }
       }
     }
+    __syncthreads();  // the stage is refilled by the issue of iteration j + 1
   }
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int key = key0 + g + 8 * r;
     if (key >= T) continue;
-    bf16* kd = dqkv + (static_cast<int64_t>(b) * T + key) * stride + (H + kvh) * HD;
-    bf16* vd = dqkv + (static_cast<int64_t>(b) * T + key) * stride + (H + KV + kvh) * HD;
+    float* dst = partial + ((static_cast<int64_t>(b) * T + key) * H + h) * 2 * HD;
 #pragma unroll
     for (int nt = 0; nt < HD / 8; ++nt) {
-      *reinterpret_cast<uint32_t*>(kd + nt * 8 + 2 * t) = pack_bf16(dk[nt][2 * r] * scale, dk[nt][2 * r + 1] * scale);
-      *reinterpret_cast<uint32_t*>(vd + nt * 8 + 2 * t) = pack_bf16(dv[nt][2 * r], dv[nt][2 * r + 1]);
+      *reinterpret_cast<float2*>(dst + nt * 8 + 2 * t) = make_float2(dk[nt][2 * r] * scale, dk[nt][2 * r + 1] * scale);
+      *reinterpret_cast<float2*>(dst + HD + nt * 8 + 2 * t) = make_float2(dv[nt][2 * r], dv[nt][2 * r + 1]);
     }
   }
+}
+
+// dk, dv of each kv head = the sum over the q heads of its group, in head order.
+static __global__ void attn_bwd_kv_reduce_kernel(bf16* dqkv, const float* partial, int64_t units, int H, int KV,
+                                                 int hd) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= units) return;
+  const int d = static_cast<int>(i % hd);
+  int64_t rest = i / hd;
+  const int c = static_cast<int>(rest % 2);  // 0: dk, 1: dv
+  rest /= 2;
+  const int kvh = static_cast<int>(rest % KV);
+  const int64_t bt = rest / KV;
+  const int group = H / KV;
+  float s = 0.0f;
+  for (int hq = 0; hq < group; ++hq) s += partial[((bt * H + kvh * group + hq) * 2 + c) * hd + d];
+  dqkv[(bt * (H + 2 * KV) + H + c * KV + kvh) * hd + d] = __float2bfloat16_rn(s);
 }
 
 template <int HD>
@@ -376,8 +432,7 @@ static __global__ void __launch_bounds__(kThreads)
     attn_bwd_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* dsum, int T,
                        int H, int KV, float scale_log2, float scale) {
   constexpr int BQ = 64, BK = 32, LD = HD + 8;
-  __shared__ __align__(16) bf16 ks[BK * LD];
-  __shared__ __align__(16) bf16 vs[BK * LD];
+  __shared__ __align__(16) bf16 kv_buf[2 * 2 * BK * LD];  // 2 stages x (K, V) x [BK][LD]
   const int qtile = gridDim.x - 1 - blockIdx.x;
   const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
   const int64_t stride = static_cast<int64_t>(H + 2 * KV) * HD;
@@ -385,6 +440,15 @@ static __global__ void __launch_bounds__(kThreads)
   const bf16* dseq = dout + static_cast<int64_t>(b) * T * H * HD;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int q0 = qtile * BQ + warp * 16;
+
+  const int n_tiles = (min(T, (qtile + 1) * BQ) + BK - 1) / BK;
+  const auto issue = [&](int j) {
+    bf16* dst = kv_buf + (j & 1) * 2 * BK * LD;
+    load_tile_async<HD, LD, BK>(dst, seq + (H + kvh) * HD, stride, j * BK, T);
+    load_tile_async<HD, LD, BK>(dst + BK * LD, seq + (H + KV + kvh) * HD, stride, j * BK, T);
+  };
+  issue(0);
+  cp_async_commit();
 
   uint32_t qf[HD / 16][4], df[HD / 16][4];
   float lse2[2], dd[2];
@@ -417,51 +481,54 @@ static __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int nt = 0; nt < HD / 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.0f;
 
-  const int kv_end = min(T, (qtile + 1) * BQ);
-  for (int k0 = 0; k0 < kv_end; k0 += BK) {
+  for (int j = 0; j < n_tiles; ++j) {
+    if (j + 1 < n_tiles) issue(j + 1);
+    cp_async_commit();
+    cp_async_wait_prev();
     __syncthreads();
-    load_tile<HD, LD, BK>(ks, seq + (H + kvh) * HD, stride, k0, T);
-    load_tile<HD, LD, BK>(vs, seq + (H + KV + kvh) * HD, stride, k0, T);
-    __syncthreads();
-    if (k0 > q0 + 15) continue;
-
-    float s[BK / 8][4], dp[BK / 8][4];
+    const int k0 = j * BK;
+    const bf16* ks = kv_buf + (j & 1) * 2 * BK * LD;
+    const bf16* vs = ks + BK * LD;
+    if (k0 <= q0 + 15) {
+      float s[BK / 8][4], dp[BK / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < BK / 8; ++nt)
+      for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) s[nt][i] = dp[nt][i] = 0.0f;
+        for (int i = 0; i < 4; ++i) s[nt][i] = dp[nt][i] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk)
+      for (int kk = 0; kk < HD / 16; ++kk)
 #pragma unroll
-      for (int np = 0; np < BK / 16; ++np) {
-        uint32_t b[4];
-        load_b_nk(b, ks + np * 16 * LD + kk * 16, LD, lane);
-        mma(s[2 * np], qf[kk], b[0], b[1]);
-        mma(s[2 * np + 1], qf[kk], b[2], b[3]);
-        load_b_nk(b, vs + np * 16 * LD + kk * 16, LD, lane);
-        mma(dp[2 * np], df[kk], b[0], b[1]);
-        mma(dp[2 * np + 1], df[kk], b[2], b[3]);
-      }
+        for (int np = 0; np < BK / 16; ++np) {
+          uint32_t bb[4];
+          load_b_nk(bb, ks + np * 16 * LD + kk * 16, LD, lane);
+          mma(s[2 * np], qf[kk], bb[0], bb[1]);
+          mma(s[2 * np + 1], qf[kk], bb[2], bb[3]);
+          load_b_nk(bb, vs + np * 16 * LD + kk * 16, LD, lane);
+          mma(dp[2 * np], df[kk], bb[0], bb[1]);
+          mma(dp[2 * np + 1], df[kk], bb[2], bb[3]);
+        }
 #pragma unroll
-    for (int nt = 0; nt < BK / 8; ++nt)
+      for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int q = q0 + g + (i >= 2 ? 8 : 0), key = k0 + nt * 8 + 2 * t + (i & 1);
-        const float p = key <= q ? exp2f(s[nt][i] * scale_log2 - lse2[i >> 1]) : 0.0f;
-        s[nt][i] = p * (dp[nt][i] - dd[i >> 1]);
-      }
+        for (int i = 0; i < 4; ++i) {
+          const int q = q0 + g + (i >= 2 ? 8 : 0), key = k0 + nt * 8 + 2 * t + (i & 1);
+          const float p = key <= q ? exp2f(s[nt][i] * scale_log2 - lse2[i >> 1]) : 0.0f;
+          s[nt][i] = p * (dp[nt][i] - dd[i >> 1]);
+        }
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {  // dQ += dS K
-      uint32_t a[4];
-      c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+      for (int kk = 0; kk < BK / 16; ++kk) {  // dQ += dS K
+        uint32_t a[4];
+        c_to_a(a, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-      for (int np = 0; np < HD / 16; ++np) {
-        uint32_t b[4];
-        load_b_kn(b, ks + kk * 16 * LD + np * 16, LD, lane);
-        mma(dq[2 * np], a, b[0], b[1]);
-        mma(dq[2 * np + 1], a, b[2], b[3]);
+        for (int np = 0; np < HD / 16; ++np) {
+          uint32_t bb[4];
+          load_b_kn(bb, ks + kk * 16 * LD + np * 16, LD, lane);
+          mma(dq[2 * np], a, bb[0], bb[1]);
+          mma(dq[2 * np + 1], a, bb[2], bb[3]);
+        }
       }
     }
+    __syncthreads();  // the stage is refilled by the issue of iteration j + 1
   }
 
 #pragma unroll
@@ -489,8 +556,11 @@ template <int HD>
 static void launch_fwd(bf16* out, float* lse, const bf16* qkv, const AttentionShape& s, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(s.seq, 64)), static_cast<unsigned>(s.batch * s.n_heads));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(HD));
-  attn_fwd_kernel<HD><<<grid, kThreads, 0, stream>>>(out, lse, qkv, static_cast<int>(s.seq), s.n_heads, s.n_kv_heads,
-                                                      scale_log2);
+  const size_t smem = static_cast<size_t>(2 * 2 * 64 * (HD + 8)) * sizeof(bf16);
+  CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem)));
+  attn_fwd_kernel<HD><<<grid, kThreads, smem, stream>>>(out, lse, qkv, static_cast<int>(s.seq), s.n_heads,
+                                                        s.n_kv_heads, scale_log2);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -503,26 +573,36 @@ void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttentionSh
     launch_fwd<128>(out, lse, qkv, s, stream);
 }
 
+namespace {
+size_t dsum_bytes(const AttentionShape& s) {
+  return (static_cast<size_t>(s.batch * s.n_heads * s.seq) * sizeof(float) + 255) / 256 * 256;
+}
+}  // namespace
+
 size_t attention_backward_scratch_bytes(const AttentionShape& s) {
-  return static_cast<size_t>(s.batch * s.n_heads * s.seq) * sizeof(float);
+  return dsum_bytes(s) + static_cast<size_t>(s.batch * s.seq * s.n_heads) * 2 * static_cast<size_t>(s.head_dim) *
+                             sizeof(float);
 }
 
 template <int HD>
 static void launch_bwd(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* dsum,
-                       const AttentionShape& s, cudaStream_t stream) {
+                       float* partial, const AttentionShape& s, cudaStream_t stream) {
   constexpr int LD = HD + 8;
   const float scale = 1.0f / sqrtf(static_cast<float>(HD)), scale_log2 = scale * kLog2e;
   const int T = static_cast<int>(s.seq);
-  const size_t smem = static_cast<size_t>((2 * 64 + 2 * 32) * LD) * sizeof(bf16) + 2 * 32 * sizeof(float);
+  const size_t smem = static_cast<size_t>((2 * 64 + 2 * 2 * 32) * LD) * sizeof(bf16) + 2 * 2 * 32 * sizeof(float);
   CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
-  const dim3 grid_kv(static_cast<unsigned>(ceil_div(s.seq, 64)), static_cast<unsigned>(s.batch * s.n_kv_heads));
-  attn_bwd_dkv_kernel<HD><<<grid_kv, kThreads, smem, stream>>>(dqkv, qkv, dout, lse, dsum, T, s.n_heads,
-                                                               s.n_kv_heads, scale_log2, scale);
+  const dim3 grid(static_cast<unsigned>(ceil_div(s.seq, 64)), static_cast<unsigned>(s.batch * s.n_heads));
+  attn_bwd_dkv_kernel<HD><<<grid, kThreads, smem, stream>>>(partial, qkv, dout, lse, dsum, T, s.n_heads,
+                                                            s.n_kv_heads, scale_log2, scale);
   CUDA_CHECK_LAUNCH();
-  const dim3 grid_q(static_cast<unsigned>(ceil_div(s.seq, 64)), static_cast<unsigned>(s.batch * s.n_heads));
-  attn_bwd_dq_kernel<HD><<<grid_q, kThreads, 0, stream>>>(dqkv, qkv, dout, lse, dsum, T, s.n_heads, s.n_kv_heads,
-                                                          scale_log2, scale);
+  const int64_t units = s.batch * s.seq * s.n_kv_heads * 2 * HD;
+  attn_bwd_kv_reduce_kernel<<<static_cast<unsigned>(ceil_div(units, 256)), 256, 0, stream>>>(
+      dqkv, partial, units, s.n_heads, s.n_kv_heads, HD);
+  CUDA_CHECK_LAUNCH();
+  attn_bwd_dq_kernel<HD><<<grid, kThreads, 0, stream>>>(dqkv, qkv, dout, lse, dsum, T, s.n_heads, s.n_kv_heads,
+                                                        scale_log2, scale);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -531,14 +611,15 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
   check_shape(s, qkv, dout);
   if (s.batch * s.seq == 0) return;
   float* dsum = static_cast<float*>(scratch);
+  float* partial = reinterpret_cast<float*>(static_cast<char*>(scratch) + dsum_bytes(s));
   const int64_t units = s.batch * s.seq * s.n_heads;
   attn_bwd_dsum_kernel<<<static_cast<unsigned>(ceil_div(units, 8)), 256, 0, stream>>>(
       dsum, dout, out, units, static_cast<int>(s.seq), s.n_heads, s.head_dim);
   CUDA_CHECK_LAUNCH();
   if (s.head_dim == 64)
-    launch_bwd<64>(dqkv, dout, qkv, lse, dsum, s, stream);
+    launch_bwd<64>(dqkv, dout, qkv, lse, dsum, partial, s, stream);
   else
-    launch_bwd<128>(dqkv, dout, qkv, lse, dsum, s, stream);
+    launch_bwd<128>(dqkv, dout, qkv, lse, dsum, partial, s, stream);
 }
 
 }  // namespace anvil::cuda

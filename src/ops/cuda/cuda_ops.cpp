@@ -9,7 +9,7 @@
 // Scratch needs, for the memory plan: the largest of
 //   rmsnorm backward   min(rows, 264) * cols * 4
 //   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
-//   attention backward B * H * T * 4
+//   attention backward B * H * T * 4 + B * T * H * 2 * head_dim * 4
 //   bias gradient      min(rows, 264) * cols * 4
 //   cross-entropy      min(N, 512 MiB / (4 V)) * V * 4 + N * 4
 // plus the cuBLASLt workspace (32 MiB) for the backend's lifetime.
