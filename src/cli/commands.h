@@ -8,6 +8,7 @@ namespace anvil {
 int cmd_init(int argc, char** argv);
 int cmd_grad(int argc, char** argv);
 int cmd_train(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 int cmd_prepare(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);

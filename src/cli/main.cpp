@@ -20,6 +20,7 @@ constexpr Command kCommands[] = {
      anvil::cmd_train},
     {"grad", "loss, logits and gradients of one batch: the parity tool against PyTorch",
      anvil::cmd_grad},
+    {"plan", "memory per GPU of each mode before launching: what fits, and the advice", anvil::cmd_plan},
     {"init", "write a Hugging Face model folder with freshly initialised weights", anvil::cmd_init},
     {"prepare", "tokenize and pack JSONL data into blocks for training (every core)", anvil::cmd_prepare},
     {"tokenize", "JSONL texts or chats on stdin -> token ids (and chat renderings) on stdout", anvil::cmd_tokenize},

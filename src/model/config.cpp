@@ -189,10 +189,11 @@ ModelConfig preset_config(const std::string& name) {
     bool tie;
     int64_t max_pos;
   };
-  // Shapes of the published Qwen3 models; "tiny" is the demo size (the Qwen3 vocabulary, so
-  // that it trains on text tokenized by the real tokenizer).
+  // Shapes of the published Qwen3 models; "tiny" is the demo's size: a Qwen3 block small
+  // enough to train on a CPU in a minute, with the vocabulary of the demo's byte-level
+  // tokenizer (data/demo, 274 tokens) rounded up to 320.
   static const Preset kPresets[] = {
-      {"tiny", 151936, 128, 384, 4, 4, 2, 32, true, 4096},
+      {"tiny", 320, 128, 384, 4, 4, 2, 32, true, 4096},
       {"qwen3-0.6b", 151936, 1024, 3072, 28, 16, 8, 128, true, 40960},
       {"qwen3-1.7b", 151936, 2048, 6144, 28, 16, 8, 128, true, 40960},
       {"qwen3-4b", 151936, 2560, 9728, 36, 32, 8, 128, true, 40960},

@@ -26,7 +26,7 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
     grads_.push_back(make(n, DType::kF32));
     m_.push_back(make(n, DType::kF32));
     v_.push_back(make(n, DType::kF32));
-    if (!sharded()) compute_.push_back(separate_compute ? make(n, ops.compute_dtype()) : master_.back());
+    if (mode_ == ParallelMode::kDdp) compute_.push_back(separate_compute ? make(n, ops.compute_dtype()) : master_.back());
   }
   if (sharded()) rs_tmp_ = make(max_shard, DType::kF32);
   scratch_ = make(1, DType::kF32);
@@ -72,8 +72,8 @@ void ParamStore::load(const HostUnits& units) {
     ops_.upload(master_[u], units[u].data() + owned_offset(static_cast<int>(u)));
     ops_.zero(m_[u]);
     ops_.zero(v_[u]);
-    if (!sharded() && compute_[u].data != master_[u].data) ops_.convert(compute_[u], master_[u]);
   }
+  refresh_compute_copies();
   zero_grads();
 }
 
@@ -95,21 +95,27 @@ HostUnits ParamStore::download_masters() {
   return out;
 }
 
+void ParamStore::refresh_compute_copies() {
+  for (size_t u = 0; u < compute_.size(); ++u)
+    if (compute_[u].data != master_[u].data) ops_.convert(compute_[u], master_[u]);
+}
+
 Tensor ParamStore::weights(int unit) {
-  if (!sharded()) return compute_[static_cast<size_t>(unit)];
+  if (mode_ == ParallelMode::kDdp) return compute_[static_cast<size_t>(unit)];
+  if (!sharded() && ops_.compute_dtype() == DType::kF32) return master_[static_cast<size_t>(unit)];
   auto it = gathered_.find(unit);
   ANVIL_ENSURE(it == gathered_.end(), kInternal, "unit ", unit, " gathered twice");
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   Tensor full = pooled(info.padded, ops_.compute_dtype());
   Tensor mine = full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
   ops_.convert(mine, master_[static_cast<size_t>(unit)]);
-  comm_->wait(comm_->all_gather(full, mine, info.name));
+  if (sharded()) comm_->wait(comm_->all_gather(full, mine, info.name));
   gathered_[unit] = full;
   return full;
 }
 
 void ParamStore::release(int unit) {
-  if (!sharded()) return;
+  if (mode_ == ParallelMode::kDdp || (!sharded() && ops_.compute_dtype() == DType::kF32)) return;
   auto it = gathered_.find(unit);
   ANVIL_ENSURE(it != gathered_.end(), kInternal, "unit ", unit, " released but not gathered");
   unpool(it->second);
@@ -169,9 +175,7 @@ double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double
   ANVIL_ENSURE(std::isfinite(norm), kNumerics, "gradient norm is ", norm, " at step ", step,
                ": the step was not applied");
   adamw_update(ops_, master_, grads_, m_, v_, c, step, lr, clip_coefficient(norm, c.max_grad_norm));
-  if (!sharded())
-    for (size_t u = 0; u < master_.size(); ++u)
-      if (compute_[u].data != master_[u].data) ops_.convert(compute_[u], master_[u]);
+  refresh_compute_copies();
   return norm;
 }
 

@@ -197,8 +197,11 @@ TrainSummary run_train(const TrainOptions& o) {
   }
   summary.tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0;
   summary.peak_host_gib = peak_rss_gib();
-  log_info("done: ", o.steps, " steps, ", static_cast<int64_t>(summary.tokens_per_s), " tokens/s",
-           warm ? " (first 10 steps excluded)" : "", ", peak host memory ", summary.peak_host_gib, " GiB");
+  char done[160];
+  std::snprintf(done, sizeof done, "done: %lld steps, %.0f tokens/s%s, peak host memory %.2f GiB",
+                static_cast<long long>(o.steps), summary.tokens_per_s, warm ? " (first 10 steps excluded)" : "",
+                summary.peak_host_gib);
+  log_info(done);
 
   if (!o.export_dir.empty()) {
     const HostUnits final_w = trainer.masters();  // a collective in FSDP: every rank

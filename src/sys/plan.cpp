@@ -1,0 +1,128 @@
+#include "sys/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "model/params.h"
+
+namespace anvil {
+namespace {
+
+constexpr int64_t kGemmWorkspace = 64ll << 20;
+constexpr int64_t kCrossEntropyChunk = 512ll << 20;  // ops/cuda/cross_entropy.h
+
+std::string gib(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", static_cast<double>(bytes) / (1ll << 30));
+  return b;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const PlanInput& in) {
+  const ModelConfig& c = in.config;
+  const bool fsdp = in.mode == "fsdp";
+  ParamTable table(c, in.world);
+  const int64_t cd = static_cast<int64_t>(dtype_size(in.compute_dtype));
+  int64_t owned = 0, largest = 0, largest_shard = 0;
+  for (const UnitInfo& u : table.units()) {
+    owned += fsdp ? u.shard() : u.padded;
+    largest = std::max(largest, u.padded);
+    largest_shard = std::max(largest_shard, u.shard());
+  }
+  MemoryPlan p;
+  p.mode = in.mode;
+  p.recompute = in.recompute;
+  p.params = 4 * owned;
+  p.optimizer = 8 * owned;
+  p.grads = 4 * owned;
+  if (fsdp && in.world == 1) {
+    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * 2 * largest;  // converted per unit
+  } else if (fsdp) {
+    // Live at once: the embedding's full gradient (written by the output layer when tied,
+    // read at the end of backward), one unit's being written, one being reduce-scattered;
+    // and two gathered units (the one in use and the next).
+    const int64_t embed = table.units()[static_cast<size_t>(table.embed_unit())].padded;
+    p.grads += 4 * (embed + 2 * largest) + 4 * largest_shard;
+    p.weights = cd * 2 * largest;
+  } else {
+    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * owned;
+  }
+  const ActivationLayout a = activation_layout(c, in.micro_batch, in.seq_len, in.compute_dtype);
+  p.activations = a.total(c.num_layers, in.recompute);
+  const int64_t n = in.micro_batch * in.seq_len;
+  p.workspace = kGemmWorkspace + std::min(kCrossEntropyChunk, 4 * n * c.vocab_size) + 4 * n * 3;
+  return p;
+}
+
+bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes) { return p.total() + kPlanReserve <= gpu_bytes; }
+
+PlanAdvice advise(const PlanInput& in, const std::string& recompute, int64_t gpu_bytes) {
+  PlanAdvice a;
+  auto pick = [&](const std::string& mode) {
+    PlanInput x = in;
+    x.mode = mode;
+    if (recompute == "full") x.recompute = Recompute::kFull;
+    else x.recompute = Recompute::kNone;
+    MemoryPlan p = plan_memory(x);
+    if (recompute == "auto" && !plan_fits(p, gpu_bytes)) {
+      x.recompute = Recompute::kFull;
+      p = plan_memory(x);
+    }
+    return p;
+  };
+  a.ddp = pick("ddp");
+  a.fsdp = pick("fsdp");
+  if (plan_fits(a.ddp, gpu_bytes)) {
+    a.mode = "ddp";
+    a.message = "ddp fits: every GPU holds the whole model, its gradients and AdamW state.";
+  } else if (plan_fits(a.fsdp, gpu_bytes)) {
+    a.mode = "fsdp";
+    a.message = in.world > 1 ? "ddp does not fit; fsdp does: each GPU holds 1/" + std::to_string(in.world) +
+                                   " of the weights, gradients and AdamW state."
+                             : "ddp does not fit; fsdp on one GPU does: bf16 weight copies are made per unit "
+                               "when needed instead of kept for the whole model.";
+  } else {
+    // Model states alone: 16 bytes per parameter, divided by the world size in FSDP.
+    const int64_t states = 16 * in.config.num_parameters();
+    const int64_t room = gpu_bytes - kPlanReserve - a.fsdp.activations - a.fsdp.workspace - a.fsdp.weights;
+    const int64_t need = room > 0 ? (states + room - 1) / room : 0;
+    a.message = "neither mode fits in " + gib(gpu_bytes) + " GiB per GPU";
+    if (recompute != "full" && recompute != "auto") a.message += "; try --recompute full";
+    if (need > in.world && room > 0) a.message += "; fsdp needs about " + std::to_string(need) + " GPUs of this size";
+    a.message += "; or a shorter --seq-len or smaller --micro-batch.";
+  }
+  return a;
+}
+
+std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_bytes) {
+  std::string s;
+  char line[256];
+  std::snprintf(line, sizeof line, "%s: %lld parameters, %d GPU(s), sequence %lld x micro-batch %lld, %s GiB per GPU\n",
+                in.config.architecture.c_str(), static_cast<long long>(in.config.num_parameters()), in.world,
+                static_cast<long long>(in.seq_len), static_cast<long long>(in.micro_batch), gib(gpu_bytes).c_str());
+  s += line;
+  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "GiB per GPU", "ddp", "fsdp");
+  s += line;
+  auto row = [&](const char* name, int64_t d, int64_t f) {
+    std::snprintf(line, sizeof line, "%-12s %12s %12s\n", name, gib(d).c_str(), gib(f).c_str());
+    s += line;
+  };
+  row("parameters", a.ddp.params, a.fsdp.params);
+  row("gradients", a.ddp.grads, a.fsdp.grads);
+  row("optimizer", a.ddp.optimizer, a.fsdp.optimizer);
+  row("weights", a.ddp.weights, a.fsdp.weights);
+  row("activations", a.ddp.activations, a.fsdp.activations);
+  row("workspace", a.ddp.workspace, a.fsdp.workspace);
+  row("total", a.ddp.total(), a.fsdp.total());
+  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "recompute", a.ddp.recompute == Recompute::kFull ? "full" : "none",
+                a.fsdp.recompute == Recompute::kFull ? "full" : "none");
+  s += line;
+  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "fits", plan_fits(a.ddp, gpu_bytes) ? "yes" : "no",
+                plan_fits(a.fsdp, gpu_bytes) ? "yes" : "no");
+  s += line;
+  s += "advice: " + a.message + "\n";
+  return s;
+}
+
+}  // namespace anvil

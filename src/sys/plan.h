@@ -1,0 +1,56 @@
+// The memory plan: every byte a rank allocates on its GPU, from (model, mode, world size,
+// sequence length, micro-batch, recomputation), computed before anything is allocated.
+//
+// The trainer allocates these buffers (parallel/param_store.cpp, model/transformer.cpp);
+// the formulas here follow the same layouts (ParamTable's padded units,
+// activation_layout), so `anvil plan` without a GPU prints what a run will take.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+#include "model/transformer.h"
+
+namespace anvil {
+
+struct PlanInput {
+  ModelConfig config;
+  std::string mode = "ddp";  // ddp | fsdp
+  int world = 1;
+  int64_t seq_len = 2048, micro_batch = 1;
+  Recompute recompute = Recompute::kNone;
+  DType compute_dtype = DType::kBF16;
+};
+
+struct MemoryPlan {
+  std::string mode;
+  Recompute recompute = Recompute::kNone;
+  int64_t params = 0;       // fp32 masters (owned: whole units or one shard)
+  int64_t grads = 0;        // fp32 gradients (owned) + FSDP's transient full-unit buffers
+  int64_t optimizer = 0;    // AdamW m and v
+  int64_t weights = 0;      // compute-dtype weight copies (DDP) or gathered units (FSDP)
+  int64_t activations = 0;  // saved activations, scratch, gradients of activations
+  int64_t workspace = 0;    // GEMM workspace, cross-entropy chunk, small buffers
+  int64_t total() const { return params + grads + optimizer + weights + activations + workspace; }
+};
+
+MemoryPlan plan_memory(const PlanInput& in);
+
+struct PlanAdvice {
+  MemoryPlan ddp, fsdp;       // with the recomputation chosen for each
+  std::string mode;           // the rule: ddp when it fits, else fsdp; empty if neither fits
+  std::string message;        // one or two sentences: what to do
+};
+// recompute "auto": the least recomputation that fits in gpu_bytes, per mode.
+// A plan fits when its total plus kPlanReserve (the CUDA context, allocator slack) is at
+// most the GPU's memory.
+constexpr int64_t kPlanReserve = 1ll << 30;
+constexpr int64_t kH200Bytes = 150110011392;  // an H200 as CUDA reports it (139.8 GiB)
+bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes);
+PlanAdvice advise(const PlanInput& in, const std::string& recompute, int64_t gpu_bytes);
+
+// A readable table of both modes for `anvil plan` and for the trainer's refusal.
+std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_bytes);
+
+}  // namespace anvil

@@ -1,0 +1,71 @@
+// The memory plan: closed-form parts, the advice of the rule, and `anvil plan` itself.
+#include <gtest/gtest.h>
+
+#include "core/json.h"
+#include "model/params.h"
+#include "sys/plan.h"
+#include "testing.h"
+
+namespace anvil {
+namespace {
+
+TEST(Plan, ModelStatesFollowTheUnits) {
+  PlanInput in;
+  in.config = preset_config("qwen3-1.7b");
+  const int64_t padded1 = ParamTable(in.config, 1).total_padded();
+  MemoryPlan d = plan_memory(in);
+  EXPECT_EQ(d.params, 4 * padded1);
+  EXPECT_EQ(d.optimizer, 8 * padded1);
+  EXPECT_EQ(d.grads, 4 * padded1);
+  EXPECT_EQ(d.weights, 2 * padded1) << "bf16 compute copies";
+  in.mode = "fsdp";
+  in.world = 8;
+  const int64_t padded8 = ParamTable(in.config, 8).total_padded();
+  MemoryPlan f = plan_memory(in);
+  EXPECT_EQ(f.params, 4 * padded8 / 8);
+  EXPECT_EQ(f.optimizer, 8 * padded8 / 8);
+  EXPECT_LT(f.total(), d.total() / 2);
+  // Recomputation keeps one block's activations instead of every block's.
+  in.recompute = Recompute::kFull;
+  EXPECT_LT(plan_memory(in).activations, f.activations / 4);
+}
+
+TEST(Plan, AdviceFollowsTheRule) {
+  PlanInput in;
+  in.config = preset_config("qwen3-1.7b");
+  PlanAdvice a = advise(in, "none", kH200Bytes);
+  EXPECT_EQ(a.mode, "ddp");
+  // Qwen3-8B on one H200: ddp (with bf16 copies of all weights) does not fit; fsdp (copies
+  // made per unit) does, even without recomputation; with a tighter GPU, auto recomputes.
+  in.config = preset_config("qwen3-8b");
+  a = advise(in, "auto", kH200Bytes);
+  EXPECT_FALSE(plan_fits(a.ddp, kH200Bytes));
+  EXPECT_EQ(a.mode, "fsdp") << plan_table(a, in, kH200Bytes);
+  EXPECT_EQ(a.fsdp.recompute, Recompute::kNone);
+  a = advise(in, "auto", a.fsdp.total());
+  EXPECT_EQ(a.mode, "fsdp");
+  EXPECT_EQ(a.fsdp.recompute, Recompute::kFull);
+  // Qwen3-32B on one GPU: nothing fits, and the advice says how many GPUs would.
+  in.config = preset_config("qwen3-32b");
+  a = advise(in, "auto", kH200Bytes);
+  EXPECT_EQ(a.mode, "");
+  EXPECT_NE(a.message.find("GPUs"), std::string::npos) << a.message;
+  in.world = 8;
+  EXPECT_EQ(advise(in, "auto", kH200Bytes).mode, "fsdp");
+}
+
+TEST(Plan, Command) {
+  auto r = testing::run_anvil({"plan", "--preset", "qwen3-8b", "--nproc", "1", "--seq-len", "2048", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  Json j = json_parse(r.out, "plan");
+  EXPECT_EQ(j["advice"], "fsdp");
+  EXPECT_GT(j["ddp"]["total"].get<int64_t>(), j["fsdp"]["total"].get<int64_t>());
+  auto t = testing::run_anvil({"plan", "--preset", "qwen3-1.7b"});
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_NE(t.out.find("activations"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("advice: ddp fits"), std::string::npos) << t.out;
+  EXPECT_EQ(testing::run_anvil({"plan"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace anvil
