@@ -12,7 +12,10 @@
 #include "comm/bench.h"
 #include "comm/device.h"
 #include "core/error.h"
+#include "core/env.h"
 #include "core/log.h"
+#include "ops/ops.h"
+#include "run/bench_step.h"
 
 namespace anvil {
 
@@ -27,7 +30,38 @@ DType parse_dtype(const std::string& s) { return s == "fp32" ? DType::kF32 : DTy
 
 }  // namespace
 
+namespace {
+
+// anvil bench step: flags -> BenchStepOptions -> run_bench_step (run/bench_step.h).
+int bench_step(int argc, char** argv) {
+  BenchStepOptions o;
+  std::string nproc;
+  Args a("bench step", "Training-step benchmark on random weights and tokens: one JSON line with tokens/s, MFU, the\n"
+                       "step-time breakdown and peak memory beside the plan's.");
+  a.opt("--preset", &o.preset, "NAME", "model shape")
+      .opt("--model", &o.model, "DIR", "a model folder instead of the preset")
+      .opt("--seq-len", &o.seq_len, "T", "tokens per sequence")
+      .opt("--micro-batch", &o.micro_batch, "B", "sequences per micro-batch")
+      .opt("--grad-accum", &o.grad_accum, "K", "micro-batches per step")
+      .choice("--mode", &o.mode, {"ddp", "fsdp"}, "parallel mode")
+      .choice("--recompute", &o.recompute, {"none", "full", "auto"}, "activation recomputation")
+      .opt("--steps", &o.steps, "N", "steps in all")
+      .opt("--warmup", &o.warmup, "N", "untimed first steps")
+      .opt("--device", &o.device, "cpu|cuda", "[default: cuda when a GPU is present]")
+      .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]")
+      .opt("--nproc-per-node", &nproc, "gpu|N", "launch this many ranks here");
+  if (!a.parse(argc, argv)) return 0;
+  const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
+  if (launch_if_requested("bench", nproc, on_gpu, argc + 1, argv - 1)) return 0;  // argv[-1] is "step"
+  const Json j = run_bench_step(o);
+  if (env_rank() <= 0) print(j.dump() + "\n");
+  return 0;
+}
+
+}  // namespace
+
 int cmd_bench(int argc, char** argv) {
+  if (argc >= 1 && std::string(argv[0]) == "step") return bench_step(argc - 1, argv + 1);
   std::string what, min_b = "8", max_b, dtype = "bf16", nproc, device = "cuda";
   int64_t iters = 20, warmup = 5, root = 0;
   double factor = 2.0;
@@ -35,7 +69,7 @@ int cmd_bench(int argc, char** argv) {
   Args args("bench",
             "measure collective bandwidth like nccl-tests (all_reduce, all_gather, reduce_scatter, broadcast), "
             "or copy bandwidth between GPUs (p2p)");
-  args.positional("what", &what, "all_reduce | all_gather | reduce_scatter | broadcast | p2p")
+  args.positional("what", &what, "all_reduce | all_gather | reduce_scatter | broadcast | p2p | step (anvil bench step --help)")
       .opt("-b,--minbytes", &min_b, "SIZE", "smallest size of the sweep (8, 64K, 4M, 1G)")
       .opt("-e,--maxbytes", &max_b, "SIZE",
            "largest size of the sweep [default: 4G on GPUs, 16M on the CPU; p2p: the copy size, 256M]")

@@ -169,6 +169,7 @@ void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, 
   Tensor wn = src.weights(norm);
   const Tensor x_last = resid_[static_cast<size_t>(L)];
   ops_.rmsnorm_forward(h_final_, rstd_final_, x_last, part(wn, 0, {C}), eps);
+  if (forward_done_) forward_done_();
   Tensor wh = src.weights(head);
   ops_.cross_entropy_forward_backward(loss_sum, dh_, part(src.grads(head), 0, {V, C}), h_final_,
                                       part(wh, 0, {V, C}), targets, loss_scale, logits);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -58,6 +59,10 @@ class Transformer {
   void forward_backward(UnitSource& source, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
                         Tensor logits = Tensor());
 
+  // Called between the forward (through the final norm) and the loss and backward: the
+  // step benchmark's phase clock.
+  void set_forward_done_hook(std::function<void()> hook) { forward_done_ = std::move(hook); }
+
   int64_t micro_batch() const { return B_; }
   int64_t seq_len() const { return T_; }
   int64_t activation_bytes() const { return allocated_bytes_; }
@@ -78,6 +83,7 @@ class Transformer {
   DType cd_;
   std::vector<void*> buffers_;
   int64_t allocated_bytes_ = 0;
+  std::function<void()> forward_done_;
 
   std::vector<Tensor> resid_;  // x_0 .. x_L, (N, C)
   std::vector<BlockActs> acts_;

@@ -36,8 +36,14 @@ class Ops {
   virtual std::string name() const = 0;
 
   // ---- memory
+  struct MemoryStats {
+    int64_t allocated = 0;  // bytes live now, through alloc()
+    int64_t peak = 0;       // the most live at once since construction
+    int64_t capacity = 0;   // the device's memory (0 on the CPU: the host's is not planned)
+  };
   virtual void* alloc(size_t bytes) = 0;
   virtual void release(void* p) = 0;
+  virtual MemoryStats memory_stats() const = 0;
   virtual void upload(Tensor dst, const void* host_src) = 0;    // host -> dst, same dtype
   virtual void download(void* host_dst, Tensor src) = 0;        // src -> host, same dtype
   virtual void zero(Tensor t) = 0;

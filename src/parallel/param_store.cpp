@@ -77,6 +77,13 @@ void ParamStore::load(const HostUnits& units) {
   zero_grads();
 }
 
+void ParamStore::load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq) {
+  const size_t u = static_cast<size_t>(unit);
+  ANVIL_ASSERT(u < m_.size());
+  ops_.upload(m_[u], exp_avg + owned_offset(unit));
+  ops_.upload(v_[u], exp_avg_sq + owned_offset(unit));
+}
+
 HostUnits ParamStore::download_masters() {
   HostUnits out;
   for (size_t u = 0; u < master_.size(); ++u) {
@@ -164,11 +171,14 @@ void ParamStore::zero_grads() {
   for (const Tensor& g : grads_) ops_.zero(g);
 }
 
+void ParamStore::finish_collectives() {
+  if (!comm_ || world_ == 1) return;
+  finish_pending();
+  if (!sharded()) comm_->wait(last_work_);
+}
+
 double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double lr) {
-  if (comm_ && world_ > 1) {
-    finish_pending();
-    if (!sharded()) comm_->wait(last_work_);
-  }
+  finish_collectives();
   double sq = grad_sum_squares(ops_, grads_, scratch_);
   if (sharded()) sq = comm_->host_sum(sq, "grad norm");
   const double norm = std::sqrt(sq);

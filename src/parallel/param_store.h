@@ -45,6 +45,9 @@ class ParamStore final : public UnitSource {
 
   void load(const HostUnits& units);   // full units on every rank; each keeps what it owns
   HostUnits download_masters();        // full units (FSDP: gathered; every rank must call)
+  // AdamW m and v of one unit from full padded host buffers (a checkpoint); each rank
+  // keeps what it owns.
+  void load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq);
 
   // UnitSource
   Tensor weights(int unit) override;
@@ -55,6 +58,9 @@ class ParamStore final : public UnitSource {
   // DDP: whether this micro-batch's gradients are synchronised (false: no_sync).
   void set_sync(bool sync) { sync_ = sync; }
   void zero_grads();
+  // Makes the compute stream wait for every gradient collective of this step and adds the
+  // last reduce-scatter in (optimizer_step does it too; the step benchmark times it).
+  void finish_collectives();
   // Clips by the global norm and takes one AdamW step; returns the pre-clip norm.
   double optimizer_step(const OptimizerConfig& c, int64_t step, double lr);
 

@@ -1,5 +1,6 @@
 #include "run/trainer.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
@@ -20,6 +21,9 @@ Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const Trai
   store_->load(weights);
   model_ = std::make_unique<Transformer>(config_, table_, *ops_, settings.micro_batch, settings.seq_len,
                                          settings.recompute);
+  model_->set_forward_done_hook([this] {
+    if (timing_) timing_result_.forward += lap();
+  });
   const int64_t n = settings.micro_batch * settings.seq_len;
   auto make = [&](Shape s, DType d) {
     Tensor t(nullptr, d, s, ops_->device());
@@ -79,10 +83,21 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1, " has no target tokens (every label is -100)");
   if (comm_) comm_->set_step(step_ + 1);
   ops_->zero(loss_sum_);
+  if (timing_) {
+    timing_result_ = StepTiming{};
+    lap();
+  }
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     upload_batch(micro_batches[i]);
     store_->set_sync(i + 1 == micro_batches.size());  // DDP: no_sync before the last
+    if (timing_) lap();  // the upload is not the model's time
     model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(total), loss_sum_);
+    if (timing_) timing_result_.backward += lap();
+  }
+  if (timing_) {
+    store_->finish_collectives();
+    if (comm_) comm_->synchronize();
+    timing_result_.communication = lap();
   }
   float loss_sum = 0;
   ops_->download(&loss_sum, loss_sum_);
@@ -95,7 +110,16 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   s.lr = lr_at(settings_.optim, step_, settings_.total_steps);
   s.grad_norm = store_->optimizer_step(settings_.optim, step_, s.lr);
   store_->zero_grads();
+  if (timing_) timing_result_.optimizer = lap();
   return s;
+}
+
+double Trainer::lap() {
+  ops_->synchronize();
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const double d = now - phase_start_;
+  phase_start_ = now;
+  return d;
 }
 
 int64_t Trainer::global_sum(int64_t local, const char* what) {

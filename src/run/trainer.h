@@ -38,6 +38,12 @@ struct TrainerSettings {
   int64_t total_steps = 1;  // for the LR schedule
 };
 
+// Seconds per phase of the last step, with the device synchronised at each boundary (only
+// when timing is enabled: the step benchmark).
+struct StepTiming {
+  double forward = 0, backward = 0, communication = 0, optimizer = 0;
+};
+
 struct StepStats {
   double loss = 0;       // mean over the step's target tokens
   double grad_norm = 0;  // before clipping
@@ -58,7 +64,11 @@ class Trainer {
   // Loss, gradients (left in the store) and optionally logits of one micro-batch, no update.
   double loss_and_grads(const TokenBatch& batch, std::vector<float>* logits);
 
+  void enable_timing(bool on) { timing_ = on; }
+  const StepTiming& last_timing() const { return timing_result_; }
+
   int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step) { step_ = step; }  // resuming from a checkpoint
   const ModelConfig& config() const { return config_; }
   const ParamTable& table() const { return table_; }
   ParamStore& store() { return *store_; }
@@ -81,6 +91,10 @@ class Trainer {
   Tensor ids_, targets_, loss_sum_;
   std::vector<void*> buffers_;
   int64_t step_ = 0;
+  bool timing_ = false;
+  StepTiming timing_result_;
+  double phase_start_ = 0;
+  double lap();  // seconds since the last lap, after a device sync
 };
 
 }  // namespace anvil

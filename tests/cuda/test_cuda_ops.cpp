@@ -280,7 +280,8 @@ TEST(CudaOps, Attention) {
   REQUIRE_GPU();
   struct Case { int64_t b, t; int h, kv; int64_t hd; };
   for (const Case& cs : {Case{1, 64, 2, 1, 64}, Case{2, 37, 4, 2, 128}, Case{1, 200, 6, 2, 128}, Case{2, 130, 2, 2, 64},
-                         Case{1, 1, 2, 1, 128}, Case{1, 300, 8, 1, 128}}) {
+                         Case{1, 1, 2, 1, 128}, Case{1, 300, 8, 1, 128}, Case{2, 37, 4, 2, 32},
+                         Case{2, 37, 4, 2, 16}, Case{1, 150, 4, 1, 32}}) {
     const std::string tag = dims({cs.b, cs.t, cs.h, cs.kv, cs.hd});
     const int64_t heads = cs.h + 2 * cs.kv, n = cs.b * cs.t * heads * cs.hd, no = cs.b * cs.t * cs.h * cs.hd;
     Buf qkv({cs.b, cs.t, heads, cs.hd}, DType::kBF16, randn(n, 31, 1.0f));

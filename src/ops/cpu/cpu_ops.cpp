@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -71,9 +72,20 @@ class CpuOps final : public Ops {
   void* alloc(size_t bytes) override {
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
     ANVIL_ENSURE(p, kOutOfMemory, "host allocation of ", bytes, " bytes failed");
+    sizes_[p] = bytes;
+    stats_.allocated += static_cast<int64_t>(bytes);
+    stats_.peak = std::max(stats_.peak, stats_.allocated);
     return p;
   }
-  void release(void* p) override { std::free(p); }
+  void release(void* p) override {
+    if (!p) return;
+    auto it = sizes_.find(p);
+    ANVIL_ENSURE(it != sizes_.end(), kInternal, "cpu release of a pointer it did not allocate");
+    stats_.allocated -= static_cast<int64_t>(it->second);
+    sizes_.erase(it);
+    std::free(p);
+  }
+  MemoryStats memory_stats() const override { return stats_; }
   void upload(Tensor dst, const void* src) override { std::memcpy(dst.data, src, dst.bytes()); }
   void download(void* dst, Tensor src) override { std::memcpy(dst, src.data, src.bytes()); }
   void zero(Tensor t) override { std::memset(t.data, 0, t.bytes()); }
@@ -491,6 +503,9 @@ class CpuOps final : public Ops {
   }
 
  private:
+  std::unordered_map<void*, size_t> sizes_;
+  MemoryStats stats_;
+
   // dx (=, or +=) for y = w * x * r, r = 1/sqrt(mean(x^2) + eps), given dy.
   static void norm_row_backward(float* dx, const float* dy, const float* x, const float* w, float r, int64_t D,
                                 bool accumulate) {

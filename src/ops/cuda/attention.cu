@@ -543,8 +543,8 @@ static __global__ void __launch_bounds__(kThreads)
 }
 
 static void check_shape(const AttentionShape& s, const void* qkv, const void* other) {
-  ANVIL_ENSURE(s.head_dim == 64 || s.head_dim == 128, kUnsupported, "attention: head_dim ", s.head_dim,
-               "; the CUDA kernels handle 64 and 128");
+  ANVIL_ENSURE(s.head_dim == 16 || s.head_dim == 32 || s.head_dim == 64 || s.head_dim == 128, kUnsupported,
+               "attention: head_dim ", s.head_dim, "; the CUDA kernels handle 16, 32, 64 and 128");
   ANVIL_ENSURE(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, kInvalidInput, "attention: ", s.n_heads,
                " query heads are not a multiple of ", s.n_kv_heads, " kv heads");
   ANVIL_ENSURE(s.seq <= (int64_t{1} << 30) && s.batch * s.n_heads <= 65535, kUnsupported,
@@ -567,10 +567,12 @@ static void launch_fwd(bf16* out, float* lse, const bf16* qkv, const AttentionSh
 void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttentionShape& s, cudaStream_t stream) {
   check_shape(s, qkv, qkv);
   if (s.batch * s.seq == 0) return;
-  if (s.head_dim == 64)
-    launch_fwd<64>(out, lse, qkv, s, stream);
-  else
-    launch_fwd<128>(out, lse, qkv, s, stream);
+  switch (s.head_dim) {
+    case 16: launch_fwd<16>(out, lse, qkv, s, stream); break;
+    case 32: launch_fwd<32>(out, lse, qkv, s, stream); break;
+    case 64: launch_fwd<64>(out, lse, qkv, s, stream); break;
+    default: launch_fwd<128>(out, lse, qkv, s, stream); break;
+  }
 }
 
 namespace {
@@ -616,10 +618,12 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
   attn_bwd_dsum_kernel<<<static_cast<unsigned>(ceil_div(units, 8)), 256, 0, stream>>>(
       dsum, dout, out, units, static_cast<int>(s.seq), s.n_heads, s.head_dim);
   CUDA_CHECK_LAUNCH();
-  if (s.head_dim == 64)
-    launch_bwd<64>(dqkv, dout, qkv, lse, dsum, partial, s, stream);
-  else
-    launch_bwd<128>(dqkv, dout, qkv, lse, dsum, partial, s, stream);
+  switch (s.head_dim) {
+    case 16: launch_bwd<16>(dqkv, dout, qkv, lse, dsum, partial, s, stream); break;
+    case 32: launch_bwd<32>(dqkv, dout, qkv, lse, dsum, partial, s, stream); break;
+    case 64: launch_bwd<64>(dqkv, dout, qkv, lse, dsum, partial, s, stream); break;
+    default: launch_bwd<128>(dqkv, dout, qkv, lse, dsum, partial, s, stream); break;
+  }
 }
 
 }  // namespace anvil::cuda

@@ -12,7 +12,7 @@ namespace anvil::cuda {
 
 struct AttentionShape {
   int64_t batch = 0, seq = 0;
-  int n_heads = 0, n_kv_heads = 0, head_dim = 0;  // head_dim 64 or 128
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;  // head_dim 16, 32, 64 or 128
 };
 
 // qkv (B, T, H + 2KV, hd); out (B, T, H, hd); lse (B, H, T) F32 (natural log).

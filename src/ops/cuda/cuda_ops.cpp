@@ -18,6 +18,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "core/cuda/check.h"
 #include "core/error.h"
@@ -103,10 +104,25 @@ class CudaOps final : public Ops {
             " of ", total_b, " bytes free)");
     }
     CUDA_CHECK(st);
+    sizes_[ptr] = bytes;
+    stats_.allocated += static_cast<int64_t>(bytes);
+    stats_.peak = std::max(stats_.peak, stats_.allocated);
     return ptr;
   }
   void release(void* ptr) override {
-    if (ptr) CUDA_CHECK(cudaFree(ptr));
+    if (!ptr) return;
+    auto it = sizes_.find(ptr);
+    ANVIL_ENSURE(it != sizes_.end(), kInternal, "GPU release of a pointer this backend did not allocate");
+    stats_.allocated -= static_cast<int64_t>(it->second);
+    sizes_.erase(it);
+    CUDA_CHECK(cudaFree(ptr));
+  }
+  MemoryStats memory_stats() const override {
+    MemoryStats m = stats_;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    m.capacity = static_cast<int64_t>(total_b);
+    return m;
   }
   void upload(Tensor dst, const void* host_src) override {
     ANVIL_ENSURE(dst.device == Device::kCUDA, kInternal, "upload: destination is not on the GPU");
@@ -416,7 +432,7 @@ class CudaOps final : public Ops {
   // The shared scratch buffer, grown to `bytes` if smaller (cudaFree waits for the GPU).
   void* scratch(size_t bytes) {
     if (bytes > scratch_bytes_) {
-      if (scratch_) CUDA_CHECK(cudaFree(scratch_));
+      release(scratch_);
       scratch_ = nullptr;
       scratch_bytes_ = 0;
       scratch_ = alloc(bytes);
@@ -471,6 +487,8 @@ class CudaOps final : public Ops {
   std::unique_ptr<cuda::Gemm> gemm_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  std::unordered_map<void*, size_t> sizes_;  // live allocations, for memory_stats()
+  MemoryStats stats_;
 };
 
 }  // namespace

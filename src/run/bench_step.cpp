@@ -1,0 +1,148 @@
+#include "run/bench_step.h"
+
+#include <chrono>
+#include <random>
+
+#include "comm/comm.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "io/hub.h"
+#include "run/trainer.h"
+#include "sys/plan.h"
+
+namespace anvil {
+
+double model_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+  // The input embedding is a lookup, not a product; a tied matrix is used as the output
+  // projection, an untied output layer is a product of its own.
+  const double matmul_params =
+      static_cast<double>(c.num_parameters()) - (c.tie_word_embeddings ? 0.0 : static_cast<double>(c.vocab_size * c.hidden_size));
+  return 6.0 * matmul_params + 6.0 * static_cast<double>(c.num_layers * seq_len * c.q_dim());
+}
+
+double gpu_peak_tflops(const std::string& name) {
+  struct Peak {
+    const char* key;
+    double tflops;
+  };
+  // Dense bf16 tensor-core rates from the vendors' datasheets (SXM parts).
+  static const Peak kPeaks[] = {{"H100", 989.4}, {"H200", 989.4}, {"GH200", 989.4}, {"H800", 989.4},
+                                {"B200", 2250.0}, {"B100", 1750.0}, {"A100", 312.0}, {"A800", 312.0},
+                                {"L40S", 362.1}, {"L40", 181.0}, {"L4", 121.0},   {"4090", 165.2},
+                                {"A10", 125.0}};
+  for (const Peak& p : kPeaks)
+    if (name.find(p.key) != std::string::npos) return p.tflops;
+  return 0;
+}
+
+Json run_bench_step(const BenchStepOptions& o) {
+  ANVIL_ENSURE(o.steps > o.warmup && o.warmup >= 0, kUsage, "anvil bench step: --steps must exceed --warmup");
+  const std::string device = !o.device.empty() ? o.device : (cuda_available() ? "cuda" : "cpu");
+  std::unique_ptr<Comm> comm;
+  const CommOptions copt = comm_options_from_env();
+  if (env_rank() >= 0) comm = make_comm(device == "cuda" ? Device::kCUDA : Device::kCPU, copt);
+  const int world = comm ? comm->world() : 1;
+
+  std::string model_dir;
+  ModelConfig cfg;
+  if (!o.model.empty()) {
+    model_dir = resolve_model_dir(o.model);
+    cfg = load_config(model_dir);
+  } else {
+    cfg = preset_config(o.preset);
+  }
+  PlanInput pin;
+  pin.config = cfg;
+  pin.mode = o.mode;
+  pin.world = world;
+  pin.seq_len = o.seq_len;
+  pin.micro_batch = o.micro_batch;
+  pin.compute_dtype = device == "cuda" ? DType::kBF16 : DType::kF32;
+
+  TrainerSettings s;
+  s.device = device;
+  s.device_index = copt.local_rank;
+  s.mode = parse_parallel_mode(o.mode);
+  s.micro_batch = o.micro_batch;
+  s.seq_len = o.seq_len;
+  s.total_steps = o.steps;
+  ParamTable table(cfg, world);
+  HostUnits w = make_host_units(table);
+  if (!model_dir.empty()) load_hf_weights(model_dir, table, w);
+  else init_weights(cfg, table, static_cast<uint64_t>(o.seed), w);
+
+  // The plan decides recompute "auto" and refuses what cannot fit, before any allocation.
+  std::unique_ptr<Trainer> trainer;
+  {
+    std::unique_ptr<Ops> probe = make_ops(device, copt.local_rank);
+    const int64_t capacity = probe->memory_stats().capacity;
+    if (capacity > 0) {
+      PlanAdvice adv = advise(pin, o.recompute, capacity);
+      const MemoryPlan& p = o.mode == "fsdp" ? adv.fsdp : adv.ddp;
+      ANVIL_ENSURE(plan_fits(p, capacity), kOutOfMemory, "the plan does not fit on this GPU:\n",
+                   plan_table(adv, pin, capacity));
+      pin.recompute = p.recompute;
+    } else {
+      pin.recompute = o.recompute == "full" ? Recompute::kFull : Recompute::kNone;
+    }
+  }
+  s.recompute = pin.recompute;
+  trainer = std::make_unique<Trainer>(cfg, w, s, comm.get());
+  w.clear();
+  trainer->enable_timing(true);
+
+  std::mt19937_64 rng(static_cast<uint64_t>(o.seed) + 17 * static_cast<uint64_t>(comm ? comm->rank() : 0));
+  std::uniform_int_distribution<int64_t> token(0, cfg.vocab_size - 1);
+  StepTiming sum;
+  double timed = 0;
+  int64_t timed_steps = 0;
+  for (int64_t step = 1; step <= o.steps; ++step) {
+    std::vector<TokenBatch> micro(static_cast<size_t>(o.grad_accum));
+    for (auto& b : micro) {
+      b.ids.resize(static_cast<size_t>(o.micro_batch * o.seq_len));
+      for (auto& id : b.ids) id = token(rng);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    trainer->step(micro);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step <= o.warmup) continue;
+    timed += dt;
+    ++timed_steps;
+    const StepTiming& t = trainer->last_timing();
+    sum.forward += t.forward;
+    sum.backward += t.backward;
+    sum.communication += t.communication;
+    sum.optimizer += t.optimizer;
+  }
+  const double tokens = static_cast<double>(timed_steps * o.grad_accum * o.micro_batch * o.seq_len * world);
+  const double tps = tokens / timed;
+  const std::string dev_name = trainer->ops().name();
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : gpu_peak_tflops(dev_name);
+  const Ops::MemoryStats mem = trainer->ops().memory_stats();
+  const double n = static_cast<double>(timed_steps);
+  Json j = {{"bench", "step"},
+            {"model", o.model.empty() ? o.preset : o.model},
+            {"params", cfg.num_parameters()},
+            {"device", dev_name},
+            {"world", world},
+            {"mode", o.mode},
+            {"recompute", pin.recompute == Recompute::kFull ? "full" : "none"},
+            {"seq_len", o.seq_len},
+            {"micro_batch", o.micro_batch},
+            {"grad_accum", o.grad_accum},
+            {"tokens_per_s", tps},
+            {"step_ms", 1e3 * timed / n},
+            {"forward_ms", 1e3 * sum.forward / n},
+            {"backward_ms", 1e3 * sum.backward / n},
+            {"communication_ms", 1e3 * sum.communication / n},
+            {"optimizer_ms", 1e3 * sum.optimizer / n},
+            {"flops_per_token", model_flops_per_token(cfg, o.seq_len)},
+            {"peak_allocated_gib", static_cast<double>(mem.peak) / (1ll << 30)},
+            {"planned_gib", static_cast<double>(plan_memory(pin).total()) / (1ll << 30)}};
+  j["mfu"] = peak > 0 ? Json(tps * model_flops_per_token(cfg, o.seq_len) / world / (peak * 1e12)) : Json(nullptr);
+  j["peak_tflops"] = peak > 0 ? Json(peak) : Json(nullptr);
+  return j;
+}
+
+}  // namespace anvil

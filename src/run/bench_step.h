@@ -1,0 +1,38 @@
+// anvil bench step: the training-step benchmark on random weights and tokens.
+//
+// One JSON line: tokens/s (steps after the warm-up), MFU (model FLOPs: 6 x parameters
+// in matrix products + causal attention, over the GPU's dense bf16 rate), the step-time
+// breakdown (forward, backward, exposed communication, optimizer; the device is
+// synchronised at each phase boundary), and peak memory measured beside the plan's. It is
+// the figure compared side by side with the reference trainer (ref_train.py).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/json.h"
+#include "model/config.h"
+
+namespace anvil {
+
+struct BenchStepOptions {
+  std::string preset = "qwen3-1.7b";
+  std::string model;  // a folder instead of the preset (its weights are loaded)
+  std::string device;  // empty: cuda when a GPU is present
+  std::string mode = "ddp";
+  std::string recompute = "none";  // none | full | auto
+  int64_t seq_len = 2048, micro_batch = 1, grad_accum = 1;
+  int64_t steps = 20, warmup = 5;
+  double peak_tflops = 0;  // 0: the GPU's dense bf16 rate from its name
+  int64_t seed = 0;
+};
+
+// Model FLOPs per trained token: 6 x (parameters in matrix products) + 6 x layers x
+// seq_len x q_dim (causal attention, forward and backward, no recomputation counted).
+double model_flops_per_token(const ModelConfig& c, int64_t seq_len);
+// Dense bf16 TFLOP/s of a GPU by its name (H100/H200, A100, ...); 0 when unknown.
+double gpu_peak_tflops(const std::string& device_name);
+
+Json run_bench_step(const BenchStepOptions& o);
+
+}  // namespace anvil
