@@ -11,9 +11,18 @@
 
 namespace anvil::testing {
 
-std::string shared_dir() { return ANVIL_SHARED_DIR; }
-std::string testdata_dir() { return ANVIL_TESTDATA_DIR; }
-std::string anvil_binary() { return ANVIL_BINARY; }
+// The paths are compiled in; ANVIL_TEST_SHARED_DIR, ANVIL_TEST_DATA_DIR and
+// ANVIL_TEST_BINARY override them for a build run elsewhere (the GPU machine).
+namespace {
+std::string path_or_env(const char* var, const char* compiled) {
+  const char* v = std::getenv(var);
+  return v && *v ? v : compiled;
+}
+}  // namespace
+
+std::string shared_dir() { return path_or_env("ANVIL_TEST_SHARED_DIR", ANVIL_SHARED_DIR); }
+std::string testdata_dir() { return path_or_env("ANVIL_TEST_DATA_DIR", ANVIL_TESTDATA_DIR); }
+std::string anvil_binary() { return path_or_env("ANVIL_TEST_BINARY", ANVIL_BINARY); }
 
 namespace {
 std::vector<std::string>& temp_dirs() {
