@@ -45,7 +45,12 @@ int cmd_train(int argc, char** argv) {
       .opt("--log-every", &o.log_every, "N", "print the loss every N steps")
       .opt("--metrics", &o.metrics, "FILE", "append one JSON object per logged step")
       .opt("--export", &o.export_dir, "DIR", "write a Hugging Face model folder at the end")
-      .choice("--export-dtype", &o.export_dtype, {"bf16", "fp32"}, "dtype of the exported weights");
+      .choice("--export-dtype", &o.export_dtype, {"bf16", "fp32"}, "dtype of the exported weights")
+      .opt("--save-every", &o.save_every, "N", "write a checkpoint every N steps into --ckpt-dir")
+      .opt("--ckpt-dir", &o.ckpt_dir, "DIR",
+           "checkpoint folder; a run resumes from the newest complete checkpoint found there")
+      .opt("--keep-last", &o.keep_last, "K", "keep only the newest K checkpoints (0: all)")
+      .opt("--resume", &o.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)");
   if (!a.parse(argc, argv)) return 0;
   const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
   if (launch_if_requested("train", nproc, on_gpu, argc, argv)) return 0;

@@ -84,6 +84,13 @@ void ParamStore::load_optimizer_state(int unit, const float* exp_avg, const floa
   ops_.upload(v_[u], exp_avg_sq + owned_offset(unit));
 }
 
+void ParamStore::load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq) {
+  const size_t u = static_cast<size_t>(unit);
+  ANVIL_ASSERT(u < m_.size());
+  ops_.upload(m_[u], exp_avg + owned_offset(unit));
+  ops_.upload(v_[u], exp_avg_sq + owned_offset(unit));
+}
+
 HostUnits ParamStore::download_masters() {
   HostUnits out;
   for (size_t u = 0; u < master_.size(); ++u) {

@@ -48,6 +48,9 @@ class ParamStore final : public UnitSource {
   // AdamW m and v of one unit from full padded host buffers (a checkpoint); each rank
   // keeps what it owns.
   void load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq);
+  // AdamW m and v of one unit from full padded host buffers (a checkpoint); each rank
+  // keeps what it owns.
+  void load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq);
 
   // UnitSource
   Tensor weights(int unit) override;

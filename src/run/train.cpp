@@ -17,6 +17,7 @@
 #include "data/packing.h"
 #include "data/sampler.h"
 #include "io/safetensors.h"
+#include "run/checkpoint.h"
 #include "run/trainer.h"
 
 namespace anvil {
@@ -98,6 +99,8 @@ TrainSummary run_train(const TrainOptions& o) {
   ANVIL_ENSURE(!o.data.empty(), kUsage, "anvil train: --data is required");
   ANVIL_ENSURE(o.steps >= 1 && o.micro_batch >= 1 && o.grad_accum >= 1, kUsage,
                "anvil train: --steps, --micro-batch and --grad-accum must be at least 1");
+  ANVIL_ENSURE(o.save_every >= 0 && o.keep_last >= 0, kUsage, "anvil train: --save-every and --keep-last are counts");
+  ANVIL_ENSURE(o.save_every == 0 || !o.ckpt_dir.empty(), kUsage, "anvil train: --save-every needs --ckpt-dir");
   const std::string device = !o.device.empty() ? o.device : (cuda_available() ? "cuda" : "cpu");
   // A worker of a launcher (anvil's own, torchrun, srun...) joins its group from RANK etc.
   std::unique_ptr<Comm> comm;
@@ -115,9 +118,19 @@ TrainSummary run_train(const TrainOptions& o) {
     cfg = preset_config(o.preset);
   }
   ParamTable table(cfg, world);
-  HostUnits weights = make_host_units(table);
-  if (!model_dir.empty()) load_hf_weights(model_dir, table, weights);
-  else init_weights(cfg, table, static_cast<uint64_t>(o.seed), weights);
+  // Resuming: the newest complete checkpoint (or --resume), validated and checked against
+  // the model before its weights replace the model's.
+  const std::string resume = find_resume_checkpoint(o.ckpt_dir, o.resume);
+  ResumePoint point;
+  HostUnits weights;
+  if (!resume.empty()) {
+    point = open_checkpoint(resume, table, comm.get());
+    weights = read_checkpoint_masters(point, table);
+  } else {
+    weights = make_host_units(table);
+    if (!model_dir.empty()) load_hf_weights(model_dir, table, weights);
+    else init_weights(cfg, table, static_cast<uint64_t>(o.seed), weights);
+  }
 
   const BlockSource data(o, model_dir, comm.get());
   ANVIL_ENSURE(o.seq_len == 0 || o.seq_len == data.seq_len(), kUsage, "anvil train: --seq-len ", o.seq_len,
@@ -138,6 +151,7 @@ TrainSummary run_train(const TrainOptions& o) {
   s.total_steps = o.steps;
   Trainer trainer(cfg, weights, s, comm.get());
   weights.clear();
+  if (!resume.empty()) restore_optimizer(point, trainer);
   log_info("training ", cfg.architecture, " (", table.total_numel(), " parameters) on ", world, " x ", device, " (",
            o.mode, "): ", N, " blocks of ", T, " tokens, ", o.steps, " steps of ", per_step * world,
            " sequences");
@@ -163,16 +177,41 @@ TrainSummary run_train(const TrainOptions& o) {
     metrics.open(o.metrics, std::ios::app);
     ANVIL_ENSURE(metrics.good(), kIo, o.metrics, ": cannot open for writing");
   }
+
+  // Where the data stands: this rank's next block index is first_index + (step - start) *
+  // per_step. A checkpoint records the epoch and the blocks (all ranks) trained on in it,
+  // so a resumed run skips them, with any number of ranks.
+  const int64_t epoch_len = steps_per_epoch * per_step, start = point.step;
+  int64_t first_index = 0;
+  if (!resume.empty()) {
+    first_index = point.position.epoch * epoch_len + std::min(point.position.samples_in_epoch / world, epoch_len);
+    const Json& was = point.meta.value("train", Json::object());
+    if (was.value("seed", o.seed) != o.seed || was.value("shuffle", o.shuffle) != o.shuffle ||
+        was.value("global_batch", per_step * world) != per_step * world)
+      log_warn("the checkpoint was trained with another seed, shuffle or global batch: the data order differs "
+               "from an uninterrupted run");
+    if (start >= o.steps) log_info("the checkpoint is at step ", start, " of --steps ", o.steps, ": nothing to train");
+  }
+  SaveSettings save;
+  save.ckpt_dir = o.ckpt_dir;
+  save.keep_last = o.keep_last;
+  save.model_dir = model_dir;
+  save.tokenizer_dir = o.tokenizer;
+  save.train = {{"data", o.data}, {"seed", o.seed}, {"shuffle", o.shuffle}, {"steps", o.steps},
+                {"micro_batch", o.micro_batch}, {"grad_accum", o.grad_accum}, {"global_batch", per_step * world},
+                {"seq_len", T}, {"lr", o.optim.lr}};
+
   TrainSummary summary;
   double timed_s = 0;
   int64_t timed_tokens = 0;
   const int64_t warm = o.steps > 10 ? 10 : 0;  // as the reference: the first 10 steps are not timed
-  for (int64_t step = 1; step <= o.steps; ++step) {
+  for (int64_t step = start + 1; step <= o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
+    const int64_t index = first_index + (step - start - 1) * per_step;
     std::vector<TokenBatch> micro(static_cast<size_t>(o.grad_accum));
     for (int64_t a = 0; a < o.grad_accum; ++a)
       for (int64_t b = 0; b < o.micro_batch; ++b) {
-        data.append(block_of((step - 1) * per_step + a * o.micro_batch + b), micro[static_cast<size_t>(a)]);
+        data.append(block_of(index + a * o.micro_batch + b), micro[static_cast<size_t>(a)]);
       }
     const StepStats st = trainer.step(micro);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -194,6 +233,10 @@ TrainSummary run_train(const TrainOptions& o) {
         metrics.flush();
       }
     }
+    if (o.save_every > 0 && step % o.save_every == 0) {
+      const int64_t next = index + per_step;  // this rank's next block
+      save_checkpoint(trainer, comm.get(), save, {next / epoch_len, (next % epoch_len) * world});
+    }
   }
   summary.tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0;
   summary.peak_host_gib = peak_rss_gib();
@@ -206,19 +249,11 @@ TrainSummary run_train(const TrainOptions& o) {
   if (!o.export_dir.empty()) {
     const HostUnits final_w = trainer.masters();  // a collective in FSDP: every rank
     if (rank != 0) return summary;
-    make_directories(o.export_dir);
-    Json j = cfg.raw.is_object() ? cfg.raw : config_to_json(cfg);
-    j["dtype"] = o.export_dtype == "fp32" ? "float32" : "bfloat16";
-    json_write_file(path_join(o.export_dir, "config.json"), j);
-    save_hf_weights(path_join(o.export_dir, "model.safetensors"), table, final_w,
-                    o.export_dtype == "fp32" ? DType::kF32 : DType::kBF16);
-    const std::string tok_dir = !o.tokenizer.empty() ? o.tokenizer : model_dir;
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                          "special_tokens_map.json", "vocab.json", "merges.txt"})
-      for (const std::string& from : {model_dir, tok_dir})
-        if (!from.empty() && path_exists(path_join(from, f)) && !path_exists(path_join(o.export_dir, f)))
-          write_file_atomic(path_join(o.export_dir, f), read_file(path_join(from, f)));
-    log_info("exported ", o.export_dir, " (", o.export_dtype, " safetensors)");
+    HfExportSettings ex;
+    ex.out_dir = o.export_dir;
+    ex.dtype = o.export_dtype == "fp32" ? DType::kF32 : DType::kBF16;
+    ex.source_dirs = {model_dir, o.tokenizer};
+    export_hf_folder(cfg, table, final_w, ex);
   }
   return summary;
 }

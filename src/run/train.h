@@ -1,4 +1,5 @@
-// anvil train: the training loop around the Trainer: data, steps, logging, metrics, export.
+// anvil train: the training loop around the Trainer: data, steps, logging, metrics,
+// checkpoints (save and resume), export.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,13 @@ struct TrainOptions {
   std::string metrics;  // JSON lines, one per logged step
   std::string export_dir;
   std::string export_dtype = "bf16";
+  // Checkpoints (run/checkpoint.h): every save_every steps into ckpt_dir, keeping the
+  // newest keep_last (0: all). A run resumes from `resume`, else from the newest complete
+  // checkpoint in ckpt_dir.
+  int64_t save_every = 0;
+  std::string ckpt_dir;
+  int64_t keep_last = 0;
+  std::string resume;
 };
 
 struct TrainSummary {

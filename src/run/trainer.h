@@ -69,6 +69,7 @@ class Trainer {
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }  // resuming from a checkpoint
+  void set_step_count(int64_t step) { step_ = step; }  // resuming from a checkpoint
   const ModelConfig& config() const { return config_; }
   const ParamTable& table() const { return table_; }
   ParamStore& store() { return *store_; }

@@ -1,0 +1,91 @@
+// The checkpoint format on disk: files, checksums, validation, discovery.
+//
+// A checkpoint is a folder <ckpt-dir>/step-<N> holding
+//  - rank-<r>.safetensors, one per rank of the run that wrote it: for every unit u the F32
+//    tensors master.<u>, exp_avg.<u>, exp_avg_sq.<u>, each rank r's slice
+//    [r * shard, (r + 1) * shard) of the unit padded for that world size (the FSDP layout,
+//    whatever the mode: a DDP rank writes the same slice of its whole copy, so every mode
+//    writes each byte of state once);
+//  - meta.json, written by rank 0 last: the model config, the name table (every tensor's
+//    global shape, unit and offset), the units, world size, mode, step, data position,
+//    anvil version, the training settings, and the size and checksum of every shard file.
+// The folder is written as <ckpt-dir>/.tmp-step-<N> and renamed once every rank has synced
+// its shard and meta.json is synced, so a folder named step-<N> with a meta.json is
+// complete; validation still checks every file's size and checksum before a byte is used.
+// The checksum is XXH64 (seed 0) of the whole file, written as 16 lowercase hex digits:
+// fast enough (several GB/s per core) not to slow the save, and standard enough to
+// recompute with xxhsum -H1.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/json.h"
+
+namespace anvil {
+
+constexpr const char* kCheckpointFormat = "anvil-checkpoint";
+constexpr int kCheckpointVersion = 1;
+
+// Streaming XXH64 (seed 0).
+class Xxh64 {
+ public:
+  void update(const void* data, size_t n);
+  uint64_t digest() const;
+  std::string hex() const;
+
+ private:
+  uint64_t acc_[4] = {};
+  bool started_ = false;
+  uint64_t total_ = 0;
+  unsigned char buf_[32] = {};
+  size_t buf_len_ = 0;
+};
+std::string xxh64_file(const std::string& path);  // hex digest of a file's bytes
+
+std::string shard_file_name(int rank);          // "rank-00003.safetensors"
+std::string checkpoint_name(int64_t step);      // "step-12"
+
+// One tensor of a shard: name and element count (F32, 1-D).
+struct ShardTensor {
+  std::string name;
+  int64_t numel = 0;
+};
+
+struct ShardRecord {
+  std::string file;  // name inside the checkpoint folder
+  uint64_t bytes = 0;
+  std::string xxh64;
+};
+
+// Writes a safetensors file of F32 1-D tensors in order, streaming: fill(i, out) writes
+// tensor i's numel floats into out. The file is hashed as it is written, fsynced, and
+// renamed into place. die_midway (tests of crash safety): abort the process once half of
+// the data is written.
+ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors,
+                        const std::function<void(size_t, float*)>& fill, bool die_midway = false);
+
+// meta.json of a checkpoint folder (throws naming the file when absent or malformed).
+Json read_checkpoint_meta(const std::string& ckpt);
+void write_checkpoint_meta(const std::string& ckpt, const Json& meta);  // atomic, fsynced
+
+// Every check that needs no model: meta.json parses and is this format, every shard file
+// named there exists with its recorded size and (when verify_checksums) checksum. The
+// error names the file and what is wrong.
+Status validate_checkpoint(const std::string& ckpt, bool verify_checksums = true);
+
+// Complete checkpoints (step-<N> folders with a meta.json) in a folder, newest first.
+std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);
+// The step of a checkpoint folder's name, or -1 when it is not step-<N>.
+int64_t checkpoint_step(const std::string& path);
+// The newest checkpoint of ckpt's parent folder older than ckpt that validates (sizes and
+// checksums); empty when there is none.
+std::string older_valid_checkpoint(const std::string& ckpt);
+
+// Syncs a folder's entries (after a rename into it).
+void fsync_directory(const std::string& dir);
+
+}  // namespace anvil

@@ -1,0 +1,320 @@
+// Checkpoints on CPU ranks (the tiny fixture model, 24 blocks: 8 steps of 4 sequences cross
+// an epoch at step 6):
+//  - saving does not change the run, and resuming at step 4 of 8 with the same 2 ranks
+//    gives the same bits for steps 5 to 8 and the same final weights;
+//  - resuming with 1 and with 4 ranks, in fsdp, and a fsdp checkpoint in ddp, matches
+//    within 1e-5 relative (resharded at load);
+//  - a rank that dies halfway through a save leaves the previous checkpoint, which the
+//    same command resumes from;
+//  - a truncated shard, a flipped byte and another model are refused naming the file and
+//    the older complete checkpoint;
+//  - export: fp32 equals the end-of-training export bit for bit, bf16 is its rounding,
+//    sharding with an index, tied weights once, --full carries the optimizer state;
+//  - XXH64 against xxhsum -H1.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "core/bf16.h"
+#include "core/fs.h"
+#include "core/json.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "testing.h"
+
+namespace anvil {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrainRun {
+  int exit_code = -1;
+  std::string out;
+  std::map<int64_t, double> losses;  // by step
+  std::map<std::string, std::vector<double>> params;
+};
+
+std::map<std::string, std::vector<double>> read_params(const std::string& file) {
+  std::map<std::string, std::vector<double>> p;
+  SafetensorsFile f(file);
+  for (auto& t : f.tensors()) p[t.name] = read_as_f64(t);
+  return p;
+}
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing::temp_dir("checkpoint"));
+    std::mt19937 rng(11);
+    std::vector<int64_t> ids(24 * 37);
+    for (auto& x : ids) x = static_cast<int64_t>(rng() % 1000);
+    SafetensorsWriter w;
+    w.add("input_ids", DType::kI64, {24, 37}, ids.data());
+    w.write(*dir_ + "/blocks.safetensors");
+  }
+
+  // 8 steps of 4 sequences; micro-batch 4 / nproc. `extra`: more flags; `env`: a prefix.
+  static TrainRun train(const std::string& tag, const std::string& mode, int nproc, const std::vector<std::string>& extra,
+                   const std::string& env = "", const std::string& model = "tiny-qwen3") {
+    const std::string out = *dir_ + "/" + tag;
+    std::vector<std::string> args = {"train", "--device", "cpu", "--model", testing::shared_dir() + "/fixtures/" + model,
+                                     "--data", *dir_ + "/blocks.safetensors", "--mode", mode, "--steps", "8",
+                                     "--micro-batch", std::to_string(4 / nproc), "--lr", "1e-3", "--warmup", "2",
+                                     "--schedule", "cosine", "--log-every", "1", "--metrics", out + ".jsonl",
+                                     "--export", out, "--export-dtype", "fp32"};
+    if (nproc > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc)});
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string cmd = env + " '" + testing::anvil_binary() + "'";
+    for (auto& a : args) cmd += " '" + a + "'";
+    const testing::RunResult r = testing::run_command(cmd + " </dev/null");
+    TrainRun run;
+    run.exit_code = r.exit_code;
+    run.out = r.out;
+    std::ifstream m(out + ".jsonl");
+    std::string line;
+    while (std::getline(m, line)) {
+      const Json j = json_parse(line, tag);
+      run.losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    }
+    if (r.exit_code == 0) run.params = read_params(out + "/model.safetensors");
+    return run;
+  }
+
+  // The uninterrupted run (2 ranks, ddp), and the same run saving every 4 steps into ckpt().
+  static const TrainRun& base() {
+    static const TrainRun r = train("base", "ddp", 2, {});
+    return r;
+  }
+  static const TrainRun& saving() {
+    static const TrainRun r = train("saving", "ddp", 2, {"--save-every", "4", "--ckpt-dir", ckpt()});
+    return r;
+  }
+  static std::string ckpt() { return *dir_ + "/ckpt"; }
+
+  static void expect_bits(const TrainRun& got, const TrainRun& want, int64_t from, const std::string& what) {
+    ASSERT_EQ(got.exit_code, 0) << what << ": " << got.out;
+    for (int64_t s = from; s <= 8; ++s) {
+      ASSERT_TRUE(got.losses.count(s)) << what << " step " << s;
+      EXPECT_EQ(got.losses.at(s), want.losses.at(s)) << what << " step " << s;
+    }
+    EXPECT_EQ(got.params, want.params) << what;
+  }
+
+  static void expect_close(const TrainRun& got, const TrainRun& want, int64_t from, const std::string& what) {
+    ASSERT_EQ(got.exit_code, 0) << what << ": " << got.out;
+    for (int64_t s = from; s <= 8; ++s) {
+      ASSERT_TRUE(got.losses.count(s)) << what << " step " << s;
+      EXPECT_NEAR(got.losses.at(s), want.losses.at(s), 1e-5 * want.losses.at(s)) << what << " step " << s;
+    }
+    EXPECT_FALSE(got.losses.count(from - 1)) << what << ": steps before the checkpoint ran again";
+    ASSERT_EQ(got.params.size(), want.params.size()) << what;
+    for (auto& [name, w] : want.params) EXPECT_TRUE(testing::close_rel_l2(got.params.at(name), w, 1e-5)) << what << " " << name;
+  }
+
+  static std::string copy_checkpoints(const std::string& tag) {
+    const std::string to = *dir_ + "/" + tag;
+    fs::copy(ckpt(), to, fs::copy_options::recursive);
+    return to;
+  }
+
+  static std::string* dir_;
+};
+std::string* Checkpoint::dir_ = nullptr;
+
+TEST(Xxh64, MatchesXxhsum) {
+  auto hex = [](const std::string& s) {
+    Xxh64 h;
+    h.update(s.data(), s.size());
+    return h.hex();
+  };
+  // Digests printed by xxhsum -H1 (xxHash 0.8).
+  EXPECT_EQ(hex(""), "ef46db3751d8e999");
+  EXPECT_EQ(hex("a"), "d24ec4f1a98c6e5b");
+  EXPECT_EQ(hex("abc"), "44bc2cf5ad770999");
+  EXPECT_EQ(hex("Nobody inspects the spammish repetition"), "fbcea83c8a378bf1");
+  std::string long_text;
+  for (int i = 0; i < 1000; ++i) long_text.push_back(static_cast<char>(33 + (i * 7) % 90));
+  EXPECT_EQ(hex(long_text), "2a73ce7fe6ddf4f1");
+  // Streaming in uneven pieces gives the same digest.
+  Xxh64 h;
+  for (size_t at = 0, n = 1; at < long_text.size(); at += n, n = n * 3 % 37 + 1)
+    h.update(long_text.data() + at, std::min(n, long_text.size() - at));
+  EXPECT_EQ(h.hex(), "2a73ce7fe6ddf4f1");
+}
+
+TEST_F(Checkpoint, SameRanksResumeIsBitIdentical) {
+  const TrainRun& b = base();
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  ASSERT_EQ(b.losses.size(), 8u);
+  // Saving leaves the run as it was.
+  expect_bits(saving(), b, 1, "saving run");
+  EXPECT_NE(saving().out.find("GB/s"), std::string::npos) << saving().out;
+  for (const char* c : {"step-4", "step-8"}) EXPECT_TRUE(validate_checkpoint(ckpt() + "/" + c).ok()) << c;
+  const Json meta = read_checkpoint_meta(ckpt() + "/step-4");
+  EXPECT_EQ(meta["step"], 4);
+  EXPECT_EQ(meta["world"], 2);
+  EXPECT_EQ(meta["mode"], "ddp");
+  EXPECT_EQ(meta["shards"].size(), 2u);
+  EXPECT_EQ(meta["data"]["epoch"], 0);
+  EXPECT_EQ(meta["data"]["samples_in_epoch"], 16);
+  EXPECT_EQ(read_checkpoint_meta(ckpt() + "/step-8")["data"]["epoch"], 1);
+
+  const TrainRun r = train("resume_same", "ddp", 2, {"--resume", ckpt() + "/step-4"});
+  expect_bits(r, b, 5, "2 ranks from step 4");
+  EXPECT_EQ(r.losses.count(4), 0u) << "steps 1..4 are not trained again";
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+}
+
+TEST_F(Checkpoint, OtherRanksAndModesAreReshardedAtLoad) {
+  ASSERT_EQ(saving().exit_code, 0) << saving().out;
+  const std::string from = ckpt() + "/step-4";
+  expect_close(train("resume_n1", "ddp", 1, {"--resume", from}), base(), 5, "1 rank");
+  expect_close(train("resume_n4", "ddp", 4, {"--resume", from}), base(), 5, "4 ranks");
+  expect_close(train("resume_fsdp2", "fsdp", 2, {"--resume", from}), base(), 5, "fsdp 2 ranks");
+  expect_close(train("resume_fsdp4", "fsdp", 4, {"--resume", from}), base(), 5, "fsdp 4 ranks");
+
+  // A sharded (fsdp) checkpoint into ddp; --keep-last leaves the newest three.
+  const std::string fsdp_dir = *dir_ + "/ckpt_fsdp";
+  const TrainRun fsdp = train("saving_fsdp", "fsdp", 2, {"--save-every", "2", "--keep-last", "3", "--ckpt-dir", fsdp_dir});
+  ASSERT_EQ(fsdp.exit_code, 0) << fsdp.out;
+  EXPECT_EQ(list_checkpoints(fsdp_dir),
+            (std::vector<std::string>{fsdp_dir + "/step-8", fsdp_dir + "/step-6", fsdp_dir + "/step-4"}));
+  expect_close(train("resume_fsdp_in_ddp", "ddp", 1, {"--resume", fsdp_dir + "/step-4"}), base(), 5, "fsdp -> ddp");
+}
+
+TEST_F(Checkpoint, RankDyingMidSaveLeavesThePreviousCheckpoint) {
+  const std::string dir = *dir_ + "/ckpt_die";
+  const std::vector<std::string> flags = {"--save-every", "4", "--ckpt-dir", dir};
+  const TrainRun died = train("die", "ddp", 2, flags, "ANVIL_TEST_DIE_IN_SAVE=8");
+  EXPECT_NE(died.exit_code, 0) << died.out;
+  EXPECT_NE(died.out.find("halfway"), std::string::npos) << died.out;
+  EXPECT_TRUE(fs::exists(dir + "/.tmp-step-8")) << "the save was under way";
+  EXPECT_FALSE(fs::exists(dir + "/step-8")) << "an incomplete checkpoint must not look complete";
+  EXPECT_EQ(list_checkpoints(dir), std::vector<std::string>{dir + "/step-4"});
+  EXPECT_TRUE(validate_checkpoint(dir + "/step-4").ok());
+
+  // The same command again: resumes from step 4 and ends where the uninterrupted run does.
+  const TrainRun again = train("die_again", "ddp", 2, flags);
+  EXPECT_NE(again.out.find("resumed from " + dir + "/step-4"), std::string::npos) << again.out;
+  expect_bits(again, base(), 5, "resumed after the crash");
+  EXPECT_FALSE(fs::exists(dir + "/.tmp-step-8")) << "the leftover is cleaned by the next save";
+  EXPECT_TRUE(validate_checkpoint(dir + "/step-8").ok());
+}
+
+TEST_F(Checkpoint, CorruptOrForeignCheckpointIsRefused) {
+  ASSERT_EQ(saving().exit_code, 0) << saving().out;
+  {  // truncated shard
+    const std::string dir = copy_checkpoints("ckpt_trunc");
+    const std::string shard = dir + "/step-8/rank-00001.safetensors";
+    fs::resize_file(shard, fs::file_size(shard) - 100);
+    const TrainRun r = train("trunc", "ddp", 2, {"--ckpt-dir", dir});
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find(shard), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("truncated"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("newest older complete checkpoint is " + dir + "/step-4"), std::string::npos) << r.out;
+  }
+  {  // one flipped byte in the data
+    const std::string dir = copy_checkpoints("ckpt_flip");
+    const std::string shard = dir + "/step-8/rank-00000.safetensors";
+    std::string bytes = read_file(shard);
+    bytes[bytes.size() - 5] ^= 0x10;
+    write_file_atomic(shard, bytes);
+    const TrainRun r = train("flip", "ddp", 1, {"--resume", dir + "/step-8"});
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find(shard + ": checksum"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--resume " + dir + "/step-4"), std::string::npos) << r.out;
+    // The older one is named only when it is itself intact.
+    fs::resize_file(dir + "/step-4/rank-00000.safetensors", 10);
+    const TrainRun r2 = train("flip2", "ddp", 1, {"--resume", dir + "/step-8"});
+    EXPECT_NE(r2.exit_code, 0);
+    EXPECT_NE(r2.out.find("no older complete checkpoint"), std::string::npos) << r2.out;
+  }
+  {  // another model (the untied fixture has other shapes too)
+    const TrainRun r = train("foreign", "ddp", 1, {"--resume", ckpt() + "/step-4"}, "", "tiny-qwen3-untied");
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find(ckpt() + "/step-4/meta.json: model.layers.0.self_attn.q_proj.weight has shape [128, 64] in "
+                         "the checkpoint and [64, 64] in the model being trained (another model)"),
+              std::string::npos)
+        << r.out;
+  }
+}
+
+TEST_F(Checkpoint, ExportWritesAHuggingFaceFolder) {
+  ASSERT_EQ(saving().exit_code, 0) << saving().out;
+  const std::string ck = ckpt() + "/step-8", fixture = testing::shared_dir() + "/fixtures/tiny-qwen3";
+  const std::string f32 = *dir_ + "/export_f32";
+  auto r = testing::run_anvil({"export", "--ckpt", ck, "--out", f32, "--dtype", "fp32"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto p32 = read_params(f32 + "/model.safetensors");
+  EXPECT_EQ(p32, saving().params) << "the checkpoint holds the run's final weights";
+  EXPECT_EQ(p32.count("lm_head.weight"), 0u) << "tied: the embedding only";
+  EXPECT_EQ(json_read_file(f32 + "/config.json")["dtype"], "float32");
+  EXPECT_EQ(json_read_file(f32 + "/config.json")["hidden_size"], 64);
+  EXPECT_EQ(read_file(f32 + "/generation_config.json"), read_file(fixture + "/generation_config.json"));
+
+  const std::string b16 = *dir_ + "/export_bf16";
+  r = testing::run_anvil({"export", "--ckpt", ck, "--out", b16});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  SafetensorsFile fb(b16 + "/model.safetensors");
+  for (auto& t : fb.tensors()) {
+    ASSERT_EQ(t.dtype, DType::kBF16) << t.name;
+    const std::vector<double> got = read_as_f64(t);
+    const std::vector<double>& want = p32.at(t.name);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], bf16_bits_to_f32(f32_to_bf16_bits(static_cast<float>(want[i])))) << t.name << " " << i;
+  }
+
+  // Sharded past --max-shard-size, with an index that names every tensor's file.
+  const std::string sh = *dir_ + "/export_sharded";
+  r = testing::run_anvil({"export", "--ckpt", ck, "--out", sh, "--dtype", "fp32", "--max-shard-size", "200K"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(fs::exists(sh + "/model.safetensors"));
+  const Json index = json_read_file(sh + "/model.safetensors.index.json");
+  EXPECT_EQ(index["weight_map"].size(), p32.size());
+  std::map<std::string, int> files;  // tensors per file
+  for (auto& [name, file] : index["weight_map"].items()) ++files[file.get<std::string>()];
+  EXPECT_GT(files.size(), 1u) << r.out;
+  for (auto& [f, count] : files) {
+    ASSERT_TRUE(fs::exists(sh + "/" + f)) << f;
+    SafetensorsFile shard(sh + "/" + f);
+    size_t bytes = 0;
+    for (auto& t : shard.tensors()) bytes += t.bytes;
+    EXPECT_TRUE(bytes <= 200 * 1024 || count == 1) << f << ": " << bytes << " bytes in " << count << " tensors";
+  }
+  SafetensorsSet set(sh);
+  for (auto& [name, want] : p32) {
+    std::vector<float> got(want.size());
+    const SafeTensorInfo* info = set.find(name);
+    ASSERT_TRUE(info) << name;
+    set.read_f32(name, info->shape, got.data());
+    EXPECT_EQ(std::vector<double>(got.begin(), got.end()), want) << name;
+  }
+
+  // One file with the optimizer state.
+  const std::string full = *dir_ + "/full.safetensors";
+  r = testing::run_anvil({"export", "--ckpt", ck, "--out", full, "--full"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto pf = read_params(full);
+  EXPECT_EQ(pf.size(), 3 * p32.size());
+  for (auto& [name, w] : p32) {
+    EXPECT_EQ(pf.at(name), w) << name;
+    const std::vector<double>& v = pf.at("optimizer.exp_avg_sq." + name);
+    double sum = 0;
+    for (double x : v) sum += x;
+    EXPECT_GT(sum, 0) << "AdamW v of " << name << " after 8 steps";
+  }
+
+  // A corrupt checkpoint is not exported.
+  const std::string dir = copy_checkpoints("ckpt_export_bad");
+  fs::resize_file(dir + "/step-8/rank-00000.safetensors", 100);
+  r = testing::run_anvil({"export", "--ckpt", dir + "/step-8", "--out", *dir_ + "/never"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("rank-00000.safetensors"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(*dir_ + "/never"));
+}
+
+}  // namespace
+}  // namespace anvil
