@@ -161,12 +161,14 @@ void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, 
   for (int64_t l = 0; l < L; ++l) {
     const int u = table_.block_unit(l);
     Tensor w = src.weights(u);
+    src.prefetch(l + 1 < L ? table_.block_unit(l + 1) : norm);
     BlockActs& a = acts_[recompute_ == Recompute::kNone ? static_cast<size_t>(l) : 0];
     block_forward(l, w, resid_[static_cast<size_t>(l)], a, resid_[static_cast<size_t>(l + 1)]);
     src.release(u);
   }
   // Final norm, output projection and loss, and their backward.
   Tensor wn = src.weights(norm);
+  if (head != norm) src.prefetch(head);
   const Tensor x_last = resid_[static_cast<size_t>(L)];
   ops_.rmsnorm_forward(h_final_, rstd_final_, x_last, part(wn, 0, {C}), eps);
   if (forward_done_) forward_done_();
@@ -181,6 +183,7 @@ void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, 
   for (int64_t l = L - 1; l >= 0; --l) {
     const int u = table_.block_unit(l);
     Tensor w = src.weights(u);
+    if (l > 0) src.prefetch(table_.block_unit(l - 1));
     BlockActs& a = acts_[recompute_ == Recompute::kNone ? static_cast<size_t>(l) : 0];
     if (recompute_ == Recompute::kFull) block_forward(l, w, resid_[static_cast<size_t>(l)], a, Tensor());
     block_backward(l, w, src.grads(u), resid_[static_cast<size_t>(l)], a);

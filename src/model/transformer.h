@@ -32,6 +32,9 @@ class UnitSource {
   virtual void release(int unit) = 0;      // the pass is done with the weights for now
   virtual Tensor grads(int unit) = 0;      // F32, the whole unit; accumulated into
   virtual void grads_ready(int unit) = 0;  // this micro-batch's contribution is complete
+  // The unit whose weights will be asked for next: a sharded source starts gathering it so
+  // that the transfer overlaps the current unit's compute.
+  virtual void prefetch(int unit) { (void)unit; }
 };
 
 // Activation sizes, for the memory plan (sys/) and the allocation below: one formula.

@@ -84,13 +84,6 @@ void ParamStore::load_optimizer_state(int unit, const float* exp_avg, const floa
   ops_.upload(v_[u], exp_avg_sq + owned_offset(unit));
 }
 
-void ParamStore::load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq) {
-  const size_t u = static_cast<size_t>(unit);
-  ANVIL_ASSERT(u < m_.size());
-  ops_.upload(m_[u], exp_avg + owned_offset(unit));
-  ops_.upload(v_[u], exp_avg_sq + owned_offset(unit));
-}
-
 HostUnits ParamStore::download_masters() {
   HostUnits out;
   for (size_t u = 0; u < master_.size(); ++u) {
@@ -114,24 +107,41 @@ void ParamStore::refresh_compute_copies() {
     if (compute_[u].data != master_[u].data) ops_.convert(compute_[u], master_[u]);
 }
 
-Tensor ParamStore::weights(int unit) {
-  if (mode_ == ParallelMode::kDdp) return compute_[static_cast<size_t>(unit)];
-  if (!sharded() && ops_.compute_dtype() == DType::kF32) return master_[static_cast<size_t>(unit)];
-  auto it = gathered_.find(unit);
-  ANVIL_ENSURE(it == gathered_.end(), kInternal, "unit ", unit, " gathered twice");
+void ParamStore::prefetch(int unit) {
+  if (!sharded() || gathered_.count(unit)) return;
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   Tensor full = pooled(info.padded, ops_.compute_dtype());
   Tensor mine = full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
   ops_.convert(mine, master_[static_cast<size_t>(unit)]);
-  if (sharded()) comm_->wait(comm_->all_gather(full, mine, info.name));
+  // Ordered after the compute queued so far (an event), so a pooled buffer that earlier
+  // kernels still read is not overwritten; the compute stream waits for it in weights().
+  in_flight_[unit] = comm_->all_gather(full, mine, info.name);
   gathered_[unit] = full;
-  return full;
+}
+
+Tensor ParamStore::weights(int unit) {
+  if (mode_ == ParallelMode::kDdp) return compute_[static_cast<size_t>(unit)];
+  if (!sharded() && ops_.compute_dtype() == DType::kF32) return master_[static_cast<size_t>(unit)];
+  if (!sharded()) {  // one GPU: a compute copy of this unit, made now
+    ANVIL_ENSURE(!gathered_.count(unit), kInternal, "unit ", unit, " acquired twice");
+    Tensor full = pooled(table_.units()[static_cast<size_t>(unit)].padded, ops_.compute_dtype());
+    ops_.convert(full, master_[static_cast<size_t>(unit)]);
+    gathered_[unit] = full;
+    return full;
+  }
+  prefetch(unit);
+  auto it = in_flight_.find(unit);
+  ANVIL_ENSURE(it != in_flight_.end(), kInternal, "unit ", unit, " acquired twice");
+  comm_->wait(it->second);
+  in_flight_.erase(it);
+  return gathered_.at(unit);
 }
 
 void ParamStore::release(int unit) {
   if (mode_ == ParallelMode::kDdp || (!sharded() && ops_.compute_dtype() == DType::kF32)) return;
   auto it = gathered_.find(unit);
-  ANVIL_ENSURE(it != gathered_.end(), kInternal, "unit ", unit, " released but not gathered");
+  ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit), kInternal, "unit ", unit,
+               " released but not acquired");
   unpool(it->second);
   gathered_.erase(it);
 }

@@ -9,7 +9,8 @@
 //    before), while the backward of the next unit runs.
 //  - FSDP: a rank owns one shard of every unit's master, m, v and gradient. weights(u)
 //    converts the owned shard to the compute dtype and all-gathers the unit into a pooled
-//    buffer, freed by release(u) (the backward gathers again). grads(u) is a pooled
+//    buffer, freed by release(u) (the backward gathers again); prefetch(u) starts the next
+//    unit's gather while the current unit computes. grads(u) is a pooled
 //    full-unit F32 buffer; grads_ready(u) reduce-scatters it into the owned gradient shard,
 //    every micro-batch. On one GPU, FSDP is the same minus the collectives: compute copies
 //    are made per unit when needed instead of kept for the whole model (2 bytes per
@@ -48,15 +49,13 @@ class ParamStore final : public UnitSource {
   // AdamW m and v of one unit from full padded host buffers (a checkpoint); each rank
   // keeps what it owns.
   void load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq);
-  // AdamW m and v of one unit from full padded host buffers (a checkpoint); each rank
-  // keeps what it owns.
-  void load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq);
 
   // UnitSource
   Tensor weights(int unit) override;
   void release(int unit) override;
   Tensor grads(int unit) override;
   void grads_ready(int unit) override;
+  void prefetch(int unit) override;
 
   // DDP: whether this micro-batch's gradients are synchronised (false: no_sync).
   void set_sync(bool sync) { sync_ = sync; }
@@ -95,6 +94,7 @@ class ParamStore final : public UnitSource {
   std::vector<Tensor> master_, grads_, m_, v_;
   std::vector<Tensor> compute_;                            // DDP: persistent compute copies
   std::map<int, Tensor> gathered_, full_grads_;           // FSDP: live pooled buffers
+  std::map<int, CommWork> in_flight_;                      // FSDP: gathers not yet waited for
   std::multimap<size_t, void*> pool_;                     // free pooled buffers by size
   Tensor rs_tmp_;          // FSDP: the reduce-scatter output awaiting accumulation
   Tensor pending_full_;    // FSDP: the full gradient that reduce-scatter is reading

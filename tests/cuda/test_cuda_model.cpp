@@ -11,7 +11,7 @@
 #include "model/weights.h"
 #include "ops/ops.h"
 #include "run/trainer.h"
-#include "testing.h"
+#include "../testing.h"
 
 namespace anvil {
 namespace {
