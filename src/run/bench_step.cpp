@@ -9,7 +9,6 @@
 #include "core/log.h"
 #include "io/hub.h"
 #include "run/trainer.h"
-#include "sys/plan.h"
 
 namespace anvil {
 
@@ -52,14 +51,6 @@ Json run_bench_step(const BenchStepOptions& o) {
   } else {
     cfg = preset_config(o.preset);
   }
-  PlanInput pin;
-  pin.config = cfg;
-  pin.mode = o.mode;
-  pin.world = world;
-  pin.seq_len = o.seq_len;
-  pin.micro_batch = o.micro_batch;
-  pin.compute_dtype = device == "cuda" ? DType::kBF16 : DType::kF32;
-
   TrainerSettings s;
   s.device = device;
   s.device_index = copt.local_rank;
@@ -72,23 +63,9 @@ Json run_bench_step(const BenchStepOptions& o) {
   if (!model_dir.empty()) load_hf_weights(model_dir, table, w);
   else init_weights(cfg, table, static_cast<uint64_t>(o.seed), w);
 
-  // The plan decides recompute "auto" and refuses what cannot fit, before any allocation.
-  std::unique_ptr<Trainer> trainer;
-  {
-    std::unique_ptr<Ops> probe = make_ops(device, copt.local_rank);
-    const int64_t capacity = probe->memory_stats().capacity;
-    if (capacity > 0) {
-      PlanAdvice adv = advise(pin, o.recompute, capacity);
-      const MemoryPlan& p = o.mode == "fsdp" ? adv.fsdp : adv.ddp;
-      ANVIL_ENSURE(plan_fits(p, capacity), kOutOfMemory, "the plan does not fit on this GPU:\n",
-                   plan_table(adv, pin, capacity));
-      pin.recompute = p.recompute;
-    } else {
-      pin.recompute = o.recompute == "full" ? Recompute::kFull : Recompute::kNone;
-    }
-  }
-  s.recompute = pin.recompute;
-  trainer = std::make_unique<Trainer>(cfg, w, s, comm.get());
+  s.recompute = o.recompute == "full" ? Recompute::kFull : Recompute::kNone;
+  s.auto_recompute = o.recompute == "auto";
+  auto trainer = std::make_unique<Trainer>(cfg, w, s, comm.get());  // checks the plan first
   w.clear();
   trainer->enable_timing(true);
 
@@ -127,7 +104,7 @@ Json run_bench_step(const BenchStepOptions& o) {
             {"device", dev_name},
             {"world", world},
             {"mode", o.mode},
-            {"recompute", pin.recompute == Recompute::kFull ? "full" : "none"},
+            {"recompute", trainer->recompute() == Recompute::kFull ? "full" : "none"},
             {"seq_len", o.seq_len},
             {"micro_batch", o.micro_batch},
             {"grad_accum", o.grad_accum},
@@ -139,7 +116,7 @@ Json run_bench_step(const BenchStepOptions& o) {
             {"optimizer_ms", 1e3 * sum.optimizer / n},
             {"flops_per_token", model_flops_per_token(cfg, o.seq_len)},
             {"peak_allocated_gib", static_cast<double>(mem.peak) / (1ll << 30)},
-            {"planned_gib", static_cast<double>(plan_memory(pin).total()) / (1ll << 30)}};
+            {"planned_gib", static_cast<double>(trainer->plan().total()) / (1ll << 30)}};
   j["mfu"] = peak > 0 ? Json(tps * model_flops_per_token(cfg, o.seq_len) / world / (peak * 1e12)) : Json(nullptr);
   j["peak_tflops"] = peak > 0 ? Json(peak) : Json(nullptr);
   return j;

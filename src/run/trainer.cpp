@@ -17,10 +17,31 @@ Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const Trai
     : config_(config), settings_(settings), comm_(comm), table_(config, comm ? comm->world() : 1),
       ops_(make_ops(settings.device, settings.device_index)) {
   if (comm_) comm_->set_compute_stream(ops_->stream());
+  // Memory is planned before anything is allocated: a run that cannot fit stops here with
+  // the plan and the advice, not with an out-of-memory error halfway through a step.
+  PlanInput pin;
+  pin.config = config_;
+  pin.mode = settings.mode == ParallelMode::kFsdp ? "fsdp" : "ddp";
+  pin.world = table_.world();
+  pin.seq_len = settings.seq_len;
+  pin.micro_batch = settings.micro_batch;
+  pin.recompute = settings.recompute;
+  pin.compute_dtype = ops_->compute_dtype();
+  const int64_t capacity = ops_->memory_stats().capacity;
+  if (capacity > 0) {
+    const PlanAdvice adv = advise(pin, settings.auto_recompute ? "auto" : (settings.recompute == Recompute::kFull ? "full" : "none"), capacity);
+    const MemoryPlan& p = settings.mode == ParallelMode::kFsdp ? adv.fsdp : adv.ddp;
+    ANVIL_ENSURE(plan_fits(p, capacity), kOutOfMemory, "this run does not fit in the GPU's memory; the plan per GPU:\n",
+                 plan_table(adv, pin, capacity));
+    settings_.recompute = pin.recompute = p.recompute;
+  } else if (settings.auto_recompute) {
+    settings_.recompute = pin.recompute = Recompute::kNone;  // host memory is not planned
+  }
+  plan_ = plan_memory(pin);
   store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings.mode);
   store_->load(weights);
   model_ = std::make_unique<Transformer>(config_, table_, *ops_, settings.micro_batch, settings.seq_len,
-                                         settings.recompute);
+                                         settings_.recompute);
   model_->set_forward_done_hook([this] {
     if (timing_) timing_result_.forward += lap();
   });

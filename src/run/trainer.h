@@ -18,6 +18,7 @@
 #include "optim/adamw.h"
 #include "ops/ops.h"
 #include "parallel/param_store.h"
+#include "sys/plan.h"
 
 namespace anvil {
 
@@ -34,6 +35,7 @@ struct TrainerSettings {
   ParallelMode mode = ParallelMode::kDdp;
   int64_t micro_batch = 1, seq_len = 2048;
   Recompute recompute = Recompute::kNone;
+  bool auto_recompute = false;  // the least recomputation the plan fits in the GPU's memory
   OptimizerConfig optim;
   int64_t total_steps = 1;  // for the LR schedule
 };
@@ -64,11 +66,14 @@ class Trainer {
   // Loss, gradients (left in the store) and optionally logits of one micro-batch, no update.
   double loss_and_grads(const TokenBatch& batch, std::vector<float>* logits);
 
+  // The memory plan of this rank (checked against the GPU's memory before any allocation).
+  const MemoryPlan& plan() const { return plan_; }
+  Recompute recompute() const { return settings_.recompute; }
+
   void enable_timing(bool on) { timing_ = on; }
   const StepTiming& last_timing() const { return timing_result_; }
 
   int64_t step_count() const { return step_; }
-  void set_step_count(int64_t step) { step_ = step; }  // resuming from a checkpoint
   void set_step_count(int64_t step) { step_ = step; }  // resuming from a checkpoint
   const ModelConfig& config() const { return config_; }
   const ParamTable& table() const { return table_; }
@@ -87,6 +92,7 @@ class Trainer {
   Comm* comm_;
   ParamTable table_;
   std::unique_ptr<Ops> ops_;
+  MemoryPlan plan_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Transformer> model_;
   Tensor ids_, targets_, loss_sum_;
