@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 
 #include "core/fs.h"
 #include "core/log.h"
@@ -146,16 +147,14 @@ std::string shard_file_name(int rank) {
 
 std::string checkpoint_name(int64_t step) { return cat("step-", step); }
 
-ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors,
-                        const std::function<void(size_t, float*)>& fill, bool die_midway) {
+ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors, const ShardFill& fill,
+                        bool die_midway) {
   Json header = Json::object();
   uint64_t offset = 0;
-  int64_t largest = 0;
   for (const ShardTensor& t : tensors) {
     const uint64_t bytes = static_cast<uint64_t>(t.numel) * 4;
     header[t.name] = {{"dtype", "F32"}, {"shape", {t.numel}}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    largest = std::max(largest, t.numel);
   }
   header["__metadata__"] = {{"format", "pt"}};
   std::string text = header.dump();
@@ -177,19 +176,32 @@ ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>&
     };
     put(&len, 8);
     put(text.data(), text.size());
-    std::vector<float> buf(static_cast<size_t>(largest));
+    // Chunks of at most 64 MiB: while one is hashed and written on a second thread, the
+    // next is filled (downloaded from the device) into the other buffer.
+    constexpr int64_t kChunk = int64_t{16} << 20;  // floats
+    std::vector<float> bufs[2] = {std::vector<float>(kChunk), std::vector<float>(kChunk)};
+    std::future<void> pending;  // joined before the handler below runs
     uint64_t written = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      fill(i, buf.data());
-      const size_t bytes = static_cast<size_t>(tensors[i].numel) * 4;
-      if (die_midway && written + bytes >= data_bytes / 2) {
-        put(buf.data(), static_cast<size_t>(data_bytes / 2 - written));
-        log_error("ANVIL_TEST_DIE_IN_SAVE: exiting halfway through ", path);
-        std::_Exit(86);
+    int turn = 0;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      for (int64_t begin = 0; begin < tensors[i].numel; begin += kChunk, turn ^= 1) {
+        const int64_t n = std::min(kChunk, tensors[i].numel - begin);
+        float* buf = bufs[turn].data();
+        fill(i, begin, n, buf);
+        if (pending.valid()) pending.get();
+        const size_t bytes = static_cast<size_t>(n) * 4;
+        const bool die = die_midway && written + bytes >= data_bytes / 2;
+        pending = std::async(std::launch::async, [&put, &path, buf, bytes, die, written, data_bytes] {
+          if (die) {
+            put(buf, static_cast<size_t>(data_bytes / 2 - written));
+            log_error("ANVIL_TEST_DIE_IN_SAVE: exiting halfway through ", path);
+            std::_Exit(86);
+          }
+          put(buf, bytes);
+        });
+        written += bytes;
       }
-      put(buf.data(), bytes);
-      written += bytes;
-    }
+    if (pending.valid()) pending.get();
     ANVIL_ENSURE(::fsync(fd) == 0, kIo, path, ": sync failed (", errno_text(), ")");
   } catch (...) {
     ::close(fd);

@@ -61,12 +61,14 @@ struct ShardRecord {
   std::string xxh64;
 };
 
-// Writes a safetensors file of F32 1-D tensors in order, streaming: fill(i, out) writes
-// tensor i's numel floats into out. The file is hashed as it is written, fsynced, and
-// renamed into place. die_midway (tests of crash safety): abort the process once half of
+// fill(i, begin, n, out): elements [begin, begin + n) of tensor i into out.
+using ShardFill = std::function<void(size_t, int64_t, int64_t, float*)>;
+// Writes a safetensors file of F32 1-D tensors in order, streaming in chunks (the next one
+// filled while the last is written). The file is hashed as it is written, fsynced, and
+// renamed into place. die_midway (tests of crash safety): exit the process once half of
 // the data is written.
-ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors,
-                        const std::function<void(size_t, float*)>& fill, bool die_midway = false);
+ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors, const ShardFill& fill,
+                        bool die_midway = false);
 
 // meta.json of a checkpoint folder (throws naming the file when absent or malformed).
 Json read_checkpoint_meta(const std::string& ckpt);

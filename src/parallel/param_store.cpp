@@ -80,8 +80,8 @@ void ParamStore::load(const HostUnits& units) {
 void ParamStore::load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq) {
   const size_t u = static_cast<size_t>(unit);
   ANVIL_ASSERT(u < m_.size());
-  ops_.upload(m_[u], exp_avg + owned_offset(unit));
-  ops_.upload(v_[u], exp_avg_sq + owned_offset(unit));
+  ops_.upload(m_[u], exp_avg);
+  ops_.upload(v_[u], exp_avg_sq);
 }
 
 HostUnits ParamStore::download_masters() {

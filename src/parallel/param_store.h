@@ -46,8 +46,8 @@ class ParamStore final : public UnitSource {
 
   void load(const HostUnits& units);   // full units on every rank; each keeps what it owns
   HostUnits download_masters();        // full units (FSDP: gathered; every rank must call)
-  // AdamW m and v of one unit from full padded host buffers (a checkpoint); each rank
-  // keeps what it owns.
+  // AdamW m and v of this rank's owned elements of one unit (owned_offset(unit) on, as many
+  // as masters()[unit] holds), from host memory: resuming from a checkpoint.
   void load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq);
 
   // UnitSource

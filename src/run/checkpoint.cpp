@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/threads.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 
@@ -106,20 +107,27 @@ class CheckpointReader {
     }
   }
 
-  // One unit of `table` (padded, padding zero) of one kind, gathered tensor by tensor.
-  void read_unit(int kind, const ParamTable& table, int unit, float* out) const {
-    const UnitInfo& info = table.units()[static_cast<size_t>(unit)];
-    std::fill(out, out + info.padded, 0.0f);
-    for (const ParamEntry& e : table.entries()) {
-      if (e.unit != unit) continue;
-      const auto& [u, off] = place_.at(e.name);
-      copy(kind, u, off, e.numel(), out + e.offset);
-    }
+  // Elements [begin, end) of one unit of `table` of one kind (padding zero), gathered
+  // tensor by tensor, the tensors copied in parallel.
+  void read_range(int kind, const ParamTable& table, int unit, int64_t begin, int64_t end, float* out) const {
+    std::fill(out, out + (end - begin), 0.0f);
+    std::vector<const ParamEntry*> parts;
+    for (const ParamEntry& e : table.entries())
+      if (e.unit == unit && e.offset < end && e.offset + e.numel() > begin) parts.push_back(&e);
+    parallel_for(static_cast<int64_t>(parts.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const ParamEntry& p = *parts[static_cast<size_t>(i)];
+        const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel());
+        const auto& [u, off] = place_.at(p.name);
+        copy(kind, u, off + (lo - p.offset), hi - lo, out + (lo - begin));
+      }
+    });
   }
 
   HostUnits read(int kind, const ParamTable& table) const {
     HostUnits units = make_host_units(table);
-    for (size_t u = 0; u < units.size(); ++u) read_unit(kind, table, static_cast<int>(u), units[u].data());
+    for (size_t u = 0; u < units.size(); ++u)
+      read_range(kind, table, static_cast<int>(u), 0, table.units()[u].padded, units[u].data());
     return units;
   }
 
@@ -168,11 +176,11 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
   const bool die = env_test_die_in_save() == step && rank == world - 1;
   const ShardRecord rec = write_shard(
       path_join(tmp_dir, shard_file_name(rank)), tensors,
-      [&](size_t i, float* out) {
+      [&](size_t i, int64_t begin, int64_t n, float* out) {
         const int u = static_cast<int>(i % n_units);
         const int64_t shard = table.units()[static_cast<size_t>(u)].shard();
-        const int64_t begin = rank * shard - store.owned_offset(u);
-        trainer.ops().download(out, (*state[i / n_units])[static_cast<size_t>(u)].slice_rows(begin, begin + shard));
+        const int64_t at = rank * shard - store.owned_offset(u) + begin;
+        trainer.ops().download(out, (*state[i / n_units])[static_cast<size_t>(u)].slice_rows(at, at + n));
       },
       die);
 
@@ -226,6 +234,7 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
     if (settings.keep_last > 0) {
       const std::vector<std::string> kept = list_checkpoints(settings.ckpt_dir);
       for (size_t i = static_cast<size_t>(settings.keep_last); i < kept.size(); ++i) {
+        if (kept[i] == final_dir) continue;  // a resumed run behind newer checkpoints keeps its own
         std::filesystem::remove_all(kept[i], ec);
         if (ec) log_warn("could not delete the old checkpoint ", kept[i], " (", ec.message(), ")");
       }
@@ -283,26 +292,39 @@ ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Co
   return p;
 }
 
-HostUnits read_checkpoint_masters(const ResumePoint& point, const ParamTable& table) {
-  return CheckpointReader(point.path, point.meta).read(0, table);
+HostUnits read_checkpoint_masters(ResumePoint& point, const ParamTable& table) {
+  const auto t0 = Clock::now();
+  HostUnits units = CheckpointReader(point.path, point.meta).read(0, table);
+  point.read_seconds += seconds_since(t0);
+  point.read_bytes += static_cast<double>(table.total_padded()) * 4;
+  return units;
 }
 
-void restore_optimizer(const ResumePoint& point, Trainer& trainer) {
+void restore_optimizer(ResumePoint& point, Trainer& trainer) {
   const auto t0 = Clock::now();
   const CheckpointReader reader(point.path, point.meta);
   const ParamTable& table = trainer.table();
+  ParamStore& store = trainer.store();
+  // Only this rank's owned elements are read (a 1/world slice in fsdp).
+  size_t largest = 0;
+  for (const Tensor& t : store.exp_avg()) largest = std::max(largest, static_cast<size_t>(t.numel()));
+  std::vector<float> m(largest), v(largest);
   for (size_t u = 0; u < table.units().size(); ++u) {
-    std::vector<float> m(static_cast<size_t>(table.units()[u].padded)), v(m.size());
-    reader.read_unit(1, table, static_cast<int>(u), m.data());
-    reader.read_unit(2, table, static_cast<int>(u), v.data());
-    trainer.store().load_optimizer_state(static_cast<int>(u), m.data(), v.data());
+    const int unit = static_cast<int>(u);
+    const int64_t begin = store.owned_offset(unit), end = begin + store.exp_avg()[u].numel();
+    reader.read_range(1, table, unit, begin, end, m.data());
+    reader.read_range(2, table, unit, begin, end, v.data());
+    store.load_optimizer_state(unit, m.data(), v.data());
+    point.read_bytes += static_cast<double>(end - begin) * 8;
   }
   trainer.set_step_count(point.step);
-  const double gb = static_cast<double>(table.total_numel()) * 8 / 1e9, s = seconds_since(t0);
-  char line[256];
-  std::snprintf(line, sizeof line, "resumed from %s at step %lld (saved by %d x %s; optimizer state %.3f GB in %.2f s)",
+  point.read_seconds += seconds_since(t0);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "resumed from %s at step %lld (saved by %d x %s): this rank loaded %.3f GB in %.2f s (%.2f GB/s)",
                 point.path.c_str(), static_cast<long long>(point.step), point.meta["world"].get<int>(),
-                point.meta["mode"].get<std::string>().c_str(), gb, s);
+                point.meta["mode"].get<std::string>().c_str(), point.read_bytes / 1e9, point.read_seconds,
+                point.read_bytes / 1e9 / std::max(point.read_seconds, 1e-9));
   log_info(line);
 }
 

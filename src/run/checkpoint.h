@@ -63,15 +63,17 @@ struct ResumePoint {
   Json meta;
   int64_t step = 0;
   DataPosition position;
+  double read_bytes = 0, read_seconds = 0;  // this rank's load, for the log line
 };
 
 // Validates the checkpoint (rank 0 checks every file, the verdict is shared so that every
 // rank throws the same refusal) and checks it against `table`'s model. Every rank calls it.
 ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Comm* comm);
 // The master weights laid out for `table` (any world size).
-HostUnits read_checkpoint_masters(const ResumePoint& point, const ParamTable& table);
-// After the Trainer was built from those masters: AdamW m and v and the step counter.
-void restore_optimizer(const ResumePoint& point, Trainer& trainer);
+HostUnits read_checkpoint_masters(ResumePoint& point, const ParamTable& table);
+// After the Trainer was built from those masters: AdamW m and v (only the elements this
+// rank owns are read) and the step counter; logs this rank's load speed.
+void restore_optimizer(ResumePoint& point, Trainer& trainer);
 
 struct HfExportSettings {
   std::string out_dir;
