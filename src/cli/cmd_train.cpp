@@ -31,7 +31,8 @@ int cmd_train(int argc, char** argv) {
       .opt("--steps", &o.steps, "N", "optimizer steps")
       .opt("--micro-batch,--batch", &o.micro_batch, "B", "sequences per micro-batch")
       .opt("--grad-accum", &o.grad_accum, "K", "micro-batches per optimizer step")
-      .choice("--recompute", &o.recompute, {"none", "full"}, "activation recomputation in backward")
+      .choice("--recompute", &o.recompute, {"none", "full", "auto"},
+              "activation recomputation in backward (auto: the least that fits the plan in the GPU's memory)")
       .opt("--lr", &o.optim.lr, "LR", "peak learning rate")
       .opt("--weight-decay", &o.optim.weight_decay, "WD", "AdamW decoupled weight decay")
       .opt("--beta1", &o.optim.beta1, "B1", "AdamW beta1")

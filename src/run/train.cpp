@@ -1,6 +1,7 @@
 #include "run/train.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "data/sampler.h"
 #include "io/safetensors.h"
 #include "run/checkpoint.h"
+#include "run/bench_step.h"
 #include "run/trainer.h"
 
 namespace anvil {
@@ -86,6 +88,33 @@ class BlockSource {
   int64_t n_ = 0, t_ = 0;
 };
 
+// A one-line progress bar with ETA, redrawn in place on a terminal (stderr a TTY, rank 0);
+// log lines clear it first. Elsewhere (files, pipes, CI) only the plain log lines appear.
+class Progress {
+ public:
+  explicit Progress(bool on) : on_(on && ::isatty(2)) {}
+  void clear() {
+    if (on_ && drawn_) std::fputs("\r\033[K", stderr);
+    drawn_ = false;
+  }
+  void draw(int64_t step, int64_t steps, double loss, double seconds_left) {
+    if (!on_) return;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * step / std::max<int64_t>(steps, 1));
+    const int64_t eta = static_cast<int64_t>(seconds_left);
+    std::fprintf(stderr, "\r\033[K[%.*s%.*s] %lld/%lld  loss %.4f  ETA %lld:%02lld:%02lld", filled,
+                 "##############################", kWidth - filled, "..............................",
+                 static_cast<long long>(step), static_cast<long long>(steps), loss, static_cast<long long>(eta / 3600),
+                 static_cast<long long>(eta / 60 % 60), static_cast<long long>(eta % 60));
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+ private:
+  bool on_;
+  bool drawn_ = false;
+};
+
 double peak_rss_gib() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -149,7 +178,8 @@ TrainSummary run_train(const TrainOptions& o) {
   s.recompute = o.recompute == "full" ? Recompute::kFull : Recompute::kNone;
   s.optim = o.optim;
   s.total_steps = o.steps;
-  Trainer trainer(cfg, weights, s, comm.get());
+  s.auto_recompute = o.recompute == "auto";
+  Trainer trainer(cfg, weights, s, comm.get());  // checks the memory plan before allocating
   weights.clear();
   if (!resume.empty()) restore_optimizer(point, trainer);
   log_info("training ", cfg.architecture, " (", table.total_numel(), " parameters) on ", world, " x ", device, " (",
@@ -201,6 +231,18 @@ TrainSummary run_train(const TrainOptions& o) {
                 {"micro_batch", o.micro_batch}, {"grad_accum", o.grad_accum}, {"global_batch", per_step * world},
                 {"seq_len", T}, {"lr", o.optim.lr}};
 
+  // MFU: model FLOPs per token (no recomputation counted) over the GPU's dense bf16 rate.
+  const double peak_tflops = device == "cuda" ? gpu_peak_tflops(trainer.ops().name()) : 0;
+  const double flops_per_token = model_flops_per_token(cfg, T);
+  auto mfu_of = [&](double tokens_per_s) {
+    return peak_tflops > 0 ? Json(tokens_per_s * flops_per_token / world / (peak_tflops * 1e12)) : Json(nullptr);
+  };
+  auto peak_mem_gib = [&] {
+    return device == "cuda" ? static_cast<double>(trainer.ops().memory_stats().peak) / (1ll << 30) : peak_rss_gib();
+  };
+  Progress progress(rank == 0);
+  const auto run_start = std::chrono::steady_clock::now();
+
   TrainSummary summary;
   double timed_s = 0;
   int64_t timed_tokens = 0;
@@ -225,26 +267,46 @@ TrainSummary run_train(const TrainOptions& o) {
       char line[256];
       std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f tok/s",
                     static_cast<long long>(step), static_cast<long long>(o.steps), st.loss, st.grad_norm, st.lr, tps);
+      progress.clear();
       log_info(line);
       if (metrics.is_open()) {
         Json m = {{"step", step}, {"loss", st.loss}, {"grad_norm", st.grad_norm}, {"lr", st.lr},
-                  {"tokens_per_s", tps}, {"peak_mem_gib", peak_rss_gib()}};
+                  {"tokens_per_s", tps}, {"mfu", mfu_of(tps)}, {"peak_mem_gib", peak_mem_gib()}};
         metrics << m.dump() << "\n";
         metrics.flush();
       }
     }
     if (o.save_every > 0 && step % o.save_every == 0) {
       const int64_t next = index + per_step;  // this rank's next block
+      progress.clear();
       save_checkpoint(trainer, comm.get(), save, {next / epoch_len, (next % epoch_len) * world});
     }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    progress.draw(step, o.steps, st.loss, elapsed / static_cast<double>(step - start) * static_cast<double>(o.steps - step));
   }
+  progress.clear();
   summary.tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0;
   summary.peak_host_gib = peak_rss_gib();
-  char done[160];
-  std::snprintf(done, sizeof done, "done: %lld steps, %.0f tokens/s%s, peak host memory %.2f GiB",
-                static_cast<long long>(o.steps), summary.tokens_per_s, warm ? " (first 10 steps excluded)" : "",
-                summary.peak_host_gib);
-  log_info(done);
+  char done[256];
+  std::snprintf(done, sizeof done, "done: %lld steps, %.0f tokens/s%s", static_cast<long long>(o.steps),
+                summary.tokens_per_s, warm ? " (first 10 steps excluded)" : "");
+  std::string tail;
+  if (device == "cuda") {
+    const Json mfu = mfu_of(summary.tokens_per_s);
+    const Ops::MemoryStats mem = trainer.ops().memory_stats();
+    char m[200];
+    if (!mfu.is_null()) {
+      std::snprintf(m, sizeof m, ", MFU %.1f%%", 100.0 * mfu.get<double>());
+      tail += m;
+    }
+    std::snprintf(m, sizeof m, ", peak GPU memory %.2f GiB allocated (planned %.2f GiB, recompute %s)",
+                  static_cast<double>(mem.peak) / (1ll << 30), static_cast<double>(trainer.plan().total()) / (1ll << 30),
+                  trainer.recompute() == Recompute::kFull ? "full" : "none");
+    tail += m;
+  }
+  char host[64];
+  std::snprintf(host, sizeof host, ", peak host memory %.2f GiB", summary.peak_host_gib);
+  log_info(done, tail, host);
 
   if (!o.export_dir.empty()) {
     const HostUnits final_w = trainer.masters();  // a collective in FSDP: every rank

@@ -24,7 +24,7 @@ struct TrainOptions {
   int64_t steps = 40;
   int64_t micro_batch = 1;
   int64_t grad_accum = 1;
-  std::string recompute = "none";  // none | full
+  std::string recompute = "none";  // none | full | auto
   OptimizerConfig optim;
   int64_t seed = 0;
   bool shuffle = true;
