@@ -32,7 +32,8 @@ class Parallel : public ::testing::Test {
     w.write(*dir_ + "/blocks.safetensors");
   }
 
-  static TrainRun train(const std::string& tag, const std::string& mode, int nproc, int micro, int accum) {
+  static TrainRun train(const std::string& tag, const std::string& mode, int nproc, int micro, int accum,
+                        bool defer = false) {
     const std::string out = *dir_ + "/" + tag;
     std::vector<std::string> args = {"train", "--device", "cpu", "--model",
                                      testing::shared_dir() + "/fixtures/tiny-qwen3", "--data",
@@ -41,6 +42,7 @@ class Parallel : public ::testing::Test {
                                      "--log-every", "1", "--metrics", out + ".jsonl", "--export", out,
                                      "--export-dtype", "fp32"};
     if (nproc > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc)});
+    if (defer) args.push_back("--fsdp-defer-sync");
     auto r = testing::run_anvil(args);
     EXPECT_EQ(r.exit_code, 0) << tag << ": " << r.out;
     TrainRun run;
@@ -80,6 +82,7 @@ TEST_F(Parallel, SameGlobalBatchSameResultInEveryLayout) {
                               "_k" + std::to_string(l.accum);
       expect_same(train(tag, mode, l.nproc, l.micro, l.accum), base, tag);
     }
+  expect_same(train("fsdp_defer_n2_b1_k2", "fsdp", 2, 1, 2, true), base, "fsdp, gradient sync deferred");
 }
 
 TEST_F(Parallel, SameRunSameBits) {

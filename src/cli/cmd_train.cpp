@@ -31,6 +31,9 @@ int cmd_train(int argc, char** argv) {
       .opt("--steps", &o.steps, "N", "optimizer steps")
       .opt("--micro-batch,--batch", &o.micro_batch, "B", "sequences per micro-batch")
       .opt("--grad-accum", &o.grad_accum, "K", "micro-batches per optimizer step")
+      .flag("--fsdp-defer-sync", &o.fsdp_defer_sync,
+            "fsdp: reduce-scatter gradients once per step instead of per micro-batch (keeps the whole model's "
+            "fp32 gradient; as PyTorch's set_requires_gradient_sync(False))")
       .choice("--recompute", &o.recompute, {"none", "full", "auto"},
               "activation recomputation in backward (auto: the least that fits the plan in the GPU's memory)")
       .opt("--lr", &o.optim.lr, "LR", "peak learning rate")

@@ -172,6 +172,7 @@ void ParamStore::grads_ready(int unit) {
     if (sync_) last_work_ = comm_->all_reduce(grads_[static_cast<size_t>(unit)], ReduceOp::kSum, info.name);
     return;
   }
+  if (defer_sync_ && !sync_) return;  // the full buffer accumulates the next micro-batch too
   // One reduce-scatter in flight: the previous one is accumulated before this one reuses
   // the output buffer, so communication overlaps the next unit's backward.
   finish_pending();

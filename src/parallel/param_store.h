@@ -12,7 +12,7 @@
 //    buffer, freed by release(u) (the backward gathers again); prefetch(u) starts the next
 //    unit's gather while the current unit computes. grads(u) is a pooled
 //    full-unit F32 buffer; grads_ready(u) reduce-scatters it into the owned gradient shard,
-//    every micro-batch. On one GPU, FSDP is the same minus the collectives: compute copies
+//    every micro-batch (or, with set_defer_sync, once on the last). On one GPU, FSDP is the same minus the collectives: compute copies
 //    are made per unit when needed instead of kept for the whole model (2 bytes per
 //    parameter less: what lets Qwen3-8B train on one 141 GB GPU).
 // Gradients are summed, not averaged, across ranks: the loss is normalised by the global
@@ -59,6 +59,10 @@ class ParamStore final : public UnitSource {
 
   // DDP: whether this micro-batch's gradients are synchronised (false: no_sync).
   void set_sync(bool sync) { sync_ = sync; }
+  // FSDP: keep the full-unit gradients across micro-batches and reduce-scatter once, on the
+  // last (PyTorch's set_requires_gradient_sync(False)): fewer collectives, the whole
+  // model's fp32 gradient in memory.
+  void set_defer_sync(bool defer) { defer_sync_ = defer; }
   void zero_grads();
   // Makes the compute stream wait for every gradient collective of this step and adds the
   // last reduce-scatter in (optimizer_step does it too; the step benchmark times it).
@@ -89,6 +93,7 @@ class ParamStore final : public UnitSource {
   ParallelMode mode_;
   int world_ = 1, rank_ = 0;
   bool sync_ = true;
+  bool defer_sync_ = false;
   std::vector<void*> buffers_;
   int64_t persistent_bytes_ = 0;
   std::vector<Tensor> master_, grads_, m_, v_;

@@ -179,6 +179,7 @@ TrainSummary run_train(const TrainOptions& o) {
   s.optim = o.optim;
   s.total_steps = o.steps;
   s.auto_recompute = o.recompute == "auto";
+  s.fsdp_defer_sync = o.fsdp_defer_sync;
   Trainer trainer(cfg, weights, s, comm.get());  // checks the memory plan before allocating
   weights.clear();
   if (!resume.empty()) restore_optimizer(point, trainer);

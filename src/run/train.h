@@ -24,6 +24,7 @@ struct TrainOptions {
   int64_t steps = 40;
   int64_t micro_batch = 1;
   int64_t grad_accum = 1;
+  bool fsdp_defer_sync = false;
   std::string recompute = "none";  // none | full | auto
   OptimizerConfig optim;
   int64_t seed = 0;

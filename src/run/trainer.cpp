@@ -27,6 +27,7 @@ Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const Trai
   pin.micro_batch = settings.micro_batch;
   pin.recompute = settings.recompute;
   pin.compute_dtype = ops_->compute_dtype();
+  pin.fsdp_defer_sync = settings.fsdp_defer_sync;
   const int64_t capacity = ops_->memory_stats().capacity;
   if (capacity > 0) {
     const PlanAdvice adv = advise(pin, settings.auto_recompute ? "auto" : (settings.recompute == Recompute::kFull ? "full" : "none"), capacity);
@@ -39,6 +40,7 @@ Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const Trai
   }
   plan_ = plan_memory(pin);
   store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings.mode);
+  store_->set_defer_sync(settings.fsdp_defer_sync);
   store_->load(weights);
   model_ = std::make_unique<Transformer>(config_, table_, *ops_, settings.micro_batch, settings.seq_len,
                                          settings_.recompute);

@@ -36,6 +36,7 @@ struct TrainerSettings {
   int64_t micro_batch = 1, seq_len = 2048;
   Recompute recompute = Recompute::kNone;
   bool auto_recompute = false;  // the least recomputation the plan fits in the GPU's memory
+  bool fsdp_defer_sync = false;  // FSDP: reduce-scatter once per step, not per micro-batch
   OptimizerConfig optim;
   int64_t total_steps = 1;  // for the LR schedule
 };

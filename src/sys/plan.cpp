@@ -43,7 +43,8 @@ MemoryPlan plan_memory(const PlanInput& in) {
     // read at the end of backward), one unit's being written, one being reduce-scattered;
     // and two gathered units (the one in use and the next).
     const int64_t embed = table.units()[static_cast<size_t>(table.embed_unit())].padded;
-    p.grads += 4 * (embed + 2 * largest) + 4 * largest_shard;
+    p.grads += in.fsdp_defer_sync ? 4 * table.total_padded() + 4 * largest_shard
+                                  : 4 * (embed + 2 * largest) + 4 * largest_shard;
     p.weights = cd * 2 * largest;
   } else {
     p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * owned;

@@ -21,6 +21,7 @@ struct PlanInput {
   int64_t seq_len = 2048, micro_batch = 1;
   Recompute recompute = Recompute::kNone;
   DType compute_dtype = DType::kBF16;
+  bool fsdp_defer_sync = false;  // full-unit gradients of every unit kept across micro-batches
 };
 
 struct MemoryPlan {
