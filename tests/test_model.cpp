@@ -48,16 +48,23 @@ TEST_P(GoldenModel, Step0LogitsLossAndGradients) {
   const double want_loss = read_as_f64(gold.get("loss"))[0];
   EXPECT_NEAR(loss, want_loss, 1e-6 * std::abs(want_loss)) << "loss";
   std::vector<double> got_logits(logits.begin(), logits.end());
-  EXPECT_TRUE(testing::close_rel_l2(got_logits, read_as_f64(gold.get("logits")), 1e-5)) << "logits";
+  const std::vector<double> want_logits = read_as_f64(gold.get("logits"));
+  EXPECT_TRUE(testing::close_rel_l2(got_logits, want_logits, 1e-5)) << "logits";
+  double worst_grad = 0;
 
   HostUnits grads = trainer.grads();
   int checked = 0;
   for (const ParamEntry& e : trainer.table().entries()) {
     const SafeTensorInfo* g = gold.find("grad." + e.name);
     ASSERT_NE(g, nullptr) << "golden gradient of " << e.name;
-    EXPECT_TRUE(testing::close_rel_l2(unit_slice(grads, e), read_as_f64(*g), 1e-4)) << "grad." << e.name;
+    const std::vector<double> got = unit_slice(grads, e), want = read_as_f64(*g);
+    EXPECT_TRUE(testing::close_rel_l2(got, want, 1e-4)) << "grad." << e.name;
+    worst_grad = std::max(worst_grad, testing::rel_l2(got.data(), want.data(), got.size()));
     ++checked;
   }
+  std::printf("%s: loss rel error %.2e, logits rel L2 %.2e, worst gradient rel L2 %.2e\n", GetParam().c_str(),
+              std::abs(loss - want_loss) / want_loss,
+              testing::rel_l2(got_logits.data(), want_logits.data(), got_logits.size()), worst_grad);
   EXPECT_EQ(checked, static_cast<int>(trainer.table().entries().size()));
 }
 
@@ -77,6 +84,7 @@ TEST_P(GoldenModel, EightAdamWSteps) {
   s.optim.weight_decay = cc["weight_decay"].get<double>();
   s.optim.max_grad_norm = cc["max_norm"].get<double>();
   const int64_t steps = cc["steps"].get<int64_t>();
+  double worst_loss = 0, worst_norm = 0, worst_param = 0;
   s.total_steps = steps;
   ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);
@@ -90,11 +98,17 @@ TEST_P(GoldenModel, EightAdamWSteps) {
     const double want_norm = curve["fp64"][i]["grad_norm"].get<double>();
     EXPECT_NEAR(st.loss, want_loss, 1e-5 * std::abs(want_loss)) << "loss of step " << i + 1;
     EXPECT_NEAR(st.grad_norm, want_norm, 1e-5 * std::abs(want_norm)) << "grad norm of step " << i + 1;
+    worst_loss = std::max(worst_loss, std::abs(st.loss - want_loss) / want_loss);
+    worst_norm = std::max(worst_norm, std::abs(st.grad_norm - want_norm) / want_norm);
   }
   HostUnits final_w = trainer.masters();
-  for (const ParamEntry& e : trainer.table().entries())
-    EXPECT_TRUE(testing::close_rel_l2(unit_slice(final_w, e), read_as_f64(gold.get("param." + e.name)), 1e-4))
-        << "param." << e.name;
+  for (const ParamEntry& e : trainer.table().entries()) {
+    const std::vector<double> got = unit_slice(final_w, e), want = read_as_f64(gold.get("param." + e.name));
+    EXPECT_TRUE(testing::close_rel_l2(got, want, 1e-4)) << "param." << e.name;
+    worst_param = std::max(worst_param, testing::rel_l2(got.data(), want.data(), got.size()));
+  }
+  std::printf("%s: 8 AdamW steps: worst loss rel error %.2e, grad norm %.2e, final parameter rel L2 %.2e\n",
+              GetParam().c_str(), worst_loss, worst_norm, worst_param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenModel,
