@@ -16,10 +16,6 @@
 namespace anvil {
 namespace {
 
-std::string fixture_dir(const std::string& name) {
-  if (name.rfind("tiny-qwen3", 0) == 0) return testing::shared_dir() + "/fixtures/" + name;
-  return testing::testdata_dir() + "/" + name;
-}
 
 std::vector<double> unit_slice(const HostUnits& units, const ParamEntry& e) {
   const float* p = units[static_cast<size_t>(e.unit)].data() + e.offset;
@@ -29,7 +25,7 @@ std::vector<double> unit_slice(const HostUnits& units, const ParamEntry& e) {
 class GoldenModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenModel, Step0LogitsLossAndGradients) {
-  const std::string dir = fixture_dir(GetParam());
+  const std::string dir = testing::fixture_dir(GetParam());
   ModelConfig cfg = load_config(dir);
   SafetensorsFile gold(dir + "/golden_step0.safetensors");
   const SafeTensorInfo& ids_t = gold.get("input_ids");
@@ -69,7 +65,7 @@ TEST_P(GoldenModel, Step0LogitsLossAndGradients) {
 }
 
 TEST_P(GoldenModel, EightAdamWSteps) {
-  const std::string dir = fixture_dir(GetParam());
+  const std::string dir = testing::fixture_dir(GetParam());
   ModelConfig cfg = load_config(dir);
   SafetensorsFile gold(dir + "/golden_adamw.safetensors");
   Json curve = json_read_file(dir + "/golden_curve.json");
@@ -111,14 +107,8 @@ TEST_P(GoldenModel, EightAdamWSteps) {
               GetParam().c_str(), worst_loss, worst_norm, worst_param);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenModel,
-                         ::testing::Values("tiny-qwen3", "tiny-qwen3-untied", "tiny-qwen2", "tiny-llama3"),
-                         [](const ::testing::TestParamInfo<std::string>& p) {
-                           std::string n = p.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenModel, ::testing::ValuesIn(testing::golden_models()),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return testing::test_suffix(p.param); });
 
 }  // namespace
 }  // namespace anvil

@@ -48,6 +48,20 @@ std::string temp_dir(const std::string& tag) {
   return buf.data();
 }
 
+std::string fixture_dir(const std::string& name) {
+  if (name.rfind("tiny-qwen3", 0) == 0) return shared_dir() + "/fixtures/" + name;
+  return testdata_dir() + "/" + name;
+}
+
+std::vector<std::string> golden_models() { return {"tiny-qwen3", "tiny-qwen3-untied", "tiny-qwen2", "tiny-llama3"}; }
+
+std::string test_suffix(const std::string& name) {
+  std::string n = name;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+
 RunResult run_command(const std::string& shell_command) {
   RunResult r;
   FILE* p = ::popen((shell_command + " 2>&1").c_str(), "r");

@@ -13,6 +13,12 @@ std::string shared_dir();    // ../shared beside the project (the golden fixture
 std::string testdata_dir();  // tests/data of the project
 std::string anvil_binary();
 std::string temp_dir(const std::string& tag);  // a fresh empty folder, removed at exit
+// A golden model fixture by name: tiny-qwen3 and tiny-qwen3-untied from the shared
+// fixtures, tiny-qwen2 and tiny-llama3 from the project's test data.
+std::string fixture_dir(const std::string& name);
+// The four golden model fixtures, and their names as test-name suffixes (dashes become _).
+std::vector<std::string> golden_models();
+std::string test_suffix(const std::string& name);
 
 struct RunResult {
   int exit_code = -1;

@@ -21,10 +21,6 @@ namespace {
     if (!cuda_available()) GTEST_SKIP() << "no GPU";     \
   } while (0)
 
-std::string fixture_dir(const std::string& name) {
-  if (name.rfind("tiny-qwen3", 0) == 0) return testing::shared_dir() + "/fixtures/" + name;
-  return testing::testdata_dir() + "/" + name;
-}
 
 double cosine(const float* a, const std::vector<double>& b) {
   double ab = 0, aa = 0, bb = 0;
@@ -40,7 +36,7 @@ class GpuGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuGolden, LossAndGradients) {
   REQUIRE_CUDA();
-  const std::string dir = fixture_dir(GetParam());
+  const std::string dir = testing::fixture_dir(GetParam());
   ModelConfig cfg = load_config(dir);
   SafetensorsFile gold(dir + "/golden_step0.safetensors");
   const SafeTensorInfo& ids = gold.get("input_ids");
@@ -73,7 +69,7 @@ TEST_P(GpuGolden, LossAndGradients) {
 
 TEST_P(GpuGolden, EightAdamWSteps) {
   REQUIRE_CUDA();
-  const std::string dir = fixture_dir(GetParam());
+  const std::string dir = testing::fixture_dir(GetParam());
   ModelConfig cfg = load_config(dir);
   SafetensorsFile gold(dir + "/golden_adamw.safetensors");
   Json curve = json_read_file(dir + "/golden_curve.json");
@@ -105,14 +101,8 @@ TEST_P(GpuGolden, EightAdamWSteps) {
   EXPECT_EQ(losses[0], losses[1]) << "ddp and fsdp on one GPU";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGolden,
-                         ::testing::Values("tiny-qwen3", "tiny-qwen3-untied", "tiny-qwen2", "tiny-llama3"),
-                         [](const ::testing::TestParamInfo<std::string>& p) {
-                           std::string n = p.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGolden, ::testing::ValuesIn(testing::golden_models()),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return testing::test_suffix(p.param); });
 
 }  // namespace
 }  // namespace anvil
