@@ -75,11 +75,20 @@ RunResult run_command(const std::string& shell_command) {
 }
 
 RunResult run_anvil(const std::vector<std::string>& args) {
-  std::string cmd = "'" + anvil_binary() + "'";
+  // Each argument single-quoted for the shell ('\'' stands for a quote inside one).
+  auto quote = [](const std::string& text) {
+    std::string q = "'";
+    for (char c : text) {
+      if (c == '\'') q.append("'\\''");
+      else q.push_back(c);
+    }
+    q.push_back('\'');
+    return q;
+  };
+  std::string cmd = quote(anvil_binary());
   for (auto& a : args) {
-    std::string q;
-    for (char c : a) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-    cmd += " '" + q + "'";
+    cmd.push_back(' ');
+    cmd.append(quote(a));
   }
   return run_command(cmd + " </dev/null");
 }
