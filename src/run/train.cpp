@@ -8,18 +8,18 @@
 #include <cstdio>
 #include <fstream>
 
+#include "comm/comm.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/fs.h"
-#include "core/env.h"
 #include "core/json.h"
 #include "core/log.h"
-#include "io/hub.h"
-#include "comm/comm.h"
 #include "data/packing.h"
 #include "data/sampler.h"
+#include "io/hub.h"
 #include "io/safetensors.h"
-#include "run/checkpoint.h"
 #include "run/bench_step.h"
+#include "run/checkpoint.h"
 #include "run/trainer.h"
 
 namespace anvil {
@@ -131,6 +131,9 @@ TrainSummary run_train(const TrainOptions& o) {
   ANVIL_ENSURE(o.save_every >= 0 && o.keep_last >= 0, kUsage, "anvil train: --save-every and --keep-last are counts");
   ANVIL_ENSURE(o.save_every == 0 || !o.ckpt_dir.empty(), kUsage, "anvil train: --save-every needs --ckpt-dir");
   const std::string device = !o.device.empty() ? o.device : (cuda_available() ? "cuda" : "cpu");
+  ANVIL_ENSURE(device == "cpu" || device == "cuda", kUsage, "anvil train: --device must be cpu or cuda, got '", device, "'");
+  // No GPU where one is asked for: say so before any data is prepared or weights are read.
+  if (device == "cuda" && !cuda_available()) make_ops(device, 0);
   // A worker of a launcher (anvil's own, torchrun, srun...) joins its group from RANK etc.
   std::unique_ptr<Comm> comm;
   const CommOptions copt = comm_options_from_env();
