@@ -1,19 +1,31 @@
 // Byte-level BPE from tokenizer.json (see tokenizer.h for the pipeline and its reasons).
+//
+// Loading is on the path of every `anvil prepare`, and a tokenizer.json is large (Qwen3: 11 MB,
+// 151k vocab entries, 151k merges), so it is parsed with simdjson, and the two big tables are
+// built without nlohmann::json: the vocabulary's bytes go to one buffer indexed by an
+// open-addressing table, and the merges resolve their ids in parallel before entering the
+// merge table in rank order (the first of equal pairs wins, as before). Every other part of
+// the file is small and goes through nlohmann::json as it always did. A file simdjson refuses
+// is parsed again with nlohmann::json, whose error names the position.
 #include "data/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <simdjson.h>
 #include <utf8proc.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <climits>
 #include <deque>
+#include <thread>
 #include <unordered_map>
 
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/json.h"
+#include "core/threads.h"
 #include "data/hash.h"
 #include "data/utf8.h"
 
@@ -41,17 +53,35 @@ const ByteLevelTable& byte_level() {
   return table;
 }
 
-// The ByteLevel decoder's view of one token: its characters mapped back to bytes, or the
-// token's own UTF-8 when any character is outside the table (as the reference does).
-std::string byte_level_to_bytes(std::string_view token) {
+// The ByteLevel decoder's view of one token, appended to out: its characters mapped back to
+// bytes, or the token's own UTF-8 when any character is outside the table (as the reference does).
+// Every table character is below U+0200, so only one- and two-byte sequences are decoded
+// (inline: this runs on every vocab and merge string at load).
+void append_byte_level_bytes(std::string_view token, std::string& out) {
   const auto& t = byte_level();
-  std::string out;
+  const size_t start = out.size();
   size_t i = 0;
   while (i < token.size()) {
-    const char32_t c = utf8_next(token, i);
-    if (c >= ByteLevelTable::kChars || t.char_to_byte[c] < 0) return std::string(token);
+    const auto lead = static_cast<unsigned char>(token[i]);
+    char32_t c = ByteLevelTable::kChars;  // outside the table unless decoded below
+    if (lead < 0x80) {
+      c = lead;
+      i += 1;
+    } else if ((lead & 0xE0) == 0xC0 && i + 1 < token.size()) {
+      c = static_cast<char32_t>(((lead & 0x1F) << 6) | (static_cast<unsigned char>(token[i + 1]) & 0x3F));
+      i += 2;
+    }
+    if (c >= ByteLevelTable::kChars || t.char_to_byte[c] < 0) {
+      out.resize(start);
+      out.append(token);
+      return;
+    }
     out.push_back(static_cast<char>(t.char_to_byte[c]));
   }
+}
+std::string byte_level_to_bytes(std::string_view token) {
+  std::string out;
+  append_byte_level_bytes(token, out);
   return out;
 }
 
@@ -232,6 +262,79 @@ class MergeTable {
   size_t mask_ = 0;
 };
 
+// The model vocabulary: each entry's raw bytes in one buffer, an open-addressing index from
+// bytes to id, and id -> bytes. Entries are added in file order; when two entries have the same
+// bytes the first keeps them (lookups), and when two entries share an id the last names its
+// bytes (id -> bytes). Built once at load, then read only.
+class Vocab {
+ public:
+  void reserve(size_t entries, size_t bytes) {
+    blob_.reserve(bytes);
+    entries_.reserve(entries);
+  }
+  // Appends the bytes of token (byte-level characters) as the bytes of id.
+  void add(std::string_view token, int32_t id) {
+    const size_t start = blob_.size();
+    append_byte_level_bytes(token, blob_);
+    entries_.push_back({static_cast<uint32_t>(start), static_cast<uint32_t>(blob_.size() - start), id});
+  }
+  // After the last add: builds the index and id -> bytes for ids below id_count.
+  void finish(size_t id_count) {
+    size_t cap = 16;
+    while (cap < entries_.size() * 2) cap <<= 1;
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+    id_entry_.assign(id_count, -1);
+    for (size_t e = 0; e < entries_.size(); ++e) {
+      const std::string_view key = entry_bytes(e);
+      const uint64_t h = hash(key);
+      for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+        if (slots_[i].entry < 0) {
+          slots_[i] = Slot{static_cast<uint32_t>(h >> 32), static_cast<int32_t>(e)};
+          break;
+        }
+        if (slots_[i].tag == static_cast<uint32_t>(h >> 32) && entry_bytes(static_cast<size_t>(slots_[i].entry)) == key)
+          break;  // the first entry with these bytes keeps them
+      }
+      id_entry_[static_cast<size_t>(entries_[e].id)] = static_cast<int32_t>(e);
+    }
+  }
+  int32_t find(std::string_view bytes) const {
+    const uint64_t h = hash(bytes);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.entry < 0) return -1;
+      if (s.tag == static_cast<uint32_t>(h >> 32) && entry_bytes(static_cast<size_t>(s.entry)) == bytes)
+        return entries_[static_cast<size_t>(s.entry)].id;
+    }
+  }
+  // The bytes of id ("" when no entry has it; id below finish's id_count).
+  std::string_view bytes_of(int32_t id) const {
+    const int32_t e = id_entry_[static_cast<size_t>(id)];
+    return e < 0 ? std::string_view() : entry_bytes(static_cast<size_t>(e));
+  }
+  bool has_id(int32_t id) const { return id_entry_[static_cast<size_t>(id)] >= 0; }
+
+ private:
+  struct Entry {
+    uint32_t start, length;
+    int32_t id;
+  };
+  struct Slot {
+    uint32_t tag = 0;  // the hash's high half
+    int32_t entry = -1;
+  };
+  static uint64_t hash(std::string_view s) { return std::hash<std::string_view>{}(s) * 0x9E3779B97F4A7C15ull; }
+  std::string_view entry_bytes(size_t e) const {
+    return std::string_view(blob_).substr(entries_[e].start, entries_[e].length);
+  }
+  std::string blob_;
+  std::vector<Entry> entries_;
+  std::vector<int32_t> id_entry_;  // id -> entry, -1 when none
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
 // Leftmost-longest matcher over the added tokens of one kind (normalized or not).
 class AddedMatcher {
  public:
@@ -287,8 +390,7 @@ struct Tokenizer::Impl {
   std::vector<PreTokenizerStep> pre_tokenizers;
 
   // Model: ids <-> raw bytes.
-  std::unordered_map<std::string, int32_t> vocab;  // raw bytes -> id
-  std::vector<std::string> id_bytes;               // id -> raw bytes ("" when unused)
+  Vocab vocab;
   std::vector<bool> id_used;
   int32_t byte_id[256];
   MergeTable merges;
@@ -492,9 +594,9 @@ void Tokenizer::Impl::bpe(std::string_view word, std::vector<int32_t>& out) cons
 
 void Tokenizer::Impl::bpe_uncached(std::string_view word, std::vector<int32_t>& out) const {
   if (ignore_merges) {
-    auto it = vocab.find(std::string(word));
-    if (it != vocab.end()) {
-      out.push_back(it->second);
+    const int32_t id = vocab.find(word);
+    if (id >= 0) {
+      out.push_back(id);
       return;
     }
   }
@@ -614,6 +716,26 @@ void require_byte_level_decoder(const Json& j, const std::string& what) {
                "' is not supported (anvil handles byte-level BPE with the ByteLevel decoder)");
 }
 
+// A small part of the file as nlohmann::json.
+Json to_json(simdjson::dom::element e) { return Json::parse(simdjson::to_string(e)); }
+
+// The whole file as nlohmann::json, less model.vocab and model.merges (read from simdjson).
+Json small_parts(simdjson::dom::object root) {
+  Json j = Json::object();
+  for (const auto& field : root) {
+    simdjson::dom::object model;
+    if (field.key != "model" || field.value.get(model) != simdjson::SUCCESS) {
+      j[std::string(field.key)] = to_json(field.value);
+      continue;
+    }
+    Json m = Json::object();
+    for (const auto& f : model)
+      if (f.key != "vocab" && f.key != "merges") m[std::string(f.key)] = to_json(f.value);
+    j["model"] = std::move(m);
+  }
+  return j;
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -624,14 +746,32 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer Tokenizer::load(const std::string& path) {
   const std::string file = is_directory(path) ? path_join(path, "tokenizer.json") : path;
   ANVIL_ENSURE(path_exists(file), kNotFound, file, ": no tokenizer.json (pass --tokenizer a model folder or the file)");
-  return from_json(read_file(file), file);
+  // Read straight into simdjson's padded buffer: one copy of the file fewer to fault in.
+  simdjson::padded_string text;
+  if (simdjson::padded_string::load(file).get(text) != simdjson::SUCCESS)
+    return from_json(read_file(file), file);  // read_file's error says why the file cannot be read
+  return parse(text, true, file);
 }
 
 Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& what) {
+  return parse(json_text, false, what);
+}
+
+Tokenizer Tokenizer::parse(std::string_view json_text, bool padded, const std::string& what) {
   auto t = std::make_unique<Impl>();
   t->what = what;
-  t->hash = hash_hex(json_text);
-  const Json j = json_parse(json_text, what);
+  std::jthread hasher([impl = t.get(), json_text] { impl->hash = hash_hex(json_text); });
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  if (const auto err = parser.parse(json_text.data(), json_text.size(), !padded).get(doc); err != simdjson::SUCCESS) {
+    json_parse(std::string(json_text), what);  // nlohmann::json's error names the position
+    raise(ErrorKind::kInvalidInput, what, ": not valid JSON (", simdjson::error_message(err), ")");
+  }
+  simdjson::dom::object root, model_doc;
+  ANVIL_ENSURE(doc.get(root) == simdjson::SUCCESS, kInvalidInput, what, ": not a JSON object");
+  const Json j = small_parts(root);
+  ANVIL_ENSURE(j.contains("model") && j.at("model").is_object() && root["model"].get(model_doc) == simdjson::SUCCESS,
+               kInvalidInput, what, ": no \"model\" object");
   const Json& model = j.at("model");
   const std::string type = model.value("type", "");
   ANVIL_ENSURE(type == "BPE", kUnsupported, what, ": tokenizer model type '", type,
@@ -650,49 +790,77 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
   load_normalizer(j.value("normalizer", Json()), what, t->normalizer_options);
   load_pre_tokenizer(j.value("pre_tokenizer", Json()), what, t->pre_tokenizers);
 
-  const Json& vocab = model.at("vocab");
+  simdjson::dom::object vocab;
+  ANVIL_ENSURE(model_doc["vocab"].get(vocab) == simdjson::SUCCESS, kInvalidInput, what,
+               ": model.vocab is missing or not an object");
   int32_t max_id = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) max_id = std::max(max_id, it.value().get<int32_t>());
+  size_t key_bytes = 0;
+  for (const auto& entry : vocab) {
+    int64_t id = 0;
+    ANVIL_ENSURE(entry.value.get(id) == simdjson::SUCCESS, kInvalidInput, what, ": vocab entry '", entry.key,
+                 "' has id ", simdjson::to_string(entry.value), ", not an integer");
+    ANVIL_ENSURE(id >= 0, kInvalidInput, what, ": negative id for vocab entry '", entry.key, "'");
+    ANVIL_ENSURE(id <= INT32_MAX, kInvalidInput, what, ": id ", id, " of vocab entry '", entry.key,
+                 "' does not fit 32 bits");
+    max_id = std::max(max_id, static_cast<int32_t>(id));
+    key_bytes += entry.key.size();
+  }
   for (const Json& a : j.value("added_tokens", Json::array())) max_id = std::max(max_id, a.at("id").get<int32_t>());
-  t->id_bytes.assign(static_cast<size_t>(max_id + 1), std::string());
   t->id_used.assign(static_cast<size_t>(max_id + 1), false);
-  t->vocab.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const int32_t id = it.value().get<int32_t>();
-    ANVIL_ENSURE(id >= 0, kInvalidInput, what, ": negative id for vocab entry '", it.key(), "'");
-    std::string bytes = byte_level_to_bytes(it.key());
-    t->vocab.emplace(bytes, id);
-    t->id_bytes[static_cast<size_t>(id)] = std::move(bytes);
+  t->vocab.reserve(vocab.size(), key_bytes);
+  for (const auto& entry : vocab) {
+    const auto id = static_cast<int32_t>(entry.value.get_int64().value_unsafe());
+    t->vocab.add(entry.key, id);
     t->id_used[static_cast<size_t>(id)] = true;
   }
+  t->vocab.finish(static_cast<size_t>(max_id + 1));
   for (int b = 0; b < 256; ++b) {
-    auto it = t->vocab.find(std::string(1, static_cast<char>(b)));
-    t->byte_id[b] = it == t->vocab.end() ? -1 : it->second;
+    const char c = static_cast<char>(b);
+    t->byte_id[b] = t->vocab.find(std::string_view(&c, 1));
   }
 
-  const Json& merges = model.at("merges");
-  t->merges.reserve(merges.size());
-  int32_t rank = 0;
-  for (const Json& m : merges) {
-    std::string a, b;
-    if (m.is_string()) {
-      const std::string s = m.get<std::string>();
-      const size_t sp = s.find(' ', 1);
-      ANVIL_ENSURE(sp != std::string::npos, kInvalidInput, what, ": merge ", rank, " '", s, "' is not 'a b'");
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
-    } else {
-      ANVIL_ENSURE(m.is_array() && m.size() == 2, kInvalidInput, what, ": merge ", rank, " is not a pair");
-      a = m[0].get<std::string>();
-      b = m[1].get<std::string>();
+  // Each merge's ids resolve on its own (in parallel); the table takes them in rank order.
+  simdjson::dom::array merges;
+  ANVIL_ENSURE(model_doc["merges"].get(merges) == simdjson::SUCCESS, kInvalidInput, what,
+               ": model.merges is missing or not an array");
+  std::vector<simdjson::dom::element> merge_items;
+  merge_items.reserve(merges.size());
+  for (simdjson::dom::element m : merges) merge_items.push_back(m);
+  struct MergeIds {
+    int32_t a, b, merged;
+  };
+  std::vector<MergeIds> merge_ids(merge_items.size());
+  parallel_for(static_cast<int64_t>(merge_items.size()), 16384, [&](int64_t begin, int64_t end) {
+    std::string bytes;
+    for (int64_t rank = begin; rank < end; ++rank) {
+      const simdjson::dom::element m = merge_items[static_cast<size_t>(rank)];
+      std::string_view a, b;
+      if (m.is_string()) {
+        const std::string_view s = m.get_string().value_unsafe();
+        const size_t sp = s.find(' ', 1);
+        ANVIL_ENSURE(sp != std::string_view::npos, kInvalidInput, what, ": merge ", rank, " '", s, "' is not 'a b'");
+        a = s.substr(0, sp);
+        b = s.substr(sp + 1);
+      } else {
+        simdjson::dom::array pair;
+        ANVIL_ENSURE(m.get(pair) == simdjson::SUCCESS && pair.size() == 2 && pair.at(0).get(a) == simdjson::SUCCESS &&
+                         pair.at(1).get(b) == simdjson::SUCCESS,
+                     kInvalidInput, what, ": merge ", rank, " is not a pair of strings");
+      }
+      bytes.clear();
+      append_byte_level_bytes(a, bytes);
+      const size_t split = bytes.size();
+      append_byte_level_bytes(b, bytes);
+      const std::string_view both = bytes;
+      const MergeIds ids{t->vocab.find(both.substr(0, split)), t->vocab.find(both.substr(split)), t->vocab.find(both)};
+      ANVIL_ENSURE(ids.a >= 0 && ids.b >= 0 && ids.merged >= 0, kInvalidInput, what, ": merge ", rank, " ('", a,
+                   "', '", b, "') names a token missing from the vocab");
+      merge_ids[static_cast<size_t>(rank)] = ids;
     }
-    const std::string ba = byte_level_to_bytes(a), bb = byte_level_to_bytes(b);
-    auto ia = t->vocab.find(ba), ib = t->vocab.find(bb), im = t->vocab.find(ba + bb);
-    ANVIL_ENSURE(ia != t->vocab.end() && ib != t->vocab.end() && im != t->vocab.end(), kInvalidInput, what,
-                 ": merge ", rank, " ('", a, "', '", b, "') names a token missing from the vocab");
-    t->merges.insert(ia->second, ib->second, rank, im->second);
-    ++rank;
-  }
+  });
+  t->merges.reserve(merge_ids.size());
+  for (size_t rank = 0; rank < merge_ids.size(); ++rank)
+    t->merges.insert(merge_ids[rank].a, merge_ids[rank].b, static_cast<int32_t>(rank), merge_ids[rank].merged);
 
   for (const Json& a : j.value("added_tokens", Json::array())) {
     AddedToken tok;
@@ -714,6 +882,7 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
   }
   t->raw_matcher.finish();
   t->normalized_matcher.finish();
+  hasher.join();
   return Tokenizer(std::move(t));
 }
 
@@ -752,7 +921,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
       if (skip_special_tokens && t.added[static_cast<size_t>(it->second)].special) continue;
       bytes += t.added_decoded[static_cast<size_t>(it->second)];
     } else {
-      bytes += t.id_bytes[static_cast<size_t>(id)];
+      bytes += t.vocab.bytes_of(id);
     }
   }
   return utf8_lossy(bytes);
@@ -761,8 +930,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   auto a = impl_->added_by_content.find(std::string(token));
   if (a != impl_->added_by_content.end()) return a->second;
-  auto v = impl_->vocab.find(byte_level_to_bytes(token));
-  if (v != impl_->vocab.end()) return v->second;
+  const int32_t v = impl_->vocab.find(byte_level_to_bytes(token));
+  if (v >= 0) return v;
   return std::nullopt;
 }
 
@@ -772,7 +941,7 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
                kInvalidInput, "token id ", id, " is not in the vocabulary of ", t.what);
   auto it = t.added_by_id.find(id);
   if (it != t.added_by_id.end()) return t.added_decoded[static_cast<size_t>(it->second)];
-  return t.id_bytes[static_cast<size_t>(id)];
+  return t.vocab.bytes_of(id);
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_used.size()); }

@@ -68,6 +68,8 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  // text: a tokenizer.json; padded: text is followed by simdjson's padding (no copy needed).
+  static Tokenizer parse(std::string_view text, bool padded, const std::string& what);
   std::unique_ptr<Impl> impl_;
 };
 
