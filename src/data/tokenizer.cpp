@@ -6,8 +6,15 @@
 // open-addressing table, and the merges resolve their ids in parallel before entering the
 // merge table in rank order (the first of equal pairs wins, as before). Every other part of
 // the file is small and goes through nlohmann::json as it always did. A file simdjson refuses
-// is parsed again with nlohmann::json, whose error names the position.
+// is parsed again with nlohmann::json, whose error names the position. load() maps the file
+// rather than reading it: on VMs where a page fault is slow, the memory a load touches for the
+// first time is most of its cost, so the big tables are sized once and nothing is copied twice.
 #include "data/tokenizer.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -19,7 +26,7 @@
 #include <cstring>
 #include <climits>
 #include <deque>
-#include <thread>
+#include <future>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -280,8 +287,8 @@ class Vocab {
   }
   // After the last add: builds the index and id -> bytes for ids below id_count.
   void finish(size_t id_count) {
-    size_t cap = 16;
-    while (cap < entries_.size() * 2) cap <<= 1;
+    size_t cap = 16;  // load at most 2/3: lookups are rare after load, and memory is load time
+    while (cap * 2 < entries_.size() * 3) cap <<= 1;
     slots_.assign(cap, Slot{});
     mask_ = cap - 1;
     id_entry_.assign(id_count, -1);
@@ -716,6 +723,47 @@ void require_byte_level_decoder(const Json& j, const std::string& what) {
                "' is not supported (anvil handles byte-level BPE with the ByteLevel decoder)");
 }
 
+// A file mapped read-only and followed by at least SIMDJSON_PADDING readable bytes (anonymous
+// zero pages), so simdjson parses it in place. Mapping the page cache costs a few ms where
+// reading 11 MB into fresh memory costs ~90 ms on VMs with slow page faults. Not ok() when
+// the file is empty or cannot be mapped (the caller reads it instead, for the error).
+// As with any mapping, truncating the file while it is mapped would fault the reader.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+      const auto size = static_cast<size_t>(st.st_size);
+      const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+      const size_t total = (size + simdjson::SIMDJSON_PADDING + page - 1) / page * page;
+      void* base = ::mmap(nullptr, total, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base != MAP_FAILED) {
+        if (::mmap(base, size, PROT_READ, MAP_PRIVATE | MAP_FIXED | MAP_POPULATE, fd, 0) == MAP_FAILED) {
+          ::munmap(base, total);
+        } else {
+          base_ = base;
+          size_ = size;
+          total_ = total;
+        }
+      }
+    }
+    ::close(fd);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile() {
+    if (base_ != nullptr) ::munmap(base_, total_);
+  }
+  bool ok() const { return base_ != nullptr; }
+  std::string_view text() const { return std::string_view(static_cast<const char*>(base_), size_); }
+
+ private:
+  void* base_ = nullptr;
+  size_t size_ = 0, total_ = 0;
+};
+
 // A small part of the file as nlohmann::json.
 Json to_json(simdjson::dom::element e) { return Json::parse(simdjson::to_string(e)); }
 
@@ -746,11 +794,9 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer Tokenizer::load(const std::string& path) {
   const std::string file = is_directory(path) ? path_join(path, "tokenizer.json") : path;
   ANVIL_ENSURE(path_exists(file), kNotFound, file, ": no tokenizer.json (pass --tokenizer a model folder or the file)");
-  // Read straight into simdjson's padded buffer: one copy of the file fewer to fault in.
-  simdjson::padded_string text;
-  if (simdjson::padded_string::load(file).get(text) != simdjson::SUCCESS)
-    return from_json(read_file(file), file);  // read_file's error says why the file cannot be read
-  return parse(text, true, file);
+  const MappedFile mapped(file);
+  if (!mapped.ok()) return from_json(read_file(file), file);  // read_file's error says why
+  return parse(mapped.text(), true, file);
 }
 
 Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& what) {
@@ -760,7 +806,9 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
 Tokenizer Tokenizer::parse(std::string_view json_text, bool padded, const std::string& what) {
   auto t = std::make_unique<Impl>();
   t->what = what;
-  std::jthread hasher([impl = t.get(), json_text] { impl->hash = hash_hex(json_text); });
+  // Work that needs only the text or a count runs beside the rest; a future's destructor
+  // waits for it, so no exit path leaves it running.
+  auto hashed = std::async(std::launch::async, [json_text] { return hash_hex(json_text); });
   simdjson::dom::parser parser;
   simdjson::dom::element doc;
   if (const auto err = parser.parse(json_text.data(), json_text.size(), !padded).get(doc); err != simdjson::SUCCESS) {
@@ -793,6 +841,11 @@ Tokenizer Tokenizer::parse(std::string_view json_text, bool padded, const std::s
   simdjson::dom::object vocab;
   ANVIL_ENSURE(model_doc["vocab"].get(vocab) == simdjson::SUCCESS, kInvalidInput, what,
                ": model.vocab is missing or not an object");
+  simdjson::dom::array merges;
+  ANVIL_ENSURE(model_doc["merges"].get(merges) == simdjson::SUCCESS, kInvalidInput, what,
+               ": model.merges is missing or not an array");
+  // The merge table's memory is touched for the first time while the vocabulary is built.
+  auto merge_table = std::async(std::launch::async, [impl = t.get(), n = merges.size()] { impl->merges.reserve(n); });
   int32_t max_id = -1;
   size_t key_bytes = 0;
   for (const auto& entry : vocab) {
@@ -820,9 +873,6 @@ Tokenizer Tokenizer::parse(std::string_view json_text, bool padded, const std::s
   }
 
   // Each merge's ids resolve on its own (in parallel); the table takes them in rank order.
-  simdjson::dom::array merges;
-  ANVIL_ENSURE(model_doc["merges"].get(merges) == simdjson::SUCCESS, kInvalidInput, what,
-               ": model.merges is missing or not an array");
   std::vector<simdjson::dom::element> merge_items;
   merge_items.reserve(merges.size());
   for (simdjson::dom::element m : merges) merge_items.push_back(m);
@@ -858,7 +908,8 @@ Tokenizer Tokenizer::parse(std::string_view json_text, bool padded, const std::s
       merge_ids[static_cast<size_t>(rank)] = ids;
     }
   });
-  t->merges.reserve(merge_ids.size());
+  merge_table.get();
+  if (merge_items.size() > merges.size()) t->merges.reserve(merge_items.size());  // size() saturates at 2^24 - 1
   for (size_t rank = 0; rank < merge_ids.size(); ++rank)
     t->merges.insert(merge_ids[rank].a, merge_ids[rank].b, static_cast<int32_t>(rank), merge_ids[rank].merged);
 
@@ -882,7 +933,7 @@ Tokenizer Tokenizer::parse(std::string_view json_text, bool padded, const std::s
   }
   t->raw_matcher.finish();
   t->normalized_matcher.finish();
-  hasher.join();
+  t->hash = hashed.get();
   return Tokenizer(std::move(t));
 }
 
