@@ -22,6 +22,7 @@
 #include "comm/comm.h"
 #include "comm/device.h"
 #include "core/cuda/check.h"
+#include "core/cuda/nccl_check.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -60,7 +61,7 @@ class NcclComm final : public Comm {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
     ncclUniqueId id{};
-    if (rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId", "");
+    if (rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     const std::string blob = bootstrap_->broadcast_from_root(
         std::string(reinterpret_cast<const char*>(&id), sizeof id), "NCCL unique id");
     ANVIL_ENSURE(blob.size() == sizeof id, kComm, "NCCL comm on rank ", rank(), ": the unique id from rank 0 has ",

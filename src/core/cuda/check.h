@@ -1,4 +1,4 @@
-// CUDA_CHECK, CUBLAS_CHECK, CUDNN_CHECK, NCCL_CHECK: report the statement, file:line, rank
+// CUDA_CHECK and CUBLAS_CHECK (NCCL_CHECK: nccl_check.h): report the statement, file:line, rank
 // and device through the one generic anvil::check_failed (core/check.h).
 #pragma once
 
