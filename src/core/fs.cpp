@@ -14,13 +14,12 @@ namespace anvil {
 
 std::string errno_text() { return std::strerror(errno); }
 
-std::string read_file(const std::string& path) {
+void read_file_chunks(const std::string& path, const std::function<void(std::string_view)>& fn) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   ANVIL_ENSURE(fd >= 0, kNotFound, path, ": cannot open (", errno_text(), ")");
-  std::string out;
-  char buf[1 << 16];
+  std::vector<char> buf(1 << 20);
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       std::string why = errno_text();
@@ -28,9 +27,19 @@ std::string read_file(const std::string& path) {
       raise(ErrorKind::kIo, path, ": read failed (", why, ")");
     }
     if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    try {
+      fn(std::string_view(buf.data(), static_cast<size_t>(n)));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
   }
   ::close(fd);
+}
+
+std::string read_file(const std::string& path) {
+  std::string out;
+  read_file_chunks(path, [&](std::string_view chunk) { out.append(chunk); });
   return out;
 }
 

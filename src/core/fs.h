@@ -1,12 +1,16 @@
 // Small file helpers that report errors with the path and the system's reason.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace anvil {
 
 std::string read_file(const std::string& path);
+// Reads the file in order, handing each chunk to fn (streaming: hashes, large files).
+void read_file_chunks(const std::string& path, const std::function<void(std::string_view)>& fn);
 // Writes to path.tmp.<pid>, fsyncs and renames: readers never see half a file.
 void write_file_atomic(const std::string& path, const std::string& contents);
 bool path_exists(const std::string& path);

@@ -1,13 +1,8 @@
 // Hasher: 8-byte words folded with a multiply-xorshift mixer (see hash.h).
 #include "data/hash.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <vector>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -77,22 +72,8 @@ std::string hash_hex(std::string_view bytes) {
 }
 
 std::string hash_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ANVIL_ENSURE(fd >= 0, kNotFound, path, ": cannot open (", errno_text(), ")");
   Hasher h;
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      std::string why = errno_text();
-      ::close(fd);
-      raise(ErrorKind::kIo, path, ": read failed (", why, ")");
-    }
-    if (n == 0) break;
-    h.update(std::string_view(buf.data(), static_cast<size_t>(n)));
-  }
-  ::close(fd);
+  read_file_chunks(path, [&](std::string_view chunk) { h.update(chunk); });
   return h.hex();
 }
 
