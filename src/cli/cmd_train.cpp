@@ -54,14 +54,18 @@ int cmd_train(int argc, char** argv) {
       .opt("--ckpt-dir", &o.ckpt_dir, "DIR",
            "checkpoint folder; a run resumes from the newest complete checkpoint found there")
       .opt("--keep-last", &o.keep_last, "K", "keep only the newest K checkpoints (0: all)")
-      .opt("--resume", &o.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)");
+      .opt("--resume", &o.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)")
+      .opt("--on-save", &o.on_save, "CMD",
+           "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "
+           "machine); --keep-last keeps what a copy still needs");
   if (!a.parse(argc, argv)) return 0;
   const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
   if (launch_if_requested("train", nproc, on_gpu, argc, argv)) return 0;
   o.shuffle = !no_shuffle;
   if (o.log_every < 1) o.log_every = 1;
-  run_train(o);
-  return 0;
+  o.args.assign(argv, argv + argc);
+  const TrainSummary s = run_train(o);
+  return s.stop_signal != 0 ? 128 + s.stop_signal : 0;  // 130 (SIGINT) or 143 (SIGTERM)
 }
 
 }  // namespace anvil

@@ -59,7 +59,9 @@ int main(int argc, char** argv) {
     try {
       return c.run(argc - 2, argv + 2);
     } catch (const anvil::Error& e) {
-      if (e.kind() == anvil::ErrorKind::kUsage) std::fprintf(stderr, "%s\n", e.what());
+      if (e.kind() == anvil::ErrorKind::kUsage || e.kind() == anvil::ErrorKind::kInterrupted ||
+          e.kind() == anvil::ErrorKind::kTerminated)
+        std::fprintf(stderr, "%s\n", e.what());
       else anvil::log_error(e.what());
       return anvil::exit_code(e.kind());
     } catch (const std::bad_alloc&) {

@@ -42,6 +42,7 @@ struct SaveSettings {
   // Recorded for export: where config, tokenizer and generation_config came from.
   std::string model_dir, tokenizer_dir;
   Json train = Json::object();  // the training settings, recorded as given
+  std::vector<std::string> pinned;  // checkpoints keep_last must not delete (copies off the machine)
 };
 
 struct SaveReport {
@@ -50,8 +51,16 @@ struct SaveReport {
 };
 
 // Every rank calls it with the same arguments after the same step. Returns on every rank
-// once the checkpoint is complete (rank 0 logs the line with its speed).
+// once the checkpoint is complete (rank 0 logs the line with its speed). A failure on any
+// rank (a full disk, a write error) throws the same kIo error on every rank, naming the
+// file and the bytes missing and the last good checkpoint, which stays untouched; the
+// temporary folder is removed.
 SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& settings, const DataPosition& position);
+
+// Removes what interrupted saves left in ckpt_dir (.tmp-step-<N> folders, *.tmp.<pid>).
+void remove_temporary_files(const std::string& ckpt_dir);
+// Deletes the complete checkpoints beyond the newest keep_last (0: none), except `pinned`.
+void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std::vector<std::string>& pinned);
 
 // The checkpoint to resume: `resume` when given (it must exist), else the newest complete
 // checkpoint of ckpt_dir, else empty (a fresh start).

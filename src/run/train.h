@@ -1,5 +1,9 @@
 // anvil train: the training loop around the Trainer: data, steps, logging, metrics,
-// checkpoints (save and resume), export.
+// checkpoints (save and resume), export. In four phases: everything checked (usage,
+// hyperparameters, data and tokenizer, writable outputs, the checkpoint folder's lock)
+// before any weight is read or data packed; the run opened (run/open_run.h, shared with
+// bench step); the loop (a SIGINT or SIGTERM stops it after the step in flight, with a
+// checkpoint); the finish (summary, export, waiting for --on-save copies).
 #pragma once
 
 #include <cstdint>
@@ -40,12 +44,15 @@ struct TrainOptions {
   std::string ckpt_dir;
   int64_t keep_last = 0;
   std::string resume;
+  std::string on_save;  // run in the background on each complete checkpoint (run/save_copies.h)
+  std::vector<std::string> args;  // the command line as given (for the resume hint)
 };
 
 struct TrainSummary {
   std::vector<double> losses;
   double tokens_per_s = 0;
   double peak_host_gib = 0;
+  int stop_signal = 0;  // SIGINT or SIGTERM when a signal stopped the run early
 };
 
 TrainSummary run_train(const TrainOptions& o);

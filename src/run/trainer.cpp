@@ -102,9 +102,9 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     for (size_t i = 0; i < lab.size(); ++i)
       if (static_cast<int64_t>(i % static_cast<size_t>(T)) != 0 && lab[i] != -100) ++total;
   }
+  if (comm_) comm_->set_step(step_ + 1);  // named by any collective's error from here on
   total = global_sum(total, "target tokens");
   ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1, " has no target tokens (every label is -100)");
-  if (comm_) comm_->set_step(step_ + 1);
   ops_->zero(loss_sum_);
   if (timing_) {
     timing_result_ = StepTiming{};
