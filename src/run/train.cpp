@@ -20,35 +20,40 @@
 #include "io/safetensors.h"
 #include "run/bench_step.h"
 #include "run/checkpoint.h"
+#include "run/eval.h"
 #include "run/trainer.h"
 
 namespace anvil {
 namespace {
 
-// Training blocks: token ids [N, T] from a safetensors file (input_ids), or a packed block
-// file made by `anvil prepare`, or JSONL prepared on the fly into the cache.
+// Training (or eval) blocks from `source`: token ids [N, T] from a safetensors file
+// (input_ids), or a packed block file made by `anvil prepare`, or JSONL prepared on the fly
+// into the cache.
 class BlockSource {
  public:
-  BlockSource(const TrainOptions& o, const std::string& model_dir, Comm* comm) {
-    if (o.data.size() > 12 && o.data.compare(o.data.size() - 12, 12, ".safetensors") == 0) {
-      file_ = std::make_unique<SafetensorsFile>(o.data);
+  BlockSource(const TrainOptions& o, const std::string& source, const std::string& split,
+              const std::string& model_dir, Comm* comm) {
+    ANVIL_ENSURE(split.empty(), kUsage, "anvil train: a split applies to hub dataset ids, which this build does not "
+                 "read; ", source, " is a file or folder");
+    if (source.size() > 12 && source.compare(source.size() - 12, 12, ".safetensors") == 0) {
+      file_ = std::make_unique<SafetensorsFile>(source);
       const SafeTensorInfo* ids = file_->find("input_ids");
-      ANVIL_ENSURE(ids, kNotFound, o.data, ": no tensor input_ids");
-      ANVIL_ENSURE(ids->shape.ndim == 2 && ids->shape[1] >= 2 && ids->shape[0] >= 1, kInvalidInput, o.data,
+      ANVIL_ENSURE(ids, kNotFound, source, ": no tensor input_ids");
+      ANVIL_ENSURE(ids->shape.ndim == 2 && ids->shape[1] >= 2 && ids->shape[0] >= 1, kInvalidInput, source,
                    ": input_ids has shape ", ids->shape.str(), ", expected [N, T] with T >= 2");
       ids_ = read_as_i64(*ids);
       n_ = ids->shape[0];
       t_ = ids->shape[1];
       return;
     }
-    if (is_directory(o.data) || (o.data.size() > 4 && o.data.compare(o.data.size() - 4, 4, ".bin") == 0)) {
-      packed_ = std::make_unique<PackedDataset>(PackedDataset::open(o.data));
+    if (is_directory(source) || (source.size() > 4 && source.compare(source.size() - 4, 4, ".bin") == 0)) {
+      packed_ = std::make_unique<PackedDataset>(PackedDataset::open(source));
     } else {
       PrepareOptions p;
       p.tokenizer = !o.tokenizer.empty() ? o.tokenizer : model_dir;
       ANVIL_ENSURE(!p.tokenizer.empty(), kUsage, "anvil train: --tokenizer is needed to read JSONL with --preset");
       ANVIL_ENSURE(o.seq_len >= 2, kUsage, "anvil train: --seq-len is needed to pack JSONL data");
-      p.data = {o.data};
+      p.data = {source};
       p.seq_len = o.seq_len;
       p.assistant_only_loss = o.assistant_only_loss;
       p.skip_bad_rows = o.skip_bad_rows;
@@ -62,7 +67,7 @@ class BlockSource {
     }
     n_ = packed_->num_blocks();
     t_ = packed_->seq_len();
-    ANVIL_ENSURE(n_ >= 1, kInvalidInput, o.data, ": no complete block of ", t_, " tokens");
+    ANVIL_ENSURE(n_ >= 1, kInvalidInput, source, ": no complete block of ", t_, " tokens");
   }
 
   int64_t size() const { return n_; }
@@ -115,6 +120,14 @@ class Progress {
   bool drawn_ = false;
 };
 
+std::string clock_text(double seconds) {
+  const int64_t t = static_cast<int64_t>(seconds + 0.5);
+  char b[32];
+  std::snprintf(b, sizeof b, "%lld:%02lld:%02lld", static_cast<long long>(t / 3600), static_cast<long long>(t / 60 % 60),
+                static_cast<long long>(t % 60));
+  return b;
+}
+
 double peak_rss_gib() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -124,6 +137,7 @@ double peak_rss_gib() {
 }  // namespace
 
 TrainSummary run_train(const TrainOptions& o) {
+  const auto begin = std::chrono::steady_clock::now();
   ANVIL_ENSURE(o.model.empty() != o.preset.empty(), kUsage, "anvil train: give exactly one of --model and --preset");
   ANVIL_ENSURE(!o.data.empty(), kUsage, "anvil train: --data is required");
   ANVIL_ENSURE(o.steps >= 1 && o.micro_batch >= 1 && o.grad_accum >= 1, kUsage,
@@ -164,10 +178,20 @@ TrainSummary run_train(const TrainOptions& o) {
     else init_weights(cfg, table, static_cast<uint64_t>(o.seed), weights);
   }
 
-  const BlockSource data(o, model_dir, comm.get());
+  const BlockSource data(o, o.data, "", model_dir, comm.get());
   ANVIL_ENSURE(o.seq_len == 0 || o.seq_len == data.seq_len(), kUsage, "anvil train: --seq-len ", o.seq_len,
                " differs from the ", data.seq_len(), " tokens per block of ", o.data);
   const int64_t T = data.seq_len(), N = data.size();
+  std::unique_ptr<BlockSource> eval_data;
+  if (!o.eval_data.empty()) {
+    TrainOptions eo = o;
+    eo.seq_len = T;  // packed as the training data
+    eval_data = std::make_unique<BlockSource>(eo, o.eval_data, o.eval_split, model_dir, comm.get());
+    ANVIL_ENSURE(eval_data->seq_len() == T, kUsage, "anvil train: --eval-data ", o.eval_data, " holds blocks of ",
+                 eval_data->seq_len(), " tokens, the training data ", T);
+  }
+  ANVIL_ENSURE(o.eval_every >= 0, kUsage, "anvil train: --eval-every is a count of steps");
+  ANVIL_ENSURE(o.eval_every == 0 || eval_data, kUsage, "anvil train: --eval-every needs --eval-data");
   const int64_t per_step = o.micro_batch * o.grad_accum;  // per rank
   ANVIL_ENSURE(N / world >= per_step, kInvalidInput, o.data, " holds ", N, " blocks, fewer than one step's ",
                per_step * world, " (micro-batch x grad-accum x ranks)");
@@ -219,11 +243,6 @@ TrainSummary run_train(const TrainOptions& o) {
   int64_t first_index = 0;
   if (!resume.empty()) {
     first_index = point.position.epoch * epoch_len + std::min(point.position.samples_in_epoch / world, epoch_len);
-    const Json& was = point.meta.value("train", Json::object());
-    if (was.value("seed", o.seed) != o.seed || was.value("shuffle", o.shuffle) != o.shuffle ||
-        was.value("global_batch", per_step * world) != per_step * world)
-      log_warn("the checkpoint was trained with another seed, shuffle or global batch: the data order differs "
-               "from an uninterrupted run");
     if (start >= o.steps) log_info("the checkpoint is at step ", start, " of --steps ", o.steps, ": nothing to train");
   }
   SaveSettings save;
@@ -233,7 +252,19 @@ TrainSummary run_train(const TrainOptions& o) {
   save.tokenizer_dir = o.tokenizer;
   save.train = {{"data", o.data}, {"seed", o.seed}, {"shuffle", o.shuffle}, {"steps", o.steps},
                 {"micro_batch", o.micro_batch}, {"grad_accum", o.grad_accum}, {"global_batch", per_step * world},
-                {"seq_len", T}, {"lr", o.optim.lr}};
+                {"seq_len", T}, {"lr", o.optim.lr}, {"warmup", o.optim.warmup_steps}, {"schedule", o.optim.schedule},
+                {"weight_decay", o.optim.weight_decay}, {"beta1", o.optim.beta1}, {"beta2", o.optim.beta2},
+                {"eps", o.optim.eps}, {"max_grad_norm", o.optim.max_grad_norm},
+                {"assistant_only_loss", o.assistant_only_loss}};
+  save.config_toml = o.config_toml;
+  if (!resume.empty()) {
+    std::string changed;
+    for (const std::string& c : continuation_changes(point.meta.value("train", Json::object()), save.train))
+      changed += (changed.empty() ? "" : ", ") + c;
+    if (!changed.empty())
+      log_warn("the checkpoint was trained with other settings (", changed,
+               "): the run does not continue as an uninterrupted one would");
+  }
 
   // MFU: model FLOPs per token (no recomputation counted) over the GPU's dense bf16 rate.
   const double peak_tflops = device == "cuda" ? gpu_peak_tflops(trainer.ops().name()) : 0;
@@ -244,6 +275,8 @@ TrainSummary run_train(const TrainOptions& o) {
   auto peak_mem_gib = [&] {
     return device == "cuda" ? static_cast<double>(trainer.ops().memory_stats().peak) / (1ll << 30) : peak_rss_gib();
   };
+  // The plan of the device's memory; on the CPU, whose memory is not planned, none.
+  const Json planned_gib = device == "cuda" ? Json(static_cast<double>(trainer.plan().total()) / (1ll << 30)) : Json(nullptr);
   Progress progress(rank == 0);
   const auto run_start = std::chrono::steady_clock::now();
 
@@ -251,6 +284,9 @@ TrainSummary run_train(const TrainOptions& o) {
   double timed_s = 0;
   int64_t timed_tokens = 0;
   const int64_t warm = o.steps > 10 ? 10 : 0;  // as the reference: the first 10 steps are not timed
+  auto eval_now = [&](int64_t step) {
+    return eval_data && (step == o.steps || (o.eval_every > 0 && step % o.eval_every == 0));
+  };
   for (int64_t step = start + 1; step <= o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t index = first_index + (step - start - 1) * per_step;
@@ -266,16 +302,34 @@ TrainSummary run_train(const TrainOptions& o) {
       timed_s += dt;
       timed_tokens += per_step * world * T;
     }
-    if (rank == 0 && (step % o.log_every == 0 || step == o.steps || step == 1)) {
+    Json eval_loss = nullptr;
+    if (eval_now(step)) {
+      const EvalResult ev = evaluate(trainer, comm.get(), eval_data->size(), o.micro_batch, T,
+                                     [&](int64_t block, TokenBatch& b) { eval_data->append(block, b); });
+      eval_loss = ev.loss;
+      summary.eval_losses.push_back(ev.loss);
+      char line[200];
+      std::snprintf(line, sizeof line, "step %lld/%lld  eval loss %.4f  (%lld blocks, %lld tokens, %.1f s)",
+                    static_cast<long long>(step), static_cast<long long>(o.steps), ev.loss,
+                    static_cast<long long>(ev.blocks), static_cast<long long>(ev.tokens), ev.seconds);
+      progress.clear();
+      log_info(line);
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    const double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(o.steps - step);
+    if (rank == 0 && (step % o.log_every == 0 || step == o.steps || step == 1 || !eval_loss.is_null())) {
       const double tps = static_cast<double>(per_step * world * T) / dt;
       char line[256];
-      std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f tok/s",
-                    static_cast<long long>(step), static_cast<long long>(o.steps), st.loss, st.grad_norm, st.lr, tps);
+      std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f tok/s  ETA %s",
+                    static_cast<long long>(step), static_cast<long long>(o.steps), st.loss, st.grad_norm, st.lr, tps,
+                    clock_text(eta).c_str());
       progress.clear();
       log_info(line);
       if (metrics.is_open()) {
         Json m = {{"step", step}, {"loss", st.loss}, {"grad_norm", st.grad_norm}, {"lr", st.lr},
-                  {"tokens_per_s", tps}, {"mfu", mfu_of(tps)}, {"peak_mem_gib", peak_mem_gib()}};
+                  {"tokens_per_s", tps}, {"mfu", mfu_of(tps)}, {"peak_mem_gib", peak_mem_gib()},
+                  {"planned_mem_gib", planned_gib}, {"elapsed_s", elapsed}};
+        if (!eval_loss.is_null()) m["eval_loss"] = eval_loss;
         metrics << m.dump() << "\n";
         metrics.flush();
       }
@@ -285,8 +339,7 @@ TrainSummary run_train(const TrainOptions& o) {
       progress.clear();
       save_checkpoint(trainer, comm.get(), save, {next / epoch_len, (next % epoch_len) * world});
     }
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-    progress.draw(step, o.steps, st.loss, elapsed / static_cast<double>(step - start) * static_cast<double>(o.steps - step));
+    progress.draw(step, o.steps, st.loss, eta);
   }
   progress.clear();
   summary.tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0;
@@ -314,13 +367,30 @@ TrainSummary run_train(const TrainOptions& o) {
 
   if (!o.export_dir.empty()) {
     const HostUnits final_w = trainer.masters();  // a collective in FSDP: every rank
-    if (rank != 0) return summary;
-    HfExportSettings ex;
-    ex.out_dir = o.export_dir;
-    ex.dtype = o.export_dtype == "fp32" ? DType::kF32 : DType::kBF16;
-    ex.source_dirs = {model_dir, o.tokenizer};
-    export_hf_folder(cfg, table, final_w, ex);
+    if (rank == 0) {
+      HfExportSettings ex;
+      ex.out_dir = o.export_dir;
+      ex.dtype = o.export_dtype == "fp32" ? DType::kF32 : DType::kBF16;
+      ex.source_dirs = {model_dir, o.tokenizer};
+      ex.config_toml = o.config_toml;
+      export_hf_folder(cfg, table, final_w, ex);
+    }
   }
+  // The last line: the final losses, the time taken and where the model went.
+  std::string last = "finished";
+  char part[160];
+  if (!summary.losses.empty()) {
+    std::snprintf(part, sizeof part, ": final loss %.4f", summary.losses.back());
+    last += part;
+    if (!summary.eval_losses.empty()) {
+      std::snprintf(part, sizeof part, ", eval loss %.4f", summary.eval_losses.back());
+      last += part;
+    }
+  }
+  last += (summary.losses.empty() ? ": " : ", ") + std::string("elapsed ") +
+          clock_text(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+  last += o.export_dir.empty() ? ", no export (--export DIR writes one)" : ", model exported to " + o.export_dir;
+  log_info(last);
   return summary;
 }
 
