@@ -149,7 +149,7 @@ TEST(Config, WrittenIntoCheckpointsAndExportAndReadBack) {
                                     "log-every = 1\nsave-every = 2\nckpt-dir = \"" + dir + "/ckpt\"\n");
   auto r = testing::run_anvil({"train", "--config", cfg, "--metrics", dir + "/a.jsonl", "--export", dir + "/out"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  for (const std::string p : {dir + "/ckpt/step-2", dir + "/ckpt/step-4", dir + "/out"}) {
+  for (const std::string& p : {dir + "/ckpt/step-2", dir + "/ckpt/step-4", dir + "/out"}) {
     ASSERT_TRUE(path_exists(p + "/anvil_config.toml")) << p;
     const std::string t = read_file(p + "/anvil_config.toml");
     EXPECT_NE(t.find("steps = 4\n"), std::string::npos) << t;

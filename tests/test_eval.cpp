@@ -10,6 +10,7 @@
 //  - eval_loss in the --metrics lines, the log line, the run's last line, the ETA.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
@@ -18,12 +19,14 @@
 #include "core/json.h"
 #include "data/packing.h"
 #include "io/safetensors.h"
+#include "model/weights.h"
+#include "run/trainer.h"
 #include "testing.h"
 
 namespace anvil {
 namespace {
 
-struct Run {
+struct TrainRun {
   int exit_code = -1;
   std::string out;
   std::map<int64_t, double> losses, eval_losses;
@@ -48,7 +51,7 @@ class Eval : public ::testing::Test {
   }
 
   // 6 steps of 2 sequences, fp32 export.
-  static Run train(const std::string& tag, int nproc, const std::vector<std::string>& extra) {
+  static TrainRun train(const std::string& tag, int nproc, const std::vector<std::string>& extra) {
     const std::string out = *dir_ + "/" + tag;
     std::vector<std::string> args = {"train", "--device", "cpu", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3",
                                      "--data", *dir_ + "/train.safetensors", "--steps", "6", "--micro-batch",
@@ -57,7 +60,7 @@ class Eval : public ::testing::Test {
     if (nproc > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc), "--mode", "fsdp"});
     args.insert(args.end(), extra.begin(), extra.end());
     const testing::RunResult r = testing::run_anvil(args);
-    Run run;
+    TrainRun run;
     run.exit_code = r.exit_code;
     run.out = r.out;
     std::ifstream m(out + ".jsonl");
@@ -87,10 +90,39 @@ class Eval : public ::testing::Test {
 };
 std::string* Eval::dir_ = nullptr;
 
+// The forward-only path on the CPU: the loss of loss_and_grads, bit for bit, with the
+// gradients it left untouched (ddp and fsdp, tied and untied output layer).
+TEST(ForwardLoss, IsTheLossAndLeavesGradientsAlone) {
+  for (const char* name : {"tiny-qwen3", "tiny-qwen3-untied"}) {
+    const std::string dir = testing::fixture_dir(name);
+    const ModelConfig cfg = load_config(dir);
+    SafetensorsFile gold(dir + "/golden_step0.safetensors");
+    const SafeTensorInfo& ids = gold.get("input_ids");
+    for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
+      TrainerSettings s;
+      s.mode = mode;
+      s.micro_batch = ids.shape[0];
+      s.seq_len = ids.shape[1];
+      ParamTable table(cfg, 1);
+      HostUnits w = make_host_units(table);
+      load_hf_weights(dir, table, w);
+      Trainer trainer(cfg, w, s);
+      TokenBatch b;
+      b.ids = read_as_i64(ids);
+      const double loss = trainer.loss_and_grads(b, nullptr);
+      const HostUnits before = trainer.grads();
+      const Trainer::LossSum e = trainer.forward_loss(b);
+      EXPECT_EQ(e.sum / static_cast<double>(e.tokens), loss) << name;
+      EXPECT_EQ(e.tokens, static_cast<int64_t>(b.ids.size()) - s.micro_batch) << name;
+      EXPECT_EQ(trainer.grads(), before) << name << ": forward_loss touched the gradients";
+    }
+  }
+}
+
 TEST_F(Eval, ChangesNothingAndIsTheLossOfTheWholeSet) {
-  const Run plain = train("plain", 1, {});
+  const TrainRun plain = train("plain", 1, {});
   ASSERT_EQ(plain.exit_code, 0) << plain.out;
-  const Run eval = train("eval", 1, {"--eval-data", *dir_ + "/eval2.safetensors", "--eval-every", "2"});
+  const TrainRun eval = train("eval", 1, {"--eval-data", *dir_ + "/eval2.safetensors", "--eval-every", "2"});
   ASSERT_EQ(eval.exit_code, 0) << eval.out;
   ASSERT_EQ(plain.losses.size(), 6u);
   EXPECT_EQ(eval.losses, plain.losses);
@@ -111,10 +143,10 @@ TEST_F(Eval, ChangesNothingAndIsTheLossOfTheWholeSet) {
 }
 
 TEST_F(Eval, AllRanksAndPadding) {
-  const Run plain = train("plain2", 2, {});
+  const TrainRun plain = train("plain2", 2, {});
   ASSERT_EQ(plain.exit_code, 0) << plain.out;
   // 3 blocks on 2 ranks of micro-batch 1: two rounds, the second with one padding block.
-  const Run eval = train("eval2r", 2, {"--eval-data", *dir_ + "/eval3.safetensors"});
+  const TrainRun eval = train("eval2r", 2, {"--eval-data", *dir_ + "/eval3.safetensors"});
   ASSERT_EQ(eval.exit_code, 0) << eval.out;
   EXPECT_EQ(eval.losses, plain.losses);
   EXPECT_EQ(eval.params, plain.params);
@@ -148,8 +180,9 @@ TEST_F(Eval, PackedLikeTrainingDataWithAssistantOnlyLoss) {
     if (aol) args.push_back("--assistant-only-loss");
     r = testing::run_anvil(args);
     ASSERT_EQ(r.exit_code, 0) << r.out;
-    const std::string want = "(" + std::to_string(held.num_blocks()) + " blocks, " +
-                             std::to_string(aol ? targets : held.num_blocks() * 63) + " tokens";
+    char want[96];
+    std::snprintf(want, sizeof want, "(%lld blocks, %lld tokens", static_cast<long long>(held.num_blocks()),
+                  static_cast<long long>(aol ? targets : held.num_blocks() * 63));
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   }
 }

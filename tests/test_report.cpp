@@ -115,7 +115,8 @@ TEST(Report, ChromiumRendersEveryChartWithItsPoints) {
     EXPECT_EQ(std::stoul(g[1].str()), w.points) << w.series;
     const std::string pts = g[2].str();
     size_t n = 0;
-    for (auto it = std::sregex_iterator(pts.begin(), pts.end(), std::regex("[-0-9.]+,[-0-9.]+"));
+    const std::regex pair("[-0-9.]+,[-0-9.]+");
+    for (auto it = std::sregex_iterator(pts.begin(), pts.end(), pair);
          it != std::sregex_iterator(); ++it)
       ++n;
     EXPECT_EQ(n, w.points) << w.chart << " " << w.series << " polyline";

@@ -150,7 +150,7 @@ std::string chart(const std::string& id, const std::string& title, const std::st
       for (auto [x, y] : s.points) svg += fmt("%.2f", px(x)) + "," + fmt("%.2f", py(y)) + " ";
       svg += "\"/>";
       // Every point carries its value as a tooltip; markers are drawn where they stay readable.
-      const bool dots = s.markers || s.points.size() <= 60;
+      const bool dots = s.markers || (!s.dashed && s.points.size() <= 60);
       for (auto [x, y] : s.points)
         svg += "<circle cx=\"" + fmt("%.2f", px(x)) + "\" cy=\"" + fmt("%.2f", py(y)) + "\" r=\"" +
                (dots ? "3" : "6") + "\" fill=\"" + (dots ? s.color : "transparent") + "\"><title>" +
