@@ -13,13 +13,19 @@ int cmd_train(int argc, char** argv) {
   std::string nproc;
   Args a("train", "Full fine-tune a Qwen3, Qwen2 or Llama 3 model: fp32 master weights, AdamW, clipping at 1.0,\n"
                   "gradient accumulation; the loss every --log-every steps, tokens/s and peak memory at the end.");
-  a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache")
+  a.config("--config")
+      .opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache")
       .opt("--preset", &o.preset, "NAME", "train a built-in shape from fresh weights instead of --model")
       .opt("--data", &o.data, "FILE",
            "chat or text JSONL (plain, .gz, .zst; packed on the fly and cached), a folder made by anvil prepare, "
            "or safetensors holding input_ids I64 [N, T]", true)
       .opt("--tokenizer", &o.tokenizer, "DIR", "tokenizer.json folder for JSONL data [default: the model's]")
       .opt("--data-cache", &o.data_cache, "DIR", "where JSONL data is packed [default: ~/.cache/anvil]")
+      .opt("--eval-data", &o.eval_data, "SOURCE",
+           "held-out data (what --data takes, packed the same way): its token-weighted mean loss, all ranks, no "
+           "gradients, every --eval-every steps and at the end")
+      .opt("--eval-split", &o.eval_split, "NAME", "the split of a hub dataset id given to --eval-data")
+      .opt("--eval-every", &o.eval_every, "N", "evaluate every N steps (0: only at the end)")
       .flag("--assistant-only-loss", &o.assistant_only_loss, "train only on the assistant turns of chats")
       .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed JSONL rows instead of stopping")
       .opt("--device", &o.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]")
@@ -62,6 +68,7 @@ int cmd_train(int argc, char** argv) {
   const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
   if (launch_if_requested("train", nproc, on_gpu, argc, argv)) return 0;
   o.shuffle = !no_shuffle;
+  o.config_toml = "# anvil train settings, as resolved; anvil train --config FILE reads them\n" + a.to_toml();
   if (o.log_every < 1) o.log_every = 1;
   o.args.assign(argv, argv + argc);
   const TrainSummary s = run_train(o);

@@ -166,6 +166,7 @@ void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const Dat
   meta["units"] = t["units"];
   meta["tensors"] = t["tensors"];
   meta["shards"] = shards;
+  if (!settings.config_toml.empty()) write_file_atomic(path_join(tmp_dir, "anvil_config.toml"), settings.config_toml);
   write_checkpoint_meta(tmp_dir, meta);
   fsync_directory(tmp_dir);
   std::error_code ec;
@@ -220,6 +221,19 @@ void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std
     std::filesystem::remove_all(kept[i], ec);
     if (ec) log_warn("could not delete the old checkpoint ", kept[i], " (", ec.message(), ")");
   }
+}
+
+std::vector<std::string> continuation_changes(const Json& was, const Json& now) {
+  std::vector<std::string> out;
+  for (const char* key : {"data", "seq_len", "assistant_only_loss", "seed", "shuffle", "global_batch", "steps", "lr",
+                          "warmup", "schedule", "weight_decay", "beta1", "beta2", "eps", "max_grad_norm"}) {
+    if (!was.contains(key) || !now.contains(key) || was[key] == now[key]) continue;
+    // The step count shapes only a cosine schedule.
+    if (std::string(key) == "steps" && was.value("schedule", "") == "constant" && now.value("schedule", "") == "constant")
+      continue;
+    out.push_back(cat(key, " ", was[key].dump(), " -> ", now[key].dump()));
+  }
+  return out;
 }
 
 SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& settings, const DataPosition& position) {
@@ -471,6 +485,7 @@ void export_hf_folder(const ModelConfig& config, const ParamTable& table, const 
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                         "merges.txt", "chat_template.jinja"})
     copy_if_present(s.source_dirs, f, s.out_dir);
+  if (!s.config_toml.empty()) write_file_atomic(path_join(s.out_dir, "anvil_config.toml"), s.config_toml);
   log_info("exported ", s.out_dir, " (", s.dtype == DType::kF32 ? "fp32" : "bf16", ", ", shards.size(),
            shards.size() == 1 ? " file" : " shards", ", ", static_cast<double>(total) / 1e9, " GB)");
 }
@@ -503,6 +518,7 @@ void run_export(const ExportOptions& o) {
     s.max_shard_bytes = o.max_shard_bytes;
     const Json& src = meta.value("source", Json::object());
     s.source_dirs = {src.value("model_dir", ""), src.value("tokenizer_dir", "")};
+    if (path_exists(path_join(o.ckpt, "anvil_config.toml"))) s.config_toml = read_file(path_join(o.ckpt, "anvil_config.toml"));
     export_hf_folder(cfg, table, masters, s);
     return;
   }

@@ -43,7 +43,13 @@ struct SaveSettings {
   std::string model_dir, tokenizer_dir;
   Json train = Json::object();  // the training settings, recorded as given
   std::vector<std::string> pinned;  // checkpoints keep_last must not delete (copies off the machine)
+  std::string config_toml;      // written as anvil_config.toml when not empty
 };
+
+// The settings of meta.json's "train" whose change makes a resumed run differ from an
+// uninterrupted one, each as "name old -> new"; empty when none changed (keys missing from
+// `was`, written by an older anvil, are not compared).
+std::vector<std::string> continuation_changes(const Json& was, const Json& now);
 
 struct SaveReport {
   std::string path;
@@ -89,6 +95,7 @@ struct HfExportSettings {
   DType dtype = DType::kBF16;
   int64_t max_shard_bytes = int64_t{5} << 30;
   std::vector<std::string> source_dirs;  // searched in order for tokenizer and generation files
+  std::string config_toml;               // the run's settings: anvil_config.toml when not empty
 };
 // Writes a Hugging Face model folder from host units laid out for `table`.
 void export_hf_folder(const ModelConfig& config, const ParamTable& table, const HostUnits& units,

@@ -26,6 +26,7 @@
 #include "io/safetensors.h"
 #include "run/bench_step.h"
 #include "run/checkpoint.h"
+#include "run/eval.h"
 #include "run/open_run.h"
 #include "run/save_copies.h"
 #include "run/stop_signal.h"
@@ -47,28 +48,32 @@ std::string data_cache_dir(const TrainOptions& o) {
                                                    : path_join(env_str("HOME", "."), ".cache/anvil");
 }
 
-// Training blocks: token ids [N, T] from a safetensors file (input_ids), or a packed block
-// file made by `anvil prepare`, or JSONL prepared on the fly into the cache.
+// Training (or eval) blocks from `source`: token ids [N, T] from a safetensors file
+// (input_ids), or a packed block file made by `anvil prepare`, or JSONL prepared on the fly
+// into the cache.
 class BlockSource {
  public:
-  BlockSource(const TrainOptions& o, const std::string& model_dir, Comm* comm) {
-    if (data_kind(o.data) == DataKind::kSafetensors) {
-      file_ = std::make_unique<SafetensorsFile>(o.data);
+  BlockSource(const TrainOptions& o, const std::string& source, const std::string& split,
+              const std::string& model_dir, Comm* comm) {
+    ANVIL_ENSURE(split.empty(), kUsage, "anvil train: a split applies to hub dataset ids, which this build does not "
+                 "read; ", source, " is a file or folder");
+    if (data_kind(source) == DataKind::kSafetensors) {
+      file_ = std::make_unique<SafetensorsFile>(source);
       const SafeTensorInfo* ids = file_->find("input_ids");
-      ANVIL_ENSURE(ids, kNotFound, o.data, ": no tensor input_ids");
-      ANVIL_ENSURE(ids->shape.ndim == 2 && ids->shape[1] >= 2 && ids->shape[0] >= 1, kInvalidInput, o.data,
+      ANVIL_ENSURE(ids, kNotFound, source, ": no tensor input_ids");
+      ANVIL_ENSURE(ids->shape.ndim == 2 && ids->shape[1] >= 2 && ids->shape[0] >= 1, kInvalidInput, source,
                    ": input_ids has shape ", ids->shape.str(), ", expected [N, T] with T >= 2");
       ids_ = read_as_i64(*ids);
       n_ = ids->shape[0];
       t_ = ids->shape[1];
       return;
     }
-    if (data_kind(o.data) == DataKind::kPacked) {
-      packed_ = std::make_unique<PackedDataset>(PackedDataset::open(o.data));
+    if (data_kind(source) == DataKind::kPacked) {
+      packed_ = std::make_unique<PackedDataset>(PackedDataset::open(source));
     } else {
       PrepareOptions p;
       p.tokenizer = !o.tokenizer.empty() ? o.tokenizer : model_dir;
-      p.data = {o.data};
+      p.data = {source};
       p.seq_len = o.seq_len;
       p.assistant_only_loss = o.assistant_only_loss;
       p.skip_bad_rows = o.skip_bad_rows;
@@ -80,7 +85,7 @@ class BlockSource {
     }
     n_ = packed_->num_blocks();
     t_ = packed_->seq_len();
-    ANVIL_ENSURE(n_ >= 1, kInvalidInput, o.data, ": no complete block of ", t_, " tokens");
+    ANVIL_ENSURE(n_ >= 1, kInvalidInput, source, ": no complete block of ", t_, " tokens");
   }
 
   int64_t size() const { return n_; }
@@ -132,6 +137,14 @@ class Progress {
   bool on_;
   bool drawn_ = false;
 };
+
+std::string clock_text(double seconds) {
+  const int64_t t = static_cast<int64_t>(seconds + 0.5);
+  char b[32];
+  std::snprintf(b, sizeof b, "%lld:%02lld:%02lld", static_cast<long long>(t / 3600), static_cast<long long>(t / 60 % 60),
+                static_cast<long long>(t % 60));
+  return b;
+}
 
 double peak_rss_gib() {
   struct rusage ru;
@@ -187,6 +200,7 @@ struct TrainRun {
   RunSpec spec;
   OpenRun base;
   std::unique_ptr<BlockSource> data;
+  std::unique_ptr<BlockSource> eval_data;  // --eval-data, packed as the training data
   ResumePoint point;  // step 0 on a fresh start
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<BatchOrder> order;
@@ -265,6 +279,10 @@ RunSpec check_train(const TrainOptions& o, FileLock& ckpt_lock) {
   spec.fsdp_defer_sync = o.fsdp_defer_sync;
   spec.optim = o.optim;
   check_data(o);
+  ANVIL_ENSURE(o.eval_every >= 0, kUsage, "anvil train: --eval-every is a count of steps");
+  ANVIL_ENSURE(o.eval_every == 0 || !o.eval_data.empty(), kUsage, "anvil train: --eval-every needs --eval-data");
+  ANVIL_ENSURE(o.eval_data.empty() || path_exists(o.eval_data), kUsage, "anvil train: --eval-data ", o.eval_data,
+               ": no such file or folder");
   if (!o.export_dir.empty()) check_writable_dir(o.export_dir, "anvil train: --export");
   if (!o.metrics.empty()) check_writable_file(o.metrics, "anvil train: --metrics");
   if (!o.ckpt_dir.empty()) {
@@ -284,10 +302,17 @@ RunSpec check_train(const TrainOptions& o, FileLock& ckpt_lock) {
 void open_train(const TrainOptions& o, TrainRun& run) {
   run.base = open_run(run.spec);
   const OpenRun& b = run.base;
-  run.data = std::make_unique<BlockSource>(o, b.model_dir, b.comm.get());
+  run.data = std::make_unique<BlockSource>(o, o.data, "", b.model_dir, b.comm.get());
   const BlockSource& data = *run.data;
   ANVIL_ENSURE(o.seq_len == 0 || o.seq_len == data.seq_len(), kUsage, "anvil train: --seq-len ", o.seq_len,
                " differs from the ", data.seq_len(), " tokens per block of ", o.data);
+  if (!o.eval_data.empty()) {
+    TrainOptions eo = o;
+    eo.seq_len = data.seq_len();  // packed as the training data
+    run.eval_data = std::make_unique<BlockSource>(eo, o.eval_data, o.eval_split, b.model_dir, b.comm.get());
+    ANVIL_ENSURE(run.eval_data->seq_len() == data.seq_len(), kUsage, "anvil train: --eval-data ", o.eval_data,
+                 " holds blocks of ", run.eval_data->seq_len(), " tokens, the training data ", data.seq_len());
+  }
   run.per_step = o.micro_batch * o.grad_accum;
   ANVIL_ENSURE(data.size() / b.world >= run.per_step, kInvalidInput, o.data, " holds ", data.size(),
                " blocks, fewer than one step's ", run.per_step * b.world, " (micro-batch x grad-accum x ranks)");
@@ -309,11 +334,6 @@ void open_train(const TrainOptions& o, TrainRun& run) {
   run.order = std::make_unique<BatchOrder>(o, data.size(), b.world, b.rank, run.per_step);
   if (!resume.empty()) {
     run.order->resume_at(run.point.position, run.point.step);
-    const Json& was = run.point.meta.value("train", Json::object());
-    if (was.value("seed", o.seed) != o.seed || was.value("shuffle", o.shuffle) != o.shuffle ||
-        was.value("global_batch", run.per_step * b.world) != run.per_step * b.world)
-      log_warn("the checkpoint was trained with another seed, shuffle or global batch: the data order differs "
-               "from an uninterrupted run");
     if (run.point.step >= o.steps)
       log_info("the checkpoint is at step ", run.point.step, " of --steps ", o.steps, ": nothing to train");
   }
@@ -328,7 +348,20 @@ void open_train(const TrainOptions& o, TrainRun& run) {
   save.tokenizer_dir = o.tokenizer;
   save.train = {{"data", o.data}, {"seed", o.seed}, {"shuffle", o.shuffle}, {"steps", o.steps},
                 {"micro_batch", o.micro_batch}, {"grad_accum", o.grad_accum},
-                {"global_batch", run.per_step * b.world}, {"seq_len", data.seq_len()}, {"lr", o.optim.lr}};
+                {"global_batch", run.per_step * b.world}, {"seq_len", data.seq_len()}, {"lr", o.optim.lr},
+                {"warmup", o.optim.warmup_steps}, {"schedule", o.optim.schedule},
+                {"weight_decay", o.optim.weight_decay}, {"beta1", o.optim.beta1}, {"beta2", o.optim.beta2},
+                {"eps", o.optim.eps}, {"max_grad_norm", o.optim.max_grad_norm},
+                {"assistant_only_loss", o.assistant_only_loss}};
+  save.config_toml = o.config_toml;
+  if (!resume.empty()) {
+    std::string changed;
+    for (const std::string& c : continuation_changes(run.point.meta.value("train", Json::object()), save.train))
+      changed += (changed.empty() ? "" : ", ") + c;
+    if (!changed.empty())
+      log_warn("the checkpoint was trained with other settings (", changed,
+               "): the run does not continue as an uninterrupted one would");
+  }
   if (!o.on_save.empty() && b.rank == 0) run.copies = std::make_unique<SaveCopies>(o.on_save);
 }
 
@@ -345,16 +378,24 @@ double peak_mem_gib(const TrainRun& run) {
 }
 
 // The step's line (rank 0, every --log-every steps, the first and the last) and metrics.
-void log_step(const TrainOptions& o, TrainRun& run, int64_t step, const StepStats& st, double seconds) {
-  if (run.base.rank != 0 || !(step % o.log_every == 0 || step == o.steps || step == 1)) return;
+// With an evaluation at this step, its loss goes into the line's metrics too.
+void log_step(const TrainOptions& o, TrainRun& run, int64_t step, const StepStats& st, double seconds,
+              double elapsed, double eta, const Json& eval_loss) {
+  if (run.base.rank != 0 || !(step % o.log_every == 0 || step == o.steps || step == 1 || !eval_loss.is_null())) return;
   const double tps = static_cast<double>(run.per_step * run.base.world * run.data->seq_len()) / seconds;
   char line[256];
-  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f tok/s",
-                static_cast<long long>(step), static_cast<long long>(o.steps), st.loss, st.grad_norm, st.lr, tps);
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f tok/s  ETA %s",
+                static_cast<long long>(step), static_cast<long long>(o.steps), st.loss, st.grad_norm, st.lr, tps,
+                clock_text(eta).c_str());
   log_info(line);
   if (run.metrics.is_open()) {
+    // The plan of the device's memory; on the CPU, whose memory is not planned, none.
+    const Json planned = run.base.device == "cuda"
+                             ? Json(static_cast<double>(run.trainer->plan().total()) / (1ll << 30)) : Json(nullptr);
     Json m = {{"step", step}, {"loss", st.loss}, {"grad_norm", st.grad_norm}, {"lr", st.lr},
-              {"tokens_per_s", tps}, {"mfu", mfu_of(run, tps)}, {"peak_mem_gib", peak_mem_gib(run)}};
+              {"tokens_per_s", tps}, {"mfu", mfu_of(run, tps)}, {"peak_mem_gib", peak_mem_gib(run)},
+              {"planned_mem_gib", planned}, {"elapsed_s", elapsed}};
+    if (!eval_loss.is_null()) m["eval_loss"] = eval_loss;
     run.metrics << m.dump() << "\n";
     run.metrics.flush();
   }
@@ -403,6 +444,19 @@ void stop_at(const TrainOptions& o, TrainRun& run, int64_t step, int sig) {
   log_info("to resume: ", resume_command(o));
 }
 
+// The eval loss over the whole eval set (every rank takes part), logged on rank 0.
+double evaluate_and_log(const TrainOptions& o, TrainRun& run, int64_t step) {
+  const BlockSource& ev_data = *run.eval_data;
+  const EvalResult ev = evaluate(*run.trainer, run.base.comm.get(), ev_data.size(), o.micro_batch, ev_data.seq_len(),
+                                 [&](int64_t block, TokenBatch& b) { ev_data.append(block, b); });
+  char line[200];
+  std::snprintf(line, sizeof line, "step %lld/%lld  eval loss %.4f  (%lld blocks, %lld tokens, %.1f s)",
+                static_cast<long long>(step), static_cast<long long>(o.steps), ev.loss,
+                static_cast<long long>(ev.blocks), static_cast<long long>(ev.tokens), ev.seconds);
+  log_info(line);
+  return ev.loss;
+}
+
 // 3. The loop: steps from the resumed one to --steps, a checkpoint every --save-every.
 TrainSummary train_loop(const TrainOptions& o, TrainRun& run) {
   Progress progress(run.base.rank == 0);
@@ -430,8 +484,16 @@ TrainSummary train_loop(const TrainOptions& o, TrainRun& run) {
       timed_s += dt;
       timed_tokens += run.per_step * run.base.world * T;
     }
+    Json eval_loss = nullptr;
+    if (run.eval_data && (step == o.steps || (o.eval_every > 0 && step % o.eval_every == 0))) {
+      progress.clear();
+      eval_loss = evaluate_and_log(o, run, step);
+      summary.eval_losses.push_back(eval_loss.get<double>());
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    const double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(o.steps - step);
     progress.clear();
-    log_step(o, run, step, st, dt);
+    log_step(o, run, step, st, dt, elapsed, eta, eval_loss);
     if (o.save_every > 0 && step % o.save_every == 0) save(run, step);
     if (run.copies) run.copies->report_finished();
     // Every rank stops after the same step: the signal may reach them at different times.
@@ -443,8 +505,7 @@ TrainSummary train_loop(const TrainOptions& o, TrainRun& run) {
       summary.stop_signal = sig;
       break;
     }
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-    progress.draw(step, o.steps, st.loss, elapsed / static_cast<double>(step - start) * static_cast<double>(o.steps - step));
+    progress.draw(step, o.steps, st.loss, eta);
   }
   progress.clear();
   summary.tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0;
@@ -495,20 +556,41 @@ void finish_train(const TrainOptions& o, TrainRun& run, TrainSummary& summary) {
       ex.out_dir = o.export_dir;
       ex.dtype = o.export_dtype == "fp32" ? DType::kF32 : DType::kBF16;
       ex.source_dirs = {run.base.model_dir, o.tokenizer};
+      ex.config_toml = o.config_toml;
       export_hf_folder(run.base.config, *run.base.table, final_w, ex);
     }
   }
   finish_copies(o, run);
 }
 
+// The last line: the final losses, the time taken and where the model went.
+void log_last_line(const TrainOptions& o, const TrainSummary& summary, double seconds) {
+  std::string last = "finished";
+  char part[160];
+  if (!summary.losses.empty()) {
+    std::snprintf(part, sizeof part, ": final loss %.4f", summary.losses.back());
+    last += part;
+    if (!summary.eval_losses.empty()) {
+      std::snprintf(part, sizeof part, ", eval loss %.4f", summary.eval_losses.back());
+      last += part;
+    }
+  }
+  last += (summary.losses.empty() ? ": " : ", ") + std::string("elapsed ") + clock_text(seconds);
+  last += o.export_dir.empty() ? ", no export (--export DIR writes one)" : ", model exported to " + o.export_dir;
+  log_info(last);
+}
+
 }  // namespace
 
 TrainSummary run_train(const TrainOptions& o) {
+  const auto begin = std::chrono::steady_clock::now();
   TrainRun run;
   run.spec = check_train(o, run.ckpt_lock);
   open_train(o, run);
   TrainSummary summary = train_loop(o, run);
   finish_train(o, run, summary);
+  if (summary.stop_signal == 0)
+    log_last_line(o, summary, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
   return summary;
 }
 

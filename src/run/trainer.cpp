@@ -171,6 +171,17 @@ double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logi
   return (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(count);
 }
 
+Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
+  LossSum r;
+  r.tokens = upload_batch(batch);
+  ops_->zero(loss_sum_);
+  model_->forward_loss(*store_, ids_, targets_, loss_sum_);
+  float sum = 0;
+  ops_->download(&sum, loss_sum_);
+  r.sum = sum;
+  return r;
+}
+
 HostUnits Trainer::grads() const {
   ANVIL_ENSURE(!store_->sharded(), kInternal, "whole gradients are not kept in FSDP");
   HostUnits out;

@@ -67,6 +67,35 @@ TEST_P(GpuGolden, LossAndGradients) {
               std::abs(loss - want) / want, worst);
 }
 
+// Evaluation's forward: the loss of loss_and_grads, bit for bit, and no gradient touched
+// (ddp and fsdp's per-unit compute copies).
+TEST_P(GpuGolden, ForwardLossLeavesGradientsAlone) {
+  REQUIRE_CUDA();
+  const std::string dir = testing::fixture_dir(GetParam());
+  ModelConfig cfg = load_config(dir);
+  SafetensorsFile gold(dir + "/golden_step0.safetensors");
+  const SafeTensorInfo& ids = gold.get("input_ids");
+  for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
+    TrainerSettings s;
+    s.device = "cuda";
+    s.mode = mode;
+    s.micro_batch = ids.shape[0];
+    s.seq_len = ids.shape[1];
+    ParamTable table(cfg, 1);
+    HostUnits w = make_host_units(table);
+    load_hf_weights(dir, table, w);
+    Trainer trainer(cfg, w, s);
+    TokenBatch b;
+    b.ids = read_as_i64(ids);
+    const double loss = trainer.loss_and_grads(b, nullptr);
+    const HostUnits before = trainer.grads();
+    const Trainer::LossSum e = trainer.forward_loss(b);
+    EXPECT_EQ(e.sum / static_cast<double>(e.tokens), loss) << GetParam();
+    EXPECT_EQ(e.tokens, static_cast<int64_t>(b.ids.size()) - s.micro_batch) << GetParam();
+    EXPECT_EQ(trainer.grads(), before) << GetParam() << ": forward_loss touched the gradients";
+  }
+}
+
 TEST_P(GpuGolden, EightAdamWSteps) {
   REQUIRE_CUDA();
   const std::string dir = testing::fixture_dir(GetParam());
