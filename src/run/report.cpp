@@ -261,7 +261,7 @@ ReportSummary summarize(const Metrics& m) {
   double tps = 0, mfu = 0;
   int64_t n_tps = 0, n_mfu = 0;
   // As the trainer's own figure, the first 10 steps are not timed when later ones exist.
-  const bool skip_warm = s.last_step > 10;
+  const bool skip_warm = s.warm_excluded = s.last_step > 10;
   for (const MetricsRow& r : m.rows) {
     if (r.loss) {
       s.final_loss = r.loss;
@@ -294,7 +294,8 @@ std::string summary_text(const ReportSummary& s) {
          std::to_string(s.best_eval_step) + "\n";
   if (s.mean_tokens_per_s)
     t += "tokens/s    mean " + grouped(*s.mean_tokens_per_s) +
-         (s.mean_mfu ? ", MFU " + fmt("%.1f", 100 * *s.mean_mfu) + "%" : std::string()) + "\n";
+         (s.mean_mfu ? ", MFU " + fmt("%.1f", 100 * *s.mean_mfu) + "%" : std::string()) +
+         (s.warm_excluded ? " (logged steps after step 10)" : " (logged steps)") + "\n";
   if (s.peak_mem_gib)
     t += "memory      peak " + fmt("%.2f", *s.peak_mem_gib) + " GiB" +
          (s.planned_mem_gib ? " (planned " + fmt("%.2f", *s.planned_mem_gib) + " GiB)" : std::string()) + "\n";
@@ -319,7 +320,8 @@ std::string render_report_html(const Metrics& m) {
                                                           std::to_string(s.best_eval_step));
   if (s.mean_tokens_per_s)
     h += card("Tokens/s", grouped(*s.mean_tokens_per_s),
-              s.mean_mfu ? "mean, MFU " + fmt("%.1f", 100 * *s.mean_mfu) + "%" : std::string("mean"));
+              s.warm_excluded ? "mean after step 10" : "mean");
+  if (s.mean_mfu) h += card("MFU", fmt("%.1f", 100 * *s.mean_mfu) + "%", "mean, dense bf16 peak");
   if (s.peak_mem_gib)
     h += card("Peak memory", fmt("%.2f", *s.peak_mem_gib) + " GiB",
               s.planned_mem_gib ? "planned " + fmt("%.2f", *s.planned_mem_gib) + " GiB" : std::string("host (not planned)"));

@@ -32,6 +32,7 @@ struct ReportSummary {
   std::optional<double> final_loss, best_loss, final_eval, best_eval, mean_tokens_per_s, mean_mfu, peak_mem_gib,
       planned_mem_gib;
   int64_t best_loss_step = 0, best_eval_step = 0;
+  bool warm_excluded = false;  // the means leave out steps 1 to 10 (as the trainer's own figure)
   double elapsed_s = 0;
 };
 ReportSummary summarize(const Metrics& m);
