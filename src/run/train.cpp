@@ -233,6 +233,7 @@ void check_data(const TrainOptions& o) {
                  o.tokenizer.empty() ? "; the model folder has no tokenizer: give one with --tokenizer DIR" : "");
     vocab = Tokenizer::load(dir).vocab_size();
     vocab_what = cat("the tokenizer ", file);
+    check_writable_dir(data_cache_dir(o), "anvil train: --data-cache");
   } else if (kind == DataKind::kPacked) {
     const PackedDataset packed = PackedDataset::open(o.data);
     vocab = packed.header().value("vocab_size", int64_t{0});
