@@ -395,7 +395,7 @@ void stop_at(const TrainOptions& o, TrainRun& run, int64_t step, int sig) {
   const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
   if (o.ckpt_dir.empty()) {
     log_warn("stopped by ", name, " after step ", step, " of ", o.steps,
-             ": nothing saved (no --ckpt-dir); steps 1 to ", step, " are lost");
+             ": nothing saved (without --ckpt-dir a stopped run keeps nothing)");
     return;
   }
   if (!(o.save_every > 0 && step % o.save_every == 0)) save(run, step);
