@@ -75,15 +75,16 @@ class Safety : public ::testing::Test {
     return testing::run_command(command(args, env) + " </dev/null");
   }
   // Starts the command in the background, waits until its output shows `marker`, runs the
-  // shell snippet `then` ($pid is the process), and waits for the end. The exit code is
+  // shell snippet `then` ($pid is the process, $log its output), and waits for the end. The exit code is
   // the process's; the output is its own.
   static testing::RunResult run_then(const std::vector<std::string>& args, const std::string& marker,
                                      const std::string& then, const std::string& env = "") {
     static int n = 0;
     const std::string log = dir() + "/bg-" + std::to_string(++n) + ".log";
-    const std::string script = command(args, env) + " >'" + log + "' 2>&1 </dev/null & pid=$!; i=0; while ! grep -q -- '" +
-                               marker + "' '" + log + "'; do i=$((i+1)); [ $i -gt 1200 ] && break; sleep 0.05; done; " +
-                               then + "; wait $pid; echo \"exit=$?\"";
+    const std::string script = "log='" + log + "'; " + command(args, env) +
+                               " >\"$log\" 2>&1 </dev/null & pid=$!; i=0; while ! grep -q -- '" + marker +
+                               "' \"$log\"; do i=$((i+1)); [ $i -gt 1200 ] && break; sleep 0.05; done; " + then +
+                               "; wait $pid; echo \"exit=$?\"";
     const testing::RunResult r = testing::run_command(script);
     testing::RunResult out;
     out.out = read_file(log);
@@ -313,7 +314,8 @@ TEST_F(Safety, SignalsStopAfterTheStepWithACheckpoint) {
   // A second signal ends the run at once, without the save.
   const std::string ckpt3 = dir() + "/ckpt-twice";
   const testing::RunResult twice = run_then(train_args(kLong, {"--ckpt-dir", ckpt3, "--micro-batch", "8"}), "step 2/",
-                                            "kill -INT $pid; sleep 0.01; kill -INT $pid");
+                                            "kill -INT $pid; i=0; while ! grep -q 'step in flight' \"$log\" && "
+                                            "[ $i -lt 2000 ]; do i=$((i+1)); sleep 0.002; done; kill -INT $pid");
   EXPECT_EQ(twice.exit_code, 130) << twice.out;
   EXPECT_TRUE(has(twice.out, "second signal: stopping at once")) << twice.out;
   EXPECT_FALSE(has(twice.out, "saved ")) << twice.out;

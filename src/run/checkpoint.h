@@ -2,7 +2,7 @@
 //
 // Save (every rank calls save_checkpoint): rank r writes rank-r.safetensors, its slice of
 // every unit's master weights and AdamW m and v (io/checkpoint.h: the layout); the ranks
-// exchange sizes and checksums; after a barrier rank 0 writes meta.json, renames the
+// exchange sizes and checksums (and any error); rank 0 then writes meta.json, renames the
 // temporary folder to step-<N>, syncs the parent folder, and only then deletes the
 // checkpoints beyond keep_last. A rank that dies mid-save leaves a .tmp-step-<N> folder
 // that no reader takes for a checkpoint.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -100,7 +101,9 @@ void SaveCopies::report(Copy& c) {
   const bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
   if (ok) {
     if (newest_ok_.empty() || checkpoint_step(c.checkpoint) > checkpoint_step(newest_ok_)) newest_ok_ = c.checkpoint;
-    log_info("--on-save: ", c.checkpoint, " done in ", static_cast<int64_t>(c.seconds * 10) / 10.0, " s");
+    char took[32];
+    std::snprintf(took, sizeof took, "%.1f s", c.seconds);
+    log_info("--on-save: ", c.checkpoint, " done in ", took);
     return;
   }
   ++failed_;

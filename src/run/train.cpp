@@ -247,6 +247,7 @@ void check_data(const TrainOptions& o) {
                  o.tokenizer.empty() ? "; the model folder has no tokenizer: give one with --tokenizer DIR" : "");
     vocab = Tokenizer::load(dir).vocab_size();
     vocab_what = cat("the tokenizer ", file);
+    check_writable_dir(data_cache_dir(o), "anvil train: --data-cache");
   } else if (kind == DataKind::kPacked) {
     const PackedDataset packed = PackedDataset::open(o.data);
     vocab = packed.header().value("vocab_size", int64_t{0});
@@ -435,7 +436,7 @@ void stop_at(const TrainOptions& o, TrainRun& run, int64_t step, int sig) {
   const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
   if (o.ckpt_dir.empty()) {
     log_warn("stopped by ", name, " after step ", step, " of ", o.steps,
-             ": nothing saved (no --ckpt-dir); steps 1 to ", step, " are lost");
+             ": nothing saved (without --ckpt-dir a stopped run keeps nothing)");
     return;
   }
   if (!(o.save_every > 0 && step % o.save_every == 0)) save(run, step);
