@@ -27,5 +27,14 @@ else
   echo "note: node/npm not found; the oracle parity tests (tests/test_data_oracle.cpp) will be skipped"
 fi
 build=${ANVIL_BUILD_DIR:-build}
+# cuDNN's fused attention needs the header-only cudnn-frontend (PyPI's nvidia-cudnn-frontend
+# wheel carries it under include/), installed into the build folder where a CUDA toolkit
+# with cuDNN is present. Without it the build uses anvil's own attention kernel.
+frontend="$build/deps/cudnn_frontend"
+if command -v nvcc >/dev/null 2>&1 && [ ! -f "$frontend/include/cudnn_frontend.h" ] &&
+   { [ -f /usr/local/cuda/include/cudnn.h ] || [ -f /usr/include/cudnn.h ] || [ -f /usr/include/x86_64-linux-gnu/cudnn.h ]; }; then
+  python3 -m pip install -q --no-deps --target "$frontend" nvidia-cudnn-frontend==1.32.0 ||
+    echo "warning: could not install the cudnn-frontend headers; attention will use anvil's own kernel"
+fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j "$(nproc)"
