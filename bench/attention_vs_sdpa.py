@@ -53,8 +53,11 @@ def timed(fn, sync):
 
 
 def run_anvil(binary):
-    out = subprocess.run([binary, "--attention"], check=True, capture_output=True, text=True)
+    out = subprocess.run([binary, "--attention"], capture_output=True, text=True)
     sys.stderr.write(out.stderr)  # anvil's log: which path ran, or why cuDNN refused a shape
+    if out.returncode != 0:
+        sys.stdout.write(out.stdout)
+        sys.exit(f"{binary} --attention failed (exit code {out.returncode})")
     rows, version = {}, ""
     for line in out.stdout.splitlines():
         if not line.startswith("{"):

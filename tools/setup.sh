@@ -31,7 +31,7 @@ build=${ANVIL_BUILD_DIR:-build}
 # wheel carries it under include/), installed into the build folder where a CUDA toolkit
 # with cuDNN is present. Without it the build uses anvil's own attention kernel.
 frontend="$build/deps/cudnn_frontend"
-if command -v nvcc >/dev/null 2>&1 && [ ! -f "$frontend/include/cudnn_frontend.h" ] &&
+if [ ! -f "$frontend/include/cudnn_frontend.h" ] &&
    { [ -f /usr/local/cuda/include/cudnn.h ] || [ -f /usr/include/cudnn.h ] || [ -f /usr/include/x86_64-linux-gnu/cudnn.h ]; }; then
   python3 -m pip install -q --no-deps --target "$frontend" nvidia-cudnn-frontend==1.32.0 ||
     echo "warning: could not install the cudnn-frontend headers; attention will use anvil's own kernel"

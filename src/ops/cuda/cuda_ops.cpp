@@ -317,7 +317,7 @@ class CudaOps final : public Ops {
     expect(lse, DType::kF32, op, "lse");
     expect_numel(out, s.batch * s.seq * n_heads * s.head_dim, op, "out");
     expect_numel(lse, s.batch * n_heads * s.seq, op, "lse");
-    if (cuda::CudnnAttention* dnn = cudnn_attention(false)) {
+    if (cuda::CudnnAttention* dnn = cudnn_attention(s, false)) {
       const int64_t ws = dnn->forward_workspace(s);
       if (ws >= 0 && dnn->forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), s, scratch(static_cast<size_t>(ws))))
         return;
@@ -337,7 +337,7 @@ class CudaOps final : public Ops {
     expect_numel(dout, s.batch * s.seq * n_heads * s.head_dim, op, "dout");
     expect_numel(out, s.batch * s.seq * n_heads * s.head_dim, op, "out");
     expect_numel(lse, s.batch * n_heads * s.seq, op, "lse");
-    if (cuda::CudnnAttention* dnn = cudnn_attention(true)) {
+    if (cuda::CudnnAttention* dnn = cudnn_attention(s, true)) {
       const int64_t ws = dnn->backward_workspace(s);
       if (ws >= 0 && dnn->backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out),
                                    p<float>(lse), s, scratch(static_cast<size_t>(ws))))
@@ -462,10 +462,11 @@ class CudaOps final : public Ops {
   }
 
   // cuDNN's attention for this direction under ANVIL_ATTENTION, made on first use; nullptr
-  // where the kernel runs (the reason cuDNN cannot be used is said once).
-  cuda::CudnnAttention* cudnn_attention(bool backward) {
+  // where the kernel runs (the reason cuDNN cannot be used is said once) or there is no work.
+  cuda::CudnnAttention* cudnn_attention(const cuda::AttentionShape& s, bool backward) {
     using cuda::AttentionImpl;
-    if (attention_impl_ == AttentionImpl::kKernel || (backward && attention_impl_ == AttentionImpl::kCudnnForward))
+    if (attention_impl_ == AttentionImpl::kKernel || (backward && attention_impl_ == AttentionImpl::kCudnnForward) ||
+        s.batch * s.seq == 0)
       return nullptr;
     if (!cudnn_attention_ && !cudnn_unavailable_) {
       std::string why;
