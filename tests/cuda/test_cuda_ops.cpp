@@ -319,7 +319,8 @@ void attention_vs_cpu(const std::string& impl) {
   for (const Case& cs : {Case{1, 64, 2, 1, 64}, Case{2, 37, 4, 2, 128}, Case{1, 200, 6, 2, 128}, Case{2, 130, 2, 2, 64},
                          Case{1, 1, 2, 1, 128}, Case{1, 300, 8, 1, 128}, Case{2, 37, 4, 2, 32},
                          Case{2, 37, 4, 2, 16}, Case{1, 150, 4, 1, 32}, Case{3, 129, 16, 8, 128},
-                         Case{1, 333, 32, 8, 128}, Case{2, 256, 16, 8, 128}}) {
+                         Case{1, 333, 32, 8, 128}, Case{2, 256, 16, 8, 128}, Case{1, 128, 4, 2, 128},
+                         Case{1, 384, 32, 8, 128}}) {
     const std::string tag = impl + " " + dims({cs.b, cs.t, cs.h, cs.kv, cs.hd});
     const int64_t heads = cs.h + 2 * cs.kv, n = cs.b * cs.t * heads * cs.hd, no = cs.b * cs.t * cs.h * cs.hd;
     const cuda::CudnnAttentionCounts before = cuda::cudnn_attention_counts();
@@ -351,7 +352,11 @@ void attention_vs_cpu(const std::string& impl) {
       EXPECT_FALSE(fwd_cudnn || bwd_cudnn) << tag;
     } else if (want_cudnn && cs.hd == 128 && cs.t > 1) {  // the production head size
       EXPECT_TRUE(fwd_cudnn) << tag << ": cuDNN did not run the forward (see the log for why)";
-      EXPECT_EQ(bwd_cudnn, impl != "cudnn-forward") << tag << ": backward path";
+      // At lengths not a multiple of 128, cuDNN up to 9.15 needs the frontend's workaround,
+      // which loads libcudart.so: where that fails the kernel runs, correctly, and the log
+      // says so; the [path] line above shows it.
+      if (impl == "cudnn-forward") EXPECT_FALSE(bwd_cudnn) << tag << ": backward path";
+      else if (cs.t % 128 == 0) EXPECT_TRUE(bwd_cudnn) << tag << ": cuDNN did not run the backward (see the log)";
     }
     // Per part, so that a wrong dq, dk or dv shows by name.
     const std::vector<double> got = dqkv.got(), want = dqkv.want();
