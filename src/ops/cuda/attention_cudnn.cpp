@@ -3,8 +3,7 @@
 // One graph per (shape, direction): q, k, v as (B, heads, T, hd) tensors whose strides walk
 // the packed qkv (token stride (H + 2KV) hd, head stride hd), out and dout as (B, H, T, hd)
 // views of (B, T, H, hd), Stats (B, H, T, 1) packed, which is our lse buffer as it is. Each
-// graph is validated, lowered, given cuDNN's heuristic plan (mode A), support-checked and
-// built once; execute() then only binds the pointers of the call.
+// graph is built once (finish()); execute() then only binds the pointers of the call.
 //
 // The frontend runs in its dynamic-loading mode: libcudnn.so.9 is opened with dlopen on
 // first use (so the binary starts, and attention runs on the kernel, where cuDNN is
@@ -154,7 +153,10 @@ Dims stats_strides(const AttentionShape& s) { return {s.n_heads * s.seq, s.seq, 
 
 float attention_scale(const AttentionShape& s) { return 1.0f / std::sqrt(static_cast<float>(s.head_dim)); }
 
-void finish(fe::graph::Graph& g, cudnnHandle_t handle) {
+// Validated, lowered, planned by cuDNN's heuristics (mode A; engines whose workspace is over
+// the memory plan's bound are passed over), support-checked and built.
+void finish(fe::graph::Graph& g, const AttentionShape& s, cudnnHandle_t handle) {
+  g.deselect_workspace_greater_than(attention_scratch_bytes(s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim));
   ok(g.validate(), "validate");
   ok(g.build_operation_graph(handle), "build_operation_graph");
   ok(g.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans");
@@ -173,7 +175,7 @@ std::shared_ptr<fe::graph::Graph> build_forward(const AttentionShape& s, int sm,
   auto [o, stats] = g->sdpa(in.q, in.k, in.v, options);
   set_output(o, kO, view_dims(s, s.n_heads), view_strides(s, s.n_heads));
   set_output(stats, kStats, stats_dims(s), stats_strides(s), fe::DataType_t::FLOAT);
-  finish(*g, handle);
+  finish(*g, s, handle);
   return g;
 }
 
@@ -194,7 +196,7 @@ std::shared_ptr<fe::graph::Graph> build_backward(const AttentionShape& s, bool d
   set_output(dq, kDQ, view_dims(s, s.n_heads), view_strides(s, width));
   set_output(dk, kDK, view_dims(s, s.n_kv_heads), view_strides(s, width));
   set_output(dv, kDV, view_dims(s, s.n_kv_heads), view_strides(s, width));
-  finish(*g, handle);
+  finish(*g, s, handle);
   return g;
 }
 
@@ -326,7 +328,7 @@ struct CudnnAttention::Impl {};
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;
 std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t, int, bool, std::string* why) {
-  *why = "anvil was built without cuDNN (cudnn.h, libcudnn or the cudnn-frontend headers were not found)";
+  *why = "anvil was built without cuDNN (cudnn.h or the cudnn-frontend headers were not found)";
   return nullptr;
 }
 std::string cudnn_version() { return ""; }
