@@ -28,5 +28,14 @@ if ! "$pyenv/bin/python" tools/check_requirements.py tools/requirements-test.txt
   echo "installing the test oracles into $pyenv (tools/requirements-test.txt)"
   "$pyenv/bin/python" -m pip install --quiet --disable-pip-version-check -r tools/requirements-test.txt
 fi
+# cuDNN's fused attention needs the header-only cudnn-frontend (PyPI's nvidia-cudnn-frontend
+# wheel carries it under include/), installed into the build folder where a CUDA toolkit
+# with cuDNN is present. Without it the build uses anvil's own attention kernel.
+frontend="$build/deps/cudnn_frontend"
+if [ ! -f "$frontend/include/cudnn_frontend.h" ] &&
+   { [ -f /usr/local/cuda/include/cudnn.h ] || [ -f /usr/include/cudnn.h ] || [ -f /usr/include/x86_64-linux-gnu/cudnn.h ]; }; then
+  python3 -m pip install -q --no-deps --target "$frontend" nvidia-cudnn-frontend==1.32.0 ||
+    echo "warning: could not install the cudnn-frontend headers; attention will use anvil's own kernel"
+fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_TEST_PYTHON="$pyenv/bin/python" >/dev/null
 cmake --build "$build" -j "$(nproc)"

@@ -9,10 +9,13 @@
 // Scratch needs, for the memory plan: the largest of
 //   rmsnorm backward   min(rows, 264) * cols * 4
 //   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
-//   attention backward B * H * T * 4 + B * T * H * 2 * head_dim * 4
+//   attention          the kernel's backward B * H * T * 4 + B * T * H * 2 * head_dim * 4, or
+//                      cuDNN's workspace, at most attention_scratch_bytes (ops/attention_scratch.h)
 //   bias gradient      min(rows, 264) * cols * 4
 //   cross-entropy      min(N, 512 MiB / (4 V)) * V * 4 + N * 4
 // plus the cuBLASLt workspace (32 MiB) for the backend's lifetime.
+// Attention runs through cuDNN's fused attention where it supports the shape and through
+// the kernel of attention.cu elsewhere; ANVIL_ATTENTION (attention_cudnn.h) chooses.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -21,9 +24,12 @@
 #include <unordered_map>
 
 #include "core/cuda/check.h"
+#include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/attention.h"
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/embedding.h"
@@ -74,6 +80,8 @@ class CudaOps final : public Ops {
     ANVIL_ENSURE(prop.major >= 8, kUnsupported, "GPU ", prop.name, " has compute capability ", prop.major, ".",
                  prop.minor, "; anvil's CUDA backend needs 8.0 or newer (bf16 tensor cores)");
     name_ = cat("cuda:", device, " (", prop.name, ")");
+    sm_ = prop.major * 10 + prop.minor;
+    attention_impl_ = cuda::parse_attention_impl(env_str("ANVIL_ATTENTION", "cudnn"));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<cuda::Gemm>(stream_);
   }
@@ -81,6 +89,7 @@ class CudaOps final : public Ops {
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
     gemm_.reset();
+    cudnn_attention_.reset();
     if (scratch_) cudaFree(scratch_);
     cudaStreamDestroy(stream_);
   }
@@ -308,6 +317,11 @@ class CudaOps final : public Ops {
     expect(lse, DType::kF32, op, "lse");
     expect_numel(out, s.batch * s.seq * n_heads * s.head_dim, op, "out");
     expect_numel(lse, s.batch * n_heads * s.seq, op, "lse");
+    if (cuda::CudnnAttention* dnn = cudnn_attention(s, false)) {
+      const int64_t ws = dnn->forward_workspace(s);
+      if (ws >= 0 && dnn->forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), s, scratch(static_cast<size_t>(ws))))
+        return;
+    }
     cuda::attention_forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), s, stream_);
   }
 
@@ -323,6 +337,12 @@ class CudaOps final : public Ops {
     expect_numel(dout, s.batch * s.seq * n_heads * s.head_dim, op, "dout");
     expect_numel(out, s.batch * s.seq * n_heads * s.head_dim, op, "out");
     expect_numel(lse, s.batch * n_heads * s.seq, op, "lse");
+    if (cuda::CudnnAttention* dnn = cudnn_attention(s, true)) {
+      const int64_t ws = dnn->backward_workspace(s);
+      if (ws >= 0 && dnn->backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out),
+                                   p<float>(lse), s, scratch(static_cast<size_t>(ws))))
+        return;
+    }
     cuda::attention_backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out), p<float>(lse), s,
                              scratch(cuda::attention_backward_scratch_bytes(s)), stream_);
   }
@@ -447,6 +467,25 @@ class CudaOps final : public Ops {
     return scratch_;
   }
 
+  // cuDNN's attention for this direction under ANVIL_ATTENTION, made on first use; nullptr
+  // where the kernel runs (the reason cuDNN cannot be used is said once) or there is no work.
+  cuda::CudnnAttention* cudnn_attention(const cuda::AttentionShape& s, bool backward) {
+    using cuda::AttentionImpl;
+    if (attention_impl_ == AttentionImpl::kKernel || (backward && attention_impl_ == AttentionImpl::kCudnnForward) ||
+        s.batch * s.seq == 0)
+      return nullptr;
+    if (!cudnn_attention_ && !cudnn_unavailable_) {
+      std::string why;
+      cudnn_attention_ = cuda::CudnnAttention::create(
+          stream_, sm_, attention_impl_ != AttentionImpl::kCudnnNondeterministic, &why);
+      cudnn_unavailable_ = !cudnn_attention_;
+      if (cudnn_unavailable_) log_warn("attention: cuDNN is not available (", why, "); anvil's kernel runs it");
+      else log_info("attention: cuDNN ", cuda::cudnn_version(), " fused attention (ANVIL_ATTENTION=",
+                    cuda::attention_impl_name(attention_impl_), ")");
+    }
+    return cudnn_attention_.get();
+  }
+
   cuda::QkRopeShape qk_shape(const char* op, const Tensor& in, const Tensor& cos, const Tensor& sin, int n_heads,
                              int n_kv_heads) {
     expect(in, DType::kBF16, op, "in");
@@ -491,6 +530,10 @@ class CudaOps final : public Ops {
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;
+  int sm_ = 0;  // compute capability, major * 10 + minor
+  cuda::AttentionImpl attention_impl_ = cuda::AttentionImpl::kCudnn;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
+  bool cudnn_unavailable_ = false;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   std::unordered_map<void*, size_t> sizes_;  // live allocations, for memory_stats()
