@@ -26,6 +26,7 @@ constexpr Command kCommands[] = {
     {"tokenize", "JSONL texts or chats on stdin -> token ids (and chat renderings) on stdout", anvil::cmd_tokenize},
     {"bench", "collective bus bandwidth like nccl-tests, or GPU copy bandwidth (p2p)", anvil::cmd_bench},
     {"export", "a checkpoint -> Hugging Face model folder (or one file with the optimizer state)", anvil::cmd_export},
+    {"generate", "continue prompts or chat with a model (KV cache; greedy or sampled)", anvil::cmd_generate},
     {"topo", "how the GPUs are linked (like nvidia-smi topo -m) and what it means for ddp/fsdp", anvil::cmd_topo},
 };
 
