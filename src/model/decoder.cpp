@@ -222,10 +222,17 @@ void Decoder::forward(const DecodeRows& rows, std::vector<float>& logits) {
   const Buffers b = upload(rows);
   // A shape seen before is recorded on its second call and replayed from then on: the
   // decode step of a batch. (The views of b depend only on R and n, so they are the same.)
+  const bool can = recording_ && ops_.can_record();
   auto it = seen_.find({R, n});
-  if (!recording_ || !ops_.can_record() || it == seen_.end()) {
+  if (!can || it == seen_.end()) {
+    // A forward run directly may grow the backend's scratch memory, which recordings
+    // point into: they are dropped first (the next batch's prefill drops the last decode's).
+    if (can && !seen_.empty()) {
+      ops_.drop_recordings();
+      seen_.clear();
+    }
     run(b, R, n);
-    if (recording_ && ops_.can_record()) seen_[{R, n}] = -1;
+    if (can) seen_[{R, n}] = -1;
   } else {
     if (it->second < 0) {
       ops_.begin_recording();

@@ -9,7 +9,8 @@
 // logits go through the final norm and the output projection, whose logits are F32.
 //
 // Decode steps repeat one shape, so where the backend can record (CUDA graphs) the second
-// call of a shape is recorded and later calls replay it.
+// call of a shape in a row is recorded and later calls replay it; a call of another shape
+// runs directly and drops the recordings (it may move the backend's scratch memory).
 #pragma once
 
 #include <cstdint>
