@@ -123,6 +123,7 @@ void Decoder::reserve_rows(int64_t rows, int64_t outputs) {
   last_norm_ = make({n, C}, cd_, row_buffers_);
   last_rstd_ = make({n}, F, row_buffers_);
   logits_ = make({n, c_.vocab_size}, F, row_buffers_);
+  argmax_ = make({n}, DType::kI32, row_buffers_);
 }
 
 // Packs the rows' ids, slots, positions, output rows and RoPE angles into one host buffer
@@ -157,7 +158,7 @@ Decoder::Buffers Decoder::upload(const DecodeRows& rows) {
   return b;
 }
 
-void Decoder::run(const Buffers& b, int64_t R, int64_t n) {
+void Decoder::run(const Buffers& b, int64_t R, int64_t n, bool greedy) {
   const BlockOffsets& o = table_.block();
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim(), V = c_.vocab_size;
   const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
@@ -201,9 +202,23 @@ void Decoder::run(const Buffers& b, int64_t R, int64_t n) {
   weights_.release(norm);
   ops_.linear_forward(first(logits_, n), last_norm, part(weights_.weights(head), 0, {V, C}), Tensor());
   weights_.release(head);
+  if (greedy) ops_.argmax_rows(part(argmax_, 0, {n}), first(logits_, n));
 }
 
 void Decoder::forward(const DecodeRows& rows, std::vector<float>& logits) {
+  compute(rows, false);
+  const int64_t n = static_cast<int64_t>(rows.outputs.size());
+  logits.resize(static_cast<size_t>(n * c_.vocab_size));
+  ops_.download(logits.data(), first(logits_, n));
+}
+
+void Decoder::forward_greedy(const DecodeRows& rows, std::vector<int32_t>& ids) {
+  compute(rows, true);
+  ids.resize(rows.outputs.size());
+  ops_.download(ids.data(), part(argmax_, 0, {static_cast<int64_t>(ids.size())}));
+}
+
+void Decoder::compute(const DecodeRows& rows, bool greedy) {
   const int64_t R = static_cast<int64_t>(rows.ids.size()), n = static_cast<int64_t>(rows.outputs.size());
   ANVIL_ENSURE(R >= 1 && n >= 1 && rows.slots.size() == rows.ids.size() && rows.positions.size() == rows.ids.size(),
                kInternal, "decoder forward: ", R, " rows, ", n, " outputs");
@@ -223,7 +238,8 @@ void Decoder::forward(const DecodeRows& rows, std::vector<float>& logits) {
   // A shape seen before is recorded on its second call and replayed from then on: the
   // decode step of a batch. (The views of b depend only on R and n, so they are the same.)
   const bool can = recording_ && ops_.can_record();
-  auto it = seen_.find({R, n});
+  const auto key = std::make_tuple(R, n, greedy);
+  auto it = seen_.find(key);
   if (!can || it == seen_.end()) {
     // A forward run directly may grow the backend's scratch memory, which recordings
     // point into: they are dropped first (the next batch's prefill drops the last decode's).
@@ -231,18 +247,16 @@ void Decoder::forward(const DecodeRows& rows, std::vector<float>& logits) {
       ops_.drop_recordings();
       seen_.clear();
     }
-    run(b, R, n);
-    if (can) seen_[{R, n}] = -1;
+    run(b, R, n, greedy);
+    if (can) seen_[key] = -1;
   } else {
     if (it->second < 0) {
       ops_.begin_recording();
-      run(b, R, n);
+      run(b, R, n, greedy);
       it->second = ops_.end_recording();
     }
     ops_.replay(it->second);
   }
-  logits.resize(static_cast<size_t>(n * c_.vocab_size));
-  ops_.download(logits.data(), first(logits_, n));
 }
 
 }  // namespace anvil

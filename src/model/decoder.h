@@ -15,7 +15,7 @@
 
 #include <cstdint>
 #include <map>
-#include <utility>
+#include <tuple>
 #include <vector>
 
 #include "model/config.h"
@@ -81,6 +81,9 @@ class Decoder {
   // Runs the rows and writes the logits of rows.outputs, in order, to `logits` (host,
   // outputs.size() x vocab_size F32).
   void forward(const DecodeRows& rows, std::vector<float>& logits);
+  // The same, keeping only each output row's largest logit's index (the first on ties),
+  // found on the device: greedy decoding moves outputs.size() ids, not the logits.
+  void forward_greedy(const DecodeRows& rows, std::vector<int32_t>& ids);
 
   // Whether repeated shapes are recorded and replayed (where the backend can); on by default.
   void set_recording(bool on) { recording_ = on; }
@@ -92,7 +95,8 @@ class Decoder {
   Tensor make(Shape shape, DType dtype, std::vector<void*>& owner);
   void reserve_rows(int64_t rows, int64_t outputs);
   Buffers upload(const DecodeRows& rows);
-  void run(const Buffers& b, int64_t rows, int64_t outputs);  // device work only
+  void compute(const DecodeRows& rows, bool greedy);  // upload, then run or replay
+  void run(const Buffers& b, int64_t rows, int64_t outputs, bool greedy);  // device work only
   void free_all(std::vector<void*>& owner);
 
   const ModelConfig& c_;
@@ -111,9 +115,9 @@ class Decoder {
   std::vector<void*> row_buffers_;
   Tensor staging_;  // ids, slots, positions, outputs (I32) then cos, sin (F32): one upload
   Tensor x_, h_, rstd_, qkv_raw_, qkv_, rstd_qk_, att_, tmp_, gate_up_, act_;
-  Tensor last_, last_norm_, last_rstd_, logits_;
+  Tensor last_, last_norm_, last_rstd_, logits_, argmax_;
 
-  std::map<std::pair<int64_t, int64_t>, int> seen_;  // (rows, outputs) -> recording id, or -1: seen once
+  std::map<std::tuple<int64_t, int64_t, bool>, int> seen_;  // (rows, outputs, greedy) -> recording, -1: seen once
 };
 
 }  // namespace anvil

@@ -98,6 +98,10 @@ class Ops {
   virtual void attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,
                                 Tensor positions, int n_heads, int n_kv_heads) = 0;
 
+  // out (R) I32: the index of the largest element of each row of x (R, V) F32, the first
+  // on ties (greedy decoding without moving the logits to the host).
+  virtual void argmax_rows(Tensor out, Tensor x) = 0;
+
   // ---- recorded op sequences (CUDA graphs), for the decode step. Between begin_recording()
   // and end_recording() the ops are recorded, not run; replay(id) runs them again on the
   // same tensors (their contents may change in between). A backend that cannot record says

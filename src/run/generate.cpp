@@ -159,6 +159,12 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
   }
   std::vector<std::vector<int32_t>> out(prompts.size());
   std::vector<float> logits;
+  std::vector<int32_t> picked;  // greedy: the argmax of each output row, found on the device
+  const bool greedy = s.temperature <= 0;
+  auto forward = [&](const DecodeRows& r) {
+    if (greedy) m.decoder->forward_greedy(r, picked);
+    else m.decoder->forward(r, logits);
+  };
   DecodeRows rows;
   for (size_t g0 = 0; g0 < prompts.size(); g0 += static_cast<size_t>(batch)) {
     const size_t n = std::min(prompts.size() - g0, static_cast<size_t>(batch));
@@ -169,8 +175,8 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
     std::vector<bool> done(n, false);
     // Chooses sequence i's next token from logits row `row`; false when the sequence stops.
     auto choose = [&](size_t i, size_t row) {
-      const double u = s.temperature > 0 ? uniform(rng[i]) : 0.0;
-      const int32_t id = pick_token(logits.data() + row * static_cast<size_t>(V), V, s, u);
+      const int32_t id = greedy ? picked[row] : pick_token(logits.data() + row * static_cast<size_t>(V), V, s,
+                                                           uniform(rng[i]));
       std::vector<int32_t>& seq = out[g0 + i];
       seq.push_back(id);
       if (on_token) on_token(g0 + i, id);
@@ -187,7 +193,7 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
       rng.emplace_back(prompt_seed(s.seed, first_index + g0 + i));
     }
     double t0 = now_seconds();
-    m.decoder->forward(rows, logits);
+    forward(rows);
     m.timing.prefill_seconds += now_seconds() - t0;
     m.timing.prefill_tokens += static_cast<int64_t>(rows.ids.size());
     for (size_t i = 0; i < n; ++i) choose(i, i);
@@ -205,7 +211,7 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
         rows.outputs.push_back(static_cast<int32_t>(i));
         active += !done[i];
       }
-      m.decoder->forward(rows, logits);
+      forward(rows);
       m.timing.decode_tokens += active;
       for (size_t i = 0; i < n; ++i)
         if (!done[i]) choose(i, i);

@@ -421,6 +421,14 @@ class CpuOps final : public Ops {
     });
   }
 
+  void argmax_rows(Tensor out, Tensor x) override {
+    const int64_t R = x.rows(), V = x.cols();
+    ANVIL_ENSURE(out.numel() == R, kInternal, "argmax_rows: out ", out.shape.str(), " for x ", x.shape.str());
+    const float* X = f32(x);
+    int32_t* O = out.ptr<int32_t>();
+    for (int64_t r = 0; r < R; ++r) O[r] = static_cast<int32_t>(std::max_element(X + r * V, X + (r + 1) * V) - (X + r * V));
+  }
+
   void swiglu_forward(Tensor out, Tensor gate_up) override {
     const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
     const float* GU = f32(gate_up);

@@ -25,6 +25,7 @@
 #include "core/cuda/check.h"
 #include "core/error.h"
 #include "ops/cuda/adamw.h"
+#include "ops/cuda/argmax.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/decode_attention.h"
@@ -357,6 +358,13 @@ class CudaOps final : public Ops {
     cuda::attention_cached(p<nv_bf16>(out), p<nv_bf16>(qkv), p<nv_bf16>(k_cache), p<nv_bf16>(v_cache),
                            p<int32_t>(slots), p<int32_t>(positions), s,
                            scratch(cuda::decode_attention_scratch_bytes(s)), stream_);
+  }
+
+  void argmax_rows(Tensor out, Tensor x) override {
+    expect(out, DType::kI32, "argmax_rows", "out");
+    expect(x, DType::kF32, "argmax_rows", "x");
+    expect_numel(out, x.rows(), "argmax_rows", "out");
+    cuda::argmax_rows(p<int32_t>(out), p<float>(x), x.rows(), x.cols(), stream_);
   }
 
   // ---- CUDA graphs: the stream's work between begin and end, instantiated for replay
