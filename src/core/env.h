@@ -27,6 +27,9 @@ ANVIL_ENV_INT(comm_timeout_s, "ANVIL_COMM_TIMEOUT_S", 600)
 // Tests of crash safety: at the save of this step the last rank exits halfway through
 // writing its checkpoint shard (0: never).
 ANVIL_ENV_INT(test_die_in_save, "ANVIL_TEST_DIE_IN_SAVE", 0)
+// Linear layers of at most 8 rows (decode steps) through the GEMV kernel (0: cuBLASLt), for
+// timing comparisons.
+ANVIL_ENV_INT(gemv, "ANVIL_GEMV", 1)
 inline std::string env_master_addr() { return env_str("MASTER_ADDR", ""); }
 
 }  // namespace anvil

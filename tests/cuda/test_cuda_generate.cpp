@@ -126,6 +126,34 @@ TEST(CudaGenerate, AttentionCachedMatchesCpu) {
   }
 }
 
+// Linear layers of a decode step's few rows (the GEMV kernel), bf16 and F32 outputs, with
+// and without a bias, K past one unrolled pass and a ragged tail.
+TEST(CudaGenerate, FewRowLinearMatchesCpu) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_ops();
+  auto gpu = make_cuda_ops(0);
+  for (int64_t M : {1, 2, 3, 8})
+    for (int64_t K : {64, 1096, 2048})
+      for (int variant = 0; variant < 3; ++variant) {  // bf16 out, bf16 out + bias, F32 out
+        const int64_t N = 999;
+        Pair x(*cpu, *gpu, {M, K}, DType::kBF16, randn_bf16(M * K, 1));
+        Pair w(*cpu, *gpu, {N, K}, DType::kBF16, randn_bf16(N * K, 2));
+        Pair b(*cpu, *gpu, {N}, DType::kBF16, randn_bf16(N, 3));
+        const DType yd = variant == 2 ? DType::kF32 : DType::kBF16;
+        Pair y(*cpu, *gpu, {M, N}, yd, std::vector<float>(static_cast<size_t>(M * N), NAN));
+        const Tensor bc = variant == 1 ? b.tc() : Tensor(), bg = variant == 1 ? b.tg() : Tensor();
+        cpu->linear_forward(y.tc(), x.tc(), w.tc(), bc);
+        gpu->linear_forward(y.tg(), x.tg(), w.tg(), bg);
+        std::vector<float> got(y.host.size());
+        if (yd == DType::kF32) gpu->download(got.data(), y.tg());
+        else got = y.got();
+        const double err = rel_l2(got, y.host);
+        std::printf("[err] linear M=%lld K=%lld variant %d: rel_l2 %.3g\n", static_cast<long long>(M),
+                    static_cast<long long>(K), variant, err);
+        EXPECT_LT(err, yd == DType::kF32 ? 1e-4 : 4e-3) << "M=" << M << " K=" << K << " variant " << variant;
+      }
+}
+
 TEST(CudaGenerate, DecoderLogitsMatchCpu) {
   REQUIRE_GPU();
   for (const std::string& name : testing::golden_models()) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/argmax.h"
@@ -31,6 +32,7 @@
 #include "ops/cuda/decode_attention.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/embedding.h"
+#include "ops/cuda/gemv.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/linear.h"
 #include "ops/cuda/qk_norm_rope.h"
@@ -178,6 +180,11 @@ class CudaOps final : public Ops {
     if (present(bias)) {
       expect(bias, DType::kBF16, op, "bias");
       expect_numel(bias, N, op, "bias");
+    }
+    if (env_gemv() && cuda::gemv_fits(M, K, x.data, w.data)) {  // a decode step's few rows
+      cuda::gemv(y.data, f32_out, p<nv_bf16>(x), p<nv_bf16>(w), present(bias) ? p<nv_bf16>(bias) : nullptr, M, N, K,
+                 stream_);
+      return;
     }
     gemm_->run(y.data, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
                present(bias) ? bias.data : nullptr);
