@@ -172,11 +172,11 @@ void Decoder::run(const Buffers& b, int64_t R, int64_t n, bool greedy) {
 
   ops_.embedding_forward(x, b.ids, part(weights_.weights(table_.embed_unit()), 0, {V, C}));
   weights_.release(table_.embed_unit());
+  Tensor w = weights_.weights(table_.block_unit(0));
+  ops_.rmsnorm_forward(h, rstd, x, part(w, o.attn_norm, {C}), eps);
   for (int64_t l = 0; l < c_.num_layers; ++l) {
-    const int u = table_.block_unit(l);
-    const Tensor w = weights_.weights(u);
-    // Transformer::block_forward's ops, with the cached attention.
-    ops_.rmsnorm_forward(h, rstd, x, part(w, o.attn_norm, {C}), eps);
+    // Transformer::block_forward's ops with the cached attention; each residual add is
+    // fused with the norm that follows it (the next block's attention norm is done here).
     ops_.linear_forward(qkv_raw.reshape({R, Q}), h, part(w, o.qkv_w, {Q, C}),
                         c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor());
     const Tensor qn = c_.qk_norm ? part(w, o.q_norm, {hd}) : Tensor();
@@ -185,13 +185,17 @@ void Decoder::run(const Buffers& b, int64_t R, int64_t n, bool greedy) {
     ops_.attention_cached(att.reshape({R, H, hd}), qkv, k_cache_[static_cast<size_t>(l)],
                           v_cache_[static_cast<size_t>(l)], b.slots, b.positions, H, KV);
     ops_.linear_forward(tmp, att, part(w, o.o_w, {C, c_.q_dim()}), Tensor());
-    ops_.add(x, tmp, x);
-    ops_.rmsnorm_forward(h, rstd, x, part(w, o.mlp_norm, {C}), eps);
+    ops_.add_rmsnorm_forward(x, h, rstd, tmp, part(w, o.mlp_norm, {C}), eps);
     ops_.linear_forward(gate_up, h, part(w, o.gate_up_w, {2 * I, C}), Tensor());
     ops_.swiglu_forward(act, gate_up);
     ops_.linear_forward(tmp, act, part(w, o.down_w, {C, I}), Tensor());
-    ops_.add(x, tmp, x);
-    weights_.release(u);
+    weights_.release(table_.block_unit(l));
+    if (l + 1 == c_.num_layers) {
+      ops_.add(x, tmp, x);
+    } else {
+      w = weights_.weights(table_.block_unit(l + 1));
+      ops_.add_rmsnorm_forward(x, h, rstd, tmp, part(w, o.attn_norm, {C}), eps);
+    }
   }
   // The rows that need logits: gathered (an embedding lookup into x), normed, projected.
   const Tensor last = first(last_, n), last_norm = first(last_norm_, n);

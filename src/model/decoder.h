@@ -1,8 +1,10 @@
 // The inference forward of the model: a KV cache, then rows of new tokens.
 //
 // The same blocks as Transformer (model/transformer.h), run through the same ops in the
-// same order, with one difference: attention reads and extends a KV cache
-// (Ops::attention_cached) instead of attending within a fixed (B, T) block. A call runs
+// same order, with two differences: attention reads and extends a KV cache
+// (Ops::attention_cached) instead of attending within a fixed (B, T) block, and each
+// residual add runs fused with the norm after it (Ops::add_rmsnorm_forward, the results of
+// the two ops: fewer kernels per decode step). A call runs
 // any set of rows, each a token of some sequence (its cache slot) at some position, so a
 // prefill of prompts of different lengths (all their tokens, packed without padding) and
 // a decode step (one row per sequence) are the same forward. Only the rows that need

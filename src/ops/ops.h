@@ -98,6 +98,11 @@ class Ops {
   virtual void attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,
                                 Tensor positions, int n_heads, int n_kv_heads) = 0;
 
+  // x += a, then out = RMSNorm(x) * w with rstd (R) F32, over rows of x (R, C): the residual
+  // add and the next norm of an inference step in one pass; the results of add() then
+  // rmsnorm_forward().
+  virtual void add_rmsnorm_forward(Tensor x, Tensor out, Tensor rstd, Tensor a, Tensor w, float eps) = 0;
+
   // out (R) I32: the index of the largest element of each row of x (R, V) F32, the first
   // on ties (greedy decoding without moving the logits to the host).
   virtual void argmax_rows(Tensor out, Tensor x) = 0;

@@ -154,6 +154,26 @@ TEST(CudaGenerate, FewRowLinearMatchesCpu) {
       }
 }
 
+TEST(CudaGenerate, AddRmsnormMatchesCpu) {
+  REQUIRE_GPU();
+  auto cpu = make_cpu_ops();
+  auto gpu = make_cuda_ops(0);
+  for (int64_t C : {64, 2048, 1000}) {
+    const int64_t R = 5;
+    Pair x(*cpu, *gpu, {R, C}, DType::kBF16, randn_bf16(R * C, 4));
+    Pair a(*cpu, *gpu, {R, C}, DType::kBF16, randn_bf16(R * C, 5));
+    Pair w(*cpu, *gpu, {C}, DType::kBF16, randn_bf16(C, 6));
+    Pair out(*cpu, *gpu, {R, C}, DType::kBF16, std::vector<float>(static_cast<size_t>(R * C), NAN));
+    Pair rstd(*cpu, *gpu, {R}, DType::kF32, std::vector<float>(static_cast<size_t>(R), NAN));
+    cpu->add_rmsnorm_forward(x.tc(), out.tc(), rstd.tc(), a.tc(), w.tc(), 1e-6f);
+    gpu->add_rmsnorm_forward(x.tg(), out.tg(), rstd.tg(), a.tg(), w.tg(), 1e-6f);
+    const double ex = rel_l2(x.got(), x.host), eo = rel_l2(out.got(), out.host);
+    std::printf("[err] add_rmsnorm C=%lld: x rel_l2 %.3g, out rel_l2 %.3g\n", static_cast<long long>(C), ex, eo);
+    EXPECT_LT(ex, 4e-3);
+    EXPECT_LT(eo, 1.2e-2);
+  }
+}
+
 TEST(CudaGenerate, DecoderLogitsMatchCpu) {
   REQUIRE_GPU();
   for (const std::string& name : testing::golden_models()) {

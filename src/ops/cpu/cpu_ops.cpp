@@ -421,6 +421,11 @@ class CpuOps final : public Ops {
     });
   }
 
+  void add_rmsnorm_forward(Tensor x, Tensor out, Tensor rstd, Tensor a, Tensor w, float eps) override {
+    add(x, a, x);
+    rmsnorm_forward(out, rstd, x, w, eps);
+  }
+
   void argmax_rows(Tensor out, Tensor x) override {
     const int64_t R = x.rows(), V = x.cols();
     ANVIL_ENSURE(out.numel() == R, kInternal, "argmax_rows: out ", out.shape.str(), " for x ", x.shape.str());

@@ -26,6 +26,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "ops/cuda/adamw.h"
+#include "ops/cuda/add_rmsnorm.h"
 #include "ops/cuda/argmax.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cross_entropy.h"
@@ -365,6 +366,22 @@ class CudaOps final : public Ops {
     cuda::attention_cached(p<nv_bf16>(out), p<nv_bf16>(qkv), p<nv_bf16>(k_cache), p<nv_bf16>(v_cache),
                            p<int32_t>(slots), p<int32_t>(positions), s,
                            scratch(cuda::decode_attention_scratch_bytes(s)), stream_);
+  }
+
+  void add_rmsnorm_forward(Tensor x, Tensor out, Tensor rstd, Tensor a, Tensor w, float eps) override {
+    const char* op = "add_rmsnorm_forward";
+    expect(x, DType::kBF16, op, "x");
+    expect(out, DType::kBF16, op, "out");
+    expect(rstd, DType::kF32, op, "rstd");
+    expect(a, DType::kBF16, op, "a");
+    expect(w, DType::kBF16, op, "w");
+    const int64_t R = x.rows(), C = x.cols();
+    expect_numel(out, R * C, op, "out");
+    expect_numel(a, R * C, op, "a");
+    expect_numel(rstd, R, op, "rstd");
+    expect_numel(w, C, op, "w");
+    cuda::add_rmsnorm_forward(p<nv_bf16>(x), p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(a), p<nv_bf16>(w), R, C, eps,
+                              stream_);
   }
 
   void argmax_rows(Tensor out, Tensor x) override {
