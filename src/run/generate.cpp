@@ -173,7 +173,7 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
     m.decoder->reserve_cache(static_cast<int64_t>(n), std::min(ctx, longest + s.max_new_tokens));
     std::vector<std::mt19937_64> rng;
     std::vector<bool> done(n, false);
-    // Chooses sequence i's next token from logits row `row`; false when the sequence stops.
+    // Appends sequence i's next token (from output row `row`); marks the sequence done when it stops.
     auto choose = [&](size_t i, size_t row) {
       const int32_t id = greedy ? picked[row] : pick_token(logits.data() + row * static_cast<size_t>(V), V, s,
                                                            uniform(rng[i]));
