@@ -27,6 +27,7 @@ constexpr Command kCommands[] = {
     {"bench", "collective bus bandwidth like nccl-tests, or GPU copy bandwidth (p2p)", anvil::cmd_bench},
     {"export", "a checkpoint -> Hugging Face model folder (or one file with the optimizer state)", anvil::cmd_export},
     {"report", "a run's --metrics as one HTML page of charts, and a summary", anvil::cmd_report},
+    {"generate", "continue prompts or chat with a model (KV cache; greedy or sampled)", anvil::cmd_generate},
     {"topo", "how the GPUs are linked (like nvidia-smi topo -m) and what it means for ddp/fsdp", anvil::cmd_topo},
 };
 

@@ -25,6 +25,9 @@ ANVIL_ENV_INT(local_rank, "LOCAL_RANK", -1)
 ANVIL_ENV_INT(master_port, "MASTER_PORT", -1)
 ANVIL_ENV_INT(comm_timeout_s, "ANVIL_COMM_TIMEOUT_S", 600)
 // ANVIL_FAULT (tests of reliability) is read by core/fault.h alone.
+// Linear layers of at most 8 rows (decode steps) through the GEMV kernel (0: cuBLASLt), for
+// timing comparisons.
+ANVIL_ENV_INT(gemv, "ANVIL_GEMV", 1)
 inline std::string env_master_addr() { return env_str("MASTER_ADDR", ""); }
 
 }  // namespace anvil

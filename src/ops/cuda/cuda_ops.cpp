@@ -13,6 +13,7 @@
 //                      cuDNN's workspace, at most attention_scratch_bytes (ops/attention_scratch.h)
 //   bias gradient      min(rows, 264) * cols * 4
 //   cross-entropy      min(N, 512 MiB / (4 V)) * V * 4 + N * 4
+//   cached attention   at most 64 MiB of chunk partials (inference only)
 // plus the cuBLASLt workspace (32 MiB) for the backend's lifetime.
 // Attention runs through cuDNN's fused attention where it supports the shape and through
 // the kernel of attention.cu elsewhere; ANVIL_ATTENTION (attention_cudnn.h) chooses.
@@ -22,17 +23,22 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/cuda/check.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "ops/cuda/adamw.h"
+#include "ops/cuda/add_rmsnorm.h"
+#include "ops/cuda/argmax.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/decode_attention.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/embedding.h"
+#include "ops/cuda/gemv.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/linear.h"
 #include "ops/cuda/qk_norm_rope.h"
@@ -88,6 +94,7 @@ class CudaOps final : public Ops {
 
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
+    for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
     gemm_.reset();
     cudnn_attention_.reset();
     if (scratch_) cudaFree(scratch_);
@@ -172,7 +179,8 @@ class CudaOps final : public Ops {
   // ---- linear layers
   void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) override {
     const char* op = "linear_forward";
-    expect(y, DType::kBF16, op, "y");
+    const bool f32_out = y.dtype == DType::kF32 && !present(bias);  // inference logits
+    if (!f32_out) expect(y, DType::kBF16, op, "y");
     expect(x, DType::kBF16, op, "x");
     expect(w, DType::kBF16, op, "w");
     const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
@@ -182,7 +190,12 @@ class CudaOps final : public Ops {
       expect(bias, DType::kBF16, op, "bias");
       expect_numel(bias, N, op, "bias");
     }
-    gemm_->run(y.data, CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
+    if (env_gemv() && cuda::gemv_fits(M, K, x.data, w.data)) {  // a decode step's few rows
+      cuda::gemv(y.data, f32_out, p<nv_bf16>(x), p<nv_bf16>(w), present(bias) ? p<nv_bf16>(bias) : nullptr, M, N, K,
+                 stream_);
+      return;
+    }
+    gemm_->run(y.data, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
                present(bias) ? bias.data : nullptr);
   }
 
@@ -345,6 +358,82 @@ class CudaOps final : public Ops {
     }
     cuda::attention_backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out), p<float>(lse), s,
                              scratch(cuda::attention_backward_scratch_bytes(s)), stream_);
+  }
+
+  // ---- inference attention against a KV cache (decode_attention.h)
+  void attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots, Tensor positions,
+                        int n_heads, int n_kv_heads) override {
+    const char* op = "attention_cached";
+    expect(out, DType::kBF16, op, "out");
+    expect(qkv, DType::kBF16, op, "qkv");
+    expect(k_cache, DType::kBF16, op, "k_cache");
+    expect(v_cache, DType::kBF16, op, "v_cache");
+    expect(slots, DType::kI32, op, "slots");
+    expect(positions, DType::kI32, op, "positions");
+    ANVIL_ENSURE(k_cache.shape.ndim == 4 && k_cache.dim(1) == n_kv_heads && k_cache.shape == v_cache.shape, kInternal,
+                 op, ": cache ", k_cache.shape.str(), " is not (S, ", n_kv_heads, ", P, head_dim)");
+    cuda::DecodeAttentionShape s;
+    s.rows = slots.numel();
+    s.slots = k_cache.dim(0);
+    s.positions = k_cache.dim(2);
+    s.n_heads = n_heads;
+    s.n_kv_heads = n_kv_heads;
+    s.head_dim = static_cast<int>(k_cache.dim(3));
+    expect_numel(positions, s.rows, op, "positions");
+    expect_numel(qkv, s.rows * (n_heads + 2 * n_kv_heads) * s.head_dim, op, "qkv");
+    expect_numel(out, s.rows * n_heads * s.head_dim, op, "out");
+    cuda::attention_cached(p<nv_bf16>(out), p<nv_bf16>(qkv), p<nv_bf16>(k_cache), p<nv_bf16>(v_cache),
+                           p<int32_t>(slots), p<int32_t>(positions), s,
+                           scratch(cuda::decode_attention_scratch_bytes(s)), stream_);
+  }
+
+  void add_rmsnorm_forward(Tensor x, Tensor out, Tensor rstd, Tensor a, Tensor w, float eps) override {
+    const char* op = "add_rmsnorm_forward";
+    expect(x, DType::kBF16, op, "x");
+    expect(out, DType::kBF16, op, "out");
+    expect(rstd, DType::kF32, op, "rstd");
+    expect(a, DType::kBF16, op, "a");
+    expect(w, DType::kBF16, op, "w");
+    const int64_t R = x.rows(), C = x.cols();
+    expect_numel(out, R * C, op, "out");
+    expect_numel(a, R * C, op, "a");
+    expect_numel(rstd, R, op, "rstd");
+    expect_numel(w, C, op, "w");
+    cuda::add_rmsnorm_forward(p<nv_bf16>(x), p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(a), p<nv_bf16>(w), R, C, eps,
+                              stream_);
+  }
+
+  void argmax_rows(Tensor out, Tensor x) override {
+    expect(out, DType::kI32, "argmax_rows", "out");
+    expect(x, DType::kF32, "argmax_rows", "x");
+    expect_numel(out, x.rows(), "argmax_rows", "out");
+    cuda::argmax_rows(p<int32_t>(out), p<float>(x), x.rows(), x.cols(), stream_);
+  }
+
+  // ---- CUDA graphs: the stream's work between begin and end, instantiated for replay
+  bool can_record() const override { return true; }
+  void begin_recording() override {
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  }
+  int end_recording() override {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t st = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(st);
+    graphs_.push_back(exec);
+    return static_cast<int>(graphs_.size()) - 1;
+  }
+  void replay(int recording) override {
+    ANVIL_ENSURE(recording >= 0 && recording < static_cast<int>(graphs_.size()), kInternal, "replay of recording ",
+                 recording, " of ", graphs_.size());
+    CUDA_CHECK(cudaGraphLaunch(graphs_[static_cast<size_t>(recording)], stream_));
+  }
+  void drop_recordings() override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (cudaGraphExec_t g : graphs_) CUDA_CHECK(cudaGraphExecDestroy(g));
+    graphs_.clear();
   }
 
   // ---- SwiGLU, add
@@ -537,6 +626,7 @@ class CudaOps final : public Ops {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   std::unordered_map<void*, size_t> sizes_;  // live allocations, for memory_stats()
+  std::vector<cudaGraphExec_t> graphs_;      // recordings (inference decode steps)
   MemoryStats stats_;
 };
 
