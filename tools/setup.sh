@@ -4,7 +4,7 @@
 # Usage: tools/setup.sh   (env: ANVIL_BUILD_DIR, default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libgtest-dev libzstd-dev zlib1g-dev libpcre2-dev libutf8proc-dev libsimdjson-dev)
+packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libgtest-dev libzstd-dev zlib1g-dev libpcre2-dev libutf8proc-dev libsimdjson-dev libsnappy-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
