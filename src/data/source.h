@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/json.h"
+#include "data/chat_template.h"  // OrderedJson
 
 namespace anvil {
 
