@@ -15,9 +15,12 @@ int cmd_train(int argc, char** argv) {
                   "gradient accumulation; the loss every --log-every steps, tokens/s and peak memory at the end.");
   a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache")
       .opt("--preset", &o.preset, "NAME", "train a built-in shape from fresh weights instead of --model")
-      .opt("--data", &o.data, "FILE",
-           "chat or text JSONL (plain, .gz, .zst; packed on the fly and cached), a folder made by anvil prepare, "
-           "or safetensors holding input_ids I64 [N, T]", true)
+      .opt("--data", &o.data, "FILE|DIR|ID",
+           "chat or text rows: JSONL (plain, .gz, .zst), .parquet, a folder of them, or a hub dataset id in the "
+           "local cache (packed on the fly and cached); or a folder made by anvil prepare, or safetensors holding "
+           "input_ids I64 [N, T]", true)
+      .opt("--split", &o.split, "NAME", "the split of a hub dataset id")
+      .opt("--data-config", &o.data_config, "NAME", "the config (subset) of a hub dataset id")
       .opt("--tokenizer", &o.tokenizer, "DIR", "tokenizer.json folder for JSONL data [default: the model's]")
       .opt("--data-cache", &o.data_cache, "DIR", "where JSONL data is packed [default: ~/.cache/anvil]")
       .flag("--assistant-only-loss", &o.assistant_only_loss, "train only on the assistant turns of chats")

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "data/packing.h"
 #include "data/sampler.h"
+#include "data/source.h"
 #include "io/hub.h"
 #include "io/safetensors.h"
 #include "run/bench_step.h"
@@ -26,7 +27,8 @@ namespace anvil {
 namespace {
 
 // Training blocks: token ids [N, T] from a safetensors file (input_ids), or a packed block
-// file made by `anvil prepare`, or JSONL prepared on the fly into the cache.
+// file made by `anvil prepare`, or rows (JSONL, Parquet, a folder, a hub dataset id:
+// data/source.h) prepared on the fly into the cache.
 class BlockSource {
  public:
   BlockSource(const TrainOptions& o, const std::string& model_dir, Comm* comm) {
@@ -41,14 +43,14 @@ class BlockSource {
       t_ = ids->shape[1];
       return;
     }
-    if (is_directory(o.data) || (o.data.size() > 4 && o.data.compare(o.data.size() - 4, 4, ".bin") == 0)) {
+    if (is_packed_dataset(o.data)) {
       packed_ = std::make_unique<PackedDataset>(PackedDataset::open(o.data));
     } else {
       PrepareOptions p;
       p.tokenizer = !o.tokenizer.empty() ? o.tokenizer : model_dir;
       ANVIL_ENSURE(!p.tokenizer.empty(), kUsage, "anvil train: --tokenizer is needed to read JSONL with --preset");
       ANVIL_ENSURE(o.seq_len >= 2, kUsage, "anvil train: --seq-len is needed to pack JSONL data");
-      p.data = {o.data};
+      p.data = resolve_data_source(o.data, o.split, o.data_config);
       p.seq_len = o.seq_len;
       p.assistant_only_loss = o.assistant_only_loss;
       p.skip_bad_rows = o.skip_bad_rows;
