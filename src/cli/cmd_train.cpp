@@ -21,10 +21,10 @@ int cmd_train(int argc, char** argv) {
            "input_ids I64 [N, T]", true)
       .opt("--split", &o.split, "NAME", "the split of a hub dataset id")
       .opt("--data-config", &o.data_config, "NAME", "the config (subset) of a hub dataset id")
-      .opt("--tokenizer", &o.tokenizer, "DIR", "tokenizer.json folder for JSONL data [default: the model's]")
-      .opt("--data-cache", &o.data_cache, "DIR", "where JSONL data is packed [default: ~/.cache/anvil]")
+      .opt("--tokenizer", &o.tokenizer, "DIR", "tokenizer.json folder for row data (JSONL, Parquet) [default: the model's]")
+      .opt("--data-cache", &o.data_cache, "DIR", "where row data is packed [default: ~/.cache/anvil]")
       .flag("--assistant-only-loss", &o.assistant_only_loss, "train only on the assistant turns of chats")
-      .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed JSONL rows instead of stopping")
+      .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed rows instead of stopping")
       .opt("--device", &o.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]")
       .choice("--mode", &o.mode, {"ddp", "fsdp"}, "replicated (ddp) or sharded (fsdp) parameters")
       .opt("--nproc-per-node", &nproc, "gpu|N",

@@ -48,8 +48,8 @@ class BlockSource {
     } else {
       PrepareOptions p;
       p.tokenizer = !o.tokenizer.empty() ? o.tokenizer : model_dir;
-      ANVIL_ENSURE(!p.tokenizer.empty(), kUsage, "anvil train: --tokenizer is needed to read JSONL with --preset");
-      ANVIL_ENSURE(o.seq_len >= 2, kUsage, "anvil train: --seq-len is needed to pack JSONL data");
+      ANVIL_ENSURE(!p.tokenizer.empty(), kUsage, "anvil train: --tokenizer is needed to read rows with --preset");
+      ANVIL_ENSURE(o.seq_len >= 2, kUsage, "anvil train: --seq-len is needed to pack row data");
       p.data = resolve_data_source(o.data, o.split, o.data_config);
       p.seq_len = o.seq_len;
       p.assistant_only_loss = o.assistant_only_loss;
