@@ -7,7 +7,8 @@ The rows: real chats, then edge cases (null messages, an empty list, a null mess
 role or content, non-ASCII text, long content spanning pages). Variants: every codec,
 dictionary on and off (and a dictionary that falls back to PLAIN), data pages v1 and v2,
 the DELTA string encodings, row groups of 7 rows, small pages, extra columns and fields
-(ignored), pyarrow's non-compliant list naming, a text dataset, an empty file.
+(ignored), pyarrow's non-compliant list naming, large list and string types, a text
+dataset, an empty file.
 """
 import json
 import sys
@@ -60,7 +61,7 @@ def write(name, t, **kw):
                 if k in r:
                     v = r[k]
                     if k == "messages" and v is not None:
-                        v = [None if m is None else {"role": m["role"], "content": m["content"]} for m in v]
+                        v = [None if m is None else {f: m[f] for f in m if f in ("role", "content")} for m in v]
                     keep[k] = v
             f.write(json.dumps(keep, ensure_ascii=False) + "\n")
 
@@ -77,6 +78,13 @@ for enc in ("DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY"):
 write("chats-dict-fallback", table, compression="zstd", dictionary_pagesize_limit=64)
 write("chats-one-group", table, compression="snappy", row_group_size=1 << 20, data_page_size=1 << 20)
 write("chats-item-naming", table, compression="gzip", use_compliant_nested_type=False)
+# Large list and string types, the fields in the other order (as trl-lib/Capybara has them).
+swapped = [{**r, "messages": None if r["messages"] is None else
+            [None if m is None else {"content": m["content"], "role": m["role"]} for m in r["messages"]]}
+           for r in table.to_pylist()]
+large = pa.schema([("id", pa.int64()), ("messages", pa.large_list(pa.struct(
+    [("content", pa.large_string()), ("role", pa.large_string())]))), ("source", pa.large_string())])
+write("chats-large-types", pa.Table.from_pylist(swapped, schema=large), compression="zstd")
 for version in ("1.0", "2.0"):
     write("text-v%s" % version[0], text_table, compression="zstd", data_page_version=version)
 write("text-delta", text_table, compression="none", use_dictionary=False,
