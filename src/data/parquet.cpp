@@ -177,6 +177,79 @@ File::Chunk parse_column_chunk(Thrift& t, bool* external) {
   return c;
 }
 
+RawSchemaElement parse_schema_element(Thrift& t) {
+  RawSchemaElement e;
+  t.read_struct([&](int32_t f, int) {
+    switch (f) {
+      case 1: e.type = t.i32(); return true;
+      case 3: e.repetition = t.i32(); return true;
+      case 4: e.name = std::string(t.binary()); return true;
+      case 5: e.num_children = t.i32(); return true;
+      case 6: e.converted_type = t.i32(); return true;
+      default: return false;
+    }
+  });
+  return e;
+}
+
+File::RowGroup parse_row_group(Thrift& t) {
+  File::RowGroup g;
+  t.read_struct([&](int32_t f, int) {
+    if (f == 1) {
+      t.read_list([&](int) {
+        bool external = false;
+        g.columns.push_back(parse_column_chunk(t, &external));
+        if (external) t.fail("a column chunk in another file (file_path) is not supported");
+      });
+      return true;
+    }
+    if (f == 3) {
+      g.num_rows = t.zigzag();
+      return true;
+    }
+    return false;
+  });
+  return g;
+}
+
+// The schema tree from the footer's depth-first list, with each node's levels and path.
+std::vector<SchemaNode> build_schema(const std::vector<RawSchemaElement>& raw, Thrift& t, int* leaves) {
+  if (raw.empty()) t.fail("empty schema");
+  std::vector<SchemaNode> schema;
+  size_t next = 0;
+  std::function<int(int, int)> build = [&](int parent, int depth) -> int {
+    if (next >= raw.size()) t.fail("schema children past the end of the schema");
+    if (depth > 64) t.fail("schema nested too deeply");
+    const int id = static_cast<int>(schema.size());
+    const RawSchemaElement& e = raw[next++];
+    SchemaNode n;
+    n.name = e.name;
+    n.repetition = static_cast<Repetition>(e.repetition);
+    n.converted_type = e.converted_type;
+    n.parent = parent;
+    if (parent >= 0) {
+      const SchemaNode& p = schema[static_cast<size_t>(parent)];
+      n.max_def = p.max_def + (n.repetition != Repetition::kRequired ? 1 : 0);
+      n.max_rep = p.max_rep + (n.repetition == Repetition::kRepeated ? 1 : 0);
+      n.path = p.parent >= 0 ? p.path + "." + e.name : e.name;
+    }
+    if (n.max_def > 255 || n.max_rep > 255) t.fail("schema nested too deeply");
+    if (e.num_children <= 0) {
+      n.type = e.type;
+      n.column = (*leaves)++;
+    }
+    schema.push_back(std::move(n));
+    for (int k = 0; k < e.num_children; ++k) {
+      const int child = build(id, depth + 1);
+      schema[static_cast<size_t>(id)].children.push_back(child);
+    }
+    return id;
+  };
+  build(-1, 0);
+  if (next != raw.size()) t.fail(cat("schema has ", raw.size() - next, " stray elements"));
+  return schema;
+}
+
 // ---------------------------------------------------------------------------------------
 // Levels and values
 
@@ -390,6 +463,211 @@ const char* type_name(int32_t t) {
   return t >= 0 && t < 8 ? names[t] : "GROUP";
 }
 
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Pages
+
+struct PageHeader {
+  int32_t type = -1, usize = -1, csize = -1;  // 0 data v1, 1 index, 2 dictionary, 3 data v2
+  int32_t num_values = -1, encoding = -1, def_enc = 3, rep_enc = 3;
+  int32_t def_len = 0, rep_len = 0;  // v2: level bytes before the values
+  bool v2_compressed = true;
+};
+
+PageHeader parse_page_header(Thrift& t) {
+  PageHeader h;
+  t.read_struct([&](int32_t id, int) {
+    switch (id) {
+      case 1: h.type = t.i32(); return true;
+      case 2: h.usize = t.i32(); return true;
+      case 3: h.csize = t.i32(); return true;
+      case 5:  // DataPageHeader
+      case 7:  // DictionaryPageHeader
+      case 8:  // DataPageHeaderV2
+        t.read_struct([&](int32_t f, int) {
+          const auto set = [&](int32_t& field) {
+            field = t.i32();
+            return true;
+          };
+          if (f == 1) return set(h.num_values);
+          if ((f == 2 && id != 8) || (f == 4 && id == 8)) return set(h.encoding);
+          if (id == 5 && f == 3) return set(h.def_enc);
+          if (id == 5 && f == 4) return set(h.rep_enc);
+          if (id == 8 && f == 5) return set(h.def_len);
+          if (id == 8 && f == 6) return set(h.rep_len);
+          if (id == 8 && f == 7) {
+            h.v2_compressed = t.bool_field();
+            return true;
+          }
+          return false;
+        });
+        return true;
+      default: return false;
+    }
+  });
+  return h;
+}
+
+// Decodes the pages of one column chunk of BYTE_ARRAY values into a ColumnData.
+class ChunkDecoder {
+ public:
+  ChunkDecoder(const SchemaNode& node, const File::Chunk& chunk, std::string where)
+      : node_(node), chunk_(chunk), where_(std::move(where)), fail_fn_([this](const std::string& w) { fail(w); }) {
+    if (chunk.type != kByteArray) unsupported(cat("type ", type_name(chunk.type), " (strings only)"));
+    if (chunk.codec != 0 && chunk.codec != 1 && chunk.codec != 2 && chunk.codec != 6)
+      unsupported(cat("codec ", codec_name(chunk.codec)));
+  }
+
+  [[noreturn]] void fail(const std::string& what) const { raise(ErrorKind::kInvalidInput, where_, ": ", what); }
+  [[noreturn]] void unsupported(const std::string& what) const {
+    raise(ErrorKind::kUnsupported, where_, ": ", what, " is not supported by anvil's Parquet reader");
+  }
+
+  ColumnData run(const uint8_t* p, const uint8_t* end, const uint8_t* file) {
+    while (out_.num_entries < chunk_.num_values) {
+      if (p >= end) fail(cat("pages end after ", out_.num_entries, " of ", chunk_.num_values, " values"));
+      Thrift t(p, end, [&] { return cat(where_, ": page header at byte ", p - file); });
+      const PageHeader h = parse_page_header(t);
+      const uint8_t* payload = t.pos();
+      if (h.usize < 0 || h.csize < 0 || h.csize > end - payload)
+        fail(cat("page at byte ", p - file, " has bad sizes (", h.csize, " compressed, ", h.usize, " uncompressed)"));
+      p = payload + h.csize;
+      if (h.type == 1) continue;  // index page
+      if (h.num_values < 0) fail(cat("page at byte ", payload - file, " without a page header"));
+      if (h.type == 2) {
+        dictionary_page(h, payload);
+      } else if (h.type == 0 || h.type == 3) {
+        data_page(h, payload);
+      } else {
+        unsupported(cat("page type ", h.type));
+      }
+    }
+    if (out_.num_entries != chunk_.num_values)
+      fail(cat("pages hold ", out_.num_entries, " values, the chunk says ", chunk_.num_values));
+    if (node_.max_rep > 0 && !out_.rep.empty() && out_.rep[0] != 0) fail("the first value does not start a row");
+    return std::move(out_);
+  }
+
+ private:
+  // n bytes at src decompressed into exactly `size` bytes (src itself when uncompressed).
+  const uint8_t* decompress(const uint8_t* src, size_t n, size_t size) {
+    if (chunk_.codec == 0) {
+      if (n != size) fail(cat("uncompressed page of ", n, " bytes, header says ", size));
+      return src;
+    }
+    if (size == 0) return src;  // nothing to decode (a page of nulls)
+    page_buf_.resize(size);
+    bool ok = false;
+    const auto* s = reinterpret_cast<const char*>(src);
+    if (chunk_.codec == 1) {
+      size_t len = 0;
+      ok = snappy::GetUncompressedLength(s, n, &len) && len == size && snappy::RawUncompress(s, n, page_buf_.data());
+    } else if (chunk_.codec == 2) {
+      z_stream z{};
+      if (inflateInit2(&z, 15 + 32) == Z_OK) {
+        z.next_in = const_cast<Bytef*>(src);
+        z.avail_in = static_cast<uInt>(n);
+        z.next_out = reinterpret_cast<Bytef*>(page_buf_.data());
+        z.avail_out = static_cast<uInt>(size);
+        ok = inflate(&z, Z_FINISH) == Z_STREAM_END && z.total_out == size;
+        inflateEnd(&z);
+      }
+    } else {
+      const size_t r = ZSTD_decompress(page_buf_.data(), size, src, n);
+      ok = !ZSTD_isError(r) && r == size;
+    }
+    if (!ok) fail(cat("corrupt ", codec_name(chunk_.codec), " page (", n, " bytes, expected ", size, " out)"));
+    return reinterpret_cast<const uint8_t*>(page_buf_.data());
+  }
+
+  void dictionary_page(const PageHeader& h, const uint8_t* payload) {
+    if (have_dict_) fail("a second dictionary page");
+    if (h.encoding != 0 && h.encoding != 2) unsupported(cat("dictionary encoding ", encoding_name(h.encoding)));
+    const uint8_t* data = decompress(payload, static_cast<size_t>(h.csize), static_cast<size_t>(h.usize));
+    Cursor c{data, data + h.usize, fail_fn_};
+    decode_plain_strings(c, static_cast<size_t>(h.num_values), Strings{&dict_bytes_, &dict_offsets_});
+    have_dict_ = true;
+  }
+
+  // v1: levels (length-prefixed) and values compressed together; v2: levels uncompressed
+  // and without prefixes, then the values, compressed or not.
+  void data_page(const PageHeader& h, const uint8_t* payload) {
+    const auto n = static_cast<size_t>(h.num_values);
+    if (h.num_values > chunk_.num_values - out_.num_entries) fail("pages hold more values than the column chunk");
+    const size_t first = static_cast<size_t>(out_.num_entries);
+    Cursor c{nullptr, nullptr, fail_fn_};
+    if (h.type == 0) {
+      c.p = decompress(payload, static_cast<size_t>(h.csize), static_cast<size_t>(h.usize));
+      c.end = c.p + h.usize;
+      if (node_.max_rep > 0) prefixed_levels(c, h.rep_enc, node_.max_rep, n, "repetition level", out_.rep);
+      if (node_.max_def > 0) prefixed_levels(c, h.def_enc, node_.max_def, n, "definition level", out_.def);
+    } else {
+      if (h.rep_len < 0 || h.def_len < 0 || static_cast<int64_t>(h.rep_len) + h.def_len > std::min(h.csize, h.usize))
+        fail("page v2 level lengths exceed the page");
+      Cursor rc{payload, payload + h.rep_len, fail_fn_}, dc{payload + h.rep_len, payload + h.rep_len + h.def_len, fail_fn_};
+      if (node_.max_rep > 0) decode_levels(rc, node_.max_rep, n, "repetition level", out_.rep);
+      if (node_.max_def > 0) decode_levels(dc, node_.max_def, n, "definition level", out_.def);
+      const uint8_t* values = dc.end;
+      const auto vc = static_cast<size_t>(h.csize - h.rep_len - h.def_len);
+      const auto vu = static_cast<size_t>(h.usize - h.rep_len - h.def_len);
+      const bool compressed = h.v2_compressed && chunk_.codec != 0;
+      c.p = compressed ? decompress(values, vc, vu) : values;
+      c.end = c.p + (compressed ? vu : vc);
+    }
+    out_.num_entries += h.num_values;
+    // Values exist where the definition level is the maximum.
+    const size_t present = node_.max_def == 0 ? n
+                                              : static_cast<size_t>(std::count(out_.def.begin() + static_cast<std::ptrdiff_t>(first),
+                                                                               out_.def.end(), static_cast<uint8_t>(node_.max_def)));
+    decode_values(c, h.encoding, present);
+  }
+
+  void prefixed_levels(Cursor& c, int32_t encoding, int max_level, size_t n, const char* what, std::vector<uint8_t>& out) {
+    if (encoding != 3) unsupported(cat(what, " encoding ", encoding_name(encoding)));
+    const uint32_t len = c.u32le();
+    c.need(len, what);
+    Cursor lc{c.p, c.p + len, fail_fn_};
+    decode_levels(lc, max_level, n, what, out);
+    c.p += len;
+  }
+
+  void decode_values(Cursor& c, int32_t encoding, size_t n) {
+    Strings s{&out_.bytes, &out_.offsets};
+    switch (encoding) {
+      case 0: decode_plain_strings(c, n, s); return;
+      case 2:
+      case 8: {
+        if (!have_dict_) fail(cat(encoding_name(encoding), " page without a dictionary page"));
+        c.need(1, "dictionary index bit width");
+        const int w = *c.p++;
+        if (w > 32) fail(cat("dictionary index bit width ", w));
+        const uint64_t dict_size = dict_offsets_.size() - 1;
+        if (n > 0 && dict_size == 0) fail("dictionary indices into an empty dictionary");
+        decode_hybrid(c, w, n, dict_size - 1, "dictionary index", indices_);
+        for (uint64_t i : indices_) s.add(dict_bytes_.data() + dict_offsets_[i], dict_offsets_[i + 1] - dict_offsets_[i]);
+        return;
+      }
+      case 6: decode_delta_length(c, n, s); return;
+      case 7: decode_delta_strings(c, n, s); return;
+      default: unsupported(cat("encoding ", encoding_name(encoding), " (", encoding, ")"));
+    }
+  }
+
+  const SchemaNode& node_;
+  const File::Chunk& chunk_;
+  std::string where_;
+  std::function<void(const std::string&)> fail_fn_;  // for Cursor
+  ColumnData out_;
+  std::string dict_bytes_;
+  std::vector<uint64_t> dict_offsets_{0};
+  bool have_dict_ = false;
+  std::vector<char> page_buf_;
+  std::vector<uint64_t> indices_;
+};
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------
 // File
 
@@ -434,83 +712,14 @@ void File::parse_footer() {
   std::vector<RawSchemaElement> raw;
   t.read_struct([&](int32_t id, int) {
     switch (id) {
-      case 2:
-        t.read_list([&](int) {
-          RawSchemaElement e;
-          t.read_struct([&](int32_t f, int) {
-            switch (f) {
-              case 1: e.type = t.i32(); return true;
-              case 3: e.repetition = t.i32(); return true;
-              case 4: e.name = std::string(t.binary()); return true;
-              case 5: e.num_children = t.i32(); return true;
-              case 6: e.converted_type = t.i32(); return true;
-              default: return false;
-            }
-          });
-          raw.push_back(std::move(e));
-        });
-        return true;
+      case 2: t.read_list([&](int) { raw.push_back(parse_schema_element(t)); }); return true;
       case 3: num_rows_ = t.zigzag(); return true;
-      case 4:
-        t.read_list([&](int) {
-          RowGroup g;
-          t.read_struct([&](int32_t f, int) {
-            if (f == 1) {
-              t.read_list([&](int) {
-                bool external = false;
-                g.columns.push_back(parse_column_chunk(t, &external));
-                if (external) t.fail("a column chunk in another file (file_path) is not supported");
-              });
-              return true;
-            }
-            if (f == 3) {
-              g.num_rows = t.zigzag();
-              return true;
-            }
-            return false;
-          });
-          groups_.push_back(std::move(g));
-        });
-        return true;
+      case 4: t.read_list([&](int) { groups_.push_back(parse_row_group(t)); }); return true;
       default: return false;
     }
   });
-
-  // The schema tree, depth first.
-  ANVIL_ENSURE(!raw.empty(), kInvalidInput, path, ": footer: empty schema");
-  size_t next = 0;
   int leaves = 0;
-  std::function<int(int, int)> build = [&](int parent, int depth) -> int {
-    if (next >= raw.size()) t.fail("schema children past the end of the schema");
-    if (depth > 64) t.fail("schema nested too deeply");
-    const int id = static_cast<int>(schema_.size());
-    const RawSchemaElement& e = raw[next++];
-    SchemaNode n;
-    n.name = e.name;
-    n.repetition = static_cast<Repetition>(e.repetition);
-    n.converted_type = e.converted_type;
-    n.parent = parent;
-    if (parent >= 0) {
-      const SchemaNode& p = schema_[static_cast<size_t>(parent)];
-      n.max_def = p.max_def + (n.repetition != Repetition::kRequired ? 1 : 0);
-      n.max_rep = p.max_rep + (n.repetition == Repetition::kRepeated ? 1 : 0);
-      n.path = p.parent >= 0 ? p.path + "." + e.name : e.name;
-    }
-    if (n.max_def > 255 || n.max_rep > 255) t.fail("schema nested too deeply");
-    if (e.num_children <= 0) {
-      n.type = e.type;
-      n.column = leaves++;
-    }
-    schema_.push_back(std::move(n));
-    for (int k = 0; k < e.num_children; ++k) {
-      const int child = build(id, depth + 1);
-      schema_[static_cast<size_t>(id)].children.push_back(child);
-    }
-    return id;
-  };
-  if (raw[0].num_children > static_cast<int32_t>(raw.size())) t.fail("bad schema");
-  build(-1, 0);
-  ANVIL_ENSURE(next == raw.size(), kInvalidInput, path, ": footer: schema has ", raw.size() - next, " stray elements");
+  schema_ = build_schema(raw, t, &leaves);
   for (size_t g = 0; g < groups_.size(); ++g)
     ANVIL_ENSURE(static_cast<int>(groups_[g].columns.size()) == leaves, kInvalidInput, path, ": row group ", g,
                  ": ", groups_[g].columns.size(), " column chunks for ", leaves, " leaf columns");
@@ -529,198 +738,14 @@ int File::top_level(std::string_view name) const {
 ColumnData File::read_column(int g, int node_index) const {
   const SchemaNode& node = schema_[static_cast<size_t>(node_index)];
   const Chunk& chunk = groups_[static_cast<size_t>(g)].columns[static_cast<size_t>(node.column)];
-  const std::string where = cat(path_, ": row group ", g, ", column ", node.path);
-  const std::function<void(const std::string&)> fail = [&](const std::string& what) {
-    raise(ErrorKind::kInvalidInput, where, ": ", what);
-  };
-  const auto unsupported = [&](const std::string& what) {
-    raise(ErrorKind::kUnsupported, where, ": ", what, " is not supported by anvil's Parquet reader");
-  };
-  if (chunk.type != kByteArray) unsupported(cat("type ", type_name(chunk.type), " (strings only)"));
-  if (chunk.codec < 0 || chunk.codec > 7 || (chunk.codec != 0 && chunk.codec != 1 && chunk.codec != 2 && chunk.codec != 6))
-    unsupported(cat("codec ", codec_name(chunk.codec)));
+  ChunkDecoder d(node, chunk, cat(path_, ": row group ", g, ", column ", node.path));
   if (chunk.num_values == 0) return ColumnData{};  // an empty row group (pyarrow writes a dictionary page only)
   int64_t start = chunk.data_page_offset;
   if (chunk.dictionary_page_offset > 0 && chunk.dictionary_page_offset < start) start = chunk.dictionary_page_offset;
   if (start < 4 || chunk.total_compressed_size < 0 ||
       static_cast<uint64_t>(start) + static_cast<uint64_t>(chunk.total_compressed_size) > size_ - 8)
-    fail(cat("column chunk [", start, ", +", chunk.total_compressed_size, ") lies outside the file"));
-  const uint8_t* p = data_ + start;
-  const uint8_t* end = p + chunk.total_compressed_size;
-
-  ColumnData out;
-  std::string dict_bytes;
-  std::vector<uint64_t> dict_offsets{0};
-  bool have_dict = false;
-  std::vector<char> page_buf;
-  std::vector<uint64_t> indices;
-
-  // Decompresses n bytes at src into a buffer of exactly `size` bytes (or returns src).
-  const auto decompress = [&](const uint8_t* src, size_t n, size_t size) -> const uint8_t* {
-    if (chunk.codec == 0) {
-      if (n != size) fail(cat("uncompressed page of ", n, " bytes, header says ", size));
-      return src;
-    }
-    if (size == 0) return src;  // nothing to decode (a page of nulls)
-    page_buf.resize(std::max<size_t>(size, 1));
-    bool ok = false;
-    const auto* s = reinterpret_cast<const char*>(src);
-    if (chunk.codec == 1) {
-      size_t len = 0;
-      ok = snappy::GetUncompressedLength(s, n, &len) && len == size && snappy::RawUncompress(s, n, page_buf.data());
-    } else if (chunk.codec == 2) {
-      z_stream z{};
-      if (inflateInit2(&z, 15 + 32) == Z_OK) {
-        z.next_in = const_cast<Bytef*>(src);
-        z.avail_in = static_cast<uInt>(n);
-        z.next_out = reinterpret_cast<Bytef*>(page_buf.data());
-        z.avail_out = static_cast<uInt>(size);
-        ok = inflate(&z, Z_FINISH) == Z_STREAM_END && z.total_out == size;
-        inflateEnd(&z);
-      }
-    } else {
-      const size_t r = ZSTD_decompress(page_buf.data(), size, src, n);
-      ok = !ZSTD_isError(r) && r == size;
-    }
-    if (!ok) fail(cat("corrupt ", codec_name(chunk.codec), " page (", n, " bytes, expected ", size, " out)"));
-    return reinterpret_cast<const uint8_t*>(page_buf.data());
-  };
-
-  const auto decode_values = [&](Cursor& c, int32_t encoding, size_t n) {
-    Strings s{&out.bytes, &out.offsets};
-    switch (encoding) {
-      case 0: decode_plain_strings(c, n, s); return;
-      case 2:
-      case 8: {
-        if (!have_dict) fail(cat(encoding_name(encoding), " page without a dictionary page"));
-        c.need(1, "dictionary index bit width");
-        const int w = *c.p++;
-        if (w > 32) fail(cat("dictionary index bit width ", w));
-        const uint64_t dict_size = dict_offsets.size() - 1;
-        if (n > 0 && dict_size == 0) fail("dictionary indices into an empty dictionary");
-        decode_hybrid(c, w, n, dict_size - 1, "dictionary index", indices);
-        for (uint64_t i : indices) s.add(dict_bytes.data() + dict_offsets[i], dict_offsets[i + 1] - dict_offsets[i]);
-        return;
-      }
-      case 6: decode_delta_length(c, n, s); return;
-      case 7: decode_delta_strings(c, n, s); return;
-      default: unsupported(cat("encoding ", encoding_name(encoding), " (", encoding, ")"));
-    }
-  };
-
-  // Levels, then the count of non-null values among them.
-  const auto non_null = [&](size_t first_entry) {
-    if (node.max_def == 0) return static_cast<size_t>(out.num_entries) - first_entry;
-    return static_cast<size_t>(std::count(out.def.begin() + static_cast<std::ptrdiff_t>(first_entry), out.def.end(),
-                                           static_cast<uint8_t>(node.max_def)));
-  };
-
-  while (out.num_entries < chunk.num_values) {
-    if (p >= end) fail(cat("pages end after ", out.num_entries, " of ", chunk.num_values, " values"));
-    int32_t type = -1, usize = -1, csize = -1;
-    int32_t num_values = -1, encoding = -1, def_enc = 3, rep_enc = 3, def_len = 0, rep_len = 0;
-    bool v2_compressed = true;
-    Thrift t(p, end, [&] { return cat(where, ": page header at byte ", p - data_); });
-    const auto page_fields = [&](int32_t f, int) {
-      switch (f) {
-        case 1: num_values = t.i32(); return true;
-        case 2: encoding = t.i32(); return true;
-        default: return false;
-      }
-    };
-    t.read_struct([&](int32_t id, int) {
-      switch (id) {
-        case 1: type = t.i32(); return true;
-        case 2: usize = t.i32(); return true;
-        case 3: csize = t.i32(); return true;
-        case 5:
-          t.read_struct([&](int32_t f, int ft) {
-            if (f == 3) return def_enc = t.i32(), true;
-            if (f == 4) return rep_enc = t.i32(), true;
-            return page_fields(f, ft);
-          });
-          return true;
-        case 7: t.read_struct(page_fields); return true;
-        case 8:
-          t.read_struct([&](int32_t f, int ft) {
-            switch (f) {
-              case 1: num_values = t.i32(); return true;
-              case 4: encoding = t.i32(); return true;
-              case 5: def_len = t.i32(); return true;
-              case 6: rep_len = t.i32(); return true;
-              case 7: v2_compressed = t.bool_field(); return true;
-              default: (void)ft; return false;
-            }
-          });
-          return true;
-        default: return false;
-      }
-    });
-    const uint8_t* payload = t.pos();
-    if (usize < 0 || csize < 0 || csize > end - payload) fail(cat("page at byte ", p - data_, " has bad sizes (", csize, " compressed, ", usize, " uncompressed)"));
-    p = payload + csize;
-    if (type == 1) continue;  // index page
-    if (num_values < 0) fail(cat("page at byte ", payload - data_, " without a page header"));
-    const auto n = static_cast<size_t>(num_values);
-    if (type == 2) {  // dictionary
-      if (have_dict) fail("a second dictionary page");
-      if (encoding != 0 && encoding != 2) unsupported(cat("dictionary encoding ", encoding_name(encoding)));
-      Cursor c{decompress(payload, static_cast<size_t>(csize), static_cast<size_t>(usize)), nullptr, fail};
-      c.end = c.p + usize;
-      decode_plain_strings(c, n, Strings{&dict_bytes, &dict_offsets});
-      have_dict = true;
-      continue;
-    }
-    if (type != 0 && type != 3) unsupported(cat("page type ", type));
-    if (static_cast<int64_t>(n) > chunk.num_values - out.num_entries) fail("pages hold more values than the column chunk");
-    const size_t first = static_cast<size_t>(out.num_entries);
-    Cursor c{nullptr, nullptr, fail};
-    if (type == 0) {  // v1: levels and values compressed together, levels length-prefixed
-      c.p = decompress(payload, static_cast<size_t>(csize), static_cast<size_t>(usize));
-      c.end = c.p + usize;
-      if (node.max_rep > 0) {
-        if (rep_enc != 3) unsupported(cat("repetition level encoding ", encoding_name(rep_enc)));
-        const uint32_t len = c.u32le();
-        c.need(len, "repetition levels");
-        Cursor lc{c.p, c.p + len, fail};
-        decode_levels(lc, node.max_rep, n, "repetition level", out.rep);
-        c.p += len;
-      }
-      if (node.max_def > 0) {
-        if (def_enc != 3) unsupported(cat("definition level encoding ", encoding_name(def_enc)));
-        const uint32_t len = c.u32le();
-        c.need(len, "definition levels");
-        Cursor lc{c.p, c.p + len, fail};
-        decode_levels(lc, node.max_def, n, "definition level", out.def);
-        c.p += len;
-      }
-    } else {  // v2: levels uncompressed, without length prefixes; then values
-      if (rep_len < 0 || def_len < 0 || static_cast<int64_t>(rep_len) + def_len > csize || rep_len + def_len > usize)
-        fail("page v2 level lengths exceed the page");
-      if (node.max_rep > 0) {
-        Cursor lc{payload, payload + rep_len, fail};
-        decode_levels(lc, node.max_rep, n, "repetition level", out.rep);
-      }
-      if (node.max_def > 0) {
-        Cursor lc{payload + rep_len, payload + rep_len + def_len, fail};
-        decode_levels(lc, node.max_def, n, "definition level", out.def);
-      }
-      const uint8_t* values = payload + rep_len + def_len;
-      const size_t vc = static_cast<size_t>(csize - rep_len - def_len), vu = static_cast<size_t>(usize - rep_len - def_len);
-      if (v2_compressed && chunk.codec != 0) {
-        c.p = decompress(values, vc, vu);
-        c.end = c.p + vu;
-      } else {
-        c.p = values;
-        c.end = values + vc;
-      }
-    }
-    out.num_entries += num_values;
-    decode_values(c, encoding, non_null(first));
-  }
-  if (out.num_entries != chunk.num_values) fail(cat("pages hold ", out.num_entries, " values, the chunk says ", chunk.num_values));
-  if (node.max_rep > 0 && !out.rep.empty() && out.rep[0] != 0) fail("the first value does not start a row");
-  return out;
+    d.fail(cat("column chunk [", start, ", +", chunk.total_compressed_size, ") lies outside the file"));
+  return d.run(data_ + start, data_ + start + chunk.total_compressed_size, data_);
 }
 
 }  // namespace anvil::parquet

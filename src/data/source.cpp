@@ -318,55 +318,61 @@ class ParquetReader : public RowReader {
     rows_ = file_.row_group_rows(g);
     first_row_ += rows_;
     pos_ = 0;
-    const auto n = static_cast<size_t>(rows_);
-    const auto fail = [&](const std::string& column, const std::string& what) {
-      raise(ErrorKind::kInvalidInput, file_.path(), ": row group ", g, ", column ", column, ": ", what);
-    };
-    const auto read = [&](int node, const std::string& name) {
-      Group::Column c;
-      c.node = node;
-      c.name = name;
-      c.max_def = file_.schema()[static_cast<size_t>(node)].max_def;
-      c.data = file_.read_column(g, node);
-      return c;
-    };
-    // Per-entry value index: values exist only where def == max_def.
-    const auto index_values = [&](Group::Column& c, const std::vector<size_t>& starts) {
-      c.value_start.resize(starts.size());
-      size_t v = 0, k = 0;
-      for (size_t r = 0; r < starts.size(); ++r) {
-        for (; k < starts[r]; ++k) v += c.max_def == 0 || c.data.def[k] == c.max_def;
-        c.value_start[r] = v;
-      }
-    };
-    if (text_node_ >= 0) {
-      grp->text = read(text_node_, "text");
-      const std::string& col = file_.schema()[static_cast<size_t>(text_node_)].path;
-      if (grp->text.data.num_entries != rows_) fail(col, cat(grp->text.data.num_entries, " values for ", rows_, " rows"));
-      std::vector<size_t> starts(n);
-      for (size_t r = 0; r < n; ++r) starts[r] = r;
-      index_values(grp->text, starts);
-    }
-    if (!layout_.leaves.empty() && layout_.node >= 0) {
-      for (size_t f = 0; f < layout_.leaves.size(); ++f)
-        grp->message_fields.push_back(read(layout_.leaves[f], layout_.names[f]));
-      const parquet::ColumnData& lead = grp->message_fields[0].data;
-      const std::string& lead_col = file_.schema()[static_cast<size_t>(layout_.leaves[0])].path;
-      for (size_t f = 1; f < grp->message_fields.size(); ++f) {
-        const parquet::ColumnData& o = grp->message_fields[f].data;
-        bool same = o.rep == lead.rep;
-        for (size_t k = 0; same && k < o.def.size(); ++k)
-          same = std::min<int>(o.def[k], layout_.d_element) == std::min<int>(lead.def[k], layout_.d_element);
-        if (!same) fail(file_.schema()[static_cast<size_t>(layout_.leaves[f])].path, cat("its lists disagree with ", lead_col));
-      }
-      grp->entry_start.clear();
-      for (size_t k = 0; k < lead.rep.size(); ++k)
-        if (lead.rep[k] == 0) grp->entry_start.push_back(k);
-      if (grp->entry_start.size() != n) fail(lead_col, cat(grp->entry_start.size(), " rows, the row group has ", rows_));
-      for (Group::Column& c : grp->message_fields) index_values(c, grp->entry_start);
-      grp->entry_start.push_back(lead.rep.size());
-    }
+    if (text_node_ >= 0) load_text(*grp, g);
+    if (!layout_.leaves.empty()) load_messages(*grp, g);
     group_ = std::move(grp);
+  }
+
+  [[noreturn]] void fail(int g, int node, const std::string& what) const {
+    raise(ErrorKind::kInvalidInput, file_.path(), ": row group ", g, ", column ", file_.schema()[static_cast<size_t>(node)].path,
+          ": ", what);
+  }
+
+  Group::Column read(int g, int node, const std::string& name) const {
+    Group::Column c;
+    c.node = node;
+    c.name = name;
+    c.max_def = file_.schema()[static_cast<size_t>(node)].max_def;
+    c.data = file_.read_column(g, node);
+    return c;
+  }
+
+  // Per row, the index of its first value: values exist only where def == max_def.
+  static void index_values(Group::Column& c, const std::vector<size_t>& starts) {
+    c.value_start.resize(starts.size());
+    size_t v = 0, k = 0;
+    for (size_t r = 0; r < starts.size(); ++r) {
+      for (; k < starts[r]; ++k) v += c.max_def == 0 || c.data.def[k] == c.max_def;
+      c.value_start[r] = v;
+    }
+  }
+
+  void load_text(Group& grp, int g) const {
+    grp.text = read(g, text_node_, "text");
+    if (grp.text.data.num_entries != rows_) fail(g, text_node_, cat(grp.text.data.num_entries, " values for ", rows_, " rows"));
+    std::vector<size_t> starts(static_cast<size_t>(rows_));
+    for (size_t r = 0; r < starts.size(); ++r) starts[r] = r;
+    index_values(grp.text, starts);
+  }
+
+  // The role/content leaves share the list structure: a row starts at each repetition
+  // level 0, and their levels agree down to the element.
+  void load_messages(Group& grp, int g) const {
+    for (size_t f = 0; f < layout_.leaves.size(); ++f) grp.message_fields.push_back(read(g, layout_.leaves[f], layout_.names[f]));
+    const parquet::ColumnData& lead = grp.message_fields[0].data;
+    for (size_t f = 1; f < grp.message_fields.size(); ++f) {
+      const parquet::ColumnData& o = grp.message_fields[f].data;
+      bool same = o.rep == lead.rep && o.def.size() == lead.def.size();
+      for (size_t k = 0; same && k < o.def.size(); ++k)
+        same = std::min<int>(o.def[k], layout_.d_element) == std::min<int>(lead.def[k], layout_.d_element);
+      if (!same) fail(g, layout_.leaves[f], "its lists disagree with " + file_.schema()[static_cast<size_t>(layout_.leaves[0])].path);
+    }
+    for (size_t k = 0; k < lead.rep.size(); ++k)
+      if (lead.rep[k] == 0) grp.entry_start.push_back(k);
+    if (static_cast<int64_t>(grp.entry_start.size()) != rows_)
+      fail(g, layout_.leaves[0], cat(grp.entry_start.size(), " rows, the row group has ", rows_));
+    for (Group::Column& c : grp.message_fields) index_values(c, grp.entry_start);
+    grp.entry_start.push_back(lead.rep.size());
   }
 
   parquet::File file_;
