@@ -22,16 +22,12 @@ namespace {
 std::string tok_dir() { return testing::shared_dir() + "/fixtures/qwen3-tokenizer"; }
 std::string bad_dir() { return testing::testdata_dir() + "/parquet"; }
 
-// The pyarrow fixtures (tests/oracle/parquet_fixtures.py), written once per run; "" when
-// no Python with pyarrow is configured.
+// The pyarrow fixtures (tests/oracle/parquet_fixtures.py), written once per run.
 const std::string& fixtures() {
   static const std::string dir = [] {
-    const char* py = std::getenv("ANVIL_TEST_PYTHON");
-    if (!py || !*py) return std::string();
     const std::string d = testing::temp_dir("parquet");
-    const testing::RunResult r = testing::run_command(
-        cat("'", py, "' '", ANVIL_SOURCE_DIR, "/tests/oracle/parquet_fixtures.py' '", testing::shared_dir(),
-            "/fixtures/tokenizer/conversations_public.jsonl' '", d, "'"));
+    const testing::RunResult r = testing::run_oracle(
+        "parquet_fixtures.py", {testing::shared_dir() + "/fixtures/tokenizer/conversations_public.jsonl", d});
     if (r.exit_code != 0) throw std::runtime_error("parquet_fixtures.py failed: " + r.out);
     return d;
   }();
@@ -39,7 +35,8 @@ const std::string& fixtures() {
 }
 
 #define NEED_PYARROW() \
-  if (fixtures().empty()) GTEST_SKIP() << "ANVIL_TEST_PYTHON (a Python with pyarrow) is not set"
+  ANVIL_REQUIRE_ORACLE(); \
+  fixtures()
 
 std::vector<std::string> parquet_fixtures() {
   std::vector<std::string> names;

@@ -1,12 +1,11 @@
 // Jinja values (see jinja.h): construction, truth, str() and repr() and json.dumps as
 // Python prints them, and the Python semantics the renderer uses (jinja_internal.h).
-#include <utf8proc.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 
 #include "core/error.h"
+#include "data/case_map.h"
 #include "data/jinja_internal.h"
 #include "data/utf8.h"
 
@@ -408,22 +407,8 @@ List py_split(const std::string& s, const Value& sep, int64_t maxsplit) {
 }
 
 std::string map_case(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 title, 3 capitalize
-  std::string out;
-  bool prev_cased = false, first = true;
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<utf8proc_int32_t>(utf8_next(s, i));
-    utf8proc_int32_t m = c;
-    if (mode == 0) m = utf8proc_tolower(c);
-    else if (mode == 1) m = utf8proc_toupper(c);
-    else if (mode == 2) m = prev_cased ? utf8proc_tolower(c) : utf8proc_totitle(c);
-    else m = first ? utf8proc_totitle(c) : utf8proc_tolower(c);
-    const auto cat = utf8proc_category(c);
-    prev_cased = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
-    first = false;
-    utf8_append(out, static_cast<char32_t>(m));
-  }
-  return out;
+  static constexpr CaseMode kModes[] = {CaseMode::kLower, CaseMode::kUpper, CaseMode::kTitle, CaseMode::kCapitalize};
+  return python_case(s, kModes[mode]);
 }
 
 std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
+#include "core/file_lock.h"
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/threads.h"
@@ -73,10 +75,16 @@ void RowEncoder::encode_row(const OrderedJson& row, TokenizedRow& out) const {
       const OrderedJson& m = messages[i];
       ANVIL_ENSURE(m.is_object() && m.contains("role") && m["role"].is_string(), kInvalidInput, "message ", i,
                    " must be an object with a string \"role\"");
+      // Chat templates skip a role they do not know without a word: the turn would vanish.
+      const std::string& role = m["role"].get_ref<const std::string&>();
+      ANVIL_ENSURE(role == "system" || role == "user" || role == "assistant" || role == "tool" || role == "ipython",
+                   kInvalidInput, "message ", i, " has the unknown role \"", role,
+                   "\" (known: system, user, assistant, tool, ipython)");
     }
     ANVIL_ENSURE(template_ != nullptr, kInvalidInput,
                  "a \"messages\" row needs a chat template, and the tokenizer folder has none");
     out.rendered = template_->render(messages, false);
+    ANVIL_ENSURE(!out.rendered.empty(), kInvalidInput, "the chat template renders this row to nothing");
     tokenizer_.encode_append(out.rendered, out.ids);
     if (assistant_only_loss_) out.labels = span_labels(tokenizer_, out.ids, template_->assistant_spans(messages, out.rendered));
     return;
@@ -276,7 +284,7 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
         });
         for (size_t k = 0; k < n; ++k) {
           if (!errors[k].empty()) {
-            ANVIL_ENSURE(o.skip_bad_rows, kInvalidInput, batch->where(k), ": bad row: ", errors[k],
+            ANVIL_ENSURE(o.skip_bad_rows, kUsage, batch->where(k), ": bad row: ", errors[k],
                          " (--skip-bad-rows skips and counts such rows)");
             if (file_bad < 3) log_warn(batch->where(k), ": skipping bad row: ", errors[k]);
             ++file_bad;
@@ -339,6 +347,16 @@ PackedDataset prepare_cached(const PrepareOptions& o, const std::string& cache_d
   const std::string key = prepare_key(o);
   const std::string dir = path_join(cache_dir, key);
   const std::string file = path_join(dir, "packed.bin");
+  // One writer per entry: a second run packing the same data waits for the first and
+  // reuses its result; what a killed run left half-written is removed.
+  make_directories(dir);
+  const FileLock lock = FileLock::wait(path_join(dir, "lock"), cat("the data cache ", dir));
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.path().filename().string().rfind("packed.bin.tmp.", 0) == 0) {
+      std::filesystem::remove(entry.path(), ec);
+      log_info("data: removed ", entry.path().string(), ", left by an interrupted preparation");
+    }
   if (path_exists(file)) {
     try {
       PackedDataset d = PackedDataset::open(file);

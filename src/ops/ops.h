@@ -98,6 +98,7 @@ class Ops {
   // logits never exist. h (N,C), w (V,C), targets (N) I32 (-100: ignored).
   // loss_sum (1) F32 += sum over targets of -log softmax(h.w^T)[target]
   // dh (N,C) = d(loss_sum * loss_scale)/dh (written); dw (V,C) F32 += the same for w.
+  // dh and dw absent (both): the loss only, no gradient work (evaluation).
   // logits (N,V) F32: written when given (the parity tool), else left untouched.
   virtual void cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h,
                                               Tensor w, Tensor targets, float loss_scale,

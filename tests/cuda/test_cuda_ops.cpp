@@ -414,6 +414,10 @@ TEST(CudaOps, CrossEntropy) {
     gpu().cross_entropy_forward_backward(loss.g(), dh.g(), dw.g(), h.g(), w.g(), targets.g(), scale,
                                          cs.logits ? logits.g() : none);
     check("cross_entropy " + tag + " loss_sum", loss, kF32);
+    // The loss alone (no dh, no dw: evaluation) is the same sum, bit for bit.
+    Buf loss_only({1}, DType::kF32, {0.5f});
+    gpu().cross_entropy_forward_backward(loss_only.g(), none, none, h.g(), w.g(), targets.g(), scale, none);
+    EXPECT_EQ(loss_only.got(), loss.got()) << "cross_entropy " << tag << " without gradients";
     check("cross_entropy " + tag + " dh", dh, kChain);
     check("cross_entropy " + tag + " dw", dw, kChain);
     if (cs.logits) check("cross_entropy " + tag + " logits", logits, kF32);

@@ -414,7 +414,9 @@ class CpuOps final : public Ops {
     const int64_t N = h.rows(), C = h.cols(), V = w.dim(0);
     const float *H = f32(h), *W = f32(w);
     const int32_t* Y = i32(targets);
-    float *DH = f32(dh), *DW = f32(dw);
+    ANVIL_ENSURE(present(dh) == present(dw), kInternal, "cross_entropy: dh and dw are given together or not at all");
+    const bool grads = present(dh);
+    float *DH = grads ? f32(dh) : nullptr, *DW = grads ? f32(dw) : nullptr;
     float* LOG = present(logits) ? f32(logits) : nullptr;
     constexpr int64_t kRows = 32;  // rows per chunk: the chunk's logits are kRows x V
     std::vector<float> z(static_cast<size_t>(kRows * V));
@@ -446,6 +448,7 @@ class CpuOps final : public Ops {
         }
       });
       for (double l : row_loss) total += l;
+      if (!grads) continue;
       // dh = dz . W ; dW += dz^T . h
       parallel_for(rows, 1, [&](int64_t rb, int64_t re) {
         for (int64_t r = rb; r < re; ++r) {

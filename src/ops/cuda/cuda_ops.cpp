@@ -371,22 +371,28 @@ class CudaOps final : public Ops {
                                       float loss_scale, Tensor logits) override {
     const char* op = "cross_entropy_forward_backward";
     expect(loss_sum, DType::kF32, op, "loss_sum");
-    expect(dh, DType::kBF16, op, "dh");
-    expect(dw, DType::kF32, op, "dw");
+    const bool grads = present(dh);
+    ANVIL_ENSURE(grads == present(dw), kInternal, op, ": dh and dw are given together or not at all");
+    if (grads) {
+      expect(dh, DType::kBF16, op, "dh");
+      expect(dw, DType::kF32, op, "dw");
+    }
     expect(h, DType::kBF16, op, "h");
     expect(w, DType::kBF16, op, "w");
     expect(targets, DType::kI32, op, "targets");
     const int64_t N = h.rows(), C = h.cols(), V = w.dim(0);
     ANVIL_ENSURE(w.cols() == C, kInternal, op, " shapes: h ", h.shape.str(), " w ", w.shape.str());
     expect_numel(loss_sum, 1, op, "loss_sum");
-    expect_numel(dh, N * C, op, "dh");
-    expect_numel(dw, V * C, op, "dw");
+    if (grads) {
+      expect_numel(dh, N * C, op, "dh");
+      expect_numel(dw, V * C, op, "dw");
+    }
     expect_numel(targets, N, op, "targets");
     if (present(logits)) {
       expect(logits, DType::kF32, op, "logits");
       expect_numel(logits, N * V, op, "logits");
     }
-    cuda::CrossEntropyArgs a{p<float>(loss_sum), p<nv_bf16>(dh),      p<float>(dw),
+    cuda::CrossEntropyArgs a{p<float>(loss_sum), grads ? p<nv_bf16>(dh) : nullptr, grads ? p<float>(dw) : nullptr,
                              p<nv_bf16>(h),      p<nv_bf16>(w),       p<int32_t>(targets),
                              present(logits) ? p<float>(logits) : nullptr,
                              N,                  V,                   C,
