@@ -235,6 +235,61 @@ TEST(DataSource, PrepareFromAHubIdOnTheCommandLine) {
   EXPECT_NE(miss.out.find("splits there: train"), std::string::npos) << miss.out;
 }
 
+// Per logged step, "loss" and "eval_loss" (when present) of a --metrics file.
+std::vector<std::pair<double, double>> losses(const std::string& metrics) {
+  std::vector<std::pair<double, double>> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    const Json j = Json::parse(line);
+    if (j.contains("loss")) out.emplace_back(j["loss"].get<double>(), j.value("eval_loss", -1.0));
+  }
+  return out;
+}
+
+// anvil train from a hub id (training split and --eval-split test) trains exactly as from
+// the same rows in JSONL files.
+TEST(DataSource, TrainFromAHubDatasetAsFromJsonl) {
+  NEED_PYARROW();
+  const std::string demo = std::string(ANVIL_SOURCE_DIR) + "/data/demo";
+  const std::string dir = testing::temp_dir("hub-train");
+  {
+    std::ifstream in(demo + "/arithmetic.jsonl");
+    std::ofstream train_rows(dir + "/rows.jsonl"), eval_rows(dir + "/held.jsonl");
+    std::string line;
+    for (int i = 0; i < 240 && std::getline(in, line); ++i) (i < 200 ? train_rows : eval_rows) << line << "\n";
+  }
+  const std::string snap = path_join(dir, "hub/datasets--demo--arith/snapshots/s1/data");
+  make_directories(snap);
+  make_directories(path_join(dir, "hub/datasets--demo--arith/refs"));
+  write_file_atomic(path_join(dir, "hub/datasets--demo--arith/refs/main"), "s1\n");
+  for (const auto& [from, to] : {std::pair{"rows.jsonl", "train-00000-of-00001.parquet"},
+                                 std::pair{"held.jsonl", "test-00000-of-00001.parquet"}}) {
+    const testing::RunResult r = testing::run_command(
+        testing::shell_quote(testing::oracle_python()) +
+        " -c 'import sys, pyarrow.json as j, pyarrow.parquet as p; p.write_table(j.read_json(sys.argv[1]), sys.argv[2])' " +
+        testing::shell_quote(path_join(dir, from)) + " " + testing::shell_quote(path_join(snap, to)));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+  const auto train = [&](const std::string& data, const std::vector<std::string>& eval, const std::string& tag) {
+    std::string cmd = cat("HF_HUB_CACHE=", testing::shell_quote(dir + "/hub"), " ", testing::shell_quote(testing::anvil_binary()));
+    std::vector<std::string> args = {"train", "--device", "cpu", "--preset", "tiny", "--tokenizer", demo, "--data", data,
+                                     "--data-cache", dir + "/cache-" + tag, "--seq-len", "64", "--steps", "3",
+                                     "--micro-batch", "2", "--log-every", "1", "--metrics", dir + "/" + tag + ".jsonl",
+                                     "--assistant-only-loss"};
+    args.insert(args.end(), eval.begin(), eval.end());
+    for (const std::string& a : args) cmd.append(" ").append(testing::shell_quote(a));
+    const testing::RunResult r = testing::run_command(cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return losses(dir + "/" + tag + ".jsonl");
+  };
+  const auto hub = train("demo/arith", {"--eval-data", "demo/arith", "--eval-split", "test"}, "hub");
+  const auto jsonl = train(dir + "/rows.jsonl", {"--eval-data", dir + "/held.jsonl"}, "jsonl");
+  ASSERT_EQ(hub.size(), 3u);
+  EXPECT_EQ(hub, jsonl);  // bit for bit: the same blocks in the same order
+  EXPECT_GT(hub.back().second, 0);  // the final evaluation ran
+}
+
 // The small hand-made bad files of tests/data/parquet (make_bad.py).
 TEST(Parquet, BadFilesSayWhatIsWrong) {
   const struct {
