@@ -5,7 +5,7 @@
 # Usage: tools/setup.sh   (env: ANVIL_BUILD_DIR, default build; ANVIL_PYENV, default $build/pyenv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libgtest-dev libzstd-dev zlib1g-dev libpcre2-dev libutf8proc-dev libsimdjson-dev python3-venv libtomlplusplus-dev
+packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libgtest-dev libzstd-dev zlib1g-dev libpcre2-dev libutf8proc-dev libsimdjson-dev python3-venv libtomlplusplus-dev libsnappy-dev
           chromium)  # chromium: renders anvil report's page in tests/test_report.cpp
 missing=()
 for p in "${packages[@]}"; do

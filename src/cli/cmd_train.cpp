@@ -16,18 +16,21 @@ int cmd_train(int argc, char** argv) {
   a.config("--config")
       .opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache")
       .opt("--preset", &o.preset, "NAME", "train a built-in shape from fresh weights instead of --model")
-      .opt("--data", &o.data, "FILE",
-           "chat or text JSONL (plain, .gz, .zst; packed on the fly and cached), a folder made by anvil prepare, "
-           "or safetensors holding input_ids I64 [N, T]", true)
-      .opt("--tokenizer", &o.tokenizer, "DIR", "tokenizer.json folder for JSONL data [default: the model's]")
-      .opt("--data-cache", &o.data_cache, "DIR", "where JSONL data is packed [default: ~/.cache/anvil]")
+      .opt("--data", &o.data, "FILE|DIR|ID",
+           "chat or text rows: JSONL (plain, .gz, .zst), .parquet, a folder of them, or a hub dataset id in the "
+           "local cache (packed on the fly and cached); or a folder made by anvil prepare, or safetensors holding "
+           "input_ids I64 [N, T]", true)
+      .opt("--split", &o.split, "NAME", "the split of a hub dataset id")
+      .opt("--data-config", &o.data_config, "NAME", "the config (subset) of a hub dataset id")
+      .opt("--tokenizer", &o.tokenizer, "DIR", "tokenizer.json folder for row data (JSONL, Parquet) [default: the model's]")
+      .opt("--data-cache", &o.data_cache, "DIR", "where row data is packed [default: ~/.cache/anvil]")
       .opt("--eval-data", &o.eval_data, "SOURCE",
            "held-out data (what --data takes, packed the same way): its token-weighted mean loss, all ranks, no "
            "gradients, every --eval-every steps and at the end")
       .opt("--eval-split", &o.eval_split, "NAME", "the split of a hub dataset id given to --eval-data")
       .opt("--eval-every", &o.eval_every, "N", "evaluate every N steps (0: only at the end)")
       .flag("--assistant-only-loss", &o.assistant_only_loss, "train only on the assistant turns of chats")
-      .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed JSONL rows instead of stopping")
+      .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed rows instead of stopping")
       .opt("--device", &o.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]")
       .choice("--mode", &o.mode, {"ddp", "fsdp"}, "replicated (ddp) or sharded (fsdp) parameters")
       .opt("--nproc-per-node", &nproc, "gpu|N",

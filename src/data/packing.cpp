@@ -17,7 +17,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "data/hash.h"
-#include "data/jsonl.h"
+#include "data/source.h"
 #include "data/worker_pool.h"
 
 namespace anvil {
@@ -27,10 +27,6 @@ namespace {
 constexpr char kMagic[8] = {'A', 'N', 'V', 'I', 'L', 'P', 'K', '1'};
 constexpr const char* kFormat = "anvil-packed-v1";
 constexpr size_t kPage = 4096;
-
-bool blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
-}
 
 std::unique_ptr<ChatTemplate> load_template_if_any(const std::string& dir) {
   try {
@@ -268,46 +264,29 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
     WorkerPool pool(hardware_threads());
     Json files = Json::array();
     constexpr size_t kBatchRows = 4096, kBatchBytes = 16u << 20;
-    std::vector<std::string> lines;
-    std::vector<int64_t> line_numbers;
     std::vector<TokenizedRow> results;
     std::vector<std::string> errors;
     for (size_t f = 0; f < o.data.size(); ++f) {
       const std::string& file = o.data[f];
-      LineReader reader(file);
+      const std::unique_ptr<RowReader> reader = RowReader::open(file);
       int64_t file_rows = 0, file_bad = 0;
-      bool more = true;
-      while (more) {
-        lines.clear();
-        line_numbers.clear();
-        size_t bytes = 0;
-        std::string line;
-        while (lines.size() < kBatchRows && bytes < kBatchBytes) {
-          if (!reader.next(line)) {
-            more = false;
-            break;
-          }
-          if (blank(line)) continue;
-          bytes += line.size();
-          lines.push_back(std::move(line));
-          line_numbers.push_back(reader.line_number());
-        }
-        const auto n = static_cast<int64_t>(lines.size());
-        results.resize(lines.size());
-        errors.assign(lines.size(), std::string());
-        pool.run(n, [&](int64_t i) {
+      while (const std::unique_ptr<RowBatch> batch = reader->next(kBatchRows, kBatchBytes)) {
+        const size_t n = batch->size();
+        results.resize(n);
+        errors.assign(n, std::string());
+        pool.run(static_cast<int64_t>(n), [&](int64_t i) {
           const auto k = static_cast<size_t>(i);
           try {
-            encoder.encode_line(lines[k], results[k]);
+            encoder.encode_row(batch->row(k), results[k]);
           } catch (const std::exception& e) {
             errors[k] = e.what();
           }
         });
-        for (size_t k = 0; k < lines.size(); ++k) {
+        for (size_t k = 0; k < n; ++k) {
           if (!errors[k].empty()) {
-            ANVIL_ENSURE(o.skip_bad_rows, kUsage, file, ":", line_numbers[k], ": bad row: ", errors[k],
+            ANVIL_ENSURE(o.skip_bad_rows, kUsage, batch->where(k), ": bad row: ", errors[k],
                          " (--skip-bad-rows skips and counts such rows)");
-            if (file_bad < 3) log_warn(file, ":", line_numbers[k], ": skipping bad row: ", errors[k]);
+            if (file_bad < 3) log_warn(batch->where(k), ": skipping bad row: ", errors[k]);
             ++file_bad;
             continue;
           }

@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "data/packing.h"
 #include "data/sampler.h"
+#include "data/source.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/hub.h"
@@ -35,11 +36,11 @@
 namespace anvil {
 namespace {
 
-enum class DataKind { kSafetensors, kPacked, kJsonl };
+enum class DataKind { kSafetensors, kPacked, kRows };
 DataKind data_kind(const std::string& data) {
   if (data.size() > 12 && data.compare(data.size() - 12, 12, ".safetensors") == 0) return DataKind::kSafetensors;
-  if (is_directory(data) || (data.size() > 4 && data.compare(data.size() - 4, 4, ".bin") == 0)) return DataKind::kPacked;
-  return DataKind::kJsonl;
+  if (is_packed_dataset(data)) return DataKind::kPacked;
+  return DataKind::kRows;  // JSONL, Parquet, a folder of them, a hub dataset id (data/source.h)
 }
 
 std::string data_cache_dir(const TrainOptions& o) {
@@ -49,14 +50,12 @@ std::string data_cache_dir(const TrainOptions& o) {
 }
 
 // Training (or eval) blocks from `source`: token ids [N, T] from a safetensors file
-// (input_ids), or a packed block file made by `anvil prepare`, or JSONL prepared on the fly
-// into the cache.
+// (input_ids), or a packed block file made by `anvil prepare`, or rows (JSONL, Parquet, a
+// folder, a hub dataset id: data/source.h) prepared on the fly into the cache.
 class BlockSource {
  public:
   BlockSource(const TrainOptions& o, const std::string& source, const std::string& split,
               const std::string& model_dir, Comm* comm) {
-    ANVIL_ENSURE(split.empty(), kUsage, "anvil train: a split applies to hub dataset ids, which this build does not "
-                 "read; ", source, " is a file or folder");
     if (data_kind(source) == DataKind::kSafetensors) {
       file_ = std::make_unique<SafetensorsFile>(source);
       const SafeTensorInfo* ids = file_->find("input_ids");
@@ -73,7 +72,7 @@ class BlockSource {
     } else {
       PrepareOptions p;
       p.tokenizer = !o.tokenizer.empty() ? o.tokenizer : model_dir;
-      p.data = {source};
+      p.data = resolve_data_source(source, split.empty() ? o.split : split, o.data_config);
       p.seq_len = o.seq_len;
       p.assistant_only_loss = o.assistant_only_loss;
       p.skip_bad_rows = o.skip_bad_rows;
@@ -226,10 +225,24 @@ void check_hyperparameters(const TrainOptions& o) {
                " is out of range: it must be between 0 and --steps ", o.steps);
 }
 
+// A source the run can read: a file or folder, or rows whose files resolve (a hub dataset
+// id in the local cache: where it looked, else).
+void check_source(const std::string& source, const std::string& split, const char* flag, const TrainOptions& o) {
+  if (data_kind(source) != DataKind::kRows) {
+    ANVIL_ENSURE(path_exists(source), kUsage, "anvil train: ", flag, " ", source, ": no such file or folder");
+    return;
+  }
+  try {
+    resolve_data_source(source, split, o.data_config);
+  } catch (const Error& e) {
+    raise(ErrorKind::kUsage, "anvil train: ", flag, ": ", e.what());
+  }
+}
+
 // Data the run can read: JSONL needs --seq-len and a tokenizer, and the tokenizer's ids
 // (or those of prepared data) must fit the model's vocabulary.
 void check_data(const TrainOptions& o) {
-  ANVIL_ENSURE(path_exists(o.data), kUsage, "anvil train: --data ", o.data, ": no such file or folder");
+  check_source(o.data, o.split, "--data", o);
   const bool preset = o.model.empty();
   const std::string model_dir = preset ? "" : resolve_model_dir(o.model);
   const ModelConfig cfg = preset ? preset_config(o.preset) : load_config(model_dir);
@@ -238,7 +251,7 @@ void check_data(const TrainOptions& o) {
   int64_t vocab = 0;
   std::string vocab_what;
   const DataKind kind = data_kind(o.data);
-  if (kind == DataKind::kJsonl) {
+  if (kind == DataKind::kRows) {
     ANVIL_ENSURE(o.seq_len >= 2, kUsage, "anvil train: --seq-len is needed to pack the JSONL data ", o.data);
     const std::string dir = !o.tokenizer.empty() ? o.tokenizer : model_dir;
     ANVIL_ENSURE(!dir.empty(), kUsage, "anvil train: --tokenizer DIR is needed to read JSONL with --preset");
@@ -282,8 +295,10 @@ RunSpec check_train(const TrainOptions& o, FileLock& ckpt_lock) {
   check_data(o);
   ANVIL_ENSURE(o.eval_every >= 0, kUsage, "anvil train: --eval-every is a count of steps");
   ANVIL_ENSURE(o.eval_every == 0 || !o.eval_data.empty(), kUsage, "anvil train: --eval-every needs --eval-data");
-  ANVIL_ENSURE(o.eval_data.empty() || path_exists(o.eval_data), kUsage, "anvil train: --eval-data ", o.eval_data,
-               ": no such file or folder");
+  ANVIL_ENSURE(o.eval_split.empty() || (data_kind(o.eval_data) == DataKind::kRows && !path_exists(o.eval_data)),
+               kUsage, "anvil train: --eval-split: a split applies to hub dataset ids; --eval-data ", o.eval_data,
+               " is a file or folder");
+  if (!o.eval_data.empty()) check_source(o.eval_data, o.eval_split.empty() ? o.split : o.eval_split, "--eval-data", o);
   if (!o.export_dir.empty()) check_writable_dir(o.export_dir, "anvil train: --export");
   if (!o.metrics.empty()) check_writable_file(o.metrics, "anvil train: --metrics");
   if (!o.ckpt_dir.empty()) {

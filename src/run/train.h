@@ -17,7 +17,9 @@ namespace anvil {
 struct TrainOptions {
   std::string model;   // folder or hub id
   std::string preset;  // or a built-in shape with fresh weights (benchmarks, the demo)
-  std::string data;    // safetensors (input_ids [N, T]), a prepared block file/folder, or JSONL
+  std::string data;    // safetensors (input_ids [N, T]), a prepared block file/folder, or rows (data/source.h)
+  std::string split = "train";  // hub dataset ids: the split and config read
+  std::string data_config;
   std::string tokenizer;   // for JSONL: folder with tokenizer.json (default: the model's)
   std::string data_cache;  // where JSONL is prepared (default: ~/.cache/anvil)
   // Held-out blocks (any source --data takes, packed the same way): evaluated every
