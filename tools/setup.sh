@@ -26,7 +26,7 @@ pyenv=$(realpath -m "${ANVIL_PYENV:-$build/pyenv}")
 [ -x "$pyenv/bin/python" ] || python3 -m venv "$pyenv"
 if ! "$pyenv/bin/python" tools/check_requirements.py tools/requirements-test.txt; then
   echo "installing the test oracles into $pyenv (tools/requirements-test.txt)"
-  "$pyenv/bin/python" -m pip install --quiet --disable-pip-version-check -r tools/requirements-test.txt ||
+  "$pyenv/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check -r tools/requirements-test.txt ||
     echo "warning: installing the test oracles failed; the oracle tests will skip (fail under CI=true)"
 fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_TEST_PYTHON="$pyenv/bin/python" >/dev/null
