@@ -45,26 +45,37 @@ std::vector<OrderedJson> read_jsonl(const std::string& path) {
   return rows;
 }
 
-// `anvil tokenize [--chat] --tokenizer dir` and the oracle on the same rows: {anvil, oracle}
-// outputs, one per row each.
+// `anvil tokenize [--chat] --tokenizer dir` on rows: one output per row.
+std::vector<OrderedJson> anvil_tokenize(const std::string& dir, const std::vector<OrderedJson>& rows, bool chat) {
+  const std::string tmp = testing::temp_dir("anvil-tokenize");
+  write_jsonl(tmp + "/in.jsonl", rows);
+  const auto a = testing::run_command(testing::shell_quote(testing::anvil_binary()) + " tokenize --tokenizer " +
+                                      testing::shell_quote(dir) + (chat ? " --chat" : "") + " < " + tmp +
+                                      "/in.jsonl > " + tmp + "/out.jsonl");
+  EXPECT_EQ(a.exit_code, 0) << a.out;
+  std::vector<OrderedJson> out;
+  if (a.exit_code == 0) out = read_jsonl(tmp + "/out.jsonl");
+  EXPECT_EQ(out.size(), rows.size());
+  return out;
+}
+
+// tests/oracle/tokenizer_oracle.py on rows: one output per row.
+std::vector<OrderedJson> oracle_tokenize(const std::string& dir, const std::vector<OrderedJson>& rows) {
+  const std::string tmp = testing::temp_dir("oracle");
+  write_jsonl(tmp + "/in.jsonl", rows);
+  const auto o = testing::run_oracle("tokenizer_oracle.py", {dir, tmp + "/in.jsonl", tmp + "/out.jsonl"});
+  EXPECT_EQ(o.exit_code, 0) << o.out;
+  std::vector<OrderedJson> out;
+  if (o.exit_code == 0) out = read_jsonl(tmp + "/out.jsonl");
+  EXPECT_EQ(out.size(), rows.size());
+  return out;
+}
+
 struct Outputs {
   std::vector<OrderedJson> anvil, oracle;
 };
 Outputs run_both(const std::string& dir, const std::vector<OrderedJson>& rows, bool chat) {
-  const std::string tmp = testing::temp_dir("oracle");
-  write_jsonl(tmp + "/in.jsonl", rows);
-  const auto a = testing::run_command(testing::shell_quote(testing::anvil_binary()) + " tokenize --tokenizer " +
-                                      testing::shell_quote(dir) + (chat ? " --chat" : "") + " < " + tmp +
-                                      "/in.jsonl > " + tmp + "/anvil.jsonl");
-  EXPECT_EQ(a.exit_code, 0) << a.out;
-  const auto o = testing::run_oracle("tokenizer_oracle.py", {dir, tmp + "/in.jsonl", tmp + "/oracle.jsonl"});
-  EXPECT_EQ(o.exit_code, 0) << o.out;
-  Outputs out;
-  if (a.exit_code == 0) out.anvil = read_jsonl(tmp + "/anvil.jsonl");
-  if (o.exit_code == 0) out.oracle = read_jsonl(tmp + "/oracle.jsonl");
-  EXPECT_EQ(out.anvil.size(), rows.size());
-  EXPECT_EQ(out.oracle.size(), rows.size());
-  return out;
+  return {anvil_tokenize(dir, rows, chat), oracle_tokenize(dir, rows)};
 }
 
 class TextGen {
@@ -253,25 +264,31 @@ TEST(OracleParity, JinjaEdgeCases) {
   TextGen gen(12);
   std::vector<OrderedJson> chats;
   for (int k = 0; k < 150; ++k) chats.push_back(random_chat(rng, gen));
-  int bad = 0, compared = 0;
+  // anvil renders from a tokenizer folder holding the template; the oracle (one process for
+  // all templates) gets it as apply_chat_template's chat_template argument.
+  std::vector<OrderedJson> got, rows;
   for (size_t t = 0; t < kEdgeTemplates.size(); ++t) {
-    // A tokenizer folder whose template is this one.
     const std::string dir = testing::temp_dir("jinja");
     std::filesystem::create_symlink(qwen_dir() + "/tokenizer.json", dir + "/tokenizer.json");
     OrderedJson c = config;
     c["chat_template"] = kEdgeTemplates[t];
     write_file_atomic(dir + "/tokenizer_config.json", c.dump());
-    std::vector<OrderedJson> rows;
-    for (const auto& m : chats) rows.push_back({{"messages", m}});
-    const Outputs out = run_both(dir, rows, true);
-    if (out.anvil.size() != rows.size() || out.oracle.size() != rows.size()) return;
-    for (size_t k = 0; k < rows.size(); ++k, ++compared) {
-      const OrderedJson& want = out.oracle[k];
-      ASSERT_FALSE(want.contains("error")) << "template " << t << ": " << want["error"];
-      if ((out.anvil[k]["rendered"] != want["rendered"] || out.anvil[k]["ids"] != want["ids"]) && ++bad <= 3)
-        ADD_FAILURE() << "template " << t << " differs for " << rows[k].dump() << "\n got: "
-                      << out.anvil[k]["rendered"].dump() << "\nwant: " << want["rendered"].dump();
-    }
+    std::vector<OrderedJson> these;
+    for (const auto& m : chats) these.push_back({{"messages", m}});
+    const auto out = anvil_tokenize(dir, these, true);
+    if (out.size() != these.size()) return;
+    got.insert(got.end(), out.begin(), out.end());
+    for (const auto& m : chats) rows.push_back({{"messages", m}, {"chat_template", kEdgeTemplates[t]}});
+  }
+  const auto want = oracle_tokenize(qwen_dir(), rows);
+  if (want.size() != rows.size()) return;
+  int bad = 0, compared = 0;
+  for (size_t k = 0; k < rows.size(); ++k, ++compared) {
+    const size_t t = k / chats.size();
+    ASSERT_FALSE(want[k].contains("error")) << "template " << t << ": " << want[k]["error"];
+    if ((got[k]["rendered"] != want[k]["rendered"] || got[k]["ids"] != want[k]["ids"]) && ++bad <= 3)
+      ADD_FAILURE() << "template " << t << " differs for " << rows[k]["messages"].dump() << "\n got: "
+                    << got[k]["rendered"].dump() << "\nwant: " << want[k]["rendered"].dump();
   }
   EXPECT_EQ(bad, 0) << "of " << compared << " renderings";
   std::printf("%d renderings of %zu edge-case templates equal to transformers'\n", compared, kEdgeTemplates.size());

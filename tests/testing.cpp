@@ -87,7 +87,10 @@ std::string shell_quote(const std::string& text) {
 
 RunResult run_anvil(const std::vector<std::string>& args) {
   std::string cmd = shell_quote(anvil_binary());
-  for (auto& a : args) cmd += " " + shell_quote(a);
+  for (auto& a : args) {
+    cmd.push_back(' ');
+    cmd += shell_quote(a);
+  }
   return run_command(cmd + " </dev/null");
 }
 
@@ -117,7 +120,10 @@ std::string oracle_script(const std::string& name) {
 
 RunResult run_oracle(const std::string& name, const std::vector<std::string>& args) {
   std::string cmd = shell_quote(oracle_python()) + " " + shell_quote(oracle_script(name));
-  for (auto& a : args) cmd += " " + shell_quote(a);
+  for (auto& a : args) {
+    cmd.push_back(' ');
+    cmd += shell_quote(a);
+  }
   return run_command(cmd + " </dev/null");
 }
 

@@ -21,12 +21,14 @@ fi
 build=${ANVIL_BUILD_DIR:-build}
 # The test oracles (transformers and PyTorch on the CPU, tokenizers, jinja2, safetensors,
 # pyarrow): a virtualenv with the pinned versions of tools/requirements-test.txt. pip runs
-# only when one of them is missing or at another version.
+# only when one of them is missing or at another version. Where that fails (no network),
+# the build goes on: the oracle tests then skip, or fail under CI=true, saying why.
 pyenv=$(realpath -m "${ANVIL_PYENV:-$build/pyenv}")
 [ -x "$pyenv/bin/python" ] || python3 -m venv "$pyenv"
 if ! "$pyenv/bin/python" tools/check_requirements.py tools/requirements-test.txt; then
   echo "installing the test oracles into $pyenv (tools/requirements-test.txt)"
-  "$pyenv/bin/python" -m pip install --quiet --disable-pip-version-check -r tools/requirements-test.txt
+  "$pyenv/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check -r tools/requirements-test.txt ||
+    echo "warning: installing the test oracles failed; the oracle tests will skip (fail under CI=true)"
 fi
 # cuDNN's fused attention needs the header-only cudnn-frontend (PyPI's nvidia-cudnn-frontend
 # wheel carries it under include/), installed into the build folder where a CUDA toolkit
