@@ -28,8 +28,12 @@ random.seed(0)
 json.dump({"input_ids": [random.randrange(vocab) for _ in range(128)]}, open(d + "/prompt.jsonl", "w"))
 PY
 run_anvil() {  # $@: extra flags; prints decode tokens/s (the prefill line goes to stderr)
-  "$anvil" generate --model "$work/model" --input "$work/prompt.jsonl" --max-new-tokens 256 --device cuda "$@" \
-    > "$work/out.jsonl" 2> "$work/anvil.log"
+  if ! "$anvil" generate --model "$work/model" --input "$work/prompt.jsonl" --max-new-tokens 256 --device cuda "$@" \
+    > "$work/out.jsonl" 2> "$work/anvil.log"; then
+    echo "anvil generate $* failed:" >&2
+    tail -5 "$work/anvil.log" >&2
+    exit 1
+  fi
   grep -o 'prefill: .*' "$work/anvil.log" >&2
   sed -n 's/.*decode: [0-9]* tokens in [0-9.e-]* s (\([0-9.e+]*\) tokens\/s).*/\1/p' "$work/anvil.log"
 }
