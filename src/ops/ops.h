@@ -48,9 +48,20 @@ class Ops {
   virtual void download(void* host_dst, Tensor src) = 0;        // src -> host, same dtype
   virtual void zero(Tensor t) = 0;
   virtual void convert(Tensor dst, Tensor src) = 0;  // elementwise dtype conversion (F32 <-> compute)
-  virtual void synchronize() = 0;
-  // The stream the ops run on (a cudaStream_t), for ordering collectives; nullptr on the CPU.
+  virtual void synchronize() = 0;  // the host waits for every op issued, on either queue
+  // The main stream (a cudaStream_t), for ordering collectives; nullptr on the CPU.
   virtual void* stream() { return nullptr; }
+
+  // ---- a side queue, for work that overlaps the main one (the optimizer beside the next
+  // forward). Ops are issued to the current queue (main unless set). record(slot) marks
+  // the point the current queue has reached; wait(slot) holds the current queue until the
+  // slot's last mark is passed (at once if it was never recorded). Ops that use the shared
+  // scratch or the GEMM workspace are refused on the side queue. On the CPU an op is done
+  // when it returns, so these are no-ops.
+  enum class Queue { kMain, kSide };
+  virtual void set_queue(Queue q) { (void)q; }
+  virtual void record(int slot) { (void)slot; }
+  virtual void wait(int slot) { (void)slot; }
 
   // ---- linear layers: y (M,N) = x (M,K) . w(N,K)^T + bias(N)
   virtual void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) = 0;  // bias may be empty
@@ -68,6 +79,14 @@ class Ops {
   // dx (=, or += when accumulate) and dw (F32, +=)
   virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
                                 bool accumulate) = 0;
+  // The residual add and the RMSNorm after it: sum = a + b (sum may alias a or b), then
+  // rmsnorm_forward(out, rstd, sum, w, eps), with the same values as those two ops (this
+  // default runs them; a backend may fuse them). Its backward is rmsnorm_backward with
+  // accumulate: dx += the norm's gradient, on top of the residual's.
+  virtual void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps) {
+    add(sum, a, b);
+    rmsnorm_forward(out, rstd, sum, w, eps);
+  }
 
   // ---- per-head RMSNorm of q and k (Qwen3; skipped when q_w is empty) then RoPE
   // (rotate-half), on packed qkv (B*T, H+2KV, hd); v is copied unchanged.

@@ -28,6 +28,7 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
     v_.push_back(make(n, DType::kF32));
     if (mode_ == ParallelMode::kDdp) compute_.push_back(separate_compute ? make(n, ops.compute_dtype()) : master_.back());
   }
+  updating_.assign(table.units().size(), 0);
   if (sharded()) rs_tmp_ = make(max_shard, DType::kF32);
   scratch_ = make(1, DType::kF32);
 }
@@ -67,6 +68,7 @@ int64_t ParamStore::owned_offset(int unit) const {
 
 void ParamStore::load(const HostUnits& units) {
   ANVIL_ASSERT(units.size() == master_.size());
+  finish_optimizer();
   for (size_t u = 0; u < units.size(); ++u) {
     ANVIL_ASSERT(static_cast<int64_t>(units[u].size()) == table_.units()[u].padded);
     ops_.upload(master_[u], units[u].data() + owned_offset(static_cast<int>(u)));
@@ -80,11 +82,13 @@ void ParamStore::load(const HostUnits& units) {
 void ParamStore::load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq) {
   const size_t u = static_cast<size_t>(unit);
   ANVIL_ASSERT(u < m_.size());
+  finish_optimizer();
   ops_.upload(m_[u], exp_avg);
   ops_.upload(v_[u], exp_avg_sq);
 }
 
 HostUnits ParamStore::download_masters() {
+  finish_optimizer();
   HostUnits out;
   for (size_t u = 0; u < master_.size(); ++u) {
     const int64_t padded = table_.units()[u].padded;
@@ -109,6 +113,7 @@ void ParamStore::refresh_compute_copies() {
 
 void ParamStore::prefetch(int unit) {
   if (!sharded() || gathered_.count(unit)) return;
+  await_update(unit);
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   Tensor full = pooled(info.padded, ops_.compute_dtype());
   Tensor mine = full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
@@ -120,6 +125,7 @@ void ParamStore::prefetch(int unit) {
 }
 
 Tensor ParamStore::weights(int unit) {
+  await_update(unit);
   if (mode_ == ParallelMode::kDdp) return compute_[static_cast<size_t>(unit)];
   if (!sharded() && ops_.compute_dtype() == DType::kF32) return master_[static_cast<size_t>(unit)];
   if (!sharded()) {  // one GPU: a compute copy of this unit, made now
@@ -147,6 +153,7 @@ void ParamStore::release(int unit) {
 }
 
 Tensor ParamStore::grads(int unit) {
+  await_update(unit);  // the owned gradient is zeroed by the update
   if (!sharded()) return grads_[static_cast<size_t>(unit)];
   auto it = full_grads_.find(unit);
   if (it != full_grads_.end()) return it->second;
@@ -186,6 +193,7 @@ void ParamStore::grads_ready(int unit) {
 }
 
 void ParamStore::zero_grads() {
+  finish_optimizer();
   for (const Tensor& g : grads_) ops_.zero(g);
 }
 
@@ -195,15 +203,47 @@ void ParamStore::finish_collectives() {
   if (!sharded()) comm_->wait(last_work_);
 }
 
+void ParamStore::await_update(int unit) {
+  char& in_flight = updating_[static_cast<size_t>(unit)];
+  if (!in_flight) return;
+  ops_.wait(unit);
+  in_flight = 0;
+}
+
+void ParamStore::finish_optimizer() {
+  for (size_t u = 0; u < updating_.size(); ++u) await_update(static_cast<int>(u));
+}
+
 double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double lr) {
+  finish_optimizer();
   finish_collectives();
   double sq = grad_sum_squares(ops_, grads_, scratch_);
   if (sharded()) sq = comm_->host_sum(sq, "grad norm");
   const double norm = std::sqrt(sq);
   ANVIL_ENSURE(std::isfinite(norm), kNumerics, "gradient norm is ", norm, " at step ", step,
                ": the step was not applied");
-  adamw_update(ops_, master_, grads_, m_, v_, c, step, lr, clip_coefficient(norm, c.max_grad_norm));
-  refresh_compute_copies();
+  const AdamWHyper h = adamw_hyper(c, step, lr);
+  const float scale = clip_coefficient(norm, c.max_grad_norm);
+  // Event slots: unit u's update is slot u; the end of the gradients is the slot after.
+  const int grads_done = static_cast<int>(master_.size());
+  struct MainOnReturn {
+    Ops& ops;
+    ~MainOnReturn() { ops.set_queue(Ops::Queue::kMain); }
+  } main_on_return{ops_};
+  if (overlap_) {
+    ops_.record(grads_done);
+    ops_.set_queue(Ops::Queue::kSide);
+    ops_.wait(grads_done);
+  }
+  // Units are numbered in forward order (embedding, blocks, final norm, output layer).
+  for (size_t u = 0; u < master_.size(); ++u) {
+    ops_.adamw_step(master_[u], grads_[u], m_[u], v_[u], h, scale);
+    if (u < compute_.size() && compute_[u].data != master_[u].data) ops_.convert(compute_[u], master_[u]);
+    ops_.zero(grads_[u]);
+    if (!overlap_) continue;
+    ops_.record(static_cast<int>(u));
+    updating_[u] = 1;
+  }
   return norm;
 }
 

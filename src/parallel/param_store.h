@@ -19,6 +19,12 @@
 // count of target tokens (run/trainer.cpp), so the sum is the gradient of the global mean.
 // The optimizer is one AdamW pass over the owned memory and clips by the global norm
 // (squares summed across ranks in FSDP; in DDP every rank holds the same whole gradient).
+// With overlap (the default), once the norm is known the update runs unit by unit, in
+// forward order, on the ops' side queue: AdamW, the compute copy (DDP), the gradient's
+// zeroing, then an event per unit. The next step's first use of a unit (weights, prefetch,
+// grads) waits for that unit's event only, so the next forward follows the optimizer unit
+// by unit. The same ops on the same data in the same order: the same bits as without.
+// Everything that reads the state from the host goes through finish_optimizer().
 #pragma once
 
 #include <cstdint>
@@ -45,7 +51,7 @@ class ParamStore final : public UnitSource {
   ParamStore& operator=(const ParamStore&) = delete;
 
   void load(const HostUnits& units);   // full units on every rank; each keeps what it owns
-  HostUnits download_masters();        // full units (FSDP: gathered; every rank must call)
+  HostUnits download_masters();        // full units (FSDP: gathered; every rank must call); finished updates
   // AdamW m and v of this rank's owned elements of one unit (owned_offset(unit) on, as many
   // as masters()[unit] holds), from host memory: resuming from a checkpoint.
   void load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq);
@@ -67,17 +73,24 @@ class ParamStore final : public UnitSource {
   // Makes the compute stream wait for every gradient collective of this step and adds the
   // last reduce-scatter in (optimizer_step does it too; the step benchmark times it).
   void finish_collectives();
-  // Clips by the global norm and takes one AdamW step; returns the pre-clip norm.
+  // Clips by the global norm and takes one AdamW step; returns the pre-clip norm (checked
+  // finite before anything is updated). Zeroes the gradients it has applied.
   double optimizer_step(const OptimizerConfig& c, int64_t step, double lr);
+  // Overlap the update with what follows (see above); off: it runs on the main queue.
+  void set_overlap_optimizer(bool on) { overlap_ = on; }
+  // The main queue waits for every update in flight: what is issued after it (downloads,
+  // checkpoints, export, evaluation) sees finished updates.
+  void finish_optimizer();
 
   ParallelMode mode() const { return mode_; }
   bool sharded() const { return mode_ == ParallelMode::kFsdp && world_ > 1; }
   // Owned memory: [offset, offset + numel) of each unit.
   int64_t owned_offset(int unit) const;
-  const std::vector<Tensor>& masters() const { return master_; }
-  const std::vector<Tensor>& exp_avg() const { return m_; }
-  const std::vector<Tensor>& exp_avg_sq() const { return v_; }
-  const std::vector<Tensor>& owned_grads() const { return grads_; }
+  // The owned state, with every update finished (reads are issued on the main queue).
+  const std::vector<Tensor>& masters() { return finish_optimizer(), master_; }
+  const std::vector<Tensor>& exp_avg() { return finish_optimizer(), m_; }
+  const std::vector<Tensor>& exp_avg_sq() { return finish_optimizer(), v_; }
+  const std::vector<Tensor>& owned_grads() { return finish_optimizer(), grads_; }
   int64_t persistent_bytes() const { return persistent_bytes_; }
 
  private:
@@ -86,6 +99,7 @@ class ParamStore final : public UnitSource {
   void unpool(const Tensor& t);
   void finish_pending();
   void refresh_compute_copies();
+  void await_update(int unit);  // the main queue waits for this unit's update, if in flight
 
   const ParamTable& table_;
   Ops& ops_;
@@ -94,6 +108,8 @@ class ParamStore final : public UnitSource {
   int world_ = 1, rank_ = 0;
   bool sync_ = true;
   bool defer_sync_ = false;
+  bool overlap_ = true;
+  std::vector<char> updating_;  // per unit: an update on the side queue not yet waited for
   std::vector<void*> buffers_;
   int64_t persistent_bytes_ = 0;
   std::vector<Tensor> master_, grads_, m_, v_;

@@ -178,11 +178,11 @@ TrainSummary run_train(const TrainOptions& o) {
   s.mode = parse_parallel_mode(o.mode);
   s.micro_batch = o.micro_batch;
   s.seq_len = T;
-  s.recompute = o.recompute == "full" ? Recompute::kFull : Recompute::kNone;
+  s.recompute = o.recompute;
   s.optim = o.optim;
   s.total_steps = o.steps;
-  s.auto_recompute = o.recompute == "auto";
   s.fsdp_defer_sync = o.fsdp_defer_sync;
+  s.overlap_optimizer = o.overlap_optimizer;
   Trainer trainer(cfg, weights, s, comm.get());  // checks the memory plan before allocating
   weights.clear();
   if (!resume.empty()) restore_optimizer(point, trainer);
@@ -305,7 +305,7 @@ TrainSummary run_train(const TrainOptions& o) {
     }
     std::snprintf(m, sizeof m, ", peak GPU memory %.2f GiB allocated (planned %.2f GiB, recompute %s)",
                   static_cast<double>(mem.peak) / (1ll << 30), static_cast<double>(trainer.plan().total()) / (1ll << 30),
-                  trainer.recompute() == Recompute::kFull ? "full" : "none");
+                  recompute_name(trainer.recompute()));
     tail += m;
   }
   char host[64];

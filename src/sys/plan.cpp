@@ -58,17 +58,20 @@ MemoryPlan plan_memory(const PlanInput& in) {
 
 bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes) { return p.total() + kPlanReserve <= gpu_bytes; }
 
-PlanAdvice advise(const PlanInput& in, const std::string& recompute, int64_t gpu_bytes) {
+PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
   PlanAdvice a;
   auto pick = [&](const std::string& mode) {
     PlanInput x = in;
     x.mode = mode;
-    if (recompute == "full") x.recompute = Recompute::kFull;
-    else x.recompute = Recompute::kNone;
-    MemoryPlan p = plan_memory(x);
-    if (recompute == "auto" && !plan_fits(p, gpu_bytes)) {
-      x.recompute = Recompute::kFull;
+    if (recompute != Recompute::kAuto) {
+      x.recompute = recompute;
+      return plan_memory(x);
+    }
+    MemoryPlan p;
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {  // fastest first
+      x.recompute = r;
       p = plan_memory(x);
+      if (plan_fits(p, gpu_bytes)) break;
     }
     return p;
   };
@@ -89,7 +92,7 @@ PlanAdvice advise(const PlanInput& in, const std::string& recompute, int64_t gpu
     const int64_t room = gpu_bytes - kPlanReserve - a.fsdp.activations - a.fsdp.workspace - a.fsdp.weights;
     const int64_t need = room > 0 ? (states + room - 1) / room : 0;
     a.message = "neither mode fits in " + gib(gpu_bytes) + " GiB per GPU";
-    if (recompute != "full" && recompute != "auto") a.message += "; try --recompute full";
+    if (recompute != Recompute::kFull && recompute != Recompute::kAuto) a.message += "; try --recompute full";
     if (need > in.world && room > 0) a.message += "; fsdp needs about " + std::to_string(need) + " GPUs of this size";
     a.message += "; or a shorter --seq-len or smaller --micro-batch.";
   }
@@ -116,8 +119,8 @@ std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_byt
   row("activations", a.ddp.activations, a.fsdp.activations);
   row("workspace", a.ddp.workspace, a.fsdp.workspace);
   row("total", a.ddp.total(), a.fsdp.total());
-  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "recompute", a.ddp.recompute == Recompute::kFull ? "full" : "none",
-                a.fsdp.recompute == Recompute::kFull ? "full" : "none");
+  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "recompute", recompute_name(a.ddp.recompute),
+                recompute_name(a.fsdp.recompute));
   s += line;
   std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "fits", plan_fits(a.ddp, gpu_bytes) ? "yes" : "no",
                 plan_fits(a.fsdp, gpu_bytes) ? "yes" : "no");

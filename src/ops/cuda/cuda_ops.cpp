@@ -1,9 +1,10 @@
 // The CUDA backend of the op set (ops/ops.h): bf16 compute, fp32 accumulation.
 //
 // This file checks each op's tensors (device, dtype, shapes) and calls the launcher of the
-// op's own file pair; kernels live there. One backend = one device and one non-blocking
-// stream: every op is enqueued on it, none waits for the host except download() and
-// synchronize(). Ops that need temporary device memory (deterministic partial sums,
+// op's own file pair; kernels live there. One backend = one device and two non-blocking
+// streams: the main one, and a side one for the optimizer overlapped with the next forward
+// (set_queue; record/wait order them with events). Every op is enqueued on the current
+// stream; none waits for the host except download(), upload() and synchronize(). Ops that need temporary device memory (deterministic partial sums,
 // the cross-entropy chunk, attention's row sums) share one scratch buffer that grows to
 // the largest request and is then reused; stream order makes the sharing safe.
 // Scratch needs, for the memory plan: the largest of
@@ -19,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/cuda/check.h"
 #include "core/error.h"
@@ -74,15 +76,20 @@ class CudaOps final : public Ops {
     ANVIL_ENSURE(prop.major >= 8, kUnsupported, "GPU ", prop.name, " has compute capability ", prop.major, ".",
                  prop.minor, "; anvil's CUDA backend needs 8.0 or newer (bf16 tensor cores)");
     name_ = cat("cuda:", device, " (", prop.name, ")");
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    gemm_ = std::make_unique<cuda::Gemm>(stream_);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    stream_ = main_;
+    gemm_ = std::make_unique<cuda::Gemm>(main_);
   }
 
   ~CudaOps() override {
-    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(side_);
+    cudaStreamSynchronize(main_);
     gemm_.reset();
     if (scratch_) cudaFree(scratch_);
-    cudaStreamDestroy(stream_);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cudaStreamDestroy(side_);
+    cudaStreamDestroy(main_);
   }
 
   CudaOps(const CudaOps&) = delete;
@@ -157,8 +164,16 @@ class CudaOps final : public Ops {
             " is not supported (F32 <-> BF16 only)");
     }
   }
-  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-  void* stream() override { return stream_; }
+  void synchronize() override {
+    CUDA_CHECK(cudaStreamSynchronize(side_));
+    CUDA_CHECK(cudaStreamSynchronize(main_));
+  }
+  void* stream() override { return main_; }
+
+  // ---- queues
+  void set_queue(Queue q) override { stream_ = q == Queue::kMain ? main_ : side_; }
+  void record(int slot) override { CUDA_CHECK(cudaEventRecord(event(slot), stream_)); }
+  void wait(int slot) override { CUDA_CHECK(cudaStreamWaitEvent(stream_, event(slot), 0)); }
 
   // ---- linear layers
   void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) override {
@@ -173,7 +188,7 @@ class CudaOps final : public Ops {
       expect(bias, DType::kBF16, op, "bias");
       expect_numel(bias, N, op, "bias");
     }
-    gemm_->run(y.data, CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
+    gemm(op).run(y.data, CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
                present(bias) ? bias.data : nullptr);
   }
 
@@ -185,7 +200,7 @@ class CudaOps final : public Ops {
     const int64_t M = dy.rows(), N = dy.cols(), K = w.cols();
     ANVIL_ENSURE(w.dim(0) == N && dx.rows() == M && dx.cols() == K, kInternal, op, " shapes: dy ", dy.shape.str(),
                  " w ", w.shape.str(), " dx ", dx.shape.str());
-    gemm_->run(dx.data, CUDA_R_16BF, K, {dy.data, N, false}, {w.data, K, false}, M, K, N, accumulate ? 1.0f : 0.0f,
+    gemm(op).run(dx.data, CUDA_R_16BF, K, {dy.data, N, false}, {w.data, K, false}, M, K, N, accumulate ? 1.0f : 0.0f,
                nullptr);
   }
 
@@ -198,7 +213,7 @@ class CudaOps final : public Ops {
     ANVIL_ENSURE(x.rows() == M && dw.dim(0) == N && dw.cols() == K, kInternal, op, " shapes: dy ", dy.shape.str(),
                  " x ", x.shape.str(), " dw ", dw.shape.str());
     if (M == 0) return;
-    gemm_->run(dw.data, CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M, 1.0f, nullptr);
+    gemm(op).run(dw.data, CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M, 1.0f, nullptr);
     if (present(dbias)) {
       expect(dbias, DType::kF32, op, "dbias");
       expect_numel(dbias, N, op, "dbias");
@@ -239,6 +254,24 @@ class CudaOps final : public Ops {
     expect_numel(rstd, R, op, "rstd");
     expect_numel(w, C, op, "w");
     cuda::rmsnorm_forward(p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(x), p<nv_bf16>(w), R, C, eps, stream_);
+  }
+
+  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps) override {
+    const char* op = "add_rmsnorm_forward";
+    expect(sum, DType::kBF16, op, "sum");
+    expect(out, DType::kBF16, op, "out");
+    expect(rstd, DType::kF32, op, "rstd");
+    expect(a, DType::kBF16, op, "a");
+    expect(b, DType::kBF16, op, "b");
+    expect(w, DType::kBF16, op, "w");
+    const int64_t R = a.rows(), C = a.cols();
+    expect_numel(sum, R * C, op, "sum");
+    expect_numel(out, R * C, op, "out");
+    expect_numel(b, R * C, op, "b");
+    expect_numel(rstd, R, op, "rstd");
+    expect_numel(w, C, op, "w");
+    cuda::add_rmsnorm_forward(p<nv_bf16>(sum), p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(a), p<nv_bf16>(b),
+                              p<nv_bf16>(w), R, C, eps, stream_);
   }
 
   void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
@@ -391,7 +424,7 @@ class CudaOps final : public Ops {
                              present(logits) ? p<float>(logits) : nullptr,
                              N,                  V,                   C,
                              loss_scale};
-    cuda::cross_entropy_forward_backward(a, scratch(cuda::cross_entropy_scratch_bytes(N, V)), *gemm_, stream_);
+    cuda::cross_entropy_forward_backward(a, scratch(cuda::cross_entropy_scratch_bytes(N, V)), gemm(op), stream_);
   }
 
   // ---- optimizer
@@ -431,6 +464,7 @@ class CudaOps final : public Ops {
  private:
   // The shared scratch buffer, grown to `bytes` if smaller (cudaFree waits for the GPU).
   void* scratch(size_t bytes) {
+    ANVIL_ENSURE(stream_ == main_, kInternal, "the shared scratch is used on the side queue");
     if (bytes > scratch_bytes_) {
       release(scratch_);
       scratch_ = nullptr;
@@ -439,6 +473,23 @@ class CudaOps final : public Ops {
       scratch_bytes_ = bytes;
     }
     return scratch_;
+  }
+
+  // The GEMM plans and workspace belong to the main stream.
+  cuda::Gemm& gemm(const char* op) {
+    ANVIL_ENSURE(stream_ == main_, kInternal, op, ": GEMMs run on the main queue only");
+    return *gemm_;
+  }
+
+  // Event slot `slot`, created on first use (timing off: only ordering).
+  cudaEvent_t event(int slot) {
+    ANVIL_ENSURE(slot >= 0, kInternal, "event slot ", slot);
+    while (events_.size() <= static_cast<size_t>(slot)) {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      events_.push_back(e);
+    }
+    return events_[static_cast<size_t>(slot)];
   }
 
   cuda::QkRopeShape qk_shape(const char* op, const Tensor& in, const Tensor& cos, const Tensor& sin, int n_heads,
@@ -483,7 +534,9 @@ class CudaOps final : public Ops {
   }
 
   std::string name_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t main_ = nullptr, side_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the current queue's
+  std::vector<cudaEvent_t> events_;
   std::unique_ptr<cuda::Gemm> gemm_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
