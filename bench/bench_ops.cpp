@@ -4,14 +4,19 @@
 // for matrix work, bytes over memory bandwidth for the rest (peaks as flags, defaults
 // 790 TFLOP/s and 4.0 TB/s, the rates measured on an H200).
 //
-// Usage: anvil_bench_ops [--tokens N] [--seq T] [--peak-tflops F] [--peak-tbs B]
+// Usage: anvil_bench_ops [--tokens N] [--seq T] [--peak-tflops F] [--peak-tbs B] [--variants K]
 // Times are host-clock medians of 5 batches of back-to-back calls (each batch ends with
 // one synchronize), after warm-up; inputs are random, never zeros.
+// --variants K also times the weight-gradient GEMMs (fp32 dw, beta 1) with each of
+// cuBLASLt's first K heuristic candidates, and says whether each repeats bit for bit and how
+// far it lands from candidate 0 (a different order of additions), so that a faster
+// deterministic choice can be found in one run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <random>
@@ -20,6 +25,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "ops/cuda/gemm.h"
 #include "ops/ops.h"
 
 namespace anvil {
@@ -111,7 +117,7 @@ std::string dims(std::initializer_list<int64_t> d) {
 }
 
 int bench_main(int argc, char** argv) {
-  int64_t tokens = 2048, seq = 2048;
+  int64_t tokens = 2048, seq = 2048, variants = 0;
   double peak_tflops = 790, peak_tbs = 4.0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -119,7 +125,8 @@ int bench_main(int argc, char** argv) {
     else if (k == "--seq") seq = std::atoll(argv[i + 1]);
     else if (k == "--peak-tflops") peak_tflops = std::atof(argv[i + 1]);
     else if (k == "--peak-tbs") peak_tbs = std::atof(argv[i + 1]);
-    else raise(ErrorKind::kUsage, "unknown flag ", k, " (flags: --tokens --seq --peak-tflops --peak-tbs)");
+    else if (k == "--variants") variants = std::atoll(argv[i + 1]);
+    else raise(ErrorKind::kUsage, "unknown flag ", k, " (flags: --tokens --seq --peak-tflops --peak-tbs --variants)");
   }
   ANVIL_ENSURE(seq > 0 && tokens % seq == 0, kUsage, "--tokens must be a multiple of --seq");
   auto ops = make_cuda_ops(0);
@@ -148,6 +155,39 @@ int bench_main(int argc, char** argv) {
     }
   }
 
+  // Weight-gradient GEMMs with each heuristic candidate (see the top).
+  for (const Lin& l : {Lin{"qkv", m.C, QKV}, Lin{"o", m.H * m.hd, m.C}, Lin{"gate_up", m.C, 2 * m.I},
+                       Lin{"down", m.I, m.C}}) {
+    if (variants == 0) break;
+    Tensor x = b.make(bf, {N, l.k}), dy = b.make(bf, {N, l.n}, 0.02f), dw = b.make(f32, {l.n, l.k}, 0.0f);
+    std::vector<float> first;  // candidate 0's dw
+    for (int64_t rank = 0; rank < variants; ++rank) {
+      cuda::Gemm gemm(static_cast<cudaStream_t>(ops->stream()), static_cast<int>(rank));
+      auto dw_product = [&] {
+        gemm.run(dw.data, CUDA_R_32F, l.k, {dy.data, l.n, true}, {x.data, l.k, false}, l.n, l.k, N, 1.0f, nullptr);
+      };
+      auto once = [&] {  // dw from zero: one product
+        ops->zero(dw);
+        dw_product();
+        std::vector<float> h(static_cast<size_t>(dw.numel()));
+        ops->download(h.data(), dw);
+        return h;
+      };
+      const std::vector<float> r1 = once(), r2 = once();
+      if (rank == 0) first = r1;
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < r1.size(); ++i) {
+        const double d = static_cast<double>(r1[i]) - first[i];
+        diff += d * d;
+        norm += static_cast<double>(first[i]) * first[i];
+      }
+      b.run("dw candidate " + std::to_string(gemm.last_rank()) + " " + l.name, dims({l.n, l.k, N}),
+            2.0 * N * l.n * l.k, 0, dw_product);
+      std::printf("    %s, rel L2 to candidate 0: %.2e\n", r1 == r2 ? "repeats bit for bit" : "NOT DETERMINISTIC",
+                  std::sqrt(diff / std::max(norm, 1e-300)));
+    }
+  }
+
   {  // attention
     Tensor qkv = b.make(bf, {B, T, heads, m.hd}), out = b.make(bf, {B, T, m.H, m.hd});
     Tensor lse = b.make(f32, {B, m.H, T}), dout = b.make(bf, {B, T, m.H, m.hd}), dqkv = b.make(bf, {B, T, heads, m.hd});
@@ -167,6 +207,13 @@ int bench_main(int argc, char** argv) {
     b.run("rmsnorm_backward", dims({N, m.C}), 0, 3 * row,
           [&] { ops->rmsnorm_backward(out, dw, x, x, w, rstd, false); });
     b.run("add", dims({N, m.C}), 0, 3 * row, [&] { ops->add(out, x, out); });
+    Tensor sum = b.make(bf, {N, m.C}), x2 = b.make(bf, {N, m.C});
+    b.run("add + rmsnorm_forward", dims({N, m.C}), 0, 5 * row, [&] {
+      ops->add(sum, x, x2);
+      ops->rmsnorm_forward(out, rstd, sum, w, 1e-6f);
+    });
+    b.run("add_rmsnorm_forward (fused)", dims({N, m.C}), 0, 4 * row,
+          [&] { ops->add_rmsnorm_forward(sum, out, rstd, x, x2, w, 1e-6f); });
 
     Tensor qkv = b.make(bf, {N, heads, m.hd}), qo = b.make(bf, {N, heads, m.hd}), qr = b.make(f32, {N, m.H + m.KV});
     Tensor cs = b.make(f32, {T, m.hd / 2}), sn = b.make(f32, {T, m.hd / 2});
@@ -203,6 +250,23 @@ int bench_main(int argc, char** argv) {
     AdamWHyper hp;
     b.run("adamw_step", dims({n}), 0, 28.0 * n, [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f); });
     b.run("sum_squares", dims({n}), 0, 4.0 * n, [&] { ops->sum_squares(ss, g); });
+    // The optimizer overlapped with the forward: AdamW on the side queue beside 40 gate_up
+    // GEMMs on the main one; compare its time with the two alone and with their sum.
+    Tensor x = b.make(bf, {N, m.C}), w = b.make(bf, {2 * m.I, m.C}, 0.02f), y = b.make(bf, {N, 2 * m.I});
+    auto gemms = [&] {
+      for (int i = 0; i < 40; ++i) ops->linear_forward(y, x, w, none);
+    };
+    auto adamw_side = [&] {
+      ops->set_queue(Ops::Queue::kSide);
+      ops->adamw_step(p, g, mm, vv, hp, 1.0f);
+      ops->set_queue(Ops::Queue::kMain);
+    };
+    b.run("40 x gate_up alone", dims({N, m.C, 2 * m.I}), 40 * 2.0 * N * m.C * 2 * m.I, 0, gemms);
+    b.run("adamw_step alone, side queue", dims({n}), 0, 28.0 * n, adamw_side);
+    b.run("both, overlapped", dims({n}), 0, 28.0 * n, [&] {
+      adamw_side();
+      gemms();
+    });
   }
   return 0;
 }
