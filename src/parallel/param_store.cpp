@@ -48,9 +48,9 @@ Tensor ParamStore::make(int64_t n, DType dtype) {
   return t;
 }
 
-Tensor ParamStore::pooled(int64_t n, DType dtype) {
+Tensor ParamStore::pooled(int64_t n, DType dtype, bool exact) {
   Tensor t(nullptr, dtype, {n}, ops_.device());
-  auto it = pool_.lower_bound(t.bytes());
+  auto it = exact ? pool_.find(t.bytes()) : pool_.lower_bound(t.bytes());
   if (it != pool_.end()) {
     t.data = it->second;
     pool_.erase(it);
@@ -130,7 +130,9 @@ Tensor ParamStore::weights(int unit) {
   if (!sharded() && ops_.compute_dtype() == DType::kF32) return master_[static_cast<size_t>(unit)];
   if (!sharded()) {  // one GPU: a compute copy of this unit, made now
     ANVIL_ENSURE(!gathered_.count(unit), kInternal, "unit ", unit, " acquired twice");
-    Tensor full = pooled(table_.units()[static_cast<size_t>(unit)].padded, ops_.compute_dtype());
+    // A buffer of this unit's size: the tiny final norm never holds the embedding's, so at
+    // most one buffer of each unit size exists (sys/plan.cpp counts them so).
+    Tensor full = pooled(table_.units()[static_cast<size_t>(unit)].padded, ops_.compute_dtype(), true);
     ops_.convert(full, master_[static_cast<size_t>(unit)]);
     gathered_[unit] = full;
     return full;

@@ -95,7 +95,7 @@ class ParamStore final : public UnitSource {
 
  private:
   Tensor make(int64_t n, DType dtype);  // persistent
-  Tensor pooled(int64_t n, DType dtype);
+  Tensor pooled(int64_t n, DType dtype, bool exact = false);  // exact: a free buffer of this size only
   void unpool(const Tensor& t);
   void finish_pending();
   void refresh_compute_copies();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "model/params.h"
 
@@ -37,7 +38,15 @@ MemoryPlan plan_memory(const PlanInput& in) {
   p.optimizer = 8 * owned;
   p.grads = 4 * owned;
   if (fsdp && in.world == 1) {
-    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * 2 * largest;  // converted per unit
+    // Converted per unit into a buffer of the unit's size, at most one live per size (the
+    // final norm beside the output layer is the only overlap): one buffer per size.
+    std::vector<int64_t> sizes;
+    for (const UnitInfo& u : table.units()) sizes.push_back(u.padded);
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    int64_t distinct = 0;
+    for (int64_t s : sizes) distinct += s;
+    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * distinct;
   } else if (fsdp) {
     // Live at once: the embedding's full gradient (written by the output layer when tied,
     // read at the end of backward), one unit's being written, one being reduce-scattered;

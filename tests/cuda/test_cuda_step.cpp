@@ -5,6 +5,7 @@
 // bits as keeping every activation (the same kernels on the same inputs).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "model/weights.h"
@@ -59,6 +60,7 @@ std::vector<Model> models() {
 struct Result {
   std::vector<double> losses, norms;
   HostUnits masters, m, v;
+  int64_t peak = 0, planned = 0;  // bytes: measured peak and the memory plan's total
 };
 
 Result train(const Model& model, ParallelMode mode, bool overlap, Recompute recompute, int steps) {
@@ -83,6 +85,8 @@ Result train(const Model& model, ParallelMode mode, bool overlap, Recompute reco
     r.losses.push_back(st.loss);
     r.norms.push_back(st.grad_norm);
   }
+  r.peak = trainer.ops().memory_stats().peak;
+  r.planned = trainer.plan().total();
   r.masters = trainer.masters();
   for (int k = 0; k < 2; ++k) {
     const std::vector<Tensor>& state = k == 0 ? trainer.store().exp_avg() : trainer.store().exp_avg_sq();
@@ -123,6 +127,22 @@ TEST(GpuStep, RecomputationGivesTheSameBits) {
     for (Recompute r : {Recompute::kSelective, Recompute::kFull})
       expect_same_bits(train(model, ParallelMode::kDdp, true, r, 4), none, model.name + " " + recompute_name(r));
   }
+}
+
+// The memory plan against the measured peak, every mode and recomputation, on the model
+// large enough that fixed workspaces do not dominate: within 3%.
+TEST(GpuStep, PlanPredictsThePeak) {
+  REQUIRE_CUDA();
+  const Model& model = models().back();
+  for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp})
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      const Result res = train(model, mode, true, r, 2);
+      const double err = static_cast<double>(res.planned - res.peak) / static_cast<double>(res.peak);
+      std::printf("%s %s %s: peak %.3f GiB, planned %.3f GiB (%+.2f%%)\n", model.name.c_str(),
+                  mode == ParallelMode::kDdp ? "ddp" : "fsdp", recompute_name(r),
+                  static_cast<double>(res.peak) / (1 << 30), static_cast<double>(res.planned) / (1 << 30), 100 * err);
+      EXPECT_LE(std::abs(err), 0.03) << recompute_name(r);
+    }
 }
 
 }  // namespace
