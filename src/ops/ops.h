@@ -52,13 +52,14 @@ class Ops {
   // The main stream (a cudaStream_t), for ordering collectives; nullptr on the CPU.
   virtual void* stream() { return nullptr; }
 
-  // ---- a side queue, for work that overlaps the main one (the optimizer beside the next
-  // forward). Ops are issued to the current queue (main unless set). record(slot) marks
+  // ---- side queues, for work that overlaps the main one: kSide (the optimizer beside the
+  // next forward), kCopy (one-GPU fsdp's compute copy of the next unit beside the current
+  // unit's compute). Ops are issued to the current queue (main unless set). record(slot) marks
   // the point the current queue has reached; wait(slot) holds the current queue until the
   // slot's last mark is passed (at once if it was never recorded). Ops that use the shared
-  // scratch or the GEMM workspace are refused on the side queue. On the CPU an op is done
+  // scratch or the GEMM workspace are refused off the main queue. On the CPU an op is done
   // when it returns, so these are no-ops.
-  enum class Queue { kMain, kSide };
+  enum class Queue { kMain, kSide, kCopy };
   virtual void set_queue(Queue q) { (void)q; }
   virtual void record(int slot) { (void)slot; }
   virtual void wait(int slot) { (void)slot; }

@@ -1,10 +1,26 @@
 #include "parallel/param_store.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 
 namespace anvil {
+namespace {
+
+// Ops are issued to queue q until the end of the scope, then to the main queue again.
+class OnQueue {
+ public:
+  OnQueue(Ops& ops, Ops::Queue q) : ops_(ops) { ops_.set_queue(q); }
+  ~OnQueue() { ops_.set_queue(Ops::Queue::kMain); }
+  OnQueue(const OnQueue&) = delete;
+  OnQueue& operator=(const OnQueue&) = delete;
+
+ private:
+  Ops& ops_;
+};
+
+}  // namespace
 
 ParallelMode parse_parallel_mode(const std::string& name) {
   if (name == "ddp") return ParallelMode::kDdp;
@@ -112,7 +128,8 @@ void ParamStore::refresh_compute_copies() {
 }
 
 void ParamStore::prefetch(int unit) {
-  if (!sharded() || gathered_.count(unit)) return;
+  if (mode_ == ParallelMode::kDdp || gathered_.count(unit)) return;
+  if (!sharded()) return copy_ahead(unit);
   await_update(unit);
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   Tensor full = pooled(info.padded, ops_.compute_dtype());
@@ -124,14 +141,33 @@ void ParamStore::prefetch(int unit) {
   gathered_[unit] = full;
 }
 
+void ParamStore::copy_ahead(int unit) {
+  if (ops_.compute_dtype() == DType::kF32) return;  // the masters are the compute weights
+  const size_t u = static_cast<size_t>(unit);
+  // A buffer of this unit's size: at most two of the block size live (the one in use and
+  // the next) and one of each other size (sys/plan.cpp counts them so).
+  Tensor full = pooled(table_.units()[u].padded, ops_.compute_dtype(), true);
+  const int main_point = copy_slot(-1);
+  ops_.record(main_point);  // the pooled buffer's last readers are queued before this point
+  OnQueue on_copy(ops_, Ops::Queue::kCopy);
+  ops_.wait(main_point);
+  if (updating_[u]) ops_.wait(unit);  // this unit's update, on the side queue
+  ops_.convert(full, master_[u]);
+  ops_.record(copy_slot(unit));
+  gathered_[unit] = full;
+  copying_.insert(unit);
+}
+
 Tensor ParamStore::weights(int unit) {
   await_update(unit);
   if (mode_ == ParallelMode::kDdp) return compute_[static_cast<size_t>(unit)];
   if (!sharded() && ops_.compute_dtype() == DType::kF32) return master_[static_cast<size_t>(unit)];
-  if (!sharded()) {  // one GPU: a compute copy of this unit, made now
+  if (!sharded()) {  // one GPU: the compute copy made ahead, or made now
+    if (copying_.erase(unit)) {
+      ops_.wait(copy_slot(unit));
+      return gathered_.at(unit);
+    }
     ANVIL_ENSURE(!gathered_.count(unit), kInternal, "unit ", unit, " acquired twice");
-    // A buffer of this unit's size: the tiny final norm never holds the embedding's, so at
-    // most one buffer of each unit size exists (sys/plan.cpp counts them so).
     Tensor full = pooled(table_.units()[static_cast<size_t>(unit)].padded, ops_.compute_dtype(), true);
     ops_.convert(full, master_[static_cast<size_t>(unit)]);
     gathered_[unit] = full;
@@ -148,7 +184,7 @@ Tensor ParamStore::weights(int unit) {
 void ParamStore::release(int unit) {
   if (mode_ == ParallelMode::kDdp || (!sharded() && ops_.compute_dtype() == DType::kF32)) return;
   auto it = gathered_.find(unit);
-  ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit), kInternal, "unit ", unit,
+  ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit) && !copying_.count(unit), kInternal, "unit ", unit,
                " released but not acquired");
   unpool(it->second);
   gathered_.erase(it);
@@ -228,13 +264,10 @@ double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double
   const float scale = clip_coefficient(norm, c.max_grad_norm);
   // Event slots: unit u's update is slot u; the end of the gradients is the slot after.
   const int grads_done = static_cast<int>(master_.size());
-  struct MainOnReturn {
-    Ops& ops;
-    ~MainOnReturn() { ops.set_queue(Ops::Queue::kMain); }
-  } main_on_return{ops_};
+  std::optional<OnQueue> on_side;
   if (overlap_) {
     ops_.record(grads_done);
-    ops_.set_queue(Ops::Queue::kSide);
+    on_side.emplace(ops_, Ops::Queue::kSide);
     ops_.wait(grads_done);
   }
   // Units are numbered in forward order (embedding, blocks, final norm, output layer).

@@ -12,9 +12,11 @@
 //    buffer, freed by release(u) (the backward gathers again); prefetch(u) starts the next
 //    unit's gather while the current unit computes. grads(u) is a pooled
 //    full-unit F32 buffer; grads_ready(u) reduce-scatters it into the owned gradient shard,
-//    every micro-batch (or, with set_defer_sync, once on the last). On one GPU, FSDP is the same minus the collectives: compute copies
-//    are made per unit when needed instead of kept for the whole model (2 bytes per
-//    parameter less: what lets Qwen3-8B train on one 141 GB GPU).
+//    every micro-batch (or, with set_defer_sync, once on the last). On one GPU, FSDP is the
+//    same minus the collectives: compute copies are made per unit when needed instead of
+//    kept for the whole model (2 bytes per parameter less: what lets Qwen3-8B train on one
+//    141 GB GPU); prefetch(u) makes the next unit's copy on the ops' copy queue while the
+//    current unit computes.
 // Gradients are summed, not averaged, across ranks: the loss is normalised by the global
 // count of target tokens (run/trainer.cpp), so the sum is the gradient of the global mean.
 // The optimizer is one AdamW pass over the owned memory and clips by the global norm
@@ -29,6 +31,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "comm/comm.h"
@@ -100,6 +103,10 @@ class ParamStore final : public UnitSource {
   void finish_pending();
   void refresh_compute_copies();
   void await_update(int unit);  // the main queue waits for this unit's update, if in flight
+  void copy_ahead(int unit);    // one GPU: the unit's compute copy, made on the copy queue
+  // Event slots of the copy queue, after the units' (0 .. units-1) and the gradients' (units):
+  // the main queue's point before a copy (unit -1), the copy of each unit.
+  int copy_slot(int unit) const { return static_cast<int>(master_.size()) + 2 + unit; }
 
   const ParamTable& table_;
   Ops& ops_;
@@ -110,6 +117,7 @@ class ParamStore final : public UnitSource {
   bool defer_sync_ = false;
   bool overlap_ = true;
   std::vector<char> updating_;  // per unit: an update on the side queue not yet waited for
+  std::set<int> copying_;       // one GPU: units whose copy ahead is not yet waited for
   std::vector<void*> buffers_;
   int64_t persistent_bytes_ = 0;
   std::vector<Tensor> master_, grads_, m_, v_;

@@ -38,15 +38,15 @@ MemoryPlan plan_memory(const PlanInput& in) {
   p.optimizer = 8 * owned;
   p.grads = 4 * owned;
   if (fsdp && in.world == 1) {
-    // Converted per unit into a buffer of the unit's size, at most one live per size (the
-    // final norm beside the output layer is the only overlap): one buffer per size.
+    // Converted per unit into a buffer of the unit's size, made one unit ahead: one buffer
+    // per unit size, two of the block size (the block in use and the next).
     std::vector<int64_t> sizes;
     for (const UnitInfo& u : table.units()) sizes.push_back(u.padded);
     std::sort(sizes.begin(), sizes.end());
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-    int64_t distinct = 0;
-    for (int64_t s : sizes) distinct += s;
-    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * distinct;
+    int64_t buffers = c.num_layers > 1 ? table.units()[static_cast<size_t>(table.block_unit(0))].padded : 0;
+    for (int64_t s : sizes) buffers += s;
+    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * buffers;
   } else if (fsdp) {
     // Live at once: the embedding's full gradient (written by the output layer when tied,
     // read at the end of backward), one unit's being written, one being reduce-scattered;

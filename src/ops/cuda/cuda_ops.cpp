@@ -1,9 +1,10 @@
 // The CUDA backend of the op set (ops/ops.h): bf16 compute, fp32 accumulation.
 //
 // This file checks each op's tensors (device, dtype, shapes) and calls the launcher of the
-// op's own file pair; kernels live there. One backend = one device and two non-blocking
-// streams: the main one, and a side one for the optimizer overlapped with the next forward
-// (set_queue; record/wait order them with events). Every op is enqueued on the current
+// op's own file pair; kernels live there. One backend = one device and three non-blocking
+// streams: the main one, a side one for the optimizer overlapped with the next forward and
+// one for one-GPU fsdp's compute copies made ahead (set_queue; record/wait order them with
+// events). Every op is enqueued on the current
 // stream; none waits for the host except download(), upload() and synchronize(). Ops that need temporary device memory (deterministic partial sums,
 // the cross-entropy chunk, attention's row sums) share one scratch buffer that grows to
 // the largest request and is then reused; stream order makes the sharing safe.
@@ -78,16 +79,19 @@ class CudaOps final : public Ops {
     name_ = cat("cuda:", device, " (", prop.name, ")");
     CUDA_CHECK(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
     stream_ = main_;
     gemm_ = std::make_unique<cuda::Gemm>(main_);
   }
 
   ~CudaOps() override {
+    cudaStreamSynchronize(copy_);
     cudaStreamSynchronize(side_);
     cudaStreamSynchronize(main_);
     gemm_.reset();
     if (scratch_) cudaFree(scratch_);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cudaStreamDestroy(copy_);
     cudaStreamDestroy(side_);
     cudaStreamDestroy(main_);
   }
@@ -165,13 +169,14 @@ class CudaOps final : public Ops {
     }
   }
   void synchronize() override {
+    CUDA_CHECK(cudaStreamSynchronize(copy_));
     CUDA_CHECK(cudaStreamSynchronize(side_));
     CUDA_CHECK(cudaStreamSynchronize(main_));
   }
   void* stream() override { return main_; }
 
   // ---- queues
-  void set_queue(Queue q) override { stream_ = q == Queue::kMain ? main_ : side_; }
+  void set_queue(Queue q) override { stream_ = q == Queue::kMain ? main_ : q == Queue::kSide ? side_ : copy_; }
   void record(int slot) override { CUDA_CHECK(cudaEventRecord(event(slot), stream_)); }
   void wait(int slot) override { CUDA_CHECK(cudaStreamWaitEvent(stream_, event(slot), 0)); }
 
@@ -464,7 +469,7 @@ class CudaOps final : public Ops {
  private:
   // The shared scratch buffer, grown to `bytes` if smaller (cudaFree waits for the GPU).
   void* scratch(size_t bytes) {
-    ANVIL_ENSURE(stream_ == main_, kInternal, "the shared scratch is used on the side queue");
+    ANVIL_ENSURE(stream_ == main_, kInternal, "the shared scratch is used off the main queue");
     if (bytes > scratch_bytes_) {
       release(scratch_);
       scratch_ = nullptr;
@@ -534,7 +539,7 @@ class CudaOps final : public Ops {
   }
 
   std::string name_;
-  cudaStream_t main_ = nullptr, side_ = nullptr;
+  cudaStream_t main_ = nullptr, side_ = nullptr, copy_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the current queue's
   std::vector<cudaEvent_t> events_;
   std::unique_ptr<cuda::Gemm> gemm_;
