@@ -248,7 +248,10 @@ int bench_main(int argc, char** argv) {
     Tensor p = b.make(f32, {n}), g = b.make(f32, {n}, 1e-3f), mm = b.make(f32, {n}, 0.0f), vv = b.make(f32, {n}, 0.0f);
     Tensor ss = b.make(f32, {1}, 0.0f);
     AdamWHyper hp;
-    b.run("adamw_step", dims({n}), 0, 28.0 * n, [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f); });
+    Tensor copy = b.make(bf, {n});
+    b.run("adamw_step", dims({n}), 0, 28.0 * n, [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f, Tensor(), false); });
+    b.run("adamw_step + bf16 copy + zero grad", dims({n}), 0, 34.0 * n,
+          [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f, copy, true); });
     b.run("sum_squares", dims({n}), 0, 4.0 * n, [&] { ops->sum_squares(ss, g); });
     // The optimizer overlapped with the forward: AdamW on the side queue beside 40 gate_up
     // GEMMs on the main one; compare its time with the two alone and with their sum.
@@ -258,7 +261,7 @@ int bench_main(int argc, char** argv) {
     };
     auto adamw_side = [&] {
       ops->set_queue(Ops::Queue::kSide);
-      ops->adamw_step(p, g, mm, vv, hp, 1.0f);
+      ops->adamw_step(p, g, mm, vv, hp, 1.0f, Tensor(), false);
       ops->set_queue(Ops::Queue::kMain);
     };
     b.run("40 x gate_up alone", dims({N, m.C, 2 * m.I}), 40 * 2.0 * N * m.C * 2 * m.I, 0, gemms);

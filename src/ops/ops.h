@@ -125,8 +125,10 @@ class Ops {
 
   // ---- optimizer on flat F32 buffers: grad is multiplied by grad_scale (the clipping
   // coefficient) as it is read; param, m and v are updated in place as PyTorch's AdamW.
+  // In the same pass: copy (compute dtype, may be empty or param itself) receives the new
+  // param as convert() would write it, and grad is zeroed when zero_grad.
   virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
-                          float grad_scale) = 0;
+                          float grad_scale, Tensor copy, bool zero_grad) = 0;
   // out (1) F32 += sum of x^2 (x F32)
   virtual void sum_squares(Tensor out, Tensor x) = 0;
 };

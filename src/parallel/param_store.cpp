@@ -272,9 +272,8 @@ double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double
   }
   // Units are numbered in forward order (embedding, blocks, final norm, output layer).
   for (size_t u = 0; u < master_.size(); ++u) {
-    ops_.adamw_step(master_[u], grads_[u], m_[u], v_[u], h, scale);
-    if (u < compute_.size() && compute_[u].data != master_[u].data) ops_.convert(compute_[u], master_[u]);
-    ops_.zero(grads_[u]);
+    // AdamW, the DDP compute copy and the gradient's zeroing, in one pass.
+    ops_.adamw_step(master_[u], grads_[u], m_[u], v_[u], h, scale, u < compute_.size() ? compute_[u] : Tensor(), true);
     if (!overlap_) continue;
     ops_.record(static_cast<int>(u));
     updating_[u] = 1;

@@ -277,7 +277,7 @@ TEST(CudaOps, SideQueueOrderedByEvents) {
     Buf copy({n}, DType::kBF16, nans(n)), back({n}, DType::kF32, nans(n));
     gpu().synchronize();
     if (side) gpu().set_queue(Ops::Queue::kSide);
-    gpu().adamw_step(p.g(), g.g(), m.g(), v.g(), h, 0.5f);
+    gpu().adamw_step(p.g(), g.g(), m.g(), v.g(), h, 0.5f, Tensor(), false);
     gpu().convert(copy.g(), p.g());
     gpu().record(7);
     gpu().set_queue(Ops::Queue::kMain);
@@ -504,11 +504,23 @@ TEST(CudaOps, AdamW) {
       hp.lr = 3e-4f;
       hp.weight_decay = 0.1f;
       hp.step = step;
-      cpu().adamw_step(param.c(), grad.c(), m.c(), v.c(), hp, 0.5f);
-      gpu().adamw_step(param.g(), grad.g(), m.g(), v.g(), hp, 0.5f);
+      cpu().adamw_step(param.c(), grad.c(), m.c(), v.c(), hp, 0.5f, Tensor(), false);
+      gpu().adamw_step(param.g(), grad.g(), m.g(), v.g(), hp, 0.5f, Tensor(), false);
       check("adamw_step " + tag + " param", param, kExact32);
       check("adamw_step " + tag + " m", m, kExact32);
       check("adamw_step " + tag + " v", v, kExact32);
+      // The same step with the bf16 copy and the gradient's zeroing in the pass: the same
+      // param, m, v bits, the copy bit for bit convert()'s, the gradient zero.
+      Buf p2({n}, DType::kF32, randn(n, 71)), g2({n}, DType::kF32, randn(n, 72, 0.1f));
+      Buf m2({n}, DType::kF32, randn(n, 74, 0.01f)), v2({n}, DType::kF32, vv), copy({n}, DType::kBF16, nans(n));
+      Buf conv({n}, DType::kBF16, nans(n));
+      gpu().adamw_step(p2.g(), g2.g(), m2.g(), v2.g(), hp, 0.5f, copy.g(), true);
+      gpu().convert(conv.g(), p2.g());
+      EXPECT_EQ(p2.got(), param.got()) << tag;
+      EXPECT_EQ(m2.got(), m.got()) << tag;
+      EXPECT_EQ(v2.got(), v.got()) << tag;
+      EXPECT_EQ(copy.got(), conv.got()) << tag << ": the copy differs from convert";
+      EXPECT_EQ(g2.got(), std::vector<double>(static_cast<size_t>(n), 0.0)) << tag << ": the gradient is not zero";
     }
   }
 }

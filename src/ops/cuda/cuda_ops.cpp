@@ -433,7 +433,8 @@ class CudaOps final : public Ops {
   }
 
   // ---- optimizer
-  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h, float grad_scale) override {
+  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h, float grad_scale, Tensor copy,
+                  bool zero_grad) override {
     const char* op = "adamw_step";
     expect(param, DType::kF32, op, "param");
     expect(grad, DType::kF32, op, "grad");
@@ -454,7 +455,12 @@ class CudaOps final : public Ops {
                             static_cast<float>(bc1),
                             static_cast<float>(std::sqrt(bc2)),
                             grad_scale};
-    cuda::adamw_step(p<float>(param), p<float>(grad), p<float>(m), p<float>(v), n, a, stream_);
+    if (present(copy)) {
+      expect(copy, DType::kBF16, op, "copy");
+      expect_numel(copy, n, op, "copy");
+    }
+    cuda::adamw_step(p<float>(param), p<float>(grad), p<float>(m), p<float>(v),
+                     present(copy) ? p<nv_bf16>(copy) : nullptr, zero_grad, n, a, stream_);
   }
 
   void sum_squares(Tensor out, Tensor x) override {
