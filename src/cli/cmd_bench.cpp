@@ -51,7 +51,9 @@ int bench_step(int argc, char** argv) {
       .opt("--steps", &o.steps, "N", "steps in all (then up to 3 more with the phases timed)")
       .opt("--warmup", &o.warmup, "N", "untimed first steps")
       .opt("--device", &o.device, "cpu|cuda", "[default: cuda when a GPU is present]")
-      .flag("--no-overlap-optimizer", &no_overlap, "run the optimizer alone after the backward instead of beside the next forward (the same results; for comparison)")
+      .flag("--no-overlap-optimizer", &no_overlap,
+            "run the optimizer alone after the backward instead of beside the next forward (the same results; "
+            "for comparison)")
       .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]")
       .opt("--nproc-per-node", &nproc, "gpu|N", "launch this many ranks here");
   if (!a.parse(argc, argv)) return 0;

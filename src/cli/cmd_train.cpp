@@ -38,7 +38,9 @@ int cmd_train(int argc, char** argv) {
       .choice("--recompute", &recompute, {"none", "selective", "full", "auto"},
               "activation recomputation in backward: selective recomputes the norms and RoPE, full every block "
               "(auto: the fastest that fits the plan in the GPU's memory)")
-      .flag("--no-overlap-optimizer", &no_overlap, "run the optimizer alone after the backward instead of beside the next forward (the same results; for comparison)")
+      .flag("--no-overlap-optimizer", &no_overlap,
+            "run the optimizer alone after the backward instead of beside the next forward (the same results; "
+            "for comparison)")
       .opt("--lr", &o.optim.lr, "LR", "peak learning rate")
       .opt("--weight-decay", &o.optim.weight_decay, "WD", "AdamW decoupled weight decay")
       .opt("--beta1", &o.optim.beta1, "B1", "AdamW beta1")

@@ -4,10 +4,11 @@
 // op's own file pair; kernels live there. One backend = one device and three non-blocking
 // streams: the main one, a side one for the optimizer overlapped with the next forward and
 // one for one-GPU fsdp's compute copies made ahead (set_queue; record/wait order them with
-// events). Every op is enqueued on the current
-// stream; none waits for the host except download(), upload() and synchronize(). Ops that need temporary device memory (deterministic partial sums,
-// the cross-entropy chunk, attention's row sums) share one scratch buffer that grows to
-// the largest request and is then reused; stream order makes the sharing safe.
+// events). Every op is enqueued on the current stream; none waits for the host except
+// download(), upload() and synchronize(). Ops that need temporary device memory
+// (deterministic partial sums, the cross-entropy chunk, attention's row sums) share one
+// scratch buffer that grows to the largest request and is then reused; the main stream's
+// order makes the sharing safe (the other streams may not use it).
 // Scratch needs, for the memory plan: the largest of
 //   rmsnorm backward   min(rows, 264) * cols * 4
 //   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
