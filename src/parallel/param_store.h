@@ -12,17 +12,26 @@
 //    buffer, freed by release(u) (the backward gathers again); prefetch(u) starts the next
 //    unit's gather while the current unit computes. grads(u) is a pooled
 //    full-unit F32 buffer; grads_ready(u) reduce-scatters it into the owned gradient shard,
-//    every micro-batch (or, with set_defer_sync, once on the last). On one GPU, FSDP is the same minus the collectives: compute copies
-//    are made per unit when needed instead of kept for the whole model (2 bytes per
-//    parameter less: what lets Qwen3-8B train on one 141 GB GPU).
+//    every micro-batch (or, with set_defer_sync, once on the last). On one GPU, FSDP is the
+//    same minus the collectives: compute copies are made per unit when needed instead of
+//    kept for the whole model (2 bytes per parameter less: what lets Qwen3-8B train on one
+//    141 GB GPU); prefetch(u) makes the next unit's copy on the ops' copy queue while the
+//    current unit computes.
 // Gradients are summed, not averaged, across ranks: the loss is normalised by the global
 // count of target tokens (run/trainer.cpp), so the sum is the gradient of the global mean.
 // The optimizer is one AdamW pass over the owned memory and clips by the global norm
 // (squares summed across ranks in FSDP; in DDP every rank holds the same whole gradient).
+// With overlap (the default), once the norm is known the update runs unit by unit, in
+// forward order, on the ops' side queue: AdamW, the compute copy (DDP), the gradient's
+// zeroing, then an event per unit. The next step's first use of a unit (weights, prefetch,
+// grads) waits for that unit's event only, so the next forward follows the optimizer unit
+// by unit. The same ops on the same data in the same order: the same bits as without.
+// Everything that reads the state from the host goes through finish_optimizer().
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "comm/comm.h"
@@ -45,7 +54,7 @@ class ParamStore final : public UnitSource {
   ParamStore& operator=(const ParamStore&) = delete;
 
   void load(const HostUnits& units);   // full units on every rank; each keeps what it owns
-  HostUnits download_masters();        // full units (FSDP: gathered; every rank must call)
+  HostUnits download_masters();        // full units (FSDP: gathered; every rank must call); finished updates
   // AdamW m and v of this rank's owned elements of one unit (owned_offset(unit) on, as many
   // as masters()[unit] holds), from host memory: resuming from a checkpoint.
   void load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq);
@@ -67,25 +76,37 @@ class ParamStore final : public UnitSource {
   // Makes the compute stream wait for every gradient collective of this step and adds the
   // last reduce-scatter in (optimizer_step does it too; the step benchmark times it).
   void finish_collectives();
-  // Clips by the global norm and takes one AdamW step; returns the pre-clip norm.
+  // Clips by the global norm and takes one AdamW step; returns the pre-clip norm (checked
+  // finite before anything is updated). Zeroes the gradients it has applied.
   double optimizer_step(const OptimizerConfig& c, int64_t step, double lr);
+  // Overlap the update with what follows (see above); off: it runs on the main queue.
+  void set_overlap_optimizer(bool on) { overlap_ = on; }
+  // The main queue waits for every update in flight: what is issued after it (downloads,
+  // checkpoints, export, evaluation) sees finished updates.
+  void finish_optimizer();
 
   ParallelMode mode() const { return mode_; }
   bool sharded() const { return mode_ == ParallelMode::kFsdp && world_ > 1; }
   // Owned memory: [offset, offset + numel) of each unit.
   int64_t owned_offset(int unit) const;
-  const std::vector<Tensor>& masters() const { return master_; }
-  const std::vector<Tensor>& exp_avg() const { return m_; }
-  const std::vector<Tensor>& exp_avg_sq() const { return v_; }
-  const std::vector<Tensor>& owned_grads() const { return grads_; }
+  // The owned state, with every update finished (reads are issued on the main queue).
+  const std::vector<Tensor>& masters() { return finish_optimizer(), master_; }
+  const std::vector<Tensor>& exp_avg() { return finish_optimizer(), m_; }
+  const std::vector<Tensor>& exp_avg_sq() { return finish_optimizer(), v_; }
+  const std::vector<Tensor>& owned_grads() { return finish_optimizer(), grads_; }
   int64_t persistent_bytes() const { return persistent_bytes_; }
 
  private:
   Tensor make(int64_t n, DType dtype);  // persistent
-  Tensor pooled(int64_t n, DType dtype);
+  Tensor pooled(int64_t n, DType dtype, bool exact = false);  // exact: a free buffer of this size only
   void unpool(const Tensor& t);
   void finish_pending();
   void refresh_compute_copies();
+  void await_update(int unit);  // the main queue waits for this unit's update, if in flight
+  void copy_ahead(int unit);    // one GPU: the unit's compute copy, made on the copy queue
+  // Event slots of the copy queue, after the units' (0 .. units-1) and the gradients' (units):
+  // the main queue's point before a copy (unit -1), the copy of each unit.
+  int copy_slot(int unit) const { return static_cast<int>(master_.size()) + 2 + unit; }
 
   const ParamTable& table_;
   Ops& ops_;
@@ -94,6 +115,9 @@ class ParamStore final : public UnitSource {
   int world_ = 1, rank_ = 0;
   bool sync_ = true;
   bool defer_sync_ = false;
+  bool overlap_ = true;
+  std::vector<char> updating_;  // per unit: an update on the side queue not yet waited for
+  std::set<int> copying_;       // one GPU: units whose copy ahead is not yet waited for
   std::vector<void*> buffers_;
   int64_t persistent_bytes_ = 0;
   std::vector<Tensor> master_, grads_, m_, v_;

@@ -25,7 +25,8 @@ struct RunSpec {
   std::string model, preset;  // exactly one: a folder or hub id, or a built-in shape
   std::string device;         // cpu | cuda; empty: cuda when a GPU is present
   std::string mode = "ddp";   // ddp | fsdp
-  std::string recompute = "none";  // none | full | auto
+  Recompute recompute = Recompute::kNone;  // kAuto: the fastest the plan fits
+  bool overlap_optimizer = true;  // the update overlaps the next forward
   int64_t micro_batch = 1;
   int64_t total_steps = 1;  // for the learning-rate schedule
   bool fsdp_defer_sync = false;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/transformer.h"
 #include "optim/adamw.h"
 
 namespace anvil {
@@ -35,7 +36,8 @@ struct TrainOptions {
   int64_t micro_batch = 1;
   int64_t grad_accum = 1;
   bool fsdp_defer_sync = false;
-  std::string recompute = "none";  // none | full | auto
+  bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
+  Recompute recompute = Recompute::kNone;
   OptimizerConfig optim;
   int64_t seed = 0;
   bool shuffle = true;

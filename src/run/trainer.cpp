@@ -30,17 +30,18 @@ Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const Trai
   pin.fsdp_defer_sync = settings.fsdp_defer_sync;
   const int64_t capacity = ops_->memory_stats().capacity;
   if (capacity > 0) {
-    const PlanAdvice adv = advise(pin, settings.auto_recompute ? "auto" : (settings.recompute == Recompute::kFull ? "full" : "none"), capacity);
+    const PlanAdvice adv = advise(pin, settings.recompute, capacity);
     const MemoryPlan& p = settings.mode == ParallelMode::kFsdp ? adv.fsdp : adv.ddp;
     ANVIL_ENSURE(plan_fits(p, capacity), kOutOfMemory, "this run does not fit in the GPU's memory; the plan per GPU:\n",
                  plan_table(adv, pin, capacity));
     settings_.recompute = pin.recompute = p.recompute;
-  } else if (settings.auto_recompute) {
+  } else if (settings.recompute == Recompute::kAuto) {
     settings_.recompute = pin.recompute = Recompute::kNone;  // host memory is not planned
   }
   plan_ = plan_memory(pin);
   store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings.mode);
   store_->set_defer_sync(settings.fsdp_defer_sync);
+  store_->set_overlap_optimizer(settings.overlap_optimizer);
   store_->load(weights);
   model_ = std::make_unique<Transformer>(config_, table_, *ops_, settings.micro_batch, settings.seq_len,
                                          settings_.recompute);
@@ -131,8 +132,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
                ": stopping before the update");
   ++step_;
   s.lr = lr_at(settings_.optim, step_, settings_.total_steps);
-  s.grad_norm = store_->optimizer_step(settings_.optim, step_, s.lr);
-  store_->zero_grads();
+  s.grad_norm = store_->optimizer_step(settings_.optim, step_, s.lr);  // zeroes the gradients
   if (timing_) timing_result_.optimizer = lap();
   return s;
 }
