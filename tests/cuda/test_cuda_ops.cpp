@@ -258,7 +258,10 @@ TEST(CudaOps, AddRmsNorm) {
       gpu().add_rmsnorm_forward(sum_out.g(), out.g(), rstd.g(), a.g(), b.g(), w.g(), 1e-6f);
       check("add_rmsnorm_forward " + tag + " sum", sum_out, kOut1);
       check("add_rmsnorm_forward " + tag + " out", out, kOut1);
-      check("add_rmsnorm_forward " + tag + " rstd", rstd, kExact32 * 10);
+      // The GPU norms the sum rounded to bf16 (as add then rmsnorm_forward do), the CPU its
+      // fp32 sum: rstd differs by the rounding of the sum, not by the norm's arithmetic,
+      // which the equalities with the two GPU ops below pin down exactly.
+      check("add_rmsnorm_forward " + tag + " rstd", rstd, kOut1);
       EXPECT_EQ(sum_out.got(), s2.got()) << tag << ": sum differs from add";
       EXPECT_EQ(out.got(), o2.got()) << tag << ": out differs from add then rmsnorm_forward";
       EXPECT_EQ(rstd.got(), r2.got()) << tag << ": rstd differs from rmsnorm_forward";

@@ -133,7 +133,8 @@ TEST(GpuStep, RecomputationGivesTheSameBits) {
 // large enough that fixed workspaces do not dominate: within 3%.
 TEST(GpuStep, PlanPredictsThePeak) {
   REQUIRE_CUDA();
-  const Model& model = models().back();
+  const std::vector<Model> all = models();
+  const Model& model = all.back();
   for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp})
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
       const Result res = train(model, mode, true, r, 2);

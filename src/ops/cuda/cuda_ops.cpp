@@ -90,9 +90,13 @@ class CudaOps final : public Ops {
     name_ = cat("cuda:", device, " (", prop.name, ")");
     sm_ = prop.major * 10 + prop.minor;
     attention_impl_ = cuda::parse_attention_impl(env_str("ANVIL_ATTENTION", "cudnn"));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+    // The main queue's kernels (the GEMMs of the forward) go first where the side queue's
+    // (the optimizer of the last step, memory-bound) compete for the multiprocessors.
+    int lowest = 0, highest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&main_, cudaStreamNonBlocking, highest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, lowest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&copy_, cudaStreamNonBlocking, lowest));
     stream_ = main_;
     gemm_ = std::make_unique<cuda::Gemm>(main_);
   }
@@ -209,12 +213,13 @@ class CudaOps final : public Ops {
       expect(bias, DType::kBF16, op, "bias");
       expect_numel(bias, N, op, "bias");
     }
+    cuda::Gemm& gemm_main = gemm(op);  // linear layers run on the main queue only
     if (env_gemv() && cuda::gemv_fits(M, K, x.data, w.data)) {  // a decode step's few rows
       cuda::gemv(y.data, f32_out, p<nv_bf16>(x), p<nv_bf16>(w), present(bias) ? p<nv_bf16>(bias) : nullptr, M, N, K,
                  stream_);
       return;
     }
-    gemm(op).run(y.data, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
+    gemm_main.run(y.data, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
                present(bias) ? bias.data : nullptr);
   }
 
