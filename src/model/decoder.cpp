@@ -108,7 +108,7 @@ void Decoder::reserve_rows(int64_t rows, int64_t outputs) {
   const int64_t R = rows_cap_, n = outputs_cap_, C = c_.hidden_size, I = c_.intermediate_size;
   const int64_t H = c_.num_heads, KV = c_.num_kv_heads, hd = c_.head_dim;
   const DType F = DType::kF32;
-  staging_ = make({3 * R + n + R * hd}, DType::kI32, row_buffers_);
+  staging_ = make({rope_at(R, n) + R * hd}, DType::kI32, row_buffers_);
   x_ = make({R, C}, cd_, row_buffers_);
   h_ = make({R, C}, cd_, row_buffers_);
   rstd_ = make({R}, F, row_buffers_);
@@ -126,19 +126,25 @@ void Decoder::reserve_rows(int64_t rows, int64_t outputs) {
   argmax_ = make({n}, DType::kI32, row_buffers_);
 }
 
+// Where the RoPE tables start in the staging buffer, after the 3R + n ids: at a multiple
+// of 4 elements, so that the kernels' 8- and 16-byte loads of cos and sin are aligned
+// (head_dim / 2 is even, so sin, R * head_dim / 2 further, is aligned too).
+int64_t Decoder::rope_at(int64_t R, int64_t n) { return (3 * R + n + 3) / 4 * 4; }
+
 // Packs the rows' ids, slots, positions, output rows and RoPE angles into one host buffer
 // and uploads it: one transfer per forward. The RoPE tables have one row per token (the
 // qk-norm-RoPE op reads row r's angles at r % T, T = R here), computed as Transformer does.
 Decoder::Buffers Decoder::upload(const DecodeRows& rows) {
   const int64_t R = static_cast<int64_t>(rows.ids.size()), n = static_cast<int64_t>(rows.outputs.size());
   const int64_t half = c_.head_dim / 2;
-  std::vector<int32_t> host(static_cast<size_t>(3 * R + n + 2 * R * half));
+  const int64_t at = rope_at(R, n);
+  std::vector<int32_t> host(static_cast<size_t>(at + 2 * R * half));
   int32_t* ip = host.data();
   std::memcpy(ip, rows.ids.data(), static_cast<size_t>(R) * 4);
   std::memcpy(ip + R, rows.slots.data(), static_cast<size_t>(R) * 4);
   std::memcpy(ip + 2 * R, rows.positions.data(), static_cast<size_t>(R) * 4);
   std::memcpy(ip + 3 * R, rows.outputs.data(), static_cast<size_t>(n) * 4);
-  float* cs = reinterpret_cast<float*>(ip + 3 * R + n);
+  float* cs = reinterpret_cast<float*>(ip + at);
   float* sn = cs + R * half;
   for (int64_t r = 0; r < R; ++r)
     for (int64_t i = 0; i < half; ++i) {
@@ -153,8 +159,8 @@ Decoder::Buffers Decoder::upload(const DecodeRows& rows) {
   b.positions = part(staging_, 2 * R, {R});
   b.outputs = part(staging_, 3 * R, {n});
   const Tensor f(staging_.data, DType::kF32, staging_.shape, staging_.device);
-  b.cos = part(f, 3 * R + n, {R, half});
-  b.sin = part(f, 3 * R + n + R * half, {R, half});
+  b.cos = part(f, at, {R, half});
+  b.sin = part(f, at + R * half, {R, half});
   return b;
 }
 

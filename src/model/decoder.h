@@ -116,6 +116,7 @@ class Decoder {
   int64_t rows_cap_ = 0, outputs_cap_ = 0;
   std::vector<void*> row_buffers_;
   Tensor staging_;  // ids, slots, positions, outputs (I32) then cos, sin (F32): one upload
+  static int64_t rope_at(int64_t rows, int64_t outputs);  // the first element of cos
   Tensor x_, h_, rstd_, qkv_raw_, qkv_, rstd_qk_, att_, tmp_, gate_up_, act_;
   Tensor last_, last_norm_, last_rstd_, logits_, argmax_;
 

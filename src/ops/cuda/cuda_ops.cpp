@@ -641,6 +641,9 @@ class CudaOps final : public Ops {
     s.seq = cos.dim(0);
     ANVIL_ENSURE(cos.cols() == s.head_dim / 2 && sin.numel() == cos.numel(), kInternal, op, ": cos ",
                  cos.shape.str(), " sin ", sin.shape.str(), " for head_dim ", s.head_dim);
+    // The kernels read angle pairs as float2.
+    ANVIL_ENSURE(reinterpret_cast<uintptr_t>(cos.data) % 8 == 0 && reinterpret_cast<uintptr_t>(sin.data) % 8 == 0,
+                 kInternal, op, ": cos and sin must be 8-byte aligned");
     return s;
   }
 
