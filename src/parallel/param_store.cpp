@@ -6,12 +6,6 @@
 
 namespace anvil {
 
-ParallelMode parse_parallel_mode(const std::string& name) {
-  if (name == "ddp") return ParallelMode::kDdp;
-  if (name == "fsdp") return ParallelMode::kFsdp;
-  raise(ErrorKind::kUsage, "unknown mode '", name, "' (ddp or fsdp)");
-}
-
 ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode)
     : table_(table), ops_(ops), comm_(comm), mode_(mode) {
   world_ = comm ? comm->world() : 1;
@@ -29,7 +23,14 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
     if (mode_ == ParallelMode::kDdp) compute_.push_back(separate_compute ? make(n, ops.compute_dtype()) : master_.back());
   }
   if (sharded()) rs_tmp_ = make(max_shard, DType::kF32);
+  if (sharded() && table.norm_unit() > 1) keep_unit_ = table.norm_unit() - 1;  // the last block
   scratch_ = make(1, DType::kF32);
+}
+
+void ParamStore::set_reduce_dtype(DType dtype) {
+  ANVIL_ENSURE(dtype == DType::kF32 || dtype == DType::kBF16, kInternal, "gradient reduction in ", dtype_name(dtype));
+  reduce_dtype_ = dtype;
+  if (sharded() && dtype == DType::kBF16 && !rs_tmp16_.data) rs_tmp16_ = make(rs_tmp_.numel(), DType::kBF16);
 }
 
 ParamStore::~ParamStore() {
@@ -37,6 +38,7 @@ ParamStore::~ParamStore() {
   for (auto& [size, p] : pool_) ops_.release(p);
   for (auto& [u, t] : gathered_) ops_.release(t.data);
   for (auto& [u, t] : full_grads_) ops_.release(t.data);
+  if (pending_unit_ >= 0) ops_.release(pending_full_.data);
 }
 
 Tensor ParamStore::make(int64_t n, DType dtype) {
@@ -129,6 +131,10 @@ Tensor ParamStore::weights(int unit) {
     gathered_[unit] = full;
     return full;
   }
+  if (unit == keep_unit_ && keep_ == Keep::kHeld) {  // gathered since its forward
+    keep_ = Keep::kInUse;
+    return gathered_.at(unit);
+  }
   prefetch(unit);
   auto it = in_flight_.find(unit);
   ANVIL_ENSURE(it != in_flight_.end(), kInternal, "unit ", unit, " acquired twice");
@@ -142,6 +148,10 @@ void ParamStore::release(int unit) {
   auto it = gathered_.find(unit);
   ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit), kInternal, "unit ", unit,
                " released but not acquired");
+  if (unit == keep_unit_) {
+    keep_ = keep_ == Keep::kNone ? Keep::kHeld : Keep::kNone;
+    if (keep_ == Keep::kHeld) return;  // after its forward: its backward comes next
+  }
   unpool(it->second);
   gathered_.erase(it);
 }
@@ -160,16 +170,40 @@ void ParamStore::finish_pending() {
   if (pending_unit_ < 0) return;
   comm_->wait(pending_work_);
   Tensor owned = grads_[static_cast<size_t>(pending_unit_)];
-  ops_.add(owned, owned, rs_tmp_.slice_rows(0, owned.numel()));
+  if (!sharded()) {  // DDP, bf16: the reduced copy replaces the gradient
+    ops_.convert(owned, pending_full_);
+  } else {
+    Tensor reduced = rs_tmp_.slice_rows(0, owned.numel());
+    if (reduce_dtype_ == DType::kBF16) ops_.convert(reduced, rs_tmp16_.slice_rows(0, owned.numel()));
+    ops_.add(owned, owned, reduced);
+  }
   unpool(pending_full_);
   pending_unit_ = -1;
+}
+
+// One reduction in flight: the previous one is finished (widened or accumulated) before
+// this one starts, so it overlaps the next unit's backward and the bf16 copies stay two.
+void ParamStore::reduce_bf16(int unit, Tensor grad) {
+  const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
+  Tensor copy = pooled(info.padded, DType::kBF16);
+  ops_.convert(copy, grad);
+  pending_work_ = sharded() ? comm_->reduce_scatter(rs_tmp16_.slice_rows(0, info.shard()), copy, ReduceOp::kSum, info.name)
+                            : comm_->all_reduce(copy, ReduceOp::kSum, info.name);
+  pending_unit_ = unit;
+  pending_full_ = copy;
 }
 
 void ParamStore::grads_ready(int unit) {
   if (!comm_ || world_ == 1) return;
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   if (!sharded()) {
-    if (sync_) last_work_ = comm_->all_reduce(grads_[static_cast<size_t>(unit)], ReduceOp::kSum, info.name);
+    if (!sync_) return;
+    if (reduce_dtype_ == DType::kF32) {
+      last_work_ = comm_->all_reduce(grads_[static_cast<size_t>(unit)], ReduceOp::kSum, info.name);
+    } else {
+      finish_pending();
+      reduce_bf16(unit, grads_[static_cast<size_t>(unit)]);
+    }
     return;
   }
   if (defer_sync_ && !sync_) return;  // the full buffer accumulates the next micro-batch too
@@ -178,6 +212,12 @@ void ParamStore::grads_ready(int unit) {
   finish_pending();
   auto it = full_grads_.find(unit);
   ANVIL_ENSURE(it != full_grads_.end(), kInternal, "unit ", unit, " has no gradient buffer");
+  if (reduce_dtype_ == DType::kBF16) {
+    reduce_bf16(unit, it->second);
+    unpool(it->second);  // read by the conversion, queued before any later use of the buffer
+    full_grads_.erase(it);
+    return;
+  }
   pending_work_ = comm_->reduce_scatter(rs_tmp_.slice_rows(0, info.shard()), it->second, ReduceOp::kSum, info.name);
   pending_unit_ = unit;
   // The full buffer returns to the pool only once the collective that reads it is done.

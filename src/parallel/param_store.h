@@ -12,13 +12,18 @@
 //    buffer, freed by release(u) (the backward gathers again); prefetch(u) starts the next
 //    unit's gather while the current unit computes. grads(u) is a pooled
 //    full-unit F32 buffer; grads_ready(u) reduce-scatters it into the owned gradient shard,
-//    every micro-batch (or, with set_defer_sync, once on the last). On one GPU, FSDP is the same minus the collectives: compute copies
+//    every micro-batch (or, with set_defer_sync, once on the last). The last block stays
+//    gathered from its forward to its backward (FSDP2's reshard_after_forward=False for
+//    the unit that is needed again first). On one GPU, FSDP is the same minus the collectives: compute copies
 //    are made per unit when needed instead of kept for the whole model (2 bytes per
 //    parameter less: what lets Qwen3-8B train on one 141 GB GPU).
 // Gradients are summed, not averaged, across ranks: the loss is normalised by the global
 // count of target tokens (run/trainer.cpp), so the sum is the gradient of the global mean.
 // The optimizer is one AdamW pass over the owned memory and clips by the global norm
 // (squares summed across ranks in FSDP; in DDP every rank holds the same whole gradient).
+// Gradient reduction runs in F32, or in BF16 (set_reduce_dtype): the unit's gradient is
+// rounded to a pooled bf16 copy, reduced, and widened back (DDP) or added to the owned F32
+// shard (FSDP), with one reduction in flight at a time; half the bytes on the wire.
 #pragma once
 
 #include <cstdint>
@@ -32,9 +37,6 @@
 #include "optim/adamw.h"
 
 namespace anvil {
-
-enum class ParallelMode { kDdp, kFsdp };
-ParallelMode parse_parallel_mode(const std::string& name);  // "ddp" | "fsdp"
 
 class ParamStore final : public UnitSource {
  public:
@@ -63,6 +65,7 @@ class ParamStore final : public UnitSource {
   // last (PyTorch's set_requires_gradient_sync(False)): fewer collectives, the whole
   // model's fp32 gradient in memory.
   void set_defer_sync(bool defer) { defer_sync_ = defer; }
+  void set_reduce_dtype(DType dtype);  // F32 (default) or BF16
   void zero_grads();
   // Makes the compute stream wait for every gradient collective of this step and adds the
   // last reduce-scatter in (optimizer_step does it too; the step benchmark times it).
@@ -85,6 +88,7 @@ class ParamStore final : public UnitSource {
   Tensor pooled(int64_t n, DType dtype);
   void unpool(const Tensor& t);
   void finish_pending();
+  void reduce_bf16(int unit, Tensor grad);
   void refresh_compute_copies();
 
   const ParamTable& table_;
@@ -94,6 +98,11 @@ class ParamStore final : public UnitSource {
   int world_ = 1, rank_ = 0;
   bool sync_ = true;
   bool defer_sync_ = false;
+  DType reduce_dtype_ = DType::kF32;
+  int keep_unit_ = -1;   // FSDP: the last block, kept gathered from forward to backward
+  // keep_unit_ between its forward release and its backward acquire (kHeld), then in use
+  // by its backward (kInUse), whose release frees it.
+  enum class Keep { kNone, kHeld, kInUse } keep_ = Keep::kNone;
   std::vector<void*> buffers_;
   int64_t persistent_bytes_ = 0;
   std::vector<Tensor> master_, grads_, m_, v_;
@@ -102,8 +111,9 @@ class ParamStore final : public UnitSource {
   std::map<int, CommWork> in_flight_;                      // FSDP: gathers not yet waited for
   std::multimap<size_t, void*> pool_;                     // free pooled buffers by size
   Tensor rs_tmp_;          // FSDP: the reduce-scatter output awaiting accumulation
-  Tensor pending_full_;    // FSDP: the full gradient that reduce-scatter is reading
-  int pending_unit_ = -1;  // unit whose reduce-scatter is in flight into rs_tmp_
+  Tensor rs_tmp16_;        // FSDP, bf16 reduction: the same in bf16
+  Tensor pending_full_;    // the full gradient (FSDP) or bf16 copy (bf16) being reduced
+  int pending_unit_ = -1;  // unit whose reduction is in flight
   CommWork pending_work_, last_work_;
   Tensor scratch_;
 };

@@ -40,7 +40,7 @@ Json run_bench_step(const BenchStepOptions& o) {
   const std::string device = !o.device.empty() ? o.device : (cuda_available() ? "cuda" : "cpu");
   std::unique_ptr<Comm> comm;
   const CommOptions copt = comm_options_from_env();
-  if (env_rank() >= 0) comm = make_comm(device == "cuda" ? Device::kCUDA : Device::kCPU, copt);
+  if (copt.joined) comm = make_comm(device == "cuda" ? Device::kCUDA : Device::kCPU, copt);
   const int world = comm ? comm->world() : 1;
 
   std::string model_dir;
@@ -54,7 +54,8 @@ Json run_bench_step(const BenchStepOptions& o) {
   TrainerSettings s;
   s.device = device;
   s.device_index = copt.local_rank;
-  s.mode = parse_parallel_mode(o.mode);
+  s.mode = o.mode;
+  s.reduce_dtype = o.reduce_dtype;
   s.micro_batch = o.micro_batch;
   s.seq_len = o.seq_len;
   s.total_steps = o.steps;
@@ -103,7 +104,8 @@ Json run_bench_step(const BenchStepOptions& o) {
             {"params", cfg.num_parameters()},
             {"device", dev_name},
             {"world", world},
-            {"mode", o.mode},
+            {"mode", parallel_mode_name(trainer->mode())},
+            {"reduce_dtype", o.reduce_dtype == DType::kBF16 ? "bf16" : "fp32"},
             {"recompute", trainer->recompute() == Recompute::kFull ? "full" : "none"},
             {"seq_len", o.seq_len},
             {"micro_batch", o.micro_batch},

@@ -12,6 +12,7 @@
 
 #include "core/json.h"
 #include "model/config.h"
+#include "model/params.h"
 
 namespace anvil {
 
@@ -19,7 +20,8 @@ struct BenchStepOptions {
   std::string preset = "qwen3-1.7b";
   std::string model;  // a folder instead of the preset (its weights are loaded)
   std::string device;  // empty: cuda when a GPU is present
-  std::string mode = "ddp";
+  ParallelMode mode = ParallelMode::kDdp;
+  DType reduce_dtype = DType::kF32;
   std::string recompute = "none";  // none | full | auto
   int64_t seq_len = 2048, micro_batch = 1, grad_accum = 1;
   int64_t steps = 20, warmup = 5;

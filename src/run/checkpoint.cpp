@@ -199,7 +199,7 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
   if (rank == 0) {
     Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
                  {"step", step}, {"world", world},
-                 {"mode", store.mode() == ParallelMode::kFsdp ? "fsdp" : "ddp"},
+                 {"mode", parallel_mode_name(store.mode())},
                  {"data", {{"epoch", position.epoch}, {"samples_in_epoch", position.samples_in_epoch}}},
                  {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
                  {"train", settings.train}};

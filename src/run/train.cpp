@@ -137,7 +137,7 @@ TrainSummary run_train(const TrainOptions& o) {
   // A worker of a launcher (anvil's own, torchrun, srun...) joins its group from RANK etc.
   std::unique_ptr<Comm> comm;
   const CommOptions copt = comm_options_from_env();
-  if (env_rank() >= 0) comm = make_comm(device == "cuda" ? Device::kCUDA : Device::kCPU, copt);
+  if (copt.joined) comm = make_comm(device == "cuda" ? Device::kCUDA : Device::kCPU, copt);
   const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
   if (rank != 0) log_set_level(LogLevel::kWarn);
 
@@ -175,7 +175,7 @@ TrainSummary run_train(const TrainOptions& o) {
   TrainerSettings s;
   s.device = device;
   s.device_index = copt.local_rank;
-  s.mode = parse_parallel_mode(o.mode);
+  s.mode = o.mode;
   s.micro_batch = o.micro_batch;
   s.seq_len = T;
   s.recompute = o.recompute == "full" ? Recompute::kFull : Recompute::kNone;
@@ -183,11 +183,13 @@ TrainSummary run_train(const TrainOptions& o) {
   s.total_steps = o.steps;
   s.auto_recompute = o.recompute == "auto";
   s.fsdp_defer_sync = o.fsdp_defer_sync;
+  s.reduce_dtype = o.reduce_dtype;
   Trainer trainer(cfg, weights, s, comm.get());  // checks the memory plan before allocating
   weights.clear();
   if (!resume.empty()) restore_optimizer(point, trainer);
   log_info("training ", cfg.architecture, " (", table.total_numel(), " parameters) on ", world, " x ", device, " (",
-           o.mode, "): ", N, " blocks of ", T, " tokens, ", o.steps, " steps of ", per_step * world,
+           parallel_mode_name(trainer.mode()), ", ", trainer.mode_reason(),
+           o.reduce_dtype == DType::kBF16 ? "; gradients reduced in bf16" : "", "): ", N, " blocks of ", T, " tokens, ", o.steps, " steps of ", per_step * world,
            " sequences");
 
   // This rank's slice of each epoch (PyTorch's DistributedSampler with set_epoch); an epoch

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+#include "model/params.h"
 #include "optim/adamw.h"
 
 namespace anvil {
@@ -19,12 +21,13 @@ struct TrainOptions {
   bool assistant_only_loss = false;
   bool skip_bad_rows = false;
   std::string device;  // cpu | cuda; empty: cuda when a GPU is present, else cpu
-  std::string mode = "ddp";
+  ParallelMode mode = ParallelMode::kAuto;  // auto: ddp when the plan fits, else fsdp
   int64_t seq_len = 0;  // 0: from the data
   int64_t steps = 40;
   int64_t micro_batch = 1;
   int64_t grad_accum = 1;
   bool fsdp_defer_sync = false;
+  DType reduce_dtype = DType::kF32;  // gradient reduction: F32 or BF16
   std::string recompute = "none";  // none | full | auto
   OptimizerConfig optim;
   int64_t seed = 0;
