@@ -67,11 +67,20 @@ int64_t ParamStore::owned_offset(int unit) const {
   return sharded() ? rank_ * table_.units()[static_cast<size_t>(unit)].shard() : 0;
 }
 
-void ParamStore::load(const HostUnits& units) {
-  ANVIL_ASSERT(units.size() == master_.size());
-  for (size_t u = 0; u < units.size(); ++u) {
-    ANVIL_ASSERT(static_cast<int64_t>(units[u].size()) == table_.units()[u].padded);
-    ops_.upload(master_[u], units[u].data() + owned_offset(static_cast<int>(u)));
+void ParamStore::load(const UnitReader& weights) {
+  // One host buffer of the largest owned part (the CPU's masters are written directly).
+  std::vector<float> host;
+  for (size_t u = 0; u < master_.size(); ++u) {
+    const int unit = static_cast<int>(u);
+    const int64_t begin = owned_offset(unit), n = master_[u].numel();
+    if (master_[u].device == Device::kCPU) {
+      weights(unit, begin, begin + n, master_[u].ptr<float>());
+    } else {
+      host.resize(static_cast<size_t>(std::max<int64_t>(n, static_cast<int64_t>(host.size()))));
+      weights(unit, begin, begin + n, host.data());
+      ops_.upload(master_[u], host.data());
+      ops_.synchronize();  // the host buffer is reused by the next unit
+    }
     ops_.zero(m_[u]);
     ops_.zero(v_[u]);
   }

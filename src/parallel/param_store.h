@@ -46,7 +46,8 @@ class ParamStore final : public UnitSource {
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
-  void load(const HostUnits& units);   // full units on every rank; each keeps what it owns
+  // The masters, unit by unit, only the elements this rank owns; AdamW state zero.
+  void load(const UnitReader& weights);
   HostUnits download_masters();        // full units (FSDP: gathered; every rank must call)
   // AdamW m and v of this rank's owned elements of one unit (owned_offset(unit) on, as many
   // as masters()[unit] holds), from host memory: resuming from a checkpoint.

@@ -1,5 +1,7 @@
 #include "run/checkpoint.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -100,7 +102,9 @@ class CheckpointReader {
       ANVIL_ENSURE(t.dtype == DType::kF32 && t.shape.ndim == 1 && t.shape[0] == shard, kInvalidInput,
                    files_[static_cast<size_t>(r)]->path(), ": ", name, " has shape ", t.shape.str(), ", expected [",
                    shard, "] F32");
-      std::memcpy(out, reinterpret_cast<const float*>(t.data) + in, static_cast<size_t>(take) * 4);
+      const float* src = reinterpret_cast<const float*>(t.data) + in;
+      std::memcpy(out, src, static_cast<size_t>(take) * 4);
+      release_mapped_pages(src, static_cast<size_t>(take) * 4);
       out += take;
       offset += take;
       n -= take;
@@ -139,6 +143,15 @@ class CheckpointReader {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::pair<int, int64_t>> place_;
 };
+
+// Export holds the whole model on the host (the file is written from it).
+void log_peak_host_memory() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  char line[64];
+  std::snprintf(line, sizeof line, "peak host memory %.2f GiB", static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0));
+  log_info(line);
+}
 
 void copy_if_present(const std::vector<std::string>& dirs, const std::string& file, const std::string& out_dir) {
   for (const std::string& d : dirs)
@@ -292,12 +305,14 @@ ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Co
   return p;
 }
 
-HostUnits read_checkpoint_masters(ResumePoint& point, const ParamTable& table) {
-  const auto t0 = Clock::now();
-  HostUnits units = CheckpointReader(point.path, point.meta).read(0, table);
-  point.read_seconds += seconds_since(t0);
-  point.read_bytes += static_cast<double>(table.total_padded()) * 4;
-  return units;
+UnitReader checkpoint_masters_reader(ResumePoint& point, const ParamTable& table) {
+  auto reader = std::make_shared<CheckpointReader>(point.path, point.meta);
+  return [reader, &point, &table](int unit, int64_t begin, int64_t end, float* out) {
+    const auto t0 = Clock::now();
+    reader->read_range(0, table, unit, begin, end, out);
+    point.read_seconds += seconds_since(t0);
+    point.read_bytes += static_cast<double>(end - begin) * 4;
+  };
 }
 
 void restore_optimizer(ResumePoint& point, Trainer& trainer) {
@@ -419,6 +434,7 @@ void run_export(const ExportOptions& o) {
     const Json& src = meta.value("source", Json::object());
     s.source_dirs = {src.value("model_dir", ""), src.value("tokenizer_dir", "")};
     export_hf_folder(cfg, table, masters, s);
+    log_peak_host_memory();
     return;
   }
   // One file: the weights under their Hugging Face names and AdamW's m and v beside them.
@@ -437,6 +453,7 @@ void run_export(const ExportOptions& o) {
   w.write(o.out);
   log_info("wrote ", o.out, ": weights and AdamW state of step ", meta["step"].get<int64_t>(), " (",
            static_cast<double>(w.total_bytes()) / 1e9, " GB)");
+  log_peak_host_memory();
 }
 
 }  // namespace anvil

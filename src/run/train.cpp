@@ -153,15 +153,20 @@ TrainSummary run_train(const TrainOptions& o) {
   // Resuming: the newest complete checkpoint (or --resume), validated and checked against
   // the model before its weights replace the model's.
   const std::string resume = find_resume_checkpoint(o.ckpt_dir, o.resume);
+  // The Trainer reads the weights unit by unit, each rank only what it owns (fresh weights
+  // of a preset are made whole first).
   ResumePoint point;
-  HostUnits weights;
+  HostUnits fresh;
+  UnitReader weights;
   if (!resume.empty()) {
     point = open_checkpoint(resume, table, comm.get());
-    weights = read_checkpoint_masters(point, table);
+    weights = checkpoint_masters_reader(point, table);
+  } else if (!model_dir.empty()) {
+    weights = hf_weights_reader(model_dir, table);
   } else {
-    weights = make_host_units(table);
-    if (!model_dir.empty()) load_hf_weights(model_dir, table, weights);
-    else init_weights(cfg, table, static_cast<uint64_t>(o.seed), weights);
+    fresh = make_host_units(table);
+    init_weights(cfg, table, static_cast<uint64_t>(o.seed), fresh);
+    weights = host_units_reader(fresh);
   }
 
   const BlockSource data(o, model_dir, comm.get());
@@ -185,7 +190,8 @@ TrainSummary run_train(const TrainOptions& o) {
   s.fsdp_defer_sync = o.fsdp_defer_sync;
   s.reduce_dtype = o.reduce_dtype;
   Trainer trainer(cfg, weights, s, comm.get());  // checks the memory plan before allocating
-  weights.clear();
+  weights = nullptr;
+  fresh.clear();
   if (!resume.empty()) restore_optimizer(point, trainer);
   log_info("training ", cfg.architecture, " (", table.total_numel(), " parameters) on ", world, " x ", device, " (",
            parallel_mode_name(trainer.mode()), ", ", trainer.mode_reason(),

@@ -13,7 +13,7 @@ std::unique_ptr<Ops> make_ops(const std::string& device, int device_index) {
   raise(ErrorKind::kUsage, "unknown device '", device, "' (cpu or cuda)");
 }
 
-Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings, Comm* comm)
+Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const TrainerSettings& settings, Comm* comm)
     : config_(config), settings_(settings), comm_(comm), table_(config, comm ? comm->world() : 1),
       ops_(make_ops(settings.device, settings.device_index)) {
   if (comm_) comm_->set_compute_stream(ops_->stream());

@@ -60,8 +60,11 @@ std::unique_ptr<Ops> make_ops(const std::string& device, int device_index);
 class Trainer {
  public:
   // comm: null for a single process; otherwise this rank's group (ops on its device).
-  Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings,
+  // weights: the masters, read unit by unit, each rank only what it owns.
+  Trainer(const ModelConfig& config, const UnitReader& weights, const TrainerSettings& settings,
           Comm* comm = nullptr);
+  Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings, Comm* comm = nullptr)
+      : Trainer(config, host_units_reader(weights), settings, comm) {}
   ~Trainer();
 
   StepStats step(const std::vector<TokenBatch>& micro_batches);
