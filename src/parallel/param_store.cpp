@@ -67,32 +67,37 @@ int64_t ParamStore::owned_offset(int unit) const {
   return sharded() ? rank_ * table_.units()[static_cast<size_t>(unit)].shard() : 0;
 }
 
-void ParamStore::load(const UnitReader& weights) {
-  // One host buffer of the largest owned part (the CPU's masters are written directly).
+// The owned elements of every unit, unit by unit: written in place on the CPU, through one
+// host buffer of the largest owned part on a GPU.
+void ParamStore::fill(const std::vector<Tensor>& owned, const UnitReader& reader) {
   std::vector<float> host;
-  for (size_t u = 0; u < master_.size(); ++u) {
+  for (size_t u = 0; u < owned.size(); ++u) {
     const int unit = static_cast<int>(u);
-    const int64_t begin = owned_offset(unit), n = master_[u].numel();
-    if (master_[u].device == Device::kCPU) {
-      weights(unit, begin, begin + n, master_[u].ptr<float>());
-    } else {
-      host.resize(static_cast<size_t>(std::max<int64_t>(n, static_cast<int64_t>(host.size()))));
-      weights(unit, begin, begin + n, host.data());
-      ops_.upload(master_[u], host.data());
-      ops_.synchronize();  // the host buffer is reused by the next unit
+    const int64_t begin = owned_offset(unit), n = owned[u].numel();
+    if (owned[u].device == Device::kCPU) {
+      reader(unit, begin, begin + n, owned[u].ptr<float>());
+      continue;
     }
+    host.resize(static_cast<size_t>(std::max<int64_t>(n, static_cast<int64_t>(host.size()))));
+    reader(unit, begin, begin + n, host.data());
+    ops_.upload(owned[u], host.data());
+    ops_.synchronize();  // the host buffer is reused by the next unit
+  }
+}
+
+void ParamStore::load_optimizer_state(const UnitReader& exp_avg, const UnitReader& exp_avg_sq) {
+  fill(m_, exp_avg);
+  fill(v_, exp_avg_sq);
+}
+
+void ParamStore::load(const UnitReader& weights) {
+  fill(master_, weights);
+  for (size_t u = 0; u < master_.size(); ++u) {
     ops_.zero(m_[u]);
     ops_.zero(v_[u]);
   }
   refresh_compute_copies();
   zero_grads();
-}
-
-void ParamStore::load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq) {
-  const size_t u = static_cast<size_t>(unit);
-  ANVIL_ASSERT(u < m_.size());
-  ops_.upload(m_[u], exp_avg);
-  ops_.upload(v_[u], exp_avg_sq);
 }
 
 HostUnits ParamStore::download_masters() {

@@ -49,9 +49,8 @@ class ParamStore final : public UnitSource {
   // The masters, unit by unit, only the elements this rank owns; AdamW state zero.
   void load(const UnitReader& weights);
   HostUnits download_masters();        // full units (FSDP: gathered; every rank must call)
-  // AdamW m and v of this rank's owned elements of one unit (owned_offset(unit) on, as many
-  // as masters()[unit] holds), from host memory: resuming from a checkpoint.
-  void load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq);
+  // AdamW m and v, read as the masters are (resuming from a checkpoint).
+  void load_optimizer_state(const UnitReader& exp_avg, const UnitReader& exp_avg_sq);
 
   // UnitSource
   Tensor weights(int unit) override;
@@ -90,6 +89,7 @@ class ParamStore final : public UnitSource {
   void unpool(const Tensor& t);
   void finish_pending();
   void reduce_bf16(int unit, Tensor grad);
+  void fill(const std::vector<Tensor>& owned, const UnitReader& reader);
   void refresh_compute_copies();
 
   const ParamTable& table_;

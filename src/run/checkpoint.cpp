@@ -320,18 +320,14 @@ void restore_optimizer(ResumePoint& point, Trainer& trainer) {
   const CheckpointReader reader(point.path, point.meta);
   const ParamTable& table = trainer.table();
   ParamStore& store = trainer.store();
-  // Only this rank's owned elements are read (a 1/world slice in fsdp).
-  size_t largest = 0;
-  for (const Tensor& t : store.exp_avg()) largest = std::max(largest, static_cast<size_t>(t.numel()));
-  std::vector<float> m(largest), v(largest);
-  for (size_t u = 0; u < table.units().size(); ++u) {
-    const int unit = static_cast<int>(u);
-    const int64_t begin = store.owned_offset(unit), end = begin + store.exp_avg()[u].numel();
-    reader.read_range(1, table, unit, begin, end, m.data());
-    reader.read_range(2, table, unit, begin, end, v.data());
-    store.load_optimizer_state(unit, m.data(), v.data());
-    point.read_bytes += static_cast<double>(end - begin) * 8;
-  }
+  // Only this rank's owned elements are read (a 1/world slice in fsdp), unit by unit.
+  auto kind = [&](int k) {
+    return [&, k](int unit, int64_t begin, int64_t end, float* out) {
+      reader.read_range(k, table, unit, begin, end, out);
+      point.read_bytes += static_cast<double>(end - begin) * 4;
+    };
+  };
+  store.load_optimizer_state(kind(1), kind(2));
   trainer.set_step_count(point.step);
   point.read_seconds += seconds_since(t0);
   char line[320];
