@@ -5,13 +5,18 @@
 // 790 TFLOP/s and 4.0 TB/s, the rates measured on an H200).
 //
 // Usage: anvil_bench_ops [--tokens N] [--seq T] [--peak-tflops F] [--peak-tbs B]
+//        anvil_bench_ops --attention   (bench/attention_vs_sdpa.py reads its output)
 // Times are host-clock medians of 5 batches of back-to-back calls (each batch ends with
 // one synchronize), after warm-up; inputs are random, never zeros.
+// --attention times attention alone at the shapes of issue 11's goal (head_dim 128, causal,
+// 16/8 and 32/8 heads, batch 1 and 4, 2048 and 4096 tokens) on each ANVIL_ATTENTION path
+// (kernel, cudnn, cudnn-nondeterministic) and prints one JSON line per path and shape.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <random>
@@ -20,6 +25,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/ops.h"
 
 namespace anvil {
@@ -65,9 +71,8 @@ class Bench {
     return t;
   }
 
-  // Times fn; flops or bytes (one of them non-zero) give the floor.
-  void run(const std::string& name, const std::string& shape, double flops, double bytes,
-           const std::function<void()>& fn) {
+  // Seconds per call of fn: the median of 5 batches of back-to-back calls, after warm-up.
+  double time(const std::function<void()>& fn) {
     using clock = std::chrono::steady_clock;
     fn();
     ops_.synchronize();
@@ -84,7 +89,13 @@ class Bench {
       per.push_back(std::chrono::duration<double>(clock::now() - t0).count() / reps);
     }
     std::sort(per.begin(), per.end());
-    const double t = per[per.size() / 2];
+    return per[per.size() / 2];
+  }
+
+  // Times fn; flops or bytes (one of them non-zero) give the floor.
+  void run(const std::string& name, const std::string& shape, double flops, double bytes,
+           const std::function<void()>& fn) {
+    const double t = time(fn);
     const double floor = flops > 0 ? flops / peak_flops_ : bytes / peak_bytes_;
     if (flops > 0)
       std::printf("%-28s %-22s %10.1f us %9.1f TFLOP/s  floor %8.1f us  %5.1f%% of peak\n", name.c_str(),
@@ -110,16 +121,73 @@ std::string dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
+// A CUDA backend whose attention runs on the ANVIL_ATTENTION path `impl`.
+std::unique_ptr<Ops> make_ops_with_attention(const char* impl) {
+  const char* prev = std::getenv("ANVIL_ATTENTION");
+  const std::string saved = prev ? prev : "";
+  setenv("ANVIL_ATTENTION", impl, 1);
+  auto ops = make_cuda_ops(0);
+  if (prev) setenv("ANVIL_ATTENTION", saved.c_str(), 1);
+  else unsetenv("ANVIL_ATTENTION");
+  return ops;
+}
+
+// Attention alone at the goal's shapes, on each path: one JSON line per (path, shape) with
+// the time per call and TFLOP/s of forward and backward, and which implementation ran each
+// (cuDNN, or the kernel where cuDNN refused the shape: the log says why).
+// FLOPs, causal: forward 2 * 2 * B * H * T * T * hd / 2, backward 2.5x the forward.
+int attention_main() {
+  struct Shape { int64_t b, t, h, kv; };
+  const int64_t hd = 128;
+  std::printf("{\"cudnn_version\": \"%s\"}\n", cuda::cudnn_version().c_str());
+  for (const char* impl : {"kernel", "cudnn", "cudnn-nondeterministic"}) {
+    auto ops = make_ops_with_attention(impl);
+    for (const Shape& s : {Shape{1, 2048, 16, 8}, Shape{4, 2048, 16, 8}, Shape{1, 4096, 16, 8}, Shape{4, 4096, 16, 8},
+                           Shape{1, 2048, 32, 8}, Shape{4, 2048, 32, 8}, Shape{1, 4096, 32, 8},
+                           Shape{4, 4096, 32, 8}}) {
+      Bench b(*ops, 1, 1);
+      const int64_t heads = s.h + 2 * s.kv;
+      Tensor qkv = b.make(DType::kBF16, {s.b, s.t, heads, hd}), out = b.make(DType::kBF16, {s.b, s.t, s.h, hd});
+      Tensor lse = b.make(DType::kF32, {s.b, s.h, s.t}), dout = b.make(DType::kBF16, {s.b, s.t, s.h, hd});
+      Tensor dqkv = b.make(DType::kBF16, {s.b, s.t, heads, hd});
+      const int H = static_cast<int>(s.h), KV = static_cast<int>(s.kv);
+      const cuda::CudnnAttentionCounts c0 = cuda::cudnn_attention_counts();
+      ops->attention_forward(out, lse, qkv, H, KV);
+      const cuda::CudnnAttentionCounts c1 = cuda::cudnn_attention_counts();
+      ops->attention_backward(dqkv, dout, qkv, out, lse, H, KV);
+      ops->synchronize();
+      const cuda::CudnnAttentionCounts c2 = cuda::cudnn_attention_counts();
+      const double fwd = b.time([&] { ops->attention_forward(out, lse, qkv, H, KV); });
+      const double bwd = b.time([&] { ops->attention_backward(dqkv, dout, qkv, out, lse, H, KV); });
+      const double fl = 2.0 * s.b * s.h * static_cast<double>(s.t) * s.t * hd;
+      std::printf(
+          "{\"impl\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"heads\": %lld, \"kv_heads\": %lld, "
+          "\"head_dim\": %lld, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_tflops\": %.1f, \"bwd_tflops\": %.1f, "
+          "\"fwd_ran\": \"%s\", \"bwd_ran\": \"%s\", \"peak_gib\": %.3f}\n",
+          impl, static_cast<long long>(s.b), static_cast<long long>(s.t), static_cast<long long>(s.h),
+          static_cast<long long>(s.kv), static_cast<long long>(hd), fwd * 1e3, bwd * 1e3, fl / fwd / 1e12,
+          2.5 * fl / bwd / 1e12, c1.forward > c0.forward ? "cudnn" : "kernel",
+          c2.backward > c1.backward ? "cudnn" : "kernel",
+          static_cast<double>(ops->memory_stats().peak) / (1ll << 30));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 int bench_main(int argc, char** argv) {
   int64_t tokens = 2048, seq = 2048;
   double peak_tflops = 790, peak_tbs = 4.0;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (k == "--tokens") tokens = std::atoll(argv[i + 1]);
-    else if (k == "--seq") seq = std::atoll(argv[i + 1]);
-    else if (k == "--peak-tflops") peak_tflops = std::atof(argv[i + 1]);
-    else if (k == "--peak-tbs") peak_tbs = std::atof(argv[i + 1]);
-    else raise(ErrorKind::kUsage, "unknown flag ", k, " (flags: --tokens --seq --peak-tflops --peak-tbs)");
+    if (k == "--attention") return attention_main();
+    ANVIL_ENSURE(i + 1 < argc, kUsage, k, " needs a value");
+    const char* v = argv[++i];
+    if (k == "--tokens") tokens = std::atoll(v);
+    else if (k == "--seq") seq = std::atoll(v);
+    else if (k == "--peak-tflops") peak_tflops = std::atof(v);
+    else if (k == "--peak-tbs") peak_tbs = std::atof(v);
+    else raise(ErrorKind::kUsage, "unknown flag ", k, " (flags: --tokens --seq --peak-tflops --peak-tbs, or --attention)");
   }
   ANVIL_ENSURE(seq > 0 && tokens % seq == 0, kUsage, "--tokens must be a multiple of --seq");
   auto ops = make_cuda_ops(0);

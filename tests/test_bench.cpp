@@ -1,7 +1,9 @@
 // anvil bench on CPU ranks: the bus-bandwidth factors, the sweep, the closed forms against
 // a naive reduction, the data check (including a comm that corrupts data), the table and
 // JSON, and the command through the launcher.
+#include <algorithm>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 #include "comm/bench.h"
@@ -13,6 +15,39 @@
 
 namespace anvil {
 namespace {
+
+// The table's cells: data rows are the lines that do not begin with '#'; comment lines are
+// found by a word they hold (a column name, "GiB"), and read as words (trailing
+// punctuation off).
+std::vector<std::string> cells(const std::string& line) {
+  std::vector<std::string> out;
+  std::istringstream in(line);
+  for (std::string c; in >> c;) out.push_back(c);
+  return out;
+}
+
+std::vector<std::vector<std::string>> data_rows(const std::string& table) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != '#' && !cells(line).empty()) rows.push_back(cells(line));
+  return rows;
+}
+
+std::vector<std::string> comment_with(const std::string& table, const std::string& word) {
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);) {
+    auto c = cells(line);
+    for (auto& w : c)
+      while (w.size() > 1 && (w.back() == ',' || w.back() == ';' || w.back() == ':')) w.pop_back();
+    if (!line.empty() && line[0] == '#' && std::find(c.begin(), c.end(), word) != c.end()) return c;
+  }
+  return {};
+}
+
+bool holds(const std::vector<std::string>& c, const std::string& word) {
+  return std::find(c.begin(), c.end(), word) != c.end();
+}
 
 TEST(Bench, BusBandwidthFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bench_bus_factor(BenchCollective::kAllReduce, 4), 1.5);
@@ -156,7 +191,9 @@ TEST(Bench, TheCheckCatchesCorruptData) {
   BenchReport r = run_bench(comm, o);
   ASSERT_EQ(r.rows.size(), 8u);  // 8 B .. 1 KiB
   for (const BenchRow& row : r.rows) EXPECT_EQ(row.wrong, row.count > 3 ? 1 : 0) << row.bytes;
-  EXPECT_NE(bench_table(r).find("# out of bounds values : 7 WRONG"), std::string::npos) << bench_table(r);
+  const auto verdict = comment_with(bench_table(r), "bounds");  // "# out of bounds values : N OK|WRONG"
+  EXPECT_TRUE(holds(verdict, "7") && holds(verdict, "WRONG")) << bench_table(r);
+  for (const auto& row : data_rows(bench_table(r))) EXPECT_EQ(row.back(), std::stoll(row[1]) > 3 ? "1" : "0");
 }
 
 TEST(Bench, TableAndJson) {
@@ -170,15 +207,17 @@ TEST(Bench, TableAndJson) {
   r.has_headline = true;
   r.headline_busbw_gbps = 187.9;
   const std::string t = bench_table(r);
-  EXPECT_NE(t.find("# anvil bench all_reduce: 8 rank(s) on the nccl comm, bf16"), std::string::npos) << t;
-  EXPECT_NE(t.find("busbw = algbw x 2(n-1)/n = 1.7500"), std::string::npos) << t;
-  EXPECT_NE(t.find("#       size(B)        count  type  redop    time(us)  algbw(GB/s)  busbw(GB/s)  #wrong\n"),
-            std::string::npos)
+  const auto title = comment_with(t, "bench");
+  for (const char* w : {"all_reduce", "8", "nccl", "bf16"}) EXPECT_TRUE(holds(title, w)) << w << "\n" << t;
+  EXPECT_TRUE(holds(comment_with(t, "busbw"), "1.7500")) << "the bus factor 2(n-1)/n for n = 8\n" << t;
+  EXPECT_EQ(comment_with(t, "size(B)"), (std::vector<std::string>{"#", "size(B)", "count", "type", "redop", "time(us)",
+                                                                 "algbw(GB/s)", "busbw(GB/s)", "#wrong"}))
       << t;
-  EXPECT_NE(t.find("     1073741824    536870912  bf16    sum    10000.00       107.37       187.90       0\n"),
-            std::string::npos)
+  EXPECT_EQ(data_rows(t), (std::vector<std::vector<std::string>>{
+                              {"1073741824", "536870912", "bf16", "sum", "10000.00", "107.37", "187.90", "0"}}))
       << t;
-  EXPECT_NE(t.find("# 1 GiB bf16 all_reduce bus bandwidth: 187.90 GB/s\n"), std::string::npos) << t;
+  EXPECT_TRUE(holds(comment_with(t, "average"), "187.900")) << "the average bus bandwidth\n" << t;
+  EXPECT_TRUE(holds(comment_with(t, "GiB"), "187.90")) << "the 1 GiB bf16 headline\n" << t;
   Json j = bench_json(r);
   EXPECT_EQ(j["world"], 8);
   EXPECT_DOUBLE_EQ(j["bus_factor"].get<double>(), 1.75);
@@ -202,9 +241,16 @@ TEST(BenchCommand, TableThroughTheLauncher) {
   auto r = testing::run_anvil({"bench", "broadcast", "--device", "cpu", "--nproc-per-node", "2", "--root", "1", "-e",
                                "4K", "--iters", "1", "--warmup", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("# anvil bench broadcast: 2 rank(s) on the cpu comm, bf16, root 1"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("# out of bounds values : 0 OK"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\n           4096         2048  bf16   none"), std::string::npos) << r.out;
+  const auto title = comment_with(r.out, "bench");
+  for (const char* w : {"broadcast", "2", "cpu", "bf16", "1"}) EXPECT_TRUE(holds(title, w)) << w << "\n" << r.out;
+  const auto verdict = comment_with(r.out, "bounds");
+  EXPECT_TRUE(holds(verdict, "0") && holds(verdict, "OK")) << r.out;
+  const auto rows = data_rows(r.out);
+  ASSERT_FALSE(rows.empty()) << r.out;
+  EXPECT_EQ(std::vector<std::string>(rows.back().begin(), rows.back().begin() + 4),
+            (std::vector<std::string>{"4096", "2048", "bf16", "none"}))
+      << r.out;
+  for (const auto& row : rows) EXPECT_EQ(row.back(), "0") << r.out;
 }
 
 TEST(BenchCommand, UsageAndDeviceErrors) {

@@ -188,7 +188,7 @@ TEST_F(Checkpoint, OtherRanksAndModesAreReshardedAtLoad) {
 TEST_F(Checkpoint, RankDyingMidSaveLeavesThePreviousCheckpoint) {
   const std::string dir = *dir_ + "/ckpt_die";
   const std::vector<std::string> flags = {"--save-every", "4", "--ckpt-dir", dir};
-  const TrainRun died = train("die", "ddp", 2, flags, "ANVIL_TEST_DIE_IN_SAVE=8");
+  const TrainRun died = train("die", "ddp", 2, flags, "ANVIL_FAULT=die_in_save:8");
   EXPECT_NE(died.exit_code, 0) << died.out;
   EXPECT_NE(died.out.find("halfway"), std::string::npos) << died.out;
   EXPECT_TRUE(fs::exists(dir + "/.tmp-step-8")) << "the save was under way";
@@ -200,7 +200,7 @@ TEST_F(Checkpoint, RankDyingMidSaveLeavesThePreviousCheckpoint) {
   const TrainRun again = train("die_again", "ddp", 2, flags);
   EXPECT_NE(again.out.find("resumed from " + dir + "/step-4"), std::string::npos) << again.out;
   expect_bits(again, base(), 5, "resumed after the crash");
-  EXPECT_FALSE(fs::exists(dir + "/.tmp-step-8")) << "the leftover is cleaned by the next save";
+  EXPECT_FALSE(fs::exists(dir + "/.tmp-step-8")) << "the leftover is cleaned when the next run starts";
   EXPECT_TRUE(validate_checkpoint(dir + "/step-8").ok());
 }
 

@@ -284,26 +284,41 @@ TEST(Comm, MismatchedCollectivesAreReported) {
   EXPECT_NE(all.find("all_reduce"), std::string::npos) << all;
 }
 
+// Rank 1 starts 300 ms before rank 0 listens: it waits and connects, and the two exchange.
 TEST(Comm, RendezvousWaitsForALateRankZero) {
   const int port = net::free_tcp_port();
-  std::string error;
+  int64_t sums[2] = {-1, -1};
+  std::string errors[2];
+  auto rank = [&](int r) {
+    try {
+      CommOptions o;
+      o.rank = r;
+      o.world = 2;
+      o.master_port = port;
+      o.timeout_s = 10;
+      auto c = make_cpu_comm(o);
+      EXPECT_EQ(c->rank(), r);
+      EXPECT_EQ(c->world(), 2);
+      sums[r] = c->host_sum(int64_t{10} * (r + 1));
+      c->barrier();
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
   std::thread late([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    CommOptions o;
-    o.world = 2;
-    o.master_port = port;
-    o.timeout_s = 10;
-    auto c = make_cpu_comm(o);
-    c->barrier();
+    rank(0);
   });
-  CommOptions o;
-  o.rank = 1;
-  o.world = 2;
-  o.master_port = port;
-  o.timeout_s = 10;
-  auto c = make_cpu_comm(o);
-  c->barrier();
+  rank(1);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   late.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(sums[0], 30);
+  EXPECT_EQ(sums[1], 30);
+  EXPECT_GE(waited, 0.3) << "rank 1 returned before rank 0 existed";
+  EXPECT_LT(waited, 5.0);
 }
 
 TEST(Comm, RejectsWrongSizesAndDtypes) {

@@ -85,7 +85,7 @@ TEST(Packing, BadRowNamesFileAndLineOrIsSkippedAndCounted) {
     prepare_packed(options({path}, 2), dir + "/out");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage);  // exit 2, as every check before training
     EXPECT_NE(std::string(e.what()).find(path + ":3: bad row: \"text\" must be a string"), std::string::npos) << e.what();
   }
   PrepareOptions o = options({path}, 2);

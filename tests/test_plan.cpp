@@ -5,6 +5,7 @@
 
 #include "core/json.h"
 #include "model/params.h"
+#include "ops/attention_scratch.h"
 #include "sys/plan.h"
 #include "testing.h"
 
@@ -52,6 +53,23 @@ TEST(Plan, Bf16ReductionBuffers) {
   PlanInput one;
   one.config = in.config;
   EXPECT_EQ(plan_memory(in).grads, plan_memory(one).grads) << "one rank reduces nothing";
+}
+
+// The backend's shared scratch holds the larger of the cross-entropy chunk and attention's
+// temporaries; cuDNN's deterministic backward keeps dP, B x H x T x T bf16.
+TEST(Plan, WorkspaceHoldsAttentionScratch) {
+  PlanInput in;
+  in.config = preset_config("qwen3-8b");  // 32 q / 8 kv heads of 128
+  in.seq_len = 4096;
+  in.micro_batch = 4;
+  const int64_t attention = attention_scratch_bytes(4, 4096, 32, 8, 128);
+  EXPECT_GE(attention, 4ll * 32 * 4096 * 4096 * 2);
+  EXPECT_GE(plan_memory(in).workspace, attention);
+  // One sequence of 2048: the cross-entropy chunk (512 MiB) is the larger.
+  in.seq_len = 2048;
+  in.micro_batch = 1;
+  EXPECT_LT(attention_scratch_bytes(1, 2048, 32, 8, 128), 512ll << 20);
+  EXPECT_EQ(plan_memory(in).workspace, (64ll << 20) + (512ll << 20) + 4 * 2048 * 3);
 }
 
 TEST(Plan, AdviceFollowsTheRule) {

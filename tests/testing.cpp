@@ -74,23 +74,62 @@ RunResult run_command(const std::string& shell_command) {
   return r;
 }
 
+// '\'' stands for a quote inside a single-quoted word.
+std::string shell_quote(const std::string& text) {
+  std::string q = "'";
+  for (char c : text) {
+    if (c == '\'') q.append("'\\''");
+    else q.push_back(c);
+  }
+  q.push_back('\'');
+  return q;
+}
+
 RunResult run_anvil(const std::vector<std::string>& args) {
-  // Each argument single-quoted for the shell ('\'' stands for a quote inside one).
-  auto quote = [](const std::string& text) {
-    std::string q = "'";
-    for (char c : text) {
-      if (c == '\'') q.append("'\\''");
-      else q.push_back(c);
-    }
-    q.push_back('\'');
-    return q;
-  };
-  std::string cmd = quote(anvil_binary());
+  std::string cmd = shell_quote(anvil_binary());
   for (auto& a : args) {
     cmd.push_back(' ');
-    cmd.append(quote(a));
+    cmd += shell_quote(a);
   }
   return run_command(cmd + " </dev/null");
+}
+
+const std::string& oracle_python() {
+  static const std::string python = path_or_env("ANVIL_TEST_PYTHON", ANVIL_TEST_PYTHON);
+  return python;
+}
+
+const std::string& oracle_missing() {
+  static const std::string why = [] {
+    const std::string source = path_or_env("ANVIL_TEST_SOURCE_DIR", ANVIL_SOURCE_DIR);
+    if (!std::filesystem::exists(oracle_python()))
+      return "no Python at " + oracle_python() + " (run tools/setup.sh, or set ANVIL_TEST_PYTHON)";
+    const RunResult r = run_command(shell_quote(oracle_python()) + " " + shell_quote(source + "/tools/check_requirements.py") +
+                                    " " + shell_quote(source + "/tools/requirements-test.txt"));
+    if (r.exit_code == 0) return std::string();
+    std::string out = r.out.substr(0, r.out.find('\n'));
+    return oracle_python() + ": " + (out.empty() ? "exit code " + std::to_string(r.exit_code) : out) +
+           " (run tools/setup.sh)";
+  }();
+  return why;
+}
+
+std::string oracle_script(const std::string& name) {
+  return path_or_env("ANVIL_TEST_SOURCE_DIR", ANVIL_SOURCE_DIR) + "/tests/oracle/" + name;
+}
+
+RunResult run_oracle(const std::string& name, const std::vector<std::string>& args) {
+  std::string cmd = shell_quote(oracle_python()) + " " + shell_quote(oracle_script(name));
+  for (auto& a : args) {
+    cmd.push_back(' ');
+    cmd += shell_quote(a);
+  }
+  return run_command(cmd + " </dev/null");
+}
+
+bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && (std::string(ci) == "true" || std::string(ci) == "1");
 }
 
 double rel_l2(const double* a, const double* b, size_t n) {

@@ -26,6 +26,33 @@ struct RunResult {
 };
 RunResult run_anvil(const std::vector<std::string>& args);
 RunResult run_command(const std::string& shell_command);
+std::string shell_quote(const std::string& text);  // single-quoted for sh
+
+// The Python test oracles: the virtualenv tools/setup.sh makes (transformers and PyTorch on
+// the CPU, tokenizers, jinja2, safetensors, pyarrow at the versions pinned in
+// tools/requirements-test.txt) and the scripts in tests/oracle.
+// oracle_python(): its interpreter; env ANVIL_TEST_PYTHON, else the path CMake compiled in
+// (cache variable ANVIL_TEST_PYTHON, default <build>/pyenv/bin/python).
+const std::string& oracle_python();
+// Empty when that interpreter runs and has every pinned package at its version; otherwise
+// why not, in one line. Checked once per process.
+const std::string& oracle_missing();
+// tests/oracle/<name>, and running it: oracle_python() tests/oracle/<name> args... (each
+// argument quoted for the shell; append redirections yourself through run_command if needed).
+std::string oracle_script(const std::string& name);
+RunResult run_oracle(const std::string& name, const std::vector<std::string>& args);
+bool in_ci();  // env CI is "true" (or "1"): a missing oracle is then a failure, not a skip
+
+// The first statement of every test that needs the Python oracles: when they are missing the
+// test fails under CI=true and is skipped elsewhere, saying why in both cases.
+#define ANVIL_REQUIRE_ORACLE()                                                                   \
+  do {                                                                                           \
+    const std::string& anvil_oracle_why_ = ::anvil::testing::oracle_missing();                   \
+    if (!anvil_oracle_why_.empty()) {                                                            \
+      if (::anvil::testing::in_ci()) FAIL() << "oracle missing under CI=true: " << anvil_oracle_why_; \
+      GTEST_SKIP() << "oracle missing (skipped outside CI): " << anvil_oracle_why_;              \
+    }                                                                                            \
+  } while (0)
 
 // Relative L2 error ||a - b|| / ||b||; b is the reference.
 double rel_l2(const double* a, const double* b, size_t n);

@@ -1,7 +1,11 @@
 #include "cli/args.h"
 
+#include <toml++/toml.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,13 +24,61 @@ std::vector<std::string> split_names(const std::string& names) {
   return out;
 }
 
+std::string toml_string(const std::string& v) {
+  std::string out = "\"";
+  for (const unsigned char c : v) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// The shortest text that reads back as the same double (a TOML float: with a '.' or 'e').
+std::string shortest(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// A key of a config file as a flag: "seq_len" and "seq-len" are "--seq-len".
+std::string key_flag(const std::string& key) {
+  std::string f = "--" + key;
+  std::replace(f.begin(), f.end(), '_', '-');
+  return f;
+}
+
 }  // namespace
 
 Args::Args(std::string command, std::string summary)
     : command_(std::move(command)), summary_(std::move(summary)) {}
 
 void Args::usage_error(const std::string& message) const {
-  raise(ErrorKind::kUsage, "anvil ", command_, ": ", message, " (see anvil ", command_, " --help)");
+  raise(ErrorKind::kUsage, "anvil ", command_, ": ", message, context_, " (see anvil ", command_, " --help)");
 }
 
 Args::Spec& Args::add(const std::string& names) {
@@ -47,6 +99,7 @@ Args& Args::flag(const std::string& names, bool* out, const std::string& help) {
   s.takes_value = false;
   s.help = help;
   s.set = [out](const std::string&) { *out = true; };
+  s.toml = [out] { return std::string(*out ? "true" : "false"); };
   return *this;
 }
 
@@ -58,6 +111,7 @@ Args& Args::opt(const std::string& names, std::string* out, const std::string& m
   s.required = required;
   s.default_text = *out;
   s.set = [out](const std::string& v) { *out = v; };
+  s.toml = [out] { return toml_string(*out); };
   return *this;
 }
 
@@ -77,6 +131,7 @@ Args& Args::opt(const std::string& names, int64_t* out, const std::string& metav
       usage_error(cat(flag, " expects an integer, got '", v, "'"));
     *out = x;
   };
+  s.toml = [out] { return std::to_string(*out); };
   return *this;
 }
 
@@ -98,6 +153,7 @@ Args& Args::opt(const std::string& names, double* out, const std::string& metava
       usage_error(cat(flag, " expects a number, got '", v, "'"));
     *out = x;
   };
+  s.toml = [out] { return shortest(*out); };
   return *this;
 }
 
@@ -118,6 +174,7 @@ Args& Args::choice(const std::string& names, std::string* out, std::vector<std::
       }
     usage_error(cat(flag, " must be one of ", joined, ", got '", v, "'"));
   };
+  s.toml = [out] { return toml_string(*out); };
   return *this;
 }
 
@@ -129,7 +186,79 @@ Args& Args::list(const std::string& names, std::vector<std::string>* out, const 
   s.required = required;
   s.is_list = true;
   s.set = [out](const std::string& v) { out->push_back(v); };
+  s.toml = [out] {
+    std::string a = "[";
+    for (const std::string& v : *out) a += (a.size() > 1 ? ", " : "") + toml_string(v);
+    return a + "]";
+  };
   return *this;
+}
+
+Args& Args::config(const std::string& names) {
+  Spec& s = add(names);
+  s.metavar = "FILE.toml";
+  s.help = "read flags from a TOML file: keys are flags without dashes (seq-len = 2048 or seq_len = 2048); "
+           "flags on the command line win";
+  config_flag_ = s.names.back();
+  s.set = [this](const std::string& v) { config_file_ = v; };
+  return *this;
+}
+
+void Args::apply_config_file(const std::string& file) {
+  toml::table table;
+  try {
+    table = toml::parse_file(file);
+  } catch (const toml::parse_error& e) {
+    const toml::source_region& at = e.source();
+    if (at.begin.line == 0) usage_error(cat(file, ": ", e.description()));
+    usage_error(cat(file, ":", at.begin.line, ":", at.begin.column, ": ", e.description()));
+  }
+  for (auto&& [k, node] : table) {
+    const std::string key(k.str()), name = key_flag(key);
+    Spec* s = find(name);
+    if (!s || name == config_flag_) {
+      std::string nearest;
+      size_t best = SIZE_MAX;
+      for (const Spec& c : specs_)
+        for (const std::string& n : c.names)
+          if (n.rfind("--", 0) == 0 && n != config_flag_ && edit_distance(name, n) < best) {
+            best = edit_distance(name, n);
+            nearest = n;
+          }
+      usage_error(cat(file, ": unknown key '", key, "'", nearest.empty() ? "" : cat(" (nearest flag: ", nearest, ")")));
+    }
+    if (s->seen) continue;  // the command line wins
+    context_ = cat(" (key '", key, "' of ", file, ")");
+    auto text = [&](const toml::node& n) -> std::string {
+      if (const auto* v = n.as_string()) return v->get();
+      if (const auto* v = n.as_integer()) return std::to_string(v->get());
+      if (const auto* v = n.as_floating_point()) return shortest(v->get());
+      usage_error(cat(name, " expects ", s->metavar.empty() ? "a value" : s->metavar, ", got a TOML ",
+                      n.type() == toml::node_type::boolean ? "boolean" : "table or array"));
+    };
+    if (!s->takes_value) {
+      const auto* b = node.as_boolean();
+      if (!b) usage_error(cat(name, " is a switch: expects true or false"));
+      if (b->get()) s->set("");
+    } else if (const auto* arr = node.as_array(); arr && s->is_list) {
+      for (const toml::node& item : *arr) s->set(text(item));
+    } else {
+      s->set(text(node));
+    }
+    s->seen = true;
+    context_.clear();
+  }
+}
+
+std::string Args::to_toml() const {
+  std::string out;
+  for (const Spec& s : specs_) {
+    if (!s.toml) continue;
+    auto it = std::find_if(s.names.begin(), s.names.end(), [](const std::string& n) { return n.rfind("--", 0) == 0; });
+    if (it == s.names.end()) continue;
+    out += it->substr(2) + " = " + s.toml() + "\n";
+  }
+  return out;
 }
 
 Args& Args::positional(const std::string& name, std::string* out, const std::string& help,
@@ -189,6 +318,7 @@ bool Args::parse(int argc, char** argv) {
     positionals_[next_positional].seen = true;
     ++next_positional;
   }
+  if (!config_file_.empty()) apply_config_file(config_file_);
   for (auto& p : positionals_)
     if (p.required && !p.seen) usage_error(cat("missing argument ", p.names[0]));
   for (auto& s : specs_)

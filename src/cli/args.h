@@ -5,6 +5,12 @@
 // ("-b,--minbytes"). An unknown flag, a missing or malformed value, or a missing required
 // flag throws a kUsage Error whose one line names the command and the flag; the CLI turns
 // it into exit code 2. --help prints the generated help and parse() returns false.
+//
+// A command that declares config() takes "--config FILE.toml": every other flag may be a
+// key of the file, spelled as the flag without its dashes ("seq-len = 2048" or
+// "seq_len = 2048"); flags on the command line override the file; an unknown key is an
+// error naming the key and the nearest flag. to_toml() writes the resolved settings back
+// in the same form, which --config reads again.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +36,8 @@ class Args {
   // Repeatable; each occurrence may also carry several values ("--data a.jsonl b.jsonl").
   Args& list(const std::string& names, std::vector<std::string>* out, const std::string& metavar,
              const std::string& help, bool required = false);
+  // --config FILE.toml (see above).
+  Args& config(const std::string& names);
   // Positional arguments (e.g. the collective of `anvil bench all_reduce`).
   Args& positional(const std::string& name, std::string* out, const std::string& help,
                    bool required = true);
@@ -39,6 +47,8 @@ class Args {
   std::string help() const;
   // True when the flag was given on the command line (not left at its default).
   bool given(const std::string& name) const;
+  // Every flag's resolved value as TOML (key = the first long name without dashes), one a line.
+  std::string to_toml() const;
 
  private:
   struct Spec {
@@ -47,14 +57,18 @@ class Args {
     bool takes_value = true, required = false, seen = false, is_list = false;
     std::string default_text;
     std::function<void(const std::string&)> set;
+    std::function<std::string()> toml;  // the current value as a TOML literal
   };
   Spec& add(const std::string& names);
   Spec* find(const std::string& name);
+  void apply_config_file(const std::string& file);
   [[noreturn]] void usage_error(const std::string& message) const;
 
   std::string command_, summary_;
   std::vector<Spec> specs_;
   std::vector<Spec> positionals_;
+  std::string config_flag_, config_file_;
+  std::string context_;  // appended to usage errors while a config file is applied
 };
 
 // Parses sizes such as 8, 64K, 4M, 1G (powers of 1024). Throws kUsage naming `what`.

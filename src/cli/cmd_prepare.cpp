@@ -1,4 +1,4 @@
-// anvil prepare: tokenize and pack JSONL data into a memory-mapped block file
+// anvil prepare: tokenize and pack rows (data/source.h) into a memory-mapped block file
 // (data/packing.h: the packing, the file format and what the header records).
 #include <chrono>
 #include <cstdio>
@@ -7,23 +7,32 @@
 #include "cli/commands.h"
 #include "core/fs.h"
 #include "data/packing.h"
+#include "data/source.h"
 
 namespace anvil {
 
 int cmd_prepare(int argc, char** argv) {
   PrepareOptions o;
-  std::string out;
+  std::string out, split = "train", config;
+  std::vector<std::string> specs;
   Args args("prepare",
-            "tokenize JSONL chats or texts (plain, .gz, .zst) and pack them into blocks of --seq-len tokens in "
+            "tokenize chats or texts (JSONL plain, .gz, .zst; Parquet; folders of them; hub dataset ids in the "
+            "local cache) and pack them into blocks of --seq-len tokens in "
             "OUT/packed.bin, on every core");
   args.opt("--tokenizer", &o.tokenizer, "DIR", "folder with tokenizer.json (and tokenizer_config.json for chats)", true)
-      .list("--data", &o.data, "FILE", "JSONL files, packed in the order given", true)
+      .list("--data", &specs, "FILE|DIR|ID", "data files, folders or hub dataset ids, packed in the order given", true)
+      .opt("--split", &split, "NAME", "the split of hub dataset ids")
+      .opt("--data-config", &config, "NAME", "the config (subset) of hub dataset ids")
       .opt("--seq-len", &o.seq_len, "N", "tokens per block", true)
       .opt("--out", &out, "DIR", "output folder (created)", true)
       .flag("--assistant-only-loss", &o.assistant_only_loss,
             "store labels that are -100 outside the assistant turns of each chat")
       .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed rows instead of stopping at the first");
   if (!args.parse(argc, argv)) return 0;
+  for (const std::string& spec : specs) {
+    const std::vector<std::string> files = resolve_data_source(spec, split, config);
+    o.data.insert(o.data.end(), files.begin(), files.end());
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const Json h = prepare_packed(o, out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

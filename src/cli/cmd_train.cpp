@@ -14,15 +14,24 @@ int cmd_train(int argc, char** argv) {
   std::string mode = "auto", reduce_dtype = "fp32";
   Args a("train", "Full fine-tune a Qwen3, Qwen2 or Llama 3 model: fp32 master weights, AdamW, clipping at 1.0,\n"
                   "gradient accumulation; the loss every --log-every steps, tokens/s and peak memory at the end.");
-  a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache")
+  a.config("--config")
+      .opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache")
       .opt("--preset", &o.preset, "NAME", "train a built-in shape from fresh weights instead of --model")
-      .opt("--data", &o.data, "FILE",
-           "chat or text JSONL (plain, .gz, .zst; packed on the fly and cached), a folder made by anvil prepare, "
-           "or safetensors holding input_ids I64 [N, T]", true)
-      .opt("--tokenizer", &o.tokenizer, "DIR", "tokenizer.json folder for JSONL data [default: the model's]")
-      .opt("--data-cache", &o.data_cache, "DIR", "where JSONL data is packed [default: ~/.cache/anvil]")
+      .opt("--data", &o.data, "FILE|DIR|ID",
+           "chat or text rows: JSONL (plain, .gz, .zst), .parquet, a folder of them, or a hub dataset id in the "
+           "local cache (packed on the fly and cached); or a folder made by anvil prepare, or safetensors holding "
+           "input_ids I64 [N, T]", true)
+      .opt("--split", &o.split, "NAME", "the split of a hub dataset id")
+      .opt("--data-config", &o.data_config, "NAME", "the config (subset) of a hub dataset id")
+      .opt("--tokenizer", &o.tokenizer, "DIR", "tokenizer.json folder for row data (JSONL, Parquet) [default: the model's]")
+      .opt("--data-cache", &o.data_cache, "DIR", "where row data is packed [default: ~/.cache/anvil]")
+      .opt("--eval-data", &o.eval_data, "SOURCE",
+           "held-out data (what --data takes, packed the same way): its token-weighted mean loss, all ranks, no "
+           "gradients, every --eval-every steps and at the end")
+      .opt("--eval-split", &o.eval_split, "NAME", "the split of a hub dataset id given to --eval-data")
+      .opt("--eval-every", &o.eval_every, "N", "evaluate every N steps (0: only at the end)")
       .flag("--assistant-only-loss", &o.assistant_only_loss, "train only on the assistant turns of chats")
-      .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed JSONL rows instead of stopping")
+      .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed rows instead of stopping")
       .opt("--device", &o.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]")
       .choice("--mode", &mode, {"auto", "ddp", "fsdp"},
               "replicated (ddp) or sharded (fsdp) parameters; auto: ddp when the memory plan fits the GPU, else fsdp "
@@ -59,7 +68,10 @@ int cmd_train(int argc, char** argv) {
       .opt("--ckpt-dir", &o.ckpt_dir, "DIR",
            "checkpoint folder; a run resumes from the newest complete checkpoint found there")
       .opt("--keep-last", &o.keep_last, "K", "keep only the newest K checkpoints (0: all)")
-      .opt("--resume", &o.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)");
+      .opt("--resume", &o.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)")
+      .opt("--on-save", &o.on_save, "CMD",
+           "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "
+           "machine); --keep-last keeps what a copy still needs");
   launch.declare(a);
   if (!a.parse(argc, argv)) return 0;
   const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
@@ -67,9 +79,11 @@ int cmd_train(int argc, char** argv) {
   o.mode = parse_parallel_mode(mode);
   o.reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   o.shuffle = !no_shuffle;
+  o.config_toml = "# anvil train settings, as resolved; anvil train --config FILE reads them\n" + a.to_toml();
   if (o.log_every < 1) o.log_every = 1;
-  run_train(o);
-  return 0;
+  o.args.assign(argv, argv + argc);
+  const TrainSummary s = run_train(o);
+  return s.stop_signal != 0 ? 128 + s.stop_signal : 0;  // 130 (SIGINT) or 143 (SIGTERM)
 }
 
 }  // namespace anvil

@@ -14,5 +14,7 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_topo(int argc, char** argv);
 int cmd_export(int argc, char** argv);
+int cmd_report(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
 
 }  // namespace anvil

@@ -26,6 +26,8 @@ constexpr Command kCommands[] = {
     {"tokenize", "JSONL texts or chats on stdin -> token ids (and chat renderings) on stdout", anvil::cmd_tokenize},
     {"bench", "collective bus bandwidth like nccl-tests, or GPU copy bandwidth (p2p)", anvil::cmd_bench},
     {"export", "a checkpoint -> Hugging Face model folder (or one file with the optimizer state)", anvil::cmd_export},
+    {"report", "a run's --metrics as one HTML page of charts, and a summary", anvil::cmd_report},
+    {"generate", "continue prompts or chat with a model (KV cache; greedy or sampled)", anvil::cmd_generate},
     {"topo", "how the GPUs are linked (like nvidia-smi topo -m) and what it means for ddp/fsdp", anvil::cmd_topo},
 };
 
@@ -59,7 +61,9 @@ int main(int argc, char** argv) {
     try {
       return c.run(argc - 2, argv + 2);
     } catch (const anvil::Error& e) {
-      if (e.kind() == anvil::ErrorKind::kUsage) std::fprintf(stderr, "%s\n", e.what());
+      if (e.kind() == anvil::ErrorKind::kUsage || e.kind() == anvil::ErrorKind::kInterrupted ||
+          e.kind() == anvil::ErrorKind::kTerminated)
+        std::fprintf(stderr, "%s\n", e.what());
       else anvil::log_error(e.what());
       return anvil::exit_code(e.kind());
     } catch (const std::bad_alloc&) {

@@ -24,12 +24,13 @@ ANVIL_ENV_INT(world_size, "WORLD_SIZE", -1)
 ANVIL_ENV_INT(local_rank, "LOCAL_RANK", -1)
 ANVIL_ENV_INT(master_port, "MASTER_PORT", -1)
 ANVIL_ENV_INT(comm_timeout_s, "ANVIL_COMM_TIMEOUT_S", 600)
-// Tests of crash safety: at the save of this step the last rank exits halfway through
-// writing its checkpoint shard (0: never).
 // 1: the NCCL comm's stream at the GPU's highest priority (its kernels are scheduled ahead
 // of the GEMMs'); 0: the default priority.
 ANVIL_ENV_INT(nccl_high_priority, "ANVIL_NCCL_HIGH_PRIORITY", 0)
-ANVIL_ENV_INT(test_die_in_save, "ANVIL_TEST_DIE_IN_SAVE", 0)
+// ANVIL_FAULT (tests of reliability) is read by core/fault.h alone.
+// Linear layers of at most 8 rows (decode steps) through the GEMV kernel (0: cuBLASLt), for
+// timing comparisons.
+ANVIL_ENV_INT(gemv, "ANVIL_GEMV", 1)
 inline std::string env_master_addr() { return env_str("MASTER_ADDR", ""); }
 
 }  // namespace anvil

@@ -16,6 +16,8 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::kTimeout: return "timeout";
     case ErrorKind::kNumerics: return "numerics";
     case ErrorKind::kInternal: return "internal";
+    case ErrorKind::kInterrupted: return "interrupted";
+    case ErrorKind::kTerminated: return "terminated";
   }
   return "unknown";
 }
@@ -24,6 +26,8 @@ int exit_code(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kUsage: return 2;
     case ErrorKind::kNoDevice: return 3;
+    case ErrorKind::kInterrupted: return 130;  // 128 + SIGINT, as a shell reports it
+    case ErrorKind::kTerminated: return 143;   // 128 + SIGTERM
     default: return 1;
   }
 }

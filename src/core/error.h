@@ -26,6 +26,8 @@ enum class ErrorKind {
   kTimeout,       // something did not finish in time
   kNumerics,      // NaN or inf in the loss or gradients
   kInternal,      // a broken invariant of anvil itself
+  kInterrupted,   // stopped by SIGINT: exit code 130
+  kTerminated,    // stopped by SIGTERM: exit code 143
 };
 
 const char* error_kind_name(ErrorKind kind);

@@ -95,4 +95,43 @@ std::string path_join(const std::string& a, const std::string& b) {
   return a.back() == '/' ? a + b : a + "/" + b;
 }
 
+namespace {
+
+// Creates and removes a probe file in `dir`; the system's reason when that fails.
+std::string probe(const std::string& dir) {
+  const std::string p = path_join(dir, ".anvil-probe." + std::to_string(::getpid()));
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return errno_text();
+  ::close(fd);
+  ::unlink(p.c_str());
+  return "";
+}
+
+}  // namespace
+
+void check_writable_dir(const std::string& path, const std::string& what) {
+  std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
+  std::filesystem::path at = p;
+  while (!path_exists(at.string()) && at.has_parent_path() && at.parent_path() != at) at = at.parent_path();
+  ANVIL_ENSURE(is_directory(at.string()), kUsage, what, " ", path, ": cannot be created, ", at.string(),
+               " is not a folder");
+  const std::string why = probe(at.string());
+  ANVIL_ENSURE(why.empty(), kUsage, what, " ", path, ": ",
+               at == p ? cat("cannot write in it (", why, ")") : cat("cannot be created in ", at.string(), " (", why, ")"));
+}
+
+void check_writable_file(const std::string& path, const std::string& what) {
+  ANVIL_ENSURE(!is_directory(path), kUsage, what, " ", path, ": is a folder, not a file");
+  if (path_exists(path)) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    ANVIL_ENSURE(fd >= 0, kUsage, what, " ", path, ": cannot write to it (", errno_text(), ")");
+    ::close(fd);
+    return;
+  }
+  const std::string parent = std::filesystem::absolute(path).lexically_normal().parent_path().string();
+  ANVIL_ENSURE(is_directory(parent), kUsage, what, " ", path, ": the folder ", parent, " does not exist");
+  const std::string why = probe(parent);
+  ANVIL_ENSURE(why.empty(), kUsage, what, " ", path, ": cannot be created in ", parent, " (", why, ")");
+}
+
 }  // namespace anvil

@@ -19,4 +19,12 @@ void make_directories(const std::string& path);
 std::string path_join(const std::string& a, const std::string& b);
 std::string errno_text();  // strerror(errno)
 
+// Checks before a long run that its outputs can be written, without creating them: a
+// folder that exists or can be created (its nearest existing ancestor is a folder where a
+// probe file can be created and removed), a file that can be appended to or created in
+// its existing folder.
+// Throws kUsage "<what> <path>: ..." naming the folder at fault and the system's reason.
+void check_writable_dir(const std::string& path, const std::string& what);
+void check_writable_file(const std::string& path, const std::string& what);
+
 }  // namespace anvil

@@ -9,13 +9,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
+#include "core/file_lock.h"
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/threads.h"
 #include "data/hash.h"
-#include "data/jsonl.h"
+#include "data/source.h"
 #include "data/worker_pool.h"
 
 namespace anvil {
@@ -25,10 +27,6 @@ namespace {
 constexpr char kMagic[8] = {'A', 'N', 'V', 'I', 'L', 'P', 'K', '1'};
 constexpr const char* kFormat = "anvil-packed-v1";
 constexpr size_t kPage = 4096;
-
-bool blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
-}
 
 std::unique_ptr<ChatTemplate> load_template_if_any(const std::string& dir) {
   try {
@@ -77,10 +75,16 @@ void RowEncoder::encode_row(const OrderedJson& row, TokenizedRow& out) const {
       const OrderedJson& m = messages[i];
       ANVIL_ENSURE(m.is_object() && m.contains("role") && m["role"].is_string(), kInvalidInput, "message ", i,
                    " must be an object with a string \"role\"");
+      // Chat templates skip a role they do not know without a word: the turn would vanish.
+      const std::string& role = m["role"].get_ref<const std::string&>();
+      ANVIL_ENSURE(role == "system" || role == "user" || role == "assistant" || role == "tool" || role == "ipython",
+                   kInvalidInput, "message ", i, " has the unknown role \"", role,
+                   "\" (known: system, user, assistant, tool, ipython)");
     }
     ANVIL_ENSURE(template_ != nullptr, kInvalidInput,
                  "a \"messages\" row needs a chat template, and the tokenizer folder has none");
     out.rendered = template_->render(messages, false);
+    ANVIL_ENSURE(!out.rendered.empty(), kInvalidInput, "the chat template renders this row to nothing");
     tokenizer_.encode_append(out.rendered, out.ids);
     if (assistant_only_loss_) out.labels = span_labels(tokenizer_, out.ids, template_->assistant_spans(messages, out.rendered));
     return;
@@ -260,46 +264,29 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
     WorkerPool pool(hardware_threads());
     Json files = Json::array();
     constexpr size_t kBatchRows = 4096, kBatchBytes = 16u << 20;
-    std::vector<std::string> lines;
-    std::vector<int64_t> line_numbers;
     std::vector<TokenizedRow> results;
     std::vector<std::string> errors;
     for (size_t f = 0; f < o.data.size(); ++f) {
       const std::string& file = o.data[f];
-      LineReader reader(file);
+      const std::unique_ptr<RowReader> reader = RowReader::open(file);
       int64_t file_rows = 0, file_bad = 0;
-      bool more = true;
-      while (more) {
-        lines.clear();
-        line_numbers.clear();
-        size_t bytes = 0;
-        std::string line;
-        while (lines.size() < kBatchRows && bytes < kBatchBytes) {
-          if (!reader.next(line)) {
-            more = false;
-            break;
-          }
-          if (blank(line)) continue;
-          bytes += line.size();
-          lines.push_back(std::move(line));
-          line_numbers.push_back(reader.line_number());
-        }
-        const auto n = static_cast<int64_t>(lines.size());
-        results.resize(lines.size());
-        errors.assign(lines.size(), std::string());
-        pool.run(n, [&](int64_t i) {
+      while (const std::unique_ptr<RowBatch> batch = reader->next(kBatchRows, kBatchBytes)) {
+        const size_t n = batch->size();
+        results.resize(n);
+        errors.assign(n, std::string());
+        pool.run(static_cast<int64_t>(n), [&](int64_t i) {
           const auto k = static_cast<size_t>(i);
           try {
-            encoder.encode_line(lines[k], results[k]);
+            encoder.encode_row(batch->row(k), results[k]);
           } catch (const std::exception& e) {
             errors[k] = e.what();
           }
         });
-        for (size_t k = 0; k < lines.size(); ++k) {
+        for (size_t k = 0; k < n; ++k) {
           if (!errors[k].empty()) {
-            ANVIL_ENSURE(o.skip_bad_rows, kInvalidInput, file, ":", line_numbers[k], ": bad row: ", errors[k],
+            ANVIL_ENSURE(o.skip_bad_rows, kUsage, batch->where(k), ": bad row: ", errors[k],
                          " (--skip-bad-rows skips and counts such rows)");
-            if (file_bad < 3) log_warn(file, ":", line_numbers[k], ": skipping bad row: ", errors[k]);
+            if (file_bad < 3) log_warn(batch->where(k), ": skipping bad row: ", errors[k]);
             ++file_bad;
             continue;
           }
@@ -360,6 +347,16 @@ PackedDataset prepare_cached(const PrepareOptions& o, const std::string& cache_d
   const std::string key = prepare_key(o);
   const std::string dir = path_join(cache_dir, key);
   const std::string file = path_join(dir, "packed.bin");
+  // One writer per entry: a second run packing the same data waits for the first and
+  // reuses its result; what a killed run left half-written is removed.
+  make_directories(dir);
+  const FileLock lock = FileLock::wait(path_join(dir, "lock"), cat("the data cache ", dir));
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.path().filename().string().rfind("packed.bin.tmp.", 0) == 0) {
+      std::filesystem::remove(entry.path(), ec);
+      log_info("data: removed ", entry.path().string(), ", left by an interrupted preparation");
+    }
   if (path_exists(file)) {
     try {
       PackedDataset d = PackedDataset::open(file);

@@ -1,5 +1,5 @@
-// From JSONL rows to training blocks: the seed's packing, assistant-only labels, the
-// memory-mapped block file and its cache.
+// From rows (JSONL or Parquet, data/source.h) to training blocks: the seed's packing,
+// assistant-only labels, the memory-mapped block file and its cache.
 //
 // Packing (as the seed): every row is rendered with the chat template ({"messages": [...]})
 // or taken as is ({"text": "..."}), tokenized without added special tokens, all rows are
@@ -34,8 +34,8 @@ struct TokenizedRow {
   std::string rendered;         // the chat rendering (messages rows only)
 };
 
-// Turns one JSONL line into tokens. A malformed row throws kInvalidInput saying what is
-// wrong (the caller adds the file and line). Thread-safe.
+// Turns one row (a JSONL line, or a RowBatch's row) into tokens. A malformed row throws
+// kInvalidInput saying what is wrong (the caller adds where it is). Thread-safe.
 class RowEncoder {
  public:
   // chat_template may be null when no row holds messages.
@@ -86,7 +86,7 @@ class PackedDataset {
 
 struct PrepareOptions {
   std::string tokenizer;          // folder with tokenizer.json (and tokenizer_config.json for chats)
-  std::vector<std::string> data;  // JSONL files (plain, .gz, .zst), packed in this order
+  std::vector<std::string> data;  // JSONL or Parquet files (resolve_data_source), packed in this order
   int64_t seq_len = 0;
   bool assistant_only_loss = false;
   bool skip_bad_rows = false;     // count and skip malformed rows instead of failing

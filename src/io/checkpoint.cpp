@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <future>
 
+#include "core/fault.h"
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/threads.h"
@@ -35,18 +36,6 @@ inline uint32_t read32(const unsigned char* p) {
 }
 inline uint64_t xround(uint64_t acc, uint64_t input) { return rotl(acc + input * kP2, 31) * kP1; }
 inline uint64_t merge(uint64_t h, uint64_t v) { return (h ^ xround(0, v)) * kP1 + kP4; }
-
-// Writes all of n bytes; throws naming `path` (the file the user will look for).
-void write_all(int fd, const void* p, size_t n, const std::string& path) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, c, std::min<size_t>(n, size_t{1} << 30));
-    if (w < 0 && errno == EINTR) continue;
-    ANVIL_ENSURE(w > 0, kIo, path, ": write failed (", errno_text(), ")");
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-}
 
 uint64_t file_size(const std::string& path) {
   struct stat st;
@@ -148,7 +137,7 @@ std::string shard_file_name(int rank) {
 std::string checkpoint_name(int64_t step) { return cat("step-", step); }
 
 ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors, const ShardFill& fill,
-                        bool die_midway) {
+                        Fault fault) {
   Json header = Json::object();
   uint64_t offset = 0;
   for (const ShardTensor& t : tensors) {
@@ -160,7 +149,7 @@ ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>&
   std::string text = header.dump();
   while (text.size() % 8 != 0) text.push_back(' ');
   const uint64_t len = text.size();
-  const uint64_t data_bytes = offset;
+  const uint64_t total = 8 + len + offset;
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -169,10 +158,27 @@ ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>&
   rec.file = std::filesystem::path(path).filename().string();
   Xxh64 hash;
   try {
+    // The fault-injection point of the writer (core/fault.h): halfway through the file,
+    // exit (a crash) or fail as a full disk does.
+    const uint64_t halfway = fault == Fault::kNone ? total : total / 2;
     auto put = [&](const void* p, size_t n) {
       hash.update(p, n);
-      write_all(fd, p, n, path);
-      rec.bytes += n;
+      const char* c = static_cast<const char*>(p);
+      while (n > 0) {
+        const size_t want = std::min<size_t>({n, size_t{1} << 30, static_cast<size_t>(halfway - rec.bytes)});
+        ssize_t w = want > 0 ? ::write(fd, c, want) : 0;
+        if (w < 0 && errno == EINTR) continue;
+        if (want == 0 && fault == Fault::kDieInSave) {
+          log_error("fault ", fault_name(fault), " (ANVIL_FAULT): exiting halfway through ", path);
+          std::_Exit(86);
+        }
+        if (want == 0) errno = ENOSPC, w = -1;
+        ANVIL_ENSURE(w > 0, kIo, path, ": write failed (", errno_text(), "): ", total - rec.bytes, " of its ",
+                     total, " bytes missing");
+        c += w;
+        n -= static_cast<size_t>(w);
+        rec.bytes += static_cast<uint64_t>(w);
+      }
     };
     put(&len, 8);
     put(text.data(), text.size());
@@ -181,7 +187,6 @@ ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>&
     constexpr int64_t kChunk = int64_t{16} << 20;  // floats
     std::vector<float> bufs[2] = {std::vector<float>(kChunk), std::vector<float>(kChunk)};
     std::future<void> pending;  // joined before the handler below runs
-    uint64_t written = 0;
     int turn = 0;
     for (size_t i = 0; i < tensors.size(); ++i)
       for (int64_t begin = 0; begin < tensors[i].numel; begin += kChunk, turn ^= 1) {
@@ -189,17 +194,7 @@ ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>&
         float* buf = bufs[turn].data();
         fill(i, begin, n, buf);
         if (pending.valid()) pending.get();
-        const size_t bytes = static_cast<size_t>(n) * 4;
-        const bool die = die_midway && written + bytes >= data_bytes / 2;
-        pending = std::async(std::launch::async, [&put, &path, buf, bytes, die, written, data_bytes] {
-          if (die) {
-            put(buf, static_cast<size_t>(data_bytes / 2 - written));
-            log_error("ANVIL_TEST_DIE_IN_SAVE: exiting halfway through ", path);
-            std::_Exit(86);
-          }
-          put(buf, bytes);
-        });
-        written += bytes;
+        pending = std::async(std::launch::async, [&put, buf, n] { put(buf, static_cast<size_t>(n) * 4); });
       }
     if (pending.valid()) pending.get();
     ANVIL_ENSURE(::fsync(fd) == 0, kIo, path, ": sync failed (", errno_text(), ")");

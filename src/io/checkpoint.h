@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/json.h"
 
 namespace anvil {
@@ -65,10 +66,11 @@ struct ShardRecord {
 using ShardFill = std::function<void(size_t, int64_t, int64_t, float*)>;
 // Writes a safetensors file of F32 1-D tensors in order, streaming in chunks (the next one
 // filled while the last is written). The file is hashed as it is written, fsynced, and
-// renamed into place. die_midway (tests of crash safety): exit the process once half of
-// the data is written.
+// renamed into place; on an error the partial file is removed and the message names the
+// file and the bytes missing. `fault` (core/fault.h, tests only): kDieInSave exits the
+// process halfway through the file, kNoSpaceInSave fails there with ENOSPC.
 ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors, const ShardFill& fill,
-                        bool die_midway = false);
+                        Fault fault = Fault::kNone);
 
 // meta.json of a checkpoint folder (throws naming the file when absent or malformed).
 Json read_checkpoint_meta(const std::string& ckpt);

@@ -147,14 +147,11 @@ void Transformer::block_backward(int64_t, Tensor w, Tensor g, Tensor x_in, Block
   ops_.rmsnorm_backward(dx_, part(g, o.attn_norm, {C}), dh_, x_in, part(w, o.attn_norm, {C}), a.rstd1, true);
 }
 
-void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
-                                   Tensor logits) {
-  ANVIL_ENSURE(ids.numel() == N_ && targets.numel() == N_, kInternal, "forward_backward: ", ids.numel(),
-               " ids for a model built for ", N_, " tokens");
+void Transformer::forward_blocks(UnitSource& src, Tensor ids) {
+  ANVIL_ENSURE(ids.numel() == N_, kInternal, "transformer: ", ids.numel(), " ids for a model built for ", N_,
+               " tokens");
   const int64_t C = c_.hidden_size, V = c_.vocab_size, L = c_.num_layers;
-  const float eps = static_cast<float>(c_.rms_norm_eps);
-  const int embed = table_.embed_unit(), norm = table_.norm_unit(), head = table_.lm_head_unit();
-
+  const int embed = table_.embed_unit(), norm = table_.norm_unit();
   Tensor we = src.weights(embed);
   ops_.embedding_forward(resid_[0], ids, part(we, 0, {V, C}));
   src.release(embed);
@@ -166,6 +163,33 @@ void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, 
     block_forward(l, w, resid_[static_cast<size_t>(l)], a, resid_[static_cast<size_t>(l + 1)]);
     src.release(u);
   }
+}
+
+void Transformer::forward_loss(UnitSource& src, Tensor ids, Tensor targets, Tensor loss_sum) {
+  ANVIL_ENSURE(targets.numel() == N_, kInternal, "forward_loss: ", targets.numel(), " targets for ", N_, " tokens");
+  const int64_t C = c_.hidden_size, V = c_.vocab_size;
+  const int norm = table_.norm_unit(), head = table_.lm_head_unit();
+  forward_blocks(src, ids);
+  Tensor wn = src.weights(norm);
+  if (head != norm) src.prefetch(head);
+  ops_.rmsnorm_forward(h_final_, rstd_final_, resid_[static_cast<size_t>(c_.num_layers)], part(wn, 0, {C}),
+                       static_cast<float>(c_.rms_norm_eps));
+  Tensor wh = src.weights(head);
+  // No dh, no dw: the op computes the loss and skips both gradient GEMMs.
+  ops_.cross_entropy_forward_backward(loss_sum, Tensor(), Tensor(), h_final_, part(wh, 0, {V, C}), targets, 1.0f,
+                                      Tensor());
+  src.release(head);
+  src.release(norm);
+}
+
+void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
+                                   Tensor logits) {
+  ANVIL_ENSURE(targets.numel() == N_, kInternal, "forward_backward: ", targets.numel(), " targets for ", N_,
+               " tokens");
+  const int64_t C = c_.hidden_size, V = c_.vocab_size, L = c_.num_layers;
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  const int embed = table_.embed_unit(), norm = table_.norm_unit(), head = table_.lm_head_unit();
+  forward_blocks(src, ids);
   // Final norm, output projection and loss, and their backward.
   Tensor wn = src.weights(norm);
   if (head != norm) src.prefetch(head);

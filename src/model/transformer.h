@@ -62,6 +62,10 @@ class Transformer {
   void forward_backward(UnitSource& source, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
                         Tensor logits = Tensor());
 
+  // The forward and the loss only (evaluation): loss_sum (1) F32 += the summed token losses.
+  // Reads weights from `source` as forward_backward does and touches no gradient.
+  void forward_loss(UnitSource& source, Tensor ids, Tensor targets, Tensor loss_sum);
+
   // Called between the forward (through the final norm) and the loss and backward: the
   // step benchmark's phase clock.
   void set_forward_done_hook(std::function<void()> hook) { forward_done_ = std::move(hook); }
@@ -75,6 +79,8 @@ class Transformer {
     Tensor h1, rstd1, qkv_raw, qkv, rstd_qk, att, lse, x_mid, h2, rstd2, gate_up;
   };
   Tensor make(Shape shape, DType dtype);
+  // Embedding and blocks into resid_[0..L].
+  void forward_blocks(UnitSource& source, Tensor ids);
   void block_forward(int64_t layer, Tensor weights, Tensor x_in, BlockActs& a, Tensor x_out);
   void block_backward(int64_t layer, Tensor weights, Tensor grads, Tensor x_in, BlockActs& a);
 

@@ -53,7 +53,8 @@ class Ops {
   virtual void* stream() { return nullptr; }
 
   // ---- linear layers: y (M,N) = x (M,K) . w(N,K)^T + bias(N)
-  virtual void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) = 0;  // bias may be empty
+  // y is in the compute dtype, or F32 without a bias (inference logits); bias may be empty.
+  virtual void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) = 0;
   // dx (M,K) = dy (M,N) . w (N,K); accumulate: dx += ...
   virtual void linear_backward_input(Tensor dx, Tensor dy, Tensor w, bool accumulate) = 0;
   // dw (N,K) += dy^T . x; dbias (N) += column sums of dy (dbias may be empty). dw, dbias F32.
@@ -87,6 +88,35 @@ class Ops {
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
                                   int n_heads, int n_kv_heads) = 0;
 
+  // ---- inference: attention of new rows against a KV cache (model/decoder.h).
+  // k_cache, v_cache (S, KV, P, hd) compute dtype: S sequence slots of P positions each.
+  // qkv (R, H+2KV, hd): R rows after RoPE; row r is in slot slots[r] at position
+  // positions[r] (I32, R each). Every row's k and v are first written into the cache at
+  // (slot, position); then each row's q attends causally over its slot's positions
+  // 0..positions[r] (scale 1/sqrt(hd)): out (R, H, hd). Prefill (many rows of one or more
+  // sequences) and decode (one row per sequence) are the same call.
+  virtual void attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,
+                                Tensor positions, int n_heads, int n_kv_heads) = 0;
+
+  // x += a, then out = RMSNorm(x) * w with rstd (R) F32, over rows of x (R, C): the residual
+  // add and the next norm of an inference step in one pass; the results of add() then
+  // rmsnorm_forward().
+  virtual void add_rmsnorm_forward(Tensor x, Tensor out, Tensor rstd, Tensor a, Tensor w, float eps) = 0;
+
+  // out (R) I32: the index of the largest element of each row of x (R, V) F32, the first
+  // on ties (greedy decoding without moving the logits to the host).
+  virtual void argmax_rows(Tensor out, Tensor x) = 0;
+
+  // ---- recorded op sequences (CUDA graphs), for the decode step. Between begin_recording()
+  // and end_recording() the ops are recorded, not run; replay(id) runs them again on the
+  // same tensors (their contents may change in between). A backend that cannot record says
+  // so with can_record() == false, and the caller runs the ops directly.
+  virtual bool can_record() const { return false; }
+  virtual void begin_recording() {}
+  virtual int end_recording() { return -1; }  // the recording's id
+  virtual void replay(int recording) { (void)recording; }
+  virtual void drop_recordings() {}
+
   // ---- SwiGLU: out (N,I) = silu(gate) * up, gate_up (N,2I); dgate_up written
   virtual void swiglu_forward(Tensor out, Tensor gate_up) = 0;
   virtual void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up) = 0;
@@ -98,6 +128,7 @@ class Ops {
   // logits never exist. h (N,C), w (V,C), targets (N) I32 (-100: ignored).
   // loss_sum (1) F32 += sum over targets of -log softmax(h.w^T)[target]
   // dh (N,C) = d(loss_sum * loss_scale)/dh (written); dw (V,C) F32 += the same for w.
+  // dh and dw absent (both): the loss only, no gradient work (evaluation).
   // logits (N,V) F32: written when given (the parity tool), else left untouched.
   virtual void cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h,
                                               Tensor w, Tensor targets, float loss_scale,

@@ -249,7 +249,17 @@ void ParamStore::finish_collectives() {
   if (!sharded()) comm_->wait(last_work_);
 }
 
+void ParamStore::drop_kept_unit() {
+  if (keep_ == Keep::kNone) return;
+  ANVIL_ENSURE(keep_ == Keep::kHeld, kInternal, "unit ", keep_unit_, " dropped while its backward uses it");
+  auto it = gathered_.find(keep_unit_);
+  unpool(it->second);
+  gathered_.erase(it);
+  keep_ = Keep::kNone;
+}
+
 double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double lr) {
+  drop_kept_unit();
   finish_collectives();
   double sq = grad_sum_squares(ops_, grads_, scratch_);
   if (sharded()) sq = comm_->host_sum(sq, "grad norm");

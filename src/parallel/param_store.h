@@ -70,6 +70,11 @@ class ParamStore final : public UnitSource {
   // Makes the compute stream wait for every gradient collective of this step and adds the
   // last reduce-scatter in (optimizer_step does it too; the step benchmark times it).
   void finish_collectives();
+  // FSDP: frees the last block if it is still kept gathered from a forward whose backward
+  // did not come (a forward-only pass, evaluation). The Trainer calls it after each
+  // forward-only pass; optimizer_step calls it before the update, so a kept copy never
+  // outlives the weights it was gathered from.
+  void drop_kept_unit();
   // Clips by the global norm and takes one AdamW step; returns the pre-clip norm.
   double optimizer_step(const OptimizerConfig& c, int64_t step, double lr);
 

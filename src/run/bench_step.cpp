@@ -3,12 +3,8 @@
 #include <chrono>
 #include <random>
 
-#include "comm/comm.h"
-#include "core/env.h"
 #include "core/error.h"
-#include "core/log.h"
-#include "io/hub.h"
-#include "run/trainer.h"
+#include "run/open_run.h"
 
 namespace anvil {
 
@@ -37,37 +33,24 @@ double gpu_peak_tflops(const std::string& name) {
 
 Json run_bench_step(const BenchStepOptions& o) {
   ANVIL_ENSURE(o.steps > o.warmup && o.warmup >= 0, kUsage, "anvil bench step: --steps must exceed --warmup");
-  const std::string device = !o.device.empty() ? o.device : (cuda_available() ? "cuda" : "cpu");
-  std::unique_ptr<Comm> comm;
-  const CommOptions copt = comm_options_from_env();
-  if (copt.joined) comm = make_comm(device == "cuda" ? Device::kCUDA : Device::kCPU, copt);
-  const int world = comm ? comm->world() : 1;
-
-  std::string model_dir;
-  ModelConfig cfg;
-  if (!o.model.empty()) {
-    model_dir = resolve_model_dir(o.model);
-    cfg = load_config(model_dir);
-  } else {
-    cfg = preset_config(o.preset);
+  RunSpec spec;
+  spec.model = o.model;
+  spec.preset = o.model.empty() ? o.preset : "";
+  spec.device = o.device;
+  spec.mode = o.mode;
+  spec.reduce_dtype = o.reduce_dtype;
+  spec.recompute = o.recompute;
+  spec.micro_batch = o.micro_batch;
+  spec.total_steps = o.steps;
+  OpenRun run = open_run(spec);
+  const std::unique_ptr<Comm>& comm = run.comm;
+  const int world = run.world;
+  const ModelConfig& cfg = run.config;
+  std::unique_ptr<Trainer> trainer;
+  {
+    HostUnits fresh;
+    trainer = make_trainer(run, spec, o.seq_len, initial_weights(run, o.seed, fresh));  // checks the plan first
   }
-  TrainerSettings s;
-  s.device = device;
-  s.device_index = copt.local_rank;
-  s.mode = o.mode;
-  s.reduce_dtype = o.reduce_dtype;
-  s.micro_batch = o.micro_batch;
-  s.seq_len = o.seq_len;
-  s.total_steps = o.steps;
-  ParamTable table(cfg, world);
-  HostUnits w = make_host_units(table);
-  if (!model_dir.empty()) load_hf_weights(model_dir, table, w);
-  else init_weights(cfg, table, static_cast<uint64_t>(o.seed), w);
-
-  s.recompute = o.recompute == "full" ? Recompute::kFull : Recompute::kNone;
-  s.auto_recompute = o.recompute == "auto";
-  auto trainer = std::make_unique<Trainer>(cfg, w, s, comm.get());  // checks the plan first
-  w.clear();
   trainer->enable_timing(true);
 
   std::mt19937_64 rng(static_cast<uint64_t>(o.seed) + 17 * static_cast<uint64_t>(comm ? comm->rank() : 0));

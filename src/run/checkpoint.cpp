@@ -13,6 +13,7 @@
 #include "core/bf16.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/threads.h"
@@ -161,7 +162,92 @@ void copy_if_present(const std::vector<std::string>& dirs, const std::string& fi
     }
 }
 
+// Rank 0, once every shard is synced: meta.json, then the rename of the temporary folder
+// to step-<N> (the moment the checkpoint becomes complete), and the parent folder synced.
+void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const DataPosition& position,
+                       const Json& shards, const std::string& tmp_dir, const std::string& final_dir) {
+  const ParamStore& store = trainer.store();
+  Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
+               {"step", trainer.step_count()}, {"world", static_cast<int64_t>(shards.size())},
+               {"mode", parallel_mode_name(store.mode())},
+               {"data", {{"epoch", position.epoch}, {"samples_in_epoch", position.samples_in_epoch}}},
+               {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
+               {"train", settings.train}};
+  const ModelConfig& cfg = trainer.config();
+  meta["config"] = cfg.raw.is_object() ? cfg.raw : config_to_json(cfg);
+  const Json t = table_json(trainer.table());
+  meta["units"] = t["units"];
+  meta["tensors"] = t["tensors"];
+  meta["shards"] = shards;
+  if (!settings.config_toml.empty()) write_file_atomic(path_join(tmp_dir, "anvil_config.toml"), settings.config_toml);
+  write_checkpoint_meta(tmp_dir, meta);
+  fsync_directory(tmp_dir);
+  std::error_code ec;
+  std::filesystem::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
+  ANVIL_ENSURE(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, kIo, final_dir, ": rename from ", tmp_dir,
+               " failed (", errno_text(), ")");
+  fsync_directory(settings.ckpt_dir);
+}
+
+// The first rank's error message (empty: none), on every rank.
+std::string first_error(Comm* comm, const std::string& mine, std::string_view tag) {
+  if (!comm) return mine;
+  const auto len = static_cast<size_t>(comm->host_max(static_cast<double>(mine.size()), tag));
+  if (len == 0) return "";
+  std::string padded = mine;
+  padded.resize(len, '\0');
+  std::string all(len * static_cast<size_t>(comm->world()), '\0');
+  comm->host_all_gather(padded.data(), len, all.data(), tag);
+  for (size_t at = 0; at < all.size(); at += len)
+    if (all[at] != '\0') return std::string(all.c_str() + at);
+  return "";
+}
+
+// Why a save failed, what is left and what the run does: it stops.
+[[noreturn]] void save_failed(const SaveSettings& settings, int64_t step, const std::string& why) {
+  const std::vector<std::string> left = list_checkpoints(settings.ckpt_dir);
+  raise(ErrorKind::kIo, "checkpoint ", checkpoint_name(step), " not saved: ", why, "; ",
+        left.empty() ? std::string("no earlier checkpoint exists, the run stops with nothing saved")
+                     : cat("the run stops; its last good checkpoint is ", left.front(), " (step ",
+                           checkpoint_step(left.front()), "), untouched; the same command resumes from it"));
+}
+
 }  // namespace
+
+void remove_temporary_files(const std::string& ckpt_dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt_dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (n.rfind(".tmp-step-", 0) == 0 || n.find(".tmp.") != std::string::npos) {
+      std::filesystem::remove_all(entry.path(), ec);
+      if (!ec) log_info("removed the leftover ", entry.path().string(), " of an interrupted save");
+    }
+  }
+}
+
+void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std::vector<std::string>& pinned) {
+  if (keep_last <= 0) return;
+  const std::vector<std::string> kept = list_checkpoints(ckpt_dir);
+  for (size_t i = static_cast<size_t>(keep_last); i < kept.size(); ++i) {
+    if (std::find(pinned.begin(), pinned.end(), kept[i]) != pinned.end()) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(kept[i], ec);
+    if (ec) log_warn("could not delete the old checkpoint ", kept[i], " (", ec.message(), ")");
+  }
+}
+
+std::vector<std::string> continuation_changes(const Json& was, const Json& now) {
+  std::vector<std::string> out;
+  for (const char* key : {"data", "seq_len", "assistant_only_loss", "seed", "shuffle", "global_batch", "steps", "lr",
+                          "warmup", "schedule", "weight_decay", "beta1", "beta2", "eps", "max_grad_norm"}) {
+    if (!was.contains(key) || !now.contains(key) || was[key] == now[key]) continue;
+    // The step count shapes only a cosine schedule.
+    if (std::string(key) == "steps" && was.value("schedule", "") == "constant" && now.value("schedule", "") == "constant")
+      continue;
+    out.push_back(cat(key, " ", was[key].dump(), " -> ", now[key].dump()));
+  }
+  return out;
+}
 
 SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& settings, const DataPosition& position) {
   const auto t0 = Clock::now();
@@ -171,14 +257,18 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
   ParamStore& store = trainer.store();
   const std::string final_dir = path_join(settings.ckpt_dir, checkpoint_name(step));
   const std::string tmp_dir = path_join(settings.ckpt_dir, ".tmp-" + checkpoint_name(step));
+  std::string error;
   if (rank == 0) {
-    make_directories(settings.ckpt_dir);
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(settings.ckpt_dir, ec))
-      if (entry.path().filename().string().rfind(".tmp-step-", 0) == 0) std::filesystem::remove_all(entry.path(), ec);
-    make_directories(tmp_dir);
+    try {
+      make_directories(settings.ckpt_dir);
+      remove_temporary_files(settings.ckpt_dir);
+      make_directories(tmp_dir);
+    } catch (const Error& e) {
+      error = e.what();
+    }
   }
-  if (comm) comm->barrier("checkpoint folder");
+  error = first_error(comm, error, "checkpoint folder");
+  if (!error.empty()) save_failed(settings, step, error);
 
   // Rank r's slice [r * shard, (r + 1) * shard) of every unit, wherever it is held.
   const size_t n_units = table.units().size();
@@ -186,16 +276,29 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
   for (int k = 0; k < 3; ++k)
     for (size_t u = 0; u < n_units; ++u) tensors.push_back({cat(kKinds[k], ".", u), table.units()[u].shard()});
   const std::vector<Tensor>* state[3] = {&store.masters(), &store.exp_avg(), &store.exp_avg_sq()};
-  const bool die = env_test_die_in_save() == step && rank == world - 1;
-  const ShardRecord rec = write_shard(
-      path_join(tmp_dir, shard_file_name(rank)), tensors,
-      [&](size_t i, int64_t begin, int64_t n, float* out) {
-        const int u = static_cast<int>(i % n_units);
-        const int64_t shard = table.units()[static_cast<size_t>(u)].shard();
-        const int64_t at = rank * shard - store.owned_offset(u) + begin;
-        trainer.ops().download(out, (*state[i / n_units])[static_cast<size_t>(u)].slice_rows(at, at + n));
-      },
-      die);
+  const Fault fault = fault_armed(Fault::kDieInSave, step, rank, world)       ? Fault::kDieInSave
+                      : fault_armed(Fault::kNoSpaceInSave, step, rank, world) ? Fault::kNoSpaceInSave
+                                                                              : Fault::kNone;
+  ShardRecord rec;
+  try {
+    rec = write_shard(
+        path_join(tmp_dir, shard_file_name(rank)), tensors,
+        [&](size_t i, int64_t begin, int64_t n, float* out) {
+          const int u = static_cast<int>(i % n_units);
+          const int64_t shard = table.units()[static_cast<size_t>(u)].shard();
+          const int64_t at = rank * shard - store.owned_offset(u) + begin;
+          trainer.ops().download(out, (*state[i / n_units])[static_cast<size_t>(u)].slice_rows(at, at + n));
+        },
+        fault);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  error = first_error(comm, error, "checkpoint shards written");
+  if (!error.empty()) {
+    std::error_code ec;
+    if (rank == 0) std::filesystem::remove_all(tmp_dir, ec);
+    save_failed(settings, step, error);
+  }
 
   // Sizes and checksums to rank 0, which writes meta.json once every shard is synced.
   struct Wire {
@@ -210,50 +313,36 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
   SaveReport report;
   report.path = final_dir;
   if (rank == 0) {
-    Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
-                 {"step", step}, {"world", world},
-                 {"mode", parallel_mode_name(store.mode())},
-                 {"data", {{"epoch", position.epoch}, {"samples_in_epoch", position.samples_in_epoch}}},
-                 {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
-                 {"train", settings.train}};
-    const ModelConfig& cfg = trainer.config();
-    meta["config"] = cfg.raw.is_object() ? cfg.raw : config_to_json(cfg);
-    const Json t = table_json(table);
-    meta["units"] = t["units"];
-    meta["tensors"] = t["tensors"];
-    Json shards = Json::array();
-    uint64_t total = 0;
-    for (int r = 0; r < world; ++r) {
-      const Wire& w = all[static_cast<size_t>(r)];
-      shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes},
-                        {"xxh64", std::string(w.xxh64, 16)}});
-      total += w.bytes;
+    try {
+      uint64_t total = 0;
+      Json shards = Json::array();
+      for (int r = 0; r < world; ++r) {
+        const Wire& w = all[static_cast<size_t>(r)];
+        shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes},
+                          {"xxh64", std::string(w.xxh64, 16)}});
+        total += w.bytes;
+      }
+      commit_checkpoint(trainer, settings, position, shards, tmp_dir, final_dir);
+      report.gigabytes = static_cast<double>(total) / 1e9;
+    } catch (const Error& e) {
+      error = e.what();
+      std::error_code ec;
+      std::filesystem::remove_all(tmp_dir, ec);
     }
-    meta["shards"] = shards;
-    write_checkpoint_meta(tmp_dir, meta);
-    fsync_directory(tmp_dir);
-    std::error_code ec;
-    std::filesystem::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
-    ANVIL_ENSURE(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, kIo, final_dir, ": rename from ", tmp_dir,
-                 " failed (", errno_text(), ")");
-    fsync_directory(settings.ckpt_dir);
-    report.gigabytes = static_cast<double>(total) / 1e9;
+  }
+  error = first_error(comm, error, "checkpoint complete");
+  if (!error.empty()) save_failed(settings, step, error);
+  if (rank == 0) {
     report.seconds = seconds_since(t0);
     char line[256];
     std::snprintf(line, sizeof line, "saved %s: %.3f GB in %.2f s (%.2f GB/s, %d shard%s)", final_dir.c_str(),
                   report.gigabytes, report.seconds, report.gigabytes / std::max(report.seconds, 1e-9), world,
                   world == 1 ? "" : "s");
     log_info(line);
-    if (settings.keep_last > 0) {
-      const std::vector<std::string> kept = list_checkpoints(settings.ckpt_dir);
-      for (size_t i = static_cast<size_t>(settings.keep_last); i < kept.size(); ++i) {
-        if (kept[i] == final_dir) continue;  // a resumed run behind newer checkpoints keeps its own
-        std::filesystem::remove_all(kept[i], ec);
-        if (ec) log_warn("could not delete the old checkpoint ", kept[i], " (", ec.message(), ")");
-      }
-    }
+    std::vector<std::string> pinned = settings.pinned;
+    pinned.push_back(final_dir);  // a resumed run behind newer checkpoints keeps its own
+    prune_checkpoints(settings.ckpt_dir, settings.keep_last, pinned);
   }
-  if (comm) comm->barrier("checkpoint complete");
   return report;
 }
 
@@ -407,6 +496,7 @@ void export_hf_folder(const ModelConfig& config, const ParamTable& table, const 
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                         "merges.txt", "chat_template.jinja"})
     copy_if_present(s.source_dirs, f, s.out_dir);
+  if (!s.config_toml.empty()) write_file_atomic(path_join(s.out_dir, "anvil_config.toml"), s.config_toml);
   log_info("exported ", s.out_dir, " (", s.dtype == DType::kF32 ? "fp32" : "bf16", ", ", shards.size(),
            shards.size() == 1 ? " file" : " shards", ", ", static_cast<double>(total) / 1e9, " GB)");
 }
@@ -414,6 +504,16 @@ void export_hf_folder(const ModelConfig& config, const ParamTable& table, const 
 void run_export(const ExportOptions& o) {
   ANVIL_ENSURE(!o.ckpt.empty() && !o.out.empty(), kUsage, "anvil export: --ckpt and --out are required");
   ANVIL_ENSURE(o.dtype == "bf16" || o.dtype == "fp32", kUsage, "anvil export: --dtype is bf16 or fp32");
+  if (is_directory(o.ckpt) && !path_exists(path_join(o.ckpt, "meta.json")) && checkpoint_step(o.ckpt) < 0) {
+    std::string newest;  // a --ckpt-dir given for one of its checkpoints
+    for (const std::string& c : list_checkpoints(o.ckpt))
+      if (validate_checkpoint(c).ok()) {
+        newest = c;
+        break;
+      }
+    ANVIL_ENSURE(newest.empty(), kUsage, "anvil export: ", o.ckpt, " is a checkpoint folder (--ckpt-dir), not one "
+                 "checkpoint; its newest complete checkpoint is ", newest, ": anvil export --ckpt ", newest, " --out ", o.out);
+  }
   const Status st = validate_checkpoint(o.ckpt);
   if (!st.ok()) refuse(o.ckpt, st.message());
   const Json meta = read_checkpoint_meta(o.ckpt);
@@ -429,6 +529,7 @@ void run_export(const ExportOptions& o) {
     s.max_shard_bytes = o.max_shard_bytes;
     const Json& src = meta.value("source", Json::object());
     s.source_dirs = {src.value("model_dir", ""), src.value("tokenizer_dir", "")};
+    if (path_exists(path_join(o.ckpt, "anvil_config.toml"))) s.config_toml = read_file(path_join(o.ckpt, "anvil_config.toml"));
     export_hf_folder(cfg, table, masters, s);
     log_peak_host_memory();
     return;

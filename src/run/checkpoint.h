@@ -2,7 +2,7 @@
 //
 // Save (every rank calls save_checkpoint): rank r writes rank-r.safetensors, its slice of
 // every unit's master weights and AdamW m and v (io/checkpoint.h: the layout); the ranks
-// exchange sizes and checksums; after a barrier rank 0 writes meta.json, renames the
+// exchange sizes and checksums (and any error); rank 0 then writes meta.json, renames the
 // temporary folder to step-<N>, syncs the parent folder, and only then deletes the
 // checkpoints beyond keep_last. A rank that dies mid-save leaves a .tmp-step-<N> folder
 // that no reader takes for a checkpoint.
@@ -42,7 +42,14 @@ struct SaveSettings {
   // Recorded for export: where config, tokenizer and generation_config came from.
   std::string model_dir, tokenizer_dir;
   Json train = Json::object();  // the training settings, recorded as given
+  std::vector<std::string> pinned;  // checkpoints keep_last must not delete (copies off the machine)
+  std::string config_toml;      // written as anvil_config.toml when not empty
 };
+
+// The settings of meta.json's "train" whose change makes a resumed run differ from an
+// uninterrupted one, each as "name old -> new"; empty when none changed (keys missing from
+// `was`, written by an older anvil, are not compared).
+std::vector<std::string> continuation_changes(const Json& was, const Json& now);
 
 struct SaveReport {
   std::string path;
@@ -50,8 +57,16 @@ struct SaveReport {
 };
 
 // Every rank calls it with the same arguments after the same step. Returns on every rank
-// once the checkpoint is complete (rank 0 logs the line with its speed).
+// once the checkpoint is complete (rank 0 logs the line with its speed). A failure on any
+// rank (a full disk, a write error) throws the same kIo error on every rank, naming the
+// file and the bytes missing and the last good checkpoint, which stays untouched; the
+// temporary folder is removed.
 SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& settings, const DataPosition& position);
+
+// Removes what interrupted saves left in ckpt_dir (.tmp-step-<N> folders, *.tmp.<pid>).
+void remove_temporary_files(const std::string& ckpt_dir);
+// Deletes the complete checkpoints beyond the newest keep_last (0: none), except `pinned`.
+void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std::vector<std::string>& pinned);
 
 // The checkpoint to resume: `resume` when given (it must exist), else the newest complete
 // checkpoint of ckpt_dir, else empty (a fresh start).
@@ -83,6 +98,7 @@ struct HfExportSettings {
   DType dtype = DType::kBF16;
   int64_t max_shard_bytes = int64_t{5} << 30;
   std::vector<std::string> source_dirs;  // searched in order for tokenizer and generation files
+  std::string config_toml;               // the run's settings: anvil_config.toml when not empty
 };
 // Writes a Hugging Face model folder from host units laid out for `table`.
 void export_hf_folder(const ModelConfig& config, const ParamTable& table, const HostUnits& units,

@@ -272,10 +272,12 @@ class Launch {
         while (::read(g_signal_pipe[0], &sig, 1) == 1) {
           if (sig == SIGCHLD) continue;  // reaped at the top of the loop
           if (interrupted_ == 0) interrupted_ = sig;
-          signal_all(sig);  // forward: the workers save what they must and stop
+          // Forward: the workers finish their step, save and stop (however long the save
+          // takes: no SIGKILL deadline); a second signal, forwarded too, stops them at once.
+          signal_all(sig);
           if (!stopping_) {
             stopping_ = true;
-            kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_s));
+            kill_at_ = Clock::time_point::max();
           }
         }
       }
@@ -299,9 +301,16 @@ class Launch {
             describe_exit(w.status), "; its last line: ", w.last_line.empty() ? "(no output)" : "'" + w.last_line + "'",
             ". The other ", o_.nproc - 1, " worker(s) were stopped");
     }
-    if (interrupted_ != 0)
-      raise(ErrorKind::kComm, "interrupted by ", ::strsignal(interrupted_), ": the signal was forwarded to all ",
-            o_.nproc, " workers and they were stopped");
+    if (interrupted_ != 0) {
+      bool clean = true;  // every worker stopped on its own with 128 + the signal (anvil train)
+      for (const Worker& w : workers_) clean &= WIFEXITED(w.status) && WEXITSTATUS(w.status) == 128 + interrupted_;
+      const ErrorKind kind = interrupted_ == SIGINT ? ErrorKind::kInterrupted : ErrorKind::kTerminated;
+      if (clean)
+        raise(kind, "stopped by ", interrupted_ == SIGINT ? "SIGINT" : "SIGTERM", ": all ", o_.nproc,
+              " workers stopped after the same step");
+      raise(kind, "interrupted by ", ::strsignal(interrupted_), ": the signal was forwarded to all ", o_.nproc,
+            " workers and they were stopped");
+    }
   }
 
   const LaunchOptions& o_;

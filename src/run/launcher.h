@@ -13,7 +13,9 @@
 //    last output line. Workers run in their own process groups (their children are
 //    stopped with them) and get SIGKILL if the launcher itself dies (PR_SET_PDEATHSIG).
 //  - Signals. SIGINT and SIGTERM sent to the launcher are forwarded to every worker; the
-//    call then waits for them (SIGKILL after grace_s) and throws "interrupted".
+//    call then waits for them (no deadline: anvil train finishes its step and saves; a
+//    second signal, forwarded too, stops them at once) and throws kInterrupted (SIGINT,
+//    exit 130) or kTerminated (SIGTERM, exit 143).
 // Nothing can hang here: every wait is bounded by the workers' own exits, grace_s, or the
 // comm timeouts inside the workers.
 #pragma once

@@ -1,5 +1,9 @@
 // anvil train: the training loop around the Trainer: data, steps, logging, metrics,
-// checkpoints (save and resume), export.
+// checkpoints (save and resume), export. In four phases: everything checked (usage,
+// hyperparameters, data and tokenizer, writable outputs, the checkpoint folder's lock)
+// before any weight is read or data packed; the run opened (run/open_run.h, shared with
+// bench step); the loop (a SIGINT or SIGTERM stops it after the step in flight, with a
+// checkpoint); the finish (summary, export, waiting for --on-save copies).
 #pragma once
 
 #include <cstdint>
@@ -15,9 +19,15 @@ namespace anvil {
 struct TrainOptions {
   std::string model;   // folder or hub id
   std::string preset;  // or a built-in shape with fresh weights (benchmarks, the demo)
-  std::string data;    // safetensors (input_ids [N, T]), a prepared block file/folder, or JSONL
+  std::string data;    // safetensors (input_ids [N, T]), a prepared block file/folder, or rows (data/source.h)
+  std::string split = "train";  // hub dataset ids: the split and config read
+  std::string data_config;
   std::string tokenizer;   // for JSONL: folder with tokenizer.json (default: the model's)
   std::string data_cache;  // where JSONL is prepared (default: ~/.cache/anvil)
+  // Held-out blocks (any source --data takes, packed the same way): evaluated every
+  // eval_every steps (0: only at the end) and at the end. eval_split: for hub dataset ids.
+  std::string eval_data, eval_split;
+  int64_t eval_every = 0;
   bool assistant_only_loss = false;
   bool skip_bad_rows = false;
   std::string device;  // cpu | cuda; empty: cuda when a GPU is present, else cpu
@@ -43,12 +53,19 @@ struct TrainOptions {
   std::string ckpt_dir;
   int64_t keep_last = 0;
   std::string resume;
+  std::string on_save;  // run in the background on each complete checkpoint (run/save_copies.h)
+  std::vector<std::string> args;  // the command line as given (for the resume hint)
+  // The resolved settings as TOML (Args::to_toml), written as anvil_config.toml into each
+  // checkpoint and the export folder.
+  std::string config_toml;
 };
 
 struct TrainSummary {
   std::vector<double> losses;
+  std::vector<double> eval_losses;
   double tokens_per_s = 0;
   double peak_host_gib = 0;
+  int stop_signal = 0;  // SIGINT or SIGTERM when a signal stopped the run early
 };
 
 TrainSummary run_train(const TrainOptions& o);

@@ -118,9 +118,9 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     for (size_t i = 0; i < lab.size(); ++i)
       if (static_cast<int64_t>(i % static_cast<size_t>(T)) != 0 && lab[i] != -100) ++total;
   }
+  if (comm_) comm_->set_step(step_ + 1);  // named by any collective's error from here on
   total = global_sum(total, "target tokens");
   ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1, " has no target tokens (every label is -100)");
-  if (comm_) comm_->set_step(step_ + 1);
   ops_->zero(loss_sum_);
   if (timing_) {
     timing_result_ = StepTiming{};
@@ -185,6 +185,18 @@ double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logi
   float loss_sum = 0;
   ops_->download(&loss_sum, loss_sum_);
   return (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(count);
+}
+
+Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
+  LossSum r;
+  r.tokens = upload_batch(batch);
+  ops_->zero(loss_sum_);
+  model_->forward_loss(*store_, ids_, targets_, loss_sum_);
+  store_->drop_kept_unit();  // no backward follows
+  float sum = 0;
+  ops_->download(&sum, loss_sum_);
+  r.sum = sum;
+  return r;
 }
 
 HostUnits Trainer::grads() const {

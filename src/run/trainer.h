@@ -68,6 +68,13 @@ class Trainer {
   ~Trainer();
 
   StepStats step(const std::vector<TokenBatch>& micro_batches);
+  // Forward only, no gradient or optimizer state touched (evaluation, run/eval.h): this
+  // rank's summed token loss and count of target tokens of one micro-batch.
+  struct LossSum {
+    double sum = 0;
+    int64_t tokens = 0;
+  };
+  LossSum forward_loss(const TokenBatch& batch);
   // Loss, gradients (left in the store) and optionally logits of one micro-batch, no update.
   double loss_and_grads(const TokenBatch& batch, std::vector<float>* logits);
 

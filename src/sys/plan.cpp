@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/params.h"
+#include "ops/attention_scratch.h"
 
 namespace anvil {
 namespace {
@@ -60,7 +61,12 @@ MemoryPlan plan_memory(const PlanInput& in) {
   const ActivationLayout a = activation_layout(c, in.micro_batch, in.seq_len, in.compute_dtype);
   p.activations = a.total(c.num_layers, in.recompute);
   const int64_t n = in.micro_batch * in.seq_len;
-  p.workspace = kGemmWorkspace + std::min(kCrossEntropyChunk, 4 * n * c.vocab_size) + 4 * n * 3;
+  // The backend's shared scratch holds the largest temporary: the cross-entropy chunk or
+  // attention's (ops/cuda/cuda_ops.cpp).
+  const int64_t scratch = std::max(std::min(kCrossEntropyChunk, 4 * n * c.vocab_size) + 4 * n,
+                                   attention_scratch_bytes(in.micro_batch, in.seq_len, c.num_heads,
+                                                           c.num_kv_heads, c.head_dim));
+  p.workspace = kGemmWorkspace + scratch + 4 * n * 2;
   return p;
 }
 

@@ -1,7 +1,8 @@
 // The whole model on the GPU against the float64 fixtures: loss within 2e-3 relative and
 // every gradient at cosine similarity 0.999 or better (bf16 compute, fp32 master weights);
-// the 8-step AdamW run's losses within 2e-3 of the fp64 curve; ddp and fsdp (compute
-// copies per unit) give the same bits on one GPU.
+// the 8-step AdamW run's losses, gradient norms and final parameters within tolerances
+// derived from PyTorch's own bf16 deviation, which a no-op update fails; ddp and fsdp
+// (compute copies per unit) give the same bits on one GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,38 +68,139 @@ TEST_P(GpuGolden, LossAndGradients) {
               std::abs(loss - want) / want, worst);
 }
 
-TEST_P(GpuGolden, EightAdamWSteps) {
+// Evaluation's forward: the loss of loss_and_grads, bit for bit, and no gradient touched
+// (ddp and fsdp's per-unit compute copies).
+TEST_P(GpuGolden, ForwardLossLeavesGradientsAlone) {
   REQUIRE_CUDA();
   const std::string dir = testing::fixture_dir(GetParam());
   ModelConfig cfg = load_config(dir);
+  SafetensorsFile gold(dir + "/golden_step0.safetensors");
+  const SafeTensorInfo& ids = gold.get("input_ids");
+  for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
+    TrainerSettings s;
+    s.device = "cuda";
+    s.mode = mode;
+    s.micro_batch = ids.shape[0];
+    s.seq_len = ids.shape[1];
+    ParamTable table(cfg, 1);
+    HostUnits w = make_host_units(table);
+    load_hf_weights(dir, table, w);
+    Trainer trainer(cfg, w, s);
+    TokenBatch b;
+    b.ids = read_as_i64(ids);
+    const double loss = trainer.loss_and_grads(b, nullptr);
+    const HostUnits before = trainer.grads();
+    const Trainer::LossSum e = trainer.forward_loss(b);
+    EXPECT_EQ(e.sum / static_cast<double>(e.tokens), loss) << GetParam();
+    EXPECT_EQ(e.tokens, static_cast<int64_t>(b.ids.size()) - s.micro_batch) << GetParam();
+    EXPECT_EQ(trainer.grads(), before) << GetParam() << ": forward_loss touched the gradients";
+  }
+}
+
+// The 8-step AdamW run against the fp64 golden run, at tolerances derived from PyTorch's own
+// bf16-vs-fp64 deviation on the same run (fp32 master weights, bf16 autocast):
+// - loss and pre-clip gradient norm of every step: kCurveMargin times the worst deviation of
+//   the fixture's bf16_autocast_fp32_master curve (golden_curve.json, measured on an H200 by
+//   make_golden_model.py): tiny-qwen3 7.3e-5 (loss) and 4.2e-3 (norm), tiny-qwen3-untied
+//   4.3e-5 and 4.5e-3;
+// - final parameters, rel L2 over all of them: kParamTolerance.
+// A no-op update (lr 0) deviates by 1e-3..5e-3 (loss), 0.15..0.19 (norm) and 0.06..0.07
+// (parameters) on these fixtures; NoOpUpdateFailsTheCheck shows that it fails.
+constexpr double kCurveMargin = 10;
+// PyTorch bf16 autocast, final-parameter rel L2 against fp64 over all parameters after the 8
+// steps: 2.1e-3..2.8e-3 on the four fixtures with CPU autocast (python3
+// bench/bf16_adamw_deviation.py FIXTURE --device cpu); the GPU figure comes from the same script
+// with --device cuda. Tolerance: about 5 times that.
+constexpr double kParamTolerance = 1.5e-2;
+
+struct AdamwDeviation {
+  double loss = 0, grad_norm = 0, params = 0;      // worst relative errors against fp64
+  double loss_tol = 0, grad_norm_tol = 0;          // derived from the fixture's bf16 curve
+  std::vector<double> losses;
+  bool within() const { return loss <= loss_tol && grad_norm <= grad_norm_tol && params <= kParamTolerance; }
+};
+
+AdamwDeviation run_adamw_on_gpu(const std::string& dir, ParallelMode mode, double lr_scale) {
+  ModelConfig cfg = load_config(dir);
   SafetensorsFile gold(dir + "/golden_adamw.safetensors");
   Json curve = json_read_file(dir + "/golden_curve.json");
+  const Json& cc = curve["config"];
   TrainerSettings s;
   s.device = "cuda";
-  s.micro_batch = curve["config"]["batch"].get<int64_t>();
-  s.seq_len = curve["config"]["seq"].get<int64_t>();
-  s.optim.lr = curve["config"]["lr"].get<double>();
-  s.total_steps = 8;
+  s.mode = mode;
+  s.micro_batch = cc["batch"].get<int64_t>();
+  s.seq_len = cc["seq"].get<int64_t>();
+  s.optim.lr = cc["lr"].get<double>() * lr_scale;
+  s.optim.beta1 = cc["betas"][0].get<double>();
+  s.optim.beta2 = cc["betas"][1].get<double>();
+  s.optim.eps = cc["eps"].get<double>();
+  s.optim.weight_decay = cc["weight_decay"].get<double>();
+  s.optim.max_grad_norm = cc["max_norm"].get<double>();
+  const int steps = cc["steps"].get<int>();
+  s.total_steps = steps;
+  AdamwDeviation d;
+  const Json& bf16 = curve["bf16_autocast_fp32_master"];
+  EXPECT_EQ(static_cast<int>(bf16.size()), steps) << dir << ": golden_curve.json has no bf16 curve to derive tolerances from";
+  for (int i = 0; i < steps && i < static_cast<int>(bf16.size()); ++i) {
+    const Json &f = curve["fp64"][i], &b = bf16[i];
+    d.loss_tol = std::max(d.loss_tol, kCurveMargin * std::abs(b["loss"].get<double>() / f["loss"].get<double>() - 1));
+    d.grad_norm_tol =
+        std::max(d.grad_norm_tol, kCurveMargin * std::abs(b["grad_norm"].get<double>() / f["grad_norm"].get<double>() - 1));
+  }
   ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);
   load_hf_weights(dir, table, w);
+  Trainer trainer(cfg, w, s);
+  for (int i = 0; i < steps; ++i) {
+    TokenBatch b;
+    b.ids = read_as_i64(gold.get("batch" + std::to_string(i)));
+    const StepStats st = trainer.step({b});
+    d.losses.push_back(st.loss);
+    const double want_loss = curve["fp64"][i]["loss"].get<double>();
+    const double want_norm = curve["fp64"][i]["grad_norm"].get<double>();
+    d.loss = std::max(d.loss, std::abs(st.loss - want_loss) / want_loss);
+    d.grad_norm = std::max(d.grad_norm, std::abs(st.grad_norm - want_norm) / want_norm);
+  }
+  const HostUnits final_w = trainer.masters();
+  double num = 0, den = 0;
+  for (const ParamEntry& e : trainer.table().entries()) {
+    const float* p = final_w[static_cast<size_t>(e.unit)].data() + e.offset;
+    const std::vector<double> want = read_as_f64(gold.get("param." + e.name));
+    for (size_t k = 0; k < want.size(); ++k) {
+      num += (p[k] - want[k]) * (p[k] - want[k]);
+      den += want[k] * want[k];
+    }
+  }
+  d.params = std::sqrt(num / den);
+  return d;
+}
+
+TEST_P(GpuGolden, EightAdamWSteps) {
+  REQUIRE_CUDA();
+  const std::string dir = testing::fixture_dir(GetParam());
   std::vector<double> losses[2];
   for (int mode = 0; mode < 2; ++mode) {
-    s.mode = mode == 0 ? ParallelMode::kDdp : ParallelMode::kFsdp;
-    Trainer trainer(cfg, w, s);
-    double worst = 0;
-    for (int i = 0; i < 8; ++i) {
-      TokenBatch b;
-      b.ids = read_as_i64(gold.get("batch" + std::to_string(i)));
-      const StepStats st = trainer.step({b});
-      losses[mode].push_back(st.loss);
-      const double want = curve["fp64"][i]["loss"].get<double>();
-      worst = std::max(worst, std::abs(st.loss - want) / want);
-      EXPECT_NEAR(st.loss, want, 2e-3 * want) << "step " << i + 1;
-    }
-    std::printf("%s %s: worst step loss rel error vs fp64 %.2e\n", GetParam().c_str(), mode ? "fsdp" : "ddp", worst);
+    const AdamwDeviation d = run_adamw_on_gpu(dir, mode == 0 ? ParallelMode::kDdp : ParallelMode::kFsdp, 1.0);
+    losses[mode] = d.losses;
+    EXPECT_LE(d.loss, d.loss_tol) << "worst step loss rel error";
+    EXPECT_LE(d.grad_norm, d.grad_norm_tol) << "worst step gradient norm rel error";
+    EXPECT_LE(d.params, kParamTolerance) << "final parameters rel L2";
+    std::printf("%s %s: vs fp64: loss %.2e (tol %.2e), grad norm %.2e (tol %.2e), final params %.2e (tol %.2e)\n",
+                GetParam().c_str(), mode ? "fsdp" : "ddp", d.loss, d.loss_tol, d.grad_norm, d.grad_norm_tol, d.params,
+                kParamTolerance);
   }
   EXPECT_EQ(losses[0], losses[1]) << "ddp and fsdp on one GPU";
+}
+
+// The check above rejects an optimizer that never updates (lr 0).
+TEST_P(GpuGolden, NoOpUpdateFailsTheCheck) {
+  REQUIRE_CUDA();
+  const AdamwDeviation d = run_adamw_on_gpu(testing::fixture_dir(GetParam()), ParallelMode::kDdp, 0.0);
+  EXPECT_FALSE(d.within());
+  EXPECT_GT(d.params, kParamTolerance) << "final parameters of a no-op update";
+  EXPECT_GT(d.grad_norm, d.grad_norm_tol) << "gradient norms of a no-op update";
+  std::printf("%s lr 0: loss %.2e (tol %.2e), grad norm %.2e (tol %.2e), final params %.2e (tol %.2e)\n",
+              GetParam().c_str(), d.loss, d.loss_tol, d.grad_norm, d.grad_norm_tol, d.params, kParamTolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuGolden, ::testing::ValuesIn(testing::golden_models()),

@@ -15,15 +15,21 @@
 // the device-run report. A build without a usable GPU skips.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/error.h"
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/ops.h"
 #include "../testing.h"
 
@@ -276,19 +282,54 @@ TEST(CudaOps, QkNormRope) {
   }
 }
 
-TEST(CudaOps, Attention) {
-  REQUIRE_GPU();
+// A CUDA backend whose attention runs as ANVIL_ATTENTION=impl says (attention_cudnn.h), one
+// per impl for the process. Its ops run on its own stream: callers synchronize it before
+// reading results through gpu().
+Ops& gpu_attention(const std::string& impl) {
+  static std::map<std::string, std::unique_ptr<Ops>> backends;
+  std::unique_ptr<Ops>& ops = backends[impl];
+  if (!ops) {
+    struct Restore {  // the caller's ANVIL_ATTENTION, also when make_cuda_ops throws
+      const char* prev = std::getenv("ANVIL_ATTENTION");
+      std::string saved = prev ? prev : "";
+      ~Restore() {
+        if (prev) setenv("ANVIL_ATTENTION", saved.c_str(), 1);
+        else unsetenv("ANVIL_ATTENTION");
+      }
+    } restore;
+    setenv("ANVIL_ATTENTION", impl.c_str(), 1);
+    ops = make_cuda_ops(0);
+  }
+  return *ops;
+}
+
+// cuDNN must run attention (the counts must move) where it is built in and the GPU is a
+// Hopper or newer: a silent fall back to the kernel would make the cuDNN tests test nothing.
+bool cudnn_expected() {
+  cudaDeviceProp prop{};
+  return cuda::cudnn_attention_built() && cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+}
+
+// Forward and backward on `dev` against the CPU reference, on causal GQA shapes: odd
+// lengths, several batches, head_dim 16 to 128, the goal's 16/8 and 32/8 head groups.
+void attention_vs_cpu(const std::string& impl) {
+  Ops& dev = gpu_attention(impl);
+  const bool want_cudnn = impl != "kernel" && cudnn_expected();
   struct Case { int64_t b, t; int h, kv; int64_t hd; };
   for (const Case& cs : {Case{1, 64, 2, 1, 64}, Case{2, 37, 4, 2, 128}, Case{1, 200, 6, 2, 128}, Case{2, 130, 2, 2, 64},
                          Case{1, 1, 2, 1, 128}, Case{1, 300, 8, 1, 128}, Case{2, 37, 4, 2, 32},
-                         Case{2, 37, 4, 2, 16}, Case{1, 150, 4, 1, 32}}) {
-    const std::string tag = dims({cs.b, cs.t, cs.h, cs.kv, cs.hd});
+                         Case{2, 37, 4, 2, 16}, Case{1, 150, 4, 1, 32}, Case{3, 129, 16, 8, 128},
+                         Case{1, 333, 32, 8, 128}, Case{2, 256, 16, 8, 128}, Case{1, 128, 4, 2, 128},
+                         Case{1, 384, 32, 8, 128}}) {
+    const std::string tag = impl + " " + dims({cs.b, cs.t, cs.h, cs.kv, cs.hd});
     const int64_t heads = cs.h + 2 * cs.kv, n = cs.b * cs.t * heads * cs.hd, no = cs.b * cs.t * cs.h * cs.hd;
+    const cuda::CudnnAttentionCounts before = cuda::cudnn_attention_counts();
     Buf qkv({cs.b, cs.t, heads, cs.hd}, DType::kBF16, randn(n, 31, 1.0f));
     Buf out({cs.b, cs.t, cs.h, cs.hd}, DType::kBF16, nans(no));
     Buf lse({cs.b, cs.h, cs.t}, DType::kF32, nans(cs.b * cs.h * cs.t));
     cpu().attention_forward(out.c(), lse.c(), qkv.c(), cs.h, cs.kv);
-    gpu().attention_forward(out.g(), lse.g(), qkv.g(), cs.h, cs.kv);
+    dev.attention_forward(out.g(), lse.g(), qkv.g(), cs.h, cs.kv);
+    dev.synchronize();
     check("attention_forward " + tag + " out", out, kChain);
     check("attention_forward " + tag + " lse", lse, kF32);
 
@@ -301,7 +342,22 @@ TEST(CudaOps, Attention) {
     Buf dout({cs.b, cs.t, cs.h, cs.hd}, DType::kBF16, randn(no, 32));
     Buf dqkv({cs.b, cs.t, heads, cs.hd}, DType::kBF16, nans(n));
     cpu().attention_backward(dqkv.c(), dout.c(), qkv.c(), saved_out.c(), saved_lse.c(), cs.h, cs.kv);
-    gpu().attention_backward(dqkv.g(), dout.g(), qkv.g(), saved_out.g(), saved_lse.g(), cs.h, cs.kv);
+    dev.attention_backward(dqkv.g(), dout.g(), qkv.g(), saved_out.g(), saved_lse.g(), cs.h, cs.kv);
+    dev.synchronize();
+    const cuda::CudnnAttentionCounts after = cuda::cudnn_attention_counts();
+    const bool fwd_cudnn = after.forward > before.forward, bwd_cudnn = after.backward > before.backward;
+    std::printf("[path] %-40s forward %s, backward %s\n", tag.c_str(), fwd_cudnn ? "cudnn" : "kernel",
+                bwd_cudnn ? "cudnn" : "kernel");
+    if (impl == "kernel") {
+      EXPECT_FALSE(fwd_cudnn || bwd_cudnn) << tag;
+    } else if (want_cudnn && cs.hd == 128 && cs.t > 1) {  // the production head size
+      EXPECT_TRUE(fwd_cudnn) << tag << ": cuDNN did not run the forward (see the log for why)";
+      // At lengths not a multiple of 128, cuDNN up to 9.15 needs the frontend's workaround,
+      // which loads libcudart.so: where that fails the kernel runs, correctly, and the log
+      // says so; the [path] line above shows it.
+      if (impl == "cudnn-forward") EXPECT_FALSE(bwd_cudnn) << tag << ": backward path";
+      else if (cs.t % 128 == 0) EXPECT_TRUE(bwd_cudnn) << tag << ": cuDNN did not run the backward (see the log)";
+    }
     // Per part, so that a wrong dq, dk or dv shows by name.
     const std::vector<double> got = dqkv.got(), want = dqkv.want();
     const char* names[3] = {"dq", "dk", "dv"};
@@ -332,6 +388,34 @@ TEST(CudaOps, Attention) {
                   testing::rel_l2(gd.data(), wd.data(), gd.size()), max_abs, kChain);
       EXPECT_TRUE(testing::close_rel_l2(gd, wd, kChain)) << "attention_backward " << tag << " " << names[part];
     }
+  }
+}
+
+// cuDNN's fused attention (the default path; the kernel where cuDNN cannot run a shape).
+TEST(CudaOps, Attention) {
+  REQUIRE_GPU();
+  attention_vs_cpu("cudnn");
+}
+
+// cuDNN's forward with the kernel's backward, which reads cuDNN's out and lse.
+TEST(CudaOps, AttentionCudnnForward) {
+  REQUIRE_GPU();
+  attention_vs_cpu("cudnn-forward");
+}
+
+// The mma.sync kernel: the path of GPUs and shapes cuDNN does not take.
+TEST(CudaOps, AttentionKernel) {
+  REQUIRE_GPU();
+  attention_vs_cpu("kernel");
+}
+
+TEST(CudaOps, AttentionImplIsChecked) {
+  REQUIRE_GPU();
+  try {
+    gpu_attention("fastest");
+    ADD_FAILURE() << "ANVIL_ATTENTION=fastest was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
   }
 }
 
@@ -414,6 +498,10 @@ TEST(CudaOps, CrossEntropy) {
     gpu().cross_entropy_forward_backward(loss.g(), dh.g(), dw.g(), h.g(), w.g(), targets.g(), scale,
                                          cs.logits ? logits.g() : none);
     check("cross_entropy " + tag + " loss_sum", loss, kF32);
+    // The loss alone (no dh, no dw: evaluation) is the same sum, bit for bit.
+    Buf loss_only({1}, DType::kF32, {0.5f});
+    gpu().cross_entropy_forward_backward(loss_only.g(), none, none, h.g(), w.g(), targets.g(), scale, none);
+    EXPECT_EQ(loss_only.got(), loss.got()) << "cross_entropy " << tag << " without gradients";
     check("cross_entropy " + tag + " dh", dh, kChain);
     check("cross_entropy " + tag + " dw", dw, kChain);
     if (cs.logits) check("cross_entropy " + tag + " logits", logits, kF32);
@@ -449,6 +537,35 @@ TEST(CudaOps, SumSquares) {
     cpu().sum_squares(out.c(), x.c());
     gpu().sum_squares(out.g(), x.g());
     check("sum_squares " + std::to_string(n), out, kF32 / 10);
+  }
+}
+
+// Attention forward and backward give identical bits when run again on the same inputs, on
+// each path (cuDNN's deterministic backward, the kernel), at a goal shape.
+TEST(CudaOps, AttentionDeterministic) {
+  REQUIRE_GPU();
+  const int64_t B = 2, T = 1024, H = 16, KV = 8, hd = 128, heads = H + 2 * KV;
+  Buf qkv({B, T, heads, hd}, DType::kBF16, randn(B * T * heads * hd, 81));
+  Buf dout({B, T, H, hd}, DType::kBF16, randn(B * T * H * hd, 82));
+  for (const std::string impl : {"cudnn", "kernel"}) {
+    Ops& dev = gpu_attention(impl);
+    std::vector<double> first[3];
+    for (int run = 0; run < 3; ++run) {
+      Buf out({B, T, H, hd}, DType::kBF16, nans(B * T * H * hd)), lse({B, H, T}, DType::kF32, nans(B * H * T));
+      Buf dqkv({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd));
+      dev.attention_forward(out.g(), lse.g(), qkv.g(), H, KV);
+      dev.attention_backward(dqkv.g(), dout.g(), qkv.g(), out.g(), lse.g(), H, KV);
+      dev.synchronize();
+      if (run == 0) {
+        first[0] = out.got();
+        first[1] = lse.got();
+        first[2] = dqkv.got();
+      } else {
+        EXPECT_TRUE(first[0] == out.got()) << impl << " attention_forward out, run " << run;
+        EXPECT_TRUE(first[1] == lse.got()) << impl << " attention_forward lse, run " << run;
+        EXPECT_TRUE(first[2] == dqkv.got()) << impl << " attention_backward dqkv, run " << run;
+      }
+    }
   }
 }
 

@@ -391,6 +391,65 @@ class CpuOps final : public Ops {
     });
   }
 
+  void attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots, Tensor positions,
+                        int n_heads, int n_kv_heads) override {
+    const int64_t R = slots.numel(), heads = n_heads + 2 * n_kv_heads, hd = qkv.cols();
+    const int64_t S = k_cache.dim(0), P = k_cache.dim(2), group = n_heads / n_kv_heads;
+    ANVIL_ENSURE(qkv.numel() == R * heads * hd && out.numel() == R * n_heads * hd && positions.numel() == R &&
+                     k_cache.shape.ndim == 4 && k_cache.dim(1) == n_kv_heads && k_cache.dim(3) == hd &&
+                     v_cache.numel() == k_cache.numel(),
+                 kInternal, "attention_cached shapes: qkv ", qkv.shape.str(), " cache ", k_cache.shape.str());
+    const float* QKV = f32(qkv);
+    const int32_t *SL = i32(slots), *PO = i32(positions);
+    float *K = f32(k_cache), *V = f32(v_cache), *O = f32(out);
+    auto at = [&](float* cache, int64_t slot, int64_t g, int64_t pos) { return cache + ((slot * n_kv_heads + g) * P + pos) * hd; };
+    for (int64_t r = 0; r < R; ++r) {
+      ANVIL_ENSURE(SL[r] >= 0 && SL[r] < S && PO[r] >= 0 && PO[r] < P, kInternal, "attention_cached: row ", r,
+                   " at slot ", SL[r], " position ", PO[r], " is outside the cache ", k_cache.shape.str());
+      for (int64_t g = 0; g < n_kv_heads; ++g) {
+        std::memcpy(at(K, SL[r], g, PO[r]), QKV + (r * heads + n_heads + g) * hd, static_cast<size_t>(hd) * 4);
+        std::memcpy(at(V, SL[r], g, PO[r]), QKV + (r * heads + n_heads + n_kv_heads + g) * hd,
+                    static_cast<size_t>(hd) * 4);
+      }
+    }
+    // The same arithmetic as attention_forward, one query row against its slot's cache.
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    parallel_for(R * n_heads, 1, [&](int64_t jb, int64_t je) {
+      std::vector<float> p(static_cast<size_t>(P));
+      for (int64_t j = jb; j < je; ++j) {
+        const int64_t r = j / n_heads, h = j % n_heads, g = h / group, n = PO[r] + 1;
+        const float* q = QKV + (r * heads + h) * hd;
+        float mx = -INFINITY;
+        for (int64_t u = 0; u < n; ++u) {
+          p[static_cast<size_t>(u)] = dot(q, at(K, SL[r], g, u), hd) * scale;
+          mx = std::max(mx, p[static_cast<size_t>(u)]);
+        }
+        double sum = 0;
+        for (int64_t u = 0; u < n; ++u) {
+          p[static_cast<size_t>(u)] = std::exp(p[static_cast<size_t>(u)] - mx);
+          sum += p[static_cast<size_t>(u)];
+        }
+        float* o = O + (r * n_heads + h) * hd;
+        std::fill(o, o + hd, 0.0f);
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t u = 0; u < n; ++u) axpy(o, p[static_cast<size_t>(u)] * inv, at(V, SL[r], g, u), hd);
+      }
+    });
+  }
+
+  void add_rmsnorm_forward(Tensor x, Tensor out, Tensor rstd, Tensor a, Tensor w, float eps) override {
+    add(x, a, x);
+    rmsnorm_forward(out, rstd, x, w, eps);
+  }
+
+  void argmax_rows(Tensor out, Tensor x) override {
+    const int64_t R = x.rows(), V = x.cols();
+    ANVIL_ENSURE(out.numel() == R, kInternal, "argmax_rows: out ", out.shape.str(), " for x ", x.shape.str());
+    const float* X = f32(x);
+    int32_t* O = out.ptr<int32_t>();
+    for (int64_t r = 0; r < R; ++r) O[r] = static_cast<int32_t>(std::max_element(X + r * V, X + (r + 1) * V) - (X + r * V));
+  }
+
   void swiglu_forward(Tensor out, Tensor gate_up) override {
     const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
     const float* GU = f32(gate_up);
@@ -430,7 +489,9 @@ class CpuOps final : public Ops {
     const int64_t N = h.rows(), C = h.cols(), V = w.dim(0);
     const float *H = f32(h), *W = f32(w);
     const int32_t* Y = i32(targets);
-    float *DH = f32(dh), *DW = f32(dw);
+    ANVIL_ENSURE(present(dh) == present(dw), kInternal, "cross_entropy: dh and dw are given together or not at all");
+    const bool grads = present(dh);
+    float *DH = grads ? f32(dh) : nullptr, *DW = grads ? f32(dw) : nullptr;
     float* LOG = present(logits) ? f32(logits) : nullptr;
     constexpr int64_t kRows = 32;  // rows per chunk: the chunk's logits are kRows x V
     std::vector<float> z(static_cast<size_t>(kRows * V));
@@ -462,6 +523,7 @@ class CpuOps final : public Ops {
         }
       });
       for (double l : row_loss) total += l;
+      if (!grads) continue;
       // dh = dz . W ; dW += dz^T . h
       parallel_for(rows, 1, [&](int64_t rb, int64_t re) {
         for (int64_t r = rb; r < re; ++r) {

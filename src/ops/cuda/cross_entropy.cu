@@ -93,6 +93,7 @@ void cross_entropy_forward_backward(const CrossEntropyArgs& a, void* scratch, Ge
     ce_softmax_grad_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, row_loss + r0,
                                                                                   a.targets + r0, a.vocab, a.loss_scale);
     CUDA_CHECK_LAUNCH();
+    if (!a.dh) continue;  // the loss only (evaluation)
     gemm.run(a.dh + r0 * a.cols, CUDA_R_16BF, a.cols, {dlogits, 2 * a.vocab, false}, {a.w, a.cols, false}, rows,
              a.cols, a.vocab, 0.0f, nullptr);
     gemm.run(a.dw, CUDA_R_32F, a.cols, {dlogits, 2 * a.vocab, true}, {h, a.cols, false}, a.vocab, a.cols, rows, 1.0f,

@@ -22,8 +22,8 @@ size_t cross_entropy_scratch_bytes(int64_t n, int64_t vocab);
 
 struct CrossEntropyArgs {
   float* loss_sum;                // (1) +=
-  __nv_bfloat16* dh;              // (n, cols) written: d(loss_sum * loss_scale)/dh
-  float* dw;                      // (vocab, cols) +=
+  __nv_bfloat16* dh;              // (n, cols) written: d(loss_sum * loss_scale)/dh; null: loss only
+  float* dw;                      // (vocab, cols) +=; null with dh
   const __nv_bfloat16* h;         // (n, cols)
   const __nv_bfloat16* w;         // (vocab, cols)
   const int32_t* targets;         // (n); outside [0, vocab) (PyTorch's -100): ignored

@@ -9,24 +9,36 @@
 // Scratch needs, for the memory plan: the largest of
 //   rmsnorm backward   min(rows, 264) * cols * 4
 //   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
-//   attention backward B * H * T * 4 + B * T * H * 2 * head_dim * 4
+//   attention          the kernel's backward B * H * T * 4 + B * T * H * 2 * head_dim * 4, or
+//                      cuDNN's workspace, at most attention_scratch_bytes (ops/attention_scratch.h)
 //   bias gradient      min(rows, 264) * cols * 4
 //   cross-entropy      min(N, 512 MiB / (4 V)) * V * 4 + N * 4
+//   cached attention   at most 64 MiB of chunk partials (inference only)
 // plus the cuBLASLt workspace (32 MiB) for the backend's lifetime.
+// Attention runs through cuDNN's fused attention where it supports the shape and through
+// the kernel of attention.cu elsewhere; ANVIL_ATTENTION (attention_cudnn.h) chooses.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/cuda/check.h"
+#include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "ops/cuda/adamw.h"
+#include "ops/cuda/add_rmsnorm.h"
+#include "ops/cuda/argmax.h"
 #include "ops/cuda/attention.h"
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/decode_attention.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/embedding.h"
+#include "ops/cuda/gemv.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/linear.h"
 #include "ops/cuda/qk_norm_rope.h"
@@ -74,13 +86,17 @@ class CudaOps final : public Ops {
     ANVIL_ENSURE(prop.major >= 8, kUnsupported, "GPU ", prop.name, " has compute capability ", prop.major, ".",
                  prop.minor, "; anvil's CUDA backend needs 8.0 or newer (bf16 tensor cores)");
     name_ = cat("cuda:", device, " (", prop.name, ")");
+    sm_ = prop.major * 10 + prop.minor;
+    attention_impl_ = cuda::parse_attention_impl(env_str("ANVIL_ATTENTION", "cudnn"));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<cuda::Gemm>(stream_);
   }
 
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
+    for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
     gemm_.reset();
+    cudnn_attention_.reset();
     if (scratch_) cudaFree(scratch_);
     cudaStreamDestroy(stream_);
   }
@@ -163,7 +179,8 @@ class CudaOps final : public Ops {
   // ---- linear layers
   void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) override {
     const char* op = "linear_forward";
-    expect(y, DType::kBF16, op, "y");
+    const bool f32_out = y.dtype == DType::kF32 && !present(bias);  // inference logits
+    if (!f32_out) expect(y, DType::kBF16, op, "y");
     expect(x, DType::kBF16, op, "x");
     expect(w, DType::kBF16, op, "w");
     const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
@@ -173,7 +190,12 @@ class CudaOps final : public Ops {
       expect(bias, DType::kBF16, op, "bias");
       expect_numel(bias, N, op, "bias");
     }
-    gemm_->run(y.data, CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
+    if (env_gemv() && cuda::gemv_fits(M, K, x.data, w.data)) {  // a decode step's few rows
+      cuda::gemv(y.data, f32_out, p<nv_bf16>(x), p<nv_bf16>(w), present(bias) ? p<nv_bf16>(bias) : nullptr, M, N, K,
+                 stream_);
+      return;
+    }
+    gemm_->run(y.data, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
                present(bias) ? bias.data : nullptr);
   }
 
@@ -308,6 +330,11 @@ class CudaOps final : public Ops {
     expect(lse, DType::kF32, op, "lse");
     expect_numel(out, s.batch * s.seq * n_heads * s.head_dim, op, "out");
     expect_numel(lse, s.batch * n_heads * s.seq, op, "lse");
+    if (cuda::CudnnAttention* dnn = cudnn_attention(s, false)) {
+      const int64_t ws = dnn->forward_workspace(s);
+      if (ws >= 0 && dnn->forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), s, scratch(static_cast<size_t>(ws))))
+        return;
+    }
     cuda::attention_forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), s, stream_);
   }
 
@@ -323,8 +350,90 @@ class CudaOps final : public Ops {
     expect_numel(dout, s.batch * s.seq * n_heads * s.head_dim, op, "dout");
     expect_numel(out, s.batch * s.seq * n_heads * s.head_dim, op, "out");
     expect_numel(lse, s.batch * n_heads * s.seq, op, "lse");
+    if (cuda::CudnnAttention* dnn = cudnn_attention(s, true)) {
+      const int64_t ws = dnn->backward_workspace(s);
+      if (ws >= 0 && dnn->backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out),
+                                   p<float>(lse), s, scratch(static_cast<size_t>(ws))))
+        return;
+    }
     cuda::attention_backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out), p<float>(lse), s,
                              scratch(cuda::attention_backward_scratch_bytes(s)), stream_);
+  }
+
+  // ---- inference attention against a KV cache (decode_attention.h)
+  void attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots, Tensor positions,
+                        int n_heads, int n_kv_heads) override {
+    const char* op = "attention_cached";
+    expect(out, DType::kBF16, op, "out");
+    expect(qkv, DType::kBF16, op, "qkv");
+    expect(k_cache, DType::kBF16, op, "k_cache");
+    expect(v_cache, DType::kBF16, op, "v_cache");
+    expect(slots, DType::kI32, op, "slots");
+    expect(positions, DType::kI32, op, "positions");
+    ANVIL_ENSURE(k_cache.shape.ndim == 4 && k_cache.dim(1) == n_kv_heads && k_cache.shape == v_cache.shape, kInternal,
+                 op, ": cache ", k_cache.shape.str(), " is not (S, ", n_kv_heads, ", P, head_dim)");
+    cuda::DecodeAttentionShape s;
+    s.rows = slots.numel();
+    s.slots = k_cache.dim(0);
+    s.positions = k_cache.dim(2);
+    s.n_heads = n_heads;
+    s.n_kv_heads = n_kv_heads;
+    s.head_dim = static_cast<int>(k_cache.dim(3));
+    expect_numel(positions, s.rows, op, "positions");
+    expect_numel(qkv, s.rows * (n_heads + 2 * n_kv_heads) * s.head_dim, op, "qkv");
+    expect_numel(out, s.rows * n_heads * s.head_dim, op, "out");
+    cuda::attention_cached(p<nv_bf16>(out), p<nv_bf16>(qkv), p<nv_bf16>(k_cache), p<nv_bf16>(v_cache),
+                           p<int32_t>(slots), p<int32_t>(positions), s,
+                           scratch(cuda::decode_attention_scratch_bytes(s)), stream_);
+  }
+
+  void add_rmsnorm_forward(Tensor x, Tensor out, Tensor rstd, Tensor a, Tensor w, float eps) override {
+    const char* op = "add_rmsnorm_forward";
+    expect(x, DType::kBF16, op, "x");
+    expect(out, DType::kBF16, op, "out");
+    expect(rstd, DType::kF32, op, "rstd");
+    expect(a, DType::kBF16, op, "a");
+    expect(w, DType::kBF16, op, "w");
+    const int64_t R = x.rows(), C = x.cols();
+    expect_numel(out, R * C, op, "out");
+    expect_numel(a, R * C, op, "a");
+    expect_numel(rstd, R, op, "rstd");
+    expect_numel(w, C, op, "w");
+    cuda::add_rmsnorm_forward(p<nv_bf16>(x), p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(a), p<nv_bf16>(w), R, C, eps,
+                              stream_);
+  }
+
+  void argmax_rows(Tensor out, Tensor x) override {
+    expect(out, DType::kI32, "argmax_rows", "out");
+    expect(x, DType::kF32, "argmax_rows", "x");
+    expect_numel(out, x.rows(), "argmax_rows", "out");
+    cuda::argmax_rows(p<int32_t>(out), p<float>(x), x.rows(), x.cols(), stream_);
+  }
+
+  // ---- CUDA graphs: the stream's work between begin and end, instantiated for replay
+  bool can_record() const override { return true; }
+  void begin_recording() override {
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  }
+  int end_recording() override {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t st = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_CHECK(st);
+    graphs_.push_back(exec);
+    return static_cast<int>(graphs_.size()) - 1;
+  }
+  void replay(int recording) override {
+    ANVIL_ENSURE(recording >= 0 && recording < static_cast<int>(graphs_.size()), kInternal, "replay of recording ",
+                 recording, " of ", graphs_.size());
+    CUDA_CHECK(cudaGraphLaunch(graphs_[static_cast<size_t>(recording)], stream_));
+  }
+  void drop_recordings() override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (cudaGraphExec_t g : graphs_) CUDA_CHECK(cudaGraphExecDestroy(g));
+    graphs_.clear();
   }
 
   // ---- SwiGLU, add
@@ -371,22 +480,28 @@ class CudaOps final : public Ops {
                                       float loss_scale, Tensor logits) override {
     const char* op = "cross_entropy_forward_backward";
     expect(loss_sum, DType::kF32, op, "loss_sum");
-    expect(dh, DType::kBF16, op, "dh");
-    expect(dw, DType::kF32, op, "dw");
+    const bool grads = present(dh);
+    ANVIL_ENSURE(grads == present(dw), kInternal, op, ": dh and dw are given together or not at all");
+    if (grads) {
+      expect(dh, DType::kBF16, op, "dh");
+      expect(dw, DType::kF32, op, "dw");
+    }
     expect(h, DType::kBF16, op, "h");
     expect(w, DType::kBF16, op, "w");
     expect(targets, DType::kI32, op, "targets");
     const int64_t N = h.rows(), C = h.cols(), V = w.dim(0);
     ANVIL_ENSURE(w.cols() == C, kInternal, op, " shapes: h ", h.shape.str(), " w ", w.shape.str());
     expect_numel(loss_sum, 1, op, "loss_sum");
-    expect_numel(dh, N * C, op, "dh");
-    expect_numel(dw, V * C, op, "dw");
+    if (grads) {
+      expect_numel(dh, N * C, op, "dh");
+      expect_numel(dw, V * C, op, "dw");
+    }
     expect_numel(targets, N, op, "targets");
     if (present(logits)) {
       expect(logits, DType::kF32, op, "logits");
       expect_numel(logits, N * V, op, "logits");
     }
-    cuda::CrossEntropyArgs a{p<float>(loss_sum), p<nv_bf16>(dh),      p<float>(dw),
+    cuda::CrossEntropyArgs a{p<float>(loss_sum), grads ? p<nv_bf16>(dh) : nullptr, grads ? p<float>(dw) : nullptr,
                              p<nv_bf16>(h),      p<nv_bf16>(w),       p<int32_t>(targets),
                              present(logits) ? p<float>(logits) : nullptr,
                              N,                  V,                   C,
@@ -441,6 +556,25 @@ class CudaOps final : public Ops {
     return scratch_;
   }
 
+  // cuDNN's attention for this direction under ANVIL_ATTENTION, made on first use; nullptr
+  // where the kernel runs (the reason cuDNN cannot be used is said once) or there is no work.
+  cuda::CudnnAttention* cudnn_attention(const cuda::AttentionShape& s, bool backward) {
+    using cuda::AttentionImpl;
+    if (attention_impl_ == AttentionImpl::kKernel || (backward && attention_impl_ == AttentionImpl::kCudnnForward) ||
+        s.batch * s.seq == 0)
+      return nullptr;
+    if (!cudnn_attention_ && !cudnn_unavailable_) {
+      std::string why;
+      cudnn_attention_ = cuda::CudnnAttention::create(
+          stream_, sm_, attention_impl_ != AttentionImpl::kCudnnNondeterministic, &why);
+      cudnn_unavailable_ = !cudnn_attention_;
+      if (cudnn_unavailable_) log_warn("attention: cuDNN is not available (", why, "); anvil's kernel runs it");
+      else log_info("attention: cuDNN ", cuda::cudnn_version(), " fused attention (ANVIL_ATTENTION=",
+                    cuda::attention_impl_name(attention_impl_), ")");
+    }
+    return cudnn_attention_.get();
+  }
+
   cuda::QkRopeShape qk_shape(const char* op, const Tensor& in, const Tensor& cos, const Tensor& sin, int n_heads,
                              int n_kv_heads) {
     expect(in, DType::kBF16, op, "in");
@@ -485,9 +619,14 @@ class CudaOps final : public Ops {
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;
+  int sm_ = 0;  // compute capability, major * 10 + minor
+  cuda::AttentionImpl attention_impl_ = cuda::AttentionImpl::kCudnn;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
+  bool cudnn_unavailable_ = false;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   std::unordered_map<void*, size_t> sizes_;  // live allocations, for memory_stats()
+  std::vector<cudaGraphExec_t> graphs_;      // recordings (inference decode steps)
   MemoryStats stats_;
 };
 
