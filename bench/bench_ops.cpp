@@ -4,19 +4,24 @@
 // for matrix work, bytes over memory bandwidth for the rest (peaks as flags, defaults
 // 790 TFLOP/s and 4.0 TB/s, the rates measured on an H200).
 //
-// Usage: anvil_bench_ops [--tokens N] [--seq T] [--peak-tflops F] [--peak-tbs B]
+// Usage: anvil_bench_ops [--tokens N] [--seq T] [--peak-tflops F] [--peak-tbs B] [--variants K]
 //        anvil_bench_ops --attention   (bench/attention_vs_sdpa.py reads its output)
 // Times are host-clock medians of 5 batches of back-to-back calls (each batch ends with
 // one synchronize), after warm-up; inputs are random, never zeros.
 // --attention times attention alone at the shapes of issue 11's goal (head_dim 128, causal,
 // 16/8 and 32/8 heads, batch 1 and 4, 2048 and 4096 tokens) on each ANVIL_ATTENTION path
 // (kernel, cudnn, cudnn-nondeterministic) and prints one JSON line per path and shape.
+// --variants K also times the weight-gradient GEMMs (fp32 dw, beta 1) with each of
+// cuBLASLt's first K heuristic candidates, and says whether each repeats bit for bit and how
+// far it lands from candidate 0 (a different order of additions), so that a faster
+// deterministic choice can be found in one run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cstdint>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <random>
@@ -26,6 +31,7 @@
 #include "core/bf16.h"
 #include "core/error.h"
 #include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/gemm.h"
 #include "ops/ops.h"
 
 namespace anvil {
@@ -176,7 +182,7 @@ int attention_main() {
 }
 
 int bench_main(int argc, char** argv) {
-  int64_t tokens = 2048, seq = 2048;
+  int64_t tokens = 2048, seq = 2048, variants = 0;
   double peak_tflops = 790, peak_tbs = 4.0;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
@@ -187,7 +193,9 @@ int bench_main(int argc, char** argv) {
     else if (k == "--seq") seq = std::atoll(v);
     else if (k == "--peak-tflops") peak_tflops = std::atof(v);
     else if (k == "--peak-tbs") peak_tbs = std::atof(v);
-    else raise(ErrorKind::kUsage, "unknown flag ", k, " (flags: --tokens --seq --peak-tflops --peak-tbs, or --attention)");
+    else if (k == "--variants") variants = std::atoll(v);
+    else raise(ErrorKind::kUsage, "unknown flag ", k,
+               " (flags: --tokens --seq --peak-tflops --peak-tbs --variants, or --attention)");
   }
   ANVIL_ENSURE(seq > 0 && tokens % seq == 0, kUsage, "--tokens must be a multiple of --seq");
   auto ops = make_cuda_ops(0);
@@ -216,6 +224,39 @@ int bench_main(int argc, char** argv) {
     }
   }
 
+  // Weight-gradient GEMMs with each heuristic candidate (see the top).
+  for (const Lin& l : {Lin{"qkv", m.C, QKV}, Lin{"o", m.H * m.hd, m.C}, Lin{"gate_up", m.C, 2 * m.I},
+                       Lin{"down", m.I, m.C}}) {
+    if (variants == 0) break;
+    Tensor x = b.make(bf, {N, l.k}), dy = b.make(bf, {N, l.n}, 0.02f), dw = b.make(f32, {l.n, l.k}, 0.0f);
+    std::vector<float> first;  // candidate 0's dw
+    for (int64_t rank = 0; rank < variants; ++rank) {
+      cuda::Gemm gemm(static_cast<cudaStream_t>(ops->stream()), static_cast<int>(rank));
+      auto dw_product = [&] {
+        gemm.run(dw.data, CUDA_R_32F, l.k, {dy.data, l.n, true}, {x.data, l.k, false}, l.n, l.k, N, 1.0f, nullptr);
+      };
+      auto once = [&] {  // dw from zero: one product
+        ops->zero(dw);
+        dw_product();
+        std::vector<float> h(static_cast<size_t>(dw.numel()));
+        ops->download(h.data(), dw);
+        return h;
+      };
+      const std::vector<float> r1 = once(), r2 = once();
+      if (rank == 0) first = r1;
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < r1.size(); ++i) {
+        const double d = static_cast<double>(r1[i]) - first[i];
+        diff += d * d;
+        norm += static_cast<double>(first[i]) * first[i];
+      }
+      b.run("dw candidate " + std::to_string(gemm.last_rank()) + " " + l.name, dims({l.n, l.k, N}),
+            2.0 * N * l.n * l.k, 0, dw_product);
+      std::printf("    %s, rel L2 to candidate 0: %.2e\n", r1 == r2 ? "repeats bit for bit" : "NOT DETERMINISTIC",
+                  std::sqrt(diff / std::max(norm, 1e-300)));
+    }
+  }
+
   {  // attention
     Tensor qkv = b.make(bf, {B, T, heads, m.hd}), out = b.make(bf, {B, T, m.H, m.hd});
     Tensor lse = b.make(f32, {B, m.H, T}), dout = b.make(bf, {B, T, m.H, m.hd}), dqkv = b.make(bf, {B, T, heads, m.hd});
@@ -235,6 +276,13 @@ int bench_main(int argc, char** argv) {
     b.run("rmsnorm_backward", dims({N, m.C}), 0, 3 * row,
           [&] { ops->rmsnorm_backward(out, dw, x, x, w, rstd, false); });
     b.run("add", dims({N, m.C}), 0, 3 * row, [&] { ops->add(out, x, out); });
+    Tensor sum = b.make(bf, {N, m.C}), x2 = b.make(bf, {N, m.C});
+    b.run("add + rmsnorm_forward", dims({N, m.C}), 0, 5 * row, [&] {
+      ops->add(sum, x, x2);
+      ops->rmsnorm_forward(out, rstd, sum, w, 1e-6f);
+    });
+    b.run("add_rmsnorm_forward (fused)", dims({N, m.C}), 0, 4 * row,
+          [&] { ops->add_rmsnorm_forward(sum, out, rstd, x, x2, w, 1e-6f); });
 
     Tensor qkv = b.make(bf, {N, heads, m.hd}), qo = b.make(bf, {N, heads, m.hd}), qr = b.make(f32, {N, m.H + m.KV});
     Tensor cs = b.make(f32, {T, m.hd / 2}), sn = b.make(f32, {T, m.hd / 2});
@@ -269,8 +317,28 @@ int bench_main(int argc, char** argv) {
     Tensor p = b.make(f32, {n}), g = b.make(f32, {n}, 1e-3f), mm = b.make(f32, {n}, 0.0f), vv = b.make(f32, {n}, 0.0f);
     Tensor ss = b.make(f32, {1}, 0.0f);
     AdamWHyper hp;
-    b.run("adamw_step", dims({n}), 0, 28.0 * n, [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f); });
+    Tensor copy = b.make(bf, {n});
+    b.run("adamw_step", dims({n}), 0, 28.0 * n, [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f, Tensor(), false); });
+    b.run("adamw_step + bf16 copy + zero grad", dims({n}), 0, 34.0 * n,
+          [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f, copy, true); });
     b.run("sum_squares", dims({n}), 0, 4.0 * n, [&] { ops->sum_squares(ss, g); });
+    // The optimizer overlapped with the forward: AdamW on the side queue beside 40 gate_up
+    // GEMMs on the main one; compare its time with the two alone and with their sum.
+    Tensor x = b.make(bf, {N, m.C}), w = b.make(bf, {2 * m.I, m.C}, 0.02f), y = b.make(bf, {N, 2 * m.I});
+    auto gemms = [&] {
+      for (int i = 0; i < 40; ++i) ops->linear_forward(y, x, w, none);
+    };
+    auto adamw_side = [&] {
+      ops->set_queue(Ops::Queue::kSide);
+      ops->adamw_step(p, g, mm, vv, hp, 1.0f, Tensor(), false);
+      ops->set_queue(Ops::Queue::kMain);
+    };
+    b.run("40 x gate_up alone", dims({N, m.C, 2 * m.I}), 40 * 2.0 * N * m.C * 2 * m.I, 0, gemms);
+    b.run("adamw_step alone, side queue", dims({n}), 0, 28.0 * n, adamw_side);
+    b.run("both, overlapped", dims({n}), 0, 28.0 * n, [&] {
+      adamw_side();
+      gemms();
+    });
   }
   return 0;
 }

@@ -4,8 +4,12 @@
 #include <algorithm>
 
 #include "core/json.h"
+#include "core/error.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+#include "ops/ops.h"
 #include "sys/plan.h"
 #include "testing.h"
 
@@ -72,28 +76,70 @@ TEST(Plan, WorkspaceHoldsAttentionScratch) {
   EXPECT_EQ(plan_memory(in).workspace, (64ll << 20) + (512ll << 20) + 4 * 2048 * 3);
 }
 
+TEST(Plan, SelectiveRecomputeKeepsAllButTheElementwiseOutputs) {
+  PlanInput in;
+  in.config = preset_config("qwen3-1.7b");
+  const int64_t L = in.config.num_layers, C = 2048, Q = (16 + 2 * 8) * 128;
+  const ActivationLayout l = activation_layout(in.config, 1, 2048, DType::kBF16);
+  EXPECT_EQ(l.elementwise_per_block, 2 * 2048 * (C + Q + C)) << "h1, qkv after RoPE, h2 in bf16";
+  const int64_t none = plan_memory(in).activations;
+  in.recompute = Recompute::kSelective;
+  const int64_t selective = plan_memory(in).activations;
+  in.recompute = Recompute::kFull;
+  const int64_t full = plan_memory(in).activations;
+  EXPECT_EQ(none - selective, (L - 1) * l.elementwise_per_block) << "one shared set instead of L";
+  EXPECT_LT(full, selective);
+  in.recompute = Recompute::kAuto;
+  EXPECT_THROW(plan_memory(in), Error) << "auto is resolved by advise()";
+}
+
+// What the model allocates is what the plan counts, byte for byte, in every setting.
+TEST(Plan, ModelAllocatesTheLayout) {
+  const ModelConfig cfg = load_config(testing::fixture_dir("tiny-qwen3"));
+  const ParamTable table(cfg, 1);
+  std::unique_ptr<Ops> ops = make_cpu_ops();
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    const Transformer model(cfg, table, *ops, 2, 24, r);
+    EXPECT_EQ(model.activation_bytes(), activation_layout(cfg, 2, 24, DType::kF32).total(cfg.num_layers, r))
+        << recompute_name(r);
+  }
+  EXPECT_THROW(Transformer(cfg, table, *ops, 2, 24, Recompute::kAuto), Error);
+  EXPECT_EQ(parse_recompute("selective"), Recompute::kSelective);
+  EXPECT_THROW(parse_recompute("some"), Error);
+}
+
 TEST(Plan, AdviceFollowsTheRule) {
   PlanInput in;
   in.config = preset_config("qwen3-1.7b");
-  PlanAdvice a = advise(in, "none", kH200Bytes);
+  PlanAdvice a = advise(in, Recompute::kNone, kH200Bytes);
   EXPECT_EQ(a.mode, ParallelMode::kDdp);
   // Qwen3-8B on one H200: ddp (with bf16 copies of all weights) does not fit; fsdp (copies
   // made per unit) does, even without recomputation; with a tighter GPU, auto recomputes.
   in.config = preset_config("qwen3-8b");
-  a = advise(in, "auto", kH200Bytes);
+  a = advise(in, Recompute::kAuto, kH200Bytes);
   EXPECT_FALSE(plan_fits(a.ddp, kH200Bytes));
   EXPECT_EQ(a.mode, ParallelMode::kFsdp) << plan_table(a, in, kH200Bytes);
   EXPECT_EQ(a.fsdp.recompute, Recompute::kNone);
-  a = advise(in, "auto", a.fsdp.total());
+  // Auto takes the fastest that fits: none, then selective, then full.
+  a = advise(in, Recompute::kAuto, a.fsdp.total());
+  EXPECT_EQ(a.mode, ParallelMode::kFsdp);
+  EXPECT_EQ(a.fsdp.recompute, Recompute::kSelective);
+  PlanInput full = in;
+  full.mode = ParallelMode::kFsdp;
+  full.recompute = Recompute::kFull;
+  const int64_t tight = plan_memory(full).total() + kPlanReserve;
+  a = advise(in, Recompute::kAuto, tight);
+  EXPECT_TRUE(a.fits);
   EXPECT_EQ(a.mode, ParallelMode::kFsdp);
   EXPECT_EQ(a.fsdp.recompute, Recompute::kFull);
+  EXPECT_FALSE(advise(in, Recompute::kAuto, tight - 1).fits) << "nothing fits a byte less";
   // Qwen3-32B on one GPU: nothing fits, and the advice says how many GPUs would.
   in.config = preset_config("qwen3-32b");
-  a = advise(in, "auto", kH200Bytes);
+  a = advise(in, Recompute::kAuto, kH200Bytes);
   EXPECT_FALSE(a.fits);
   EXPECT_NE(a.message.find("GPUs"), std::string::npos) << a.message;
   in.world = 8;
-  EXPECT_EQ(advise(in, "auto", kH200Bytes).mode, ParallelMode::kFsdp);
+  EXPECT_EQ(advise(in, Recompute::kAuto, kH200Bytes).mode, ParallelMode::kFsdp);
 }
 
 TEST(Plan, Command) {
@@ -106,7 +152,11 @@ TEST(Plan, Command) {
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("activations"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("advice: ddp fits"), std::string::npos) << t.out;
+  auto sel = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--recompute", "selective", "--json"});
+  ASSERT_EQ(sel.exit_code, 0) << sel.out;
+  EXPECT_EQ(json_parse(sel.out, "plan")["ddp"]["recompute"], "selective");
   EXPECT_EQ(testing::run_anvil({"plan"}).exit_code, 2);
+  EXPECT_EQ(testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--recompute", "some"}).exit_code, 2);
 }
 
 }  // namespace

@@ -37,6 +37,8 @@ int bench_step(int argc, char** argv) {
   BenchStepOptions o;
   LaunchFlags launch;
   std::string mode = "ddp", reduce_dtype = "fp32";
+  bool no_overlap = false;
+  std::string recompute = "none";
   Args a("bench step", "Training-step benchmark on random weights and tokens: one JSON line with tokens/s, MFU, the\n"
                        "step-time breakdown and peak memory beside the plan's.");
   a.opt("--preset", &o.preset, "NAME", "model shape")
@@ -46,15 +48,21 @@ int bench_step(int argc, char** argv) {
       .opt("--grad-accum", &o.grad_accum, "K", "micro-batches per step")
       .choice("--mode", &mode, {"auto", "ddp", "fsdp"}, "parallel mode (auto: ddp when the plan fits, else fsdp)")
       .choice("--reduce-dtype", &reduce_dtype, {"fp32", "bf16"}, "gradient reduction dtype (see anvil train --help)")
-      .choice("--recompute", &o.recompute, {"none", "full", "auto"}, "activation recomputation")
-      .opt("--steps", &o.steps, "N", "steps in all")
+      .choice("--recompute", &recompute, {"none", "selective", "full", "auto"},
+              "activation recomputation (auto: the fastest that fits)")
+      .opt("--steps", &o.steps, "N", "steps in all (then up to 3 more with the phases timed)")
       .opt("--warmup", &o.warmup, "N", "untimed first steps")
       .opt("--device", &o.device, "cpu|cuda", "[default: cuda when a GPU is present]")
+      .flag("--no-overlap-optimizer", &no_overlap,
+            "run the optimizer alone after the backward instead of beside the next forward (the same results; "
+            "for comparison)")
       .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]");
   launch.declare(a);
   if (!a.parse(argc, argv)) return 0;
   o.mode = parse_parallel_mode(mode);
   o.reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  o.overlap_optimizer = !no_overlap;
+  o.recompute = parse_recompute(recompute);
   const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
   if (launch_if_requested("bench", launch, on_gpu, argc + 1, argv - 1)) return 0;  // argv[-1] is "step"
   const Json j = run_bench_step(o);

@@ -23,7 +23,8 @@ int cmd_plan(int argc, char** argv) {
       .opt("--nproc", &nproc, "N", "GPUs (ranks)")
       .opt("--seq-len", &seq_len, "T", "tokens per sequence")
       .opt("--micro-batch", &micro_batch, "B", "sequences per micro-batch")
-      .choice("--recompute", &recompute, {"none", "full", "auto"}, "activation recomputation (auto: least that fits)")
+      .choice("--recompute", &recompute, {"none", "selective", "full", "auto"},
+              "activation recomputation (auto: the fastest that fits)")
       .choice("--reduce-dtype", &reduce_dtype, {"fp32", "bf16"}, "gradient reduction dtype (as anvil train)")
       .opt("--gpu-mem", &gpu_mem, "GiB", "memory per GPU [default: 139.8, an H200's]")
       .flag("--json", &json, "print one JSON object");
@@ -39,12 +40,12 @@ int cmd_plan(int argc, char** argv) {
   in.mode = parse_parallel_mode(mode);
   in.reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
-  const PlanAdvice adv = advise(in, recompute, gpu_bytes);
+  const PlanAdvice adv = advise(in, parse_recompute(recompute), gpu_bytes);
   if (json) {
     auto j_of = [](const MemoryPlan& p) {
       return Json{{"params", p.params}, {"grads", p.grads}, {"optimizer", p.optimizer}, {"weights", p.weights},
                   {"activations", p.activations}, {"workspace", p.workspace}, {"total", p.total()},
-                  {"recompute", p.recompute == Recompute::kFull ? "full" : "none"}};
+                  {"recompute", recompute_name(p.recompute)}};
     };
     Json j = {{"gpu_bytes", gpu_bytes}, {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)}, {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""},
               {"message", adv.message}};

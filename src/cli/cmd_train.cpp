@@ -9,7 +9,8 @@ namespace anvil {
 
 int cmd_train(int argc, char** argv) {
   TrainOptions o;
-  bool no_shuffle = false;
+  bool no_shuffle = false, no_overlap = false;
+  std::string recompute = "none";
   LaunchFlags launch;
   std::string mode = "auto", reduce_dtype = "fp32";
   Args a("train", "Full fine-tune a Qwen3, Qwen2 or Llama 3 model: fp32 master weights, AdamW, clipping at 1.0,\n"
@@ -48,8 +49,12 @@ int cmd_train(int argc, char** argv) {
       .flag("--fsdp-defer-sync", &o.fsdp_defer_sync,
             "fsdp: reduce-scatter gradients once per step instead of per micro-batch (keeps the whole model's "
             "fp32 gradient; as PyTorch's set_requires_gradient_sync(False))")
-      .choice("--recompute", &o.recompute, {"none", "full", "auto"},
-              "activation recomputation in backward (auto: the least that fits the plan in the GPU's memory)")
+      .choice("--recompute", &recompute, {"none", "selective", "full", "auto"},
+              "activation recomputation in backward: selective recomputes the norms and RoPE, full every block "
+              "(auto: the fastest that fits the plan in the GPU's memory)")
+      .flag("--no-overlap-optimizer", &no_overlap,
+            "run the optimizer alone after the backward instead of beside the next forward (the same results; "
+            "for comparison)")
       .opt("--lr", &o.optim.lr, "LR", "peak learning rate")
       .opt("--weight-decay", &o.optim.weight_decay, "WD", "AdamW decoupled weight decay")
       .opt("--beta1", &o.optim.beta1, "B1", "AdamW beta1")
@@ -80,6 +85,8 @@ int cmd_train(int argc, char** argv) {
   o.reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   o.shuffle = !no_shuffle;
   o.config_toml = "# anvil train settings, as resolved; anvil train --config FILE reads them\n" + a.to_toml();
+  o.overlap_optimizer = !no_overlap;
+  o.recompute = parse_recompute(recompute);
   if (o.log_every < 1) o.log_every = 1;
   o.args.assign(argv, argv + argc);
   const TrainSummary s = run_train(o);

@@ -185,7 +185,7 @@ void Decoder::run(const Buffers& b, int64_t R, int64_t n, bool greedy) {
     ops_.attention_cached(att.reshape({R, H, hd}), qkv, k_cache_[static_cast<size_t>(l)],
                           v_cache_[static_cast<size_t>(l)], b.slots, b.positions, H, KV);
     ops_.linear_forward(tmp, att, part(w, o.o_w, {C, c_.q_dim()}), Tensor());
-    ops_.add_rmsnorm_forward(x, h, rstd, tmp, part(w, o.mlp_norm, {C}), eps);
+    ops_.add_rmsnorm_forward(x, h, rstd, x, tmp, part(w, o.mlp_norm, {C}), eps);
     ops_.linear_forward(gate_up, h, part(w, o.gate_up_w, {2 * I, C}), Tensor());
     ops_.swiglu_forward(act, gate_up);
     ops_.linear_forward(tmp, act, part(w, o.down_w, {C, I}), Tensor());
@@ -194,7 +194,7 @@ void Decoder::run(const Buffers& b, int64_t R, int64_t n, bool greedy) {
       ops_.add(x, tmp, x);
     } else {
       w = weights_.weights(table_.block_unit(l + 1));
-      ops_.add_rmsnorm_forward(x, h, rstd, tmp, part(w, o.attn_norm, {C}), eps);
+      ops_.add_rmsnorm_forward(x, h, rstd, x, tmp, part(w, o.attn_norm, {C}), eps);
     }
   }
   // The rows that need logits: gathered (an embedding lookup into x), normed, projected.

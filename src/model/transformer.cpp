@@ -16,6 +16,35 @@ Tensor part(const Tensor& unit, int64_t offset, Shape shape) {
 
 }  // namespace
 
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  if (name == "auto") return Recompute::kAuto;
+  raise(ErrorKind::kUsage, "unknown recompute '", name, "' (none, selective, full or auto)");
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+    case Recompute::kAuto: return "auto";
+  }
+  return "?";
+}
+
+int64_t ActivationLayout::total(int64_t num_layers, Recompute r) const {
+  switch (r) {
+    case Recompute::kNone: return resident + num_layers * saved_per_block;
+    case Recompute::kSelective:
+      return resident + num_layers * (saved_per_block - elementwise_per_block) + elementwise_per_block;
+    case Recompute::kFull: return resident + saved_per_block;
+    case Recompute::kAuto: break;
+  }
+  raise(ErrorKind::kInternal, "activation sizes of recompute ", recompute_name(r), " (resolve auto first)");
+}
+
 ActivationLayout activation_layout(const ModelConfig& c, int64_t B, int64_t T, DType cd) {
   const int64_t N = B * T, C = c.hidden_size, I = c.intermediate_size, Q = c.qkv_dim();
   const int64_t s = static_cast<int64_t>(dtype_size(cd)), f = 4;
@@ -23,6 +52,7 @@ ActivationLayout activation_layout(const ModelConfig& c, int64_t B, int64_t T, D
   // h1, qkv_raw, qkv, att, x_mid, h2, gate_up; rstd1, rstd2, rstd_qk, lse.
   l.saved_per_block = s * N * (C + Q + Q + c.q_dim() + C + C + 2 * I) +
                       f * (N + N + N * (c.num_heads + c.num_kv_heads) + B * c.num_heads * T);
+  l.elementwise_per_block = s * N * (C + Q + C);  // h1, qkv, h2
   // x_0..x_L; act, d_act, d_gate_up, d_att, d_qkv, d_qkv_raw, dx, dh, h_final; rstd_final, rope tables.
   l.resident = s * N * C * (c.num_layers + 1) + s * N * (I + I + 2 * I + c.q_dim() + Q + Q + C + C + C) +
                f * (N + 2 * T * (c.head_dim / 2));
@@ -35,21 +65,29 @@ Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops
       recompute_(recompute), cd_(ops.compute_dtype()) {
   ANVIL_ENSURE(B_ >= 1 && T_ >= 2, kInvalidInput, "micro-batch ", B_, " x sequence length ", T_,
                ": need at least one sequence of two tokens");
+  ANVIL_ENSURE(recompute_ != Recompute::kAuto, kInternal, "recompute auto reached the model unresolved");
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
   const int64_t H = c_.num_heads, KV = c_.num_kv_heads, hd = c_.head_dim;
   const DType F = DType::kF32;
   for (int64_t l = 0; l <= c_.num_layers; ++l) resid_.push_back(make({N_, C}, cd_));
-  acts_.resize(recompute_ == Recompute::kNone ? static_cast<size_t>(c_.num_layers) : 1);
+  acts_.resize(recompute_ == Recompute::kFull ? 1 : static_cast<size_t>(c_.num_layers));
+  const bool selective = recompute_ == Recompute::kSelective;
+  BlockActs shared;  // selective: the element-wise outputs, one set for every block
+  if (selective) {
+    shared.h1 = make({N_, C}, cd_);
+    shared.qkv = make({B_, T_, H + 2 * KV, hd}, cd_);
+    shared.h2 = make({N_, C}, cd_);
+  }
   for (auto& a : acts_) {
-    a.h1 = make({N_, C}, cd_);
+    a.h1 = selective ? shared.h1 : make({N_, C}, cd_);
     a.rstd1 = make({N_}, F);
     a.qkv_raw = make({N_, H + 2 * KV, hd}, cd_);
-    a.qkv = make({B_, T_, H + 2 * KV, hd}, cd_);
+    a.qkv = selective ? shared.qkv : make({B_, T_, H + 2 * KV, hd}, cd_);
     a.rstd_qk = make({N_, H + KV}, F);
     a.att = make({N_, H * hd}, cd_);
     a.lse = make({B_, H, T_}, F);
     a.x_mid = make({N_, C}, cd_);
-    a.h2 = make({N_, C}, cd_);
+    a.h2 = selective ? shared.h2 : make({N_, C}, cd_);
     a.rstd2 = make({N_}, F);
     a.gate_up = make({N_, 2 * I}, cd_);
   }
@@ -106,14 +144,26 @@ void Transformer::block_forward(int64_t, Tensor w, Tensor x_in, BlockActs& a, Te
   ops_.qk_norm_rope_forward(a.qkv.reshape(a.qkv_raw.shape), a.rstd_qk, a.qkv_raw, qn, kn, cos_, sin_, H, KV, eps);
   ops_.attention_forward(a.att.reshape({B_, T_, H, c_.head_dim}), a.lse, a.qkv, H, KV);
   ops_.linear_forward(a.x_mid, a.att, part(w, o.o_w, {C, c_.q_dim()}), Tensor());
-  ops_.add(a.x_mid, a.x_mid, x_in);
-  ops_.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, part(w, o.mlp_norm, {C}), eps);
+  ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps);
   ops_.linear_forward(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
   if (x_out.data) {
     ops_.swiglu_forward(act_, a.gate_up);
     ops_.linear_forward(x_out, act_, part(w, o.down_w, {C, I}), Tensor());
     ops_.add(x_out, x_out, a.x_mid);
   }
+}
+
+void Transformer::recompute_elementwise(Tensor w, Tensor x_in, BlockActs& a) {
+  // The same ops on the same inputs as block_forward: the same bits.
+  const BlockOffsets& o = table_.block();
+  const int64_t C = c_.hidden_size;
+  const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  ops_.rmsnorm_forward(a.h1, a.rstd1, x_in, part(w, o.attn_norm, {C}), eps);
+  const Tensor qn = c_.qk_norm ? part(w, o.q_norm, {c_.head_dim}) : Tensor();
+  const Tensor kn = c_.qk_norm ? part(w, o.k_norm, {c_.head_dim}) : Tensor();
+  ops_.qk_norm_rope_forward(a.qkv.reshape(a.qkv_raw.shape), a.rstd_qk, a.qkv_raw, qn, kn, cos_, sin_, H, KV, eps);
+  ops_.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, part(w, o.mlp_norm, {C}), eps);
 }
 
 void Transformer::block_backward(int64_t, Tensor w, Tensor g, Tensor x_in, BlockActs& a) {
@@ -159,7 +209,7 @@ void Transformer::forward_blocks(UnitSource& src, Tensor ids) {
     const int u = table_.block_unit(l);
     Tensor w = src.weights(u);
     src.prefetch(l + 1 < L ? table_.block_unit(l + 1) : norm);
-    BlockActs& a = acts_[recompute_ == Recompute::kNone ? static_cast<size_t>(l) : 0];
+    BlockActs& a = acts_[recompute_ == Recompute::kFull ? 0 : static_cast<size_t>(l)];
     block_forward(l, w, resid_[static_cast<size_t>(l)], a, resid_[static_cast<size_t>(l + 1)]);
     src.release(u);
   }
@@ -208,8 +258,9 @@ void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, 
     const int u = table_.block_unit(l);
     Tensor w = src.weights(u);
     if (l > 0) src.prefetch(table_.block_unit(l - 1));
-    BlockActs& a = acts_[recompute_ == Recompute::kNone ? static_cast<size_t>(l) : 0];
+    BlockActs& a = acts_[recompute_ == Recompute::kFull ? 0 : static_cast<size_t>(l)];
     if (recompute_ == Recompute::kFull) block_forward(l, w, resid_[static_cast<size_t>(l)], a, Tensor());
+    if (recompute_ == Recompute::kSelective) recompute_elementwise(w, resid_[static_cast<size_t>(l)], a);
     block_backward(l, w, src.grads(u), resid_[static_cast<size_t>(l)], a);
     src.release(u);
     src.grads_ready(u);

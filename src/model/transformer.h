@@ -9,12 +9,18 @@
 //
 // Activations are allocated once, at construction, for the given micro-batch and
 // sequence length. With Recompute::kFull only each block's input is kept; the block's
-// forward runs again, into one shared set of buffers, just before its backward.
+// forward runs again, into one shared set of buffers, just before its backward. With
+// Recompute::kSelective every block keeps what the GEMMs and attention wrote (qkv before
+// qk-norm and RoPE, attention's output, the residual sum, gate_up) and the statistics;
+// the element-wise outputs (both RMSNorms', qk-norm + RoPE's) live in one shared set and
+// are recomputed, by the same kernels from the same inputs (the same bits), before the
+// block's backward.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -23,7 +29,11 @@
 
 namespace anvil {
 
-enum class Recompute { kNone, kFull };
+// Activation recomputation. kAuto is a request (the fastest that fits the memory plan,
+// sys/plan.h), resolved to one of the others before a model is built.
+enum class Recompute { kNone, kSelective, kFull, kAuto };
+Recompute parse_recompute(const std::string& name);  // none | selective | full | auto
+const char* recompute_name(Recompute r);
 
 class UnitSource {
  public:
@@ -39,11 +49,10 @@ class UnitSource {
 
 // Activation sizes, for the memory plan (sys/) and the allocation below: one formula.
 struct ActivationLayout {
-  int64_t saved_per_block = 0;  // bytes kept per block between forward and backward
-  int64_t resident = 0;         // block inputs, scratch, gradients of activations, tables
-  int64_t total(int64_t num_layers, Recompute r) const {
-    return resident + (r == Recompute::kNone ? num_layers : 1) * saved_per_block;
-  }
+  int64_t saved_per_block = 0;        // bytes kept per block between forward and backward
+  int64_t elementwise_per_block = 0;  // the part of them kSelective recomputes
+  int64_t resident = 0;               // block inputs, scratch, gradients of activations, tables
+  int64_t total(int64_t num_layers, Recompute r) const;
 };
 ActivationLayout activation_layout(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
                                    DType compute_dtype);
@@ -83,6 +92,7 @@ class Transformer {
   void forward_blocks(UnitSource& source, Tensor ids);
   void block_forward(int64_t layer, Tensor weights, Tensor x_in, BlockActs& a, Tensor x_out);
   void block_backward(int64_t layer, Tensor weights, Tensor grads, Tensor x_in, BlockActs& a);
+  void recompute_elementwise(Tensor weights, Tensor x_in, BlockActs& a);  // Recompute::kSelective
 
   const ModelConfig& c_;
   const ParamTable& table_;

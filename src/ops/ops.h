@@ -48,9 +48,21 @@ class Ops {
   virtual void download(void* host_dst, Tensor src) = 0;        // src -> host, same dtype
   virtual void zero(Tensor t) = 0;
   virtual void convert(Tensor dst, Tensor src) = 0;  // elementwise dtype conversion (F32 <-> BF16, or a copy)
-  virtual void synchronize() = 0;
-  // The stream the ops run on (a cudaStream_t), for ordering collectives; nullptr on the CPU.
+  virtual void synchronize() = 0;  // the host waits for every op issued, on either queue
+  // The main stream (a cudaStream_t), for ordering collectives; nullptr on the CPU.
   virtual void* stream() { return nullptr; }
+
+  // ---- side queues, for work that overlaps the main one: kSide (the optimizer beside the
+  // next forward), kCopy (one-GPU fsdp's compute copy of the next unit beside the current
+  // unit's compute). Ops are issued to the current queue (main unless set). record(slot) marks
+  // the point the current queue has reached; wait(slot) holds the current queue until the
+  // slot's last mark is passed (at once if it was never recorded). Ops that use the shared
+  // scratch or the GEMM workspace are refused off the main queue. On the CPU an op is done
+  // when it returns, so these are no-ops.
+  enum class Queue { kMain, kSide, kCopy };
+  virtual void set_queue(Queue q) { (void)q; }
+  virtual void record(int slot) { (void)slot; }
+  virtual void wait(int slot) { (void)slot; }
 
   // ---- linear layers: y (M,N) = x (M,K) . w(N,K)^T + bias(N)
   // y is in the compute dtype, or F32 without a bias (inference logits); bias may be empty.
@@ -69,6 +81,14 @@ class Ops {
   // dx (=, or += when accumulate) and dw (F32, +=)
   virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
                                 bool accumulate) = 0;
+  // The residual add and the RMSNorm after it: sum = a + b (sum may alias a or b), then
+  // rmsnorm_forward(out, rstd, sum, w, eps), with the same values as those two ops (this
+  // default runs them; a backend may fuse them). Its backward is rmsnorm_backward with
+  // accumulate: dx += the norm's gradient, on top of the residual's.
+  virtual void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps) {
+    add(sum, a, b);
+    rmsnorm_forward(out, rstd, sum, w, eps);
+  }
 
   // ---- per-head RMSNorm of q and k (Qwen3; skipped when q_w is empty) then RoPE
   // (rotate-half), on packed qkv (B*T, H+2KV, hd); v is copied unchanged.
@@ -97,11 +117,6 @@ class Ops {
   // sequences) and decode (one row per sequence) are the same call.
   virtual void attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,
                                 Tensor positions, int n_heads, int n_kv_heads) = 0;
-
-  // x += a, then out = RMSNorm(x) * w with rstd (R) F32, over rows of x (R, C): the residual
-  // add and the next norm of an inference step in one pass; the results of add() then
-  // rmsnorm_forward().
-  virtual void add_rmsnorm_forward(Tensor x, Tensor out, Tensor rstd, Tensor a, Tensor w, float eps) = 0;
 
   // out (R) I32: the index of the largest element of each row of x (R, V) F32, the first
   // on ties (greedy decoding without moving the logits to the host).
@@ -136,8 +151,10 @@ class Ops {
 
   // ---- optimizer on flat F32 buffers: grad is multiplied by grad_scale (the clipping
   // coefficient) as it is read; param, m and v are updated in place as PyTorch's AdamW.
+  // In the same pass: copy (compute dtype, may be empty or param itself) receives the new
+  // param as convert() would write it, and grad is zeroed when zero_grad.
   virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
-                          float grad_scale) = 0;
+                          float grad_scale, Tensor copy, bool zero_grad) = 0;
   // out (1) F32 += sum of x^2 (x F32)
   virtual void sum_squares(Tensor out, Tensor x) = 0;
 };

@@ -31,10 +31,7 @@ float clip_coefficient(double norm, double max_norm) {
   return static_cast<float>(std::min(1.0, coef));
 }
 
-void adamw_update(Ops& ops, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                  const std::vector<Tensor>& m, const std::vector<Tensor>& v, const OptimizerConfig& c,
-                  int64_t step, double lr, float grad_scale) {
-  ANVIL_ASSERT(params.size() == grads.size() && params.size() == m.size() && params.size() == v.size());
+AdamWHyper adamw_hyper(const OptimizerConfig& c, int64_t step, double lr) {
   AdamWHyper h;
   h.lr = static_cast<float>(lr);
   h.beta1 = static_cast<float>(c.beta1);
@@ -42,7 +39,7 @@ void adamw_update(Ops& ops, const std::vector<Tensor>& params, const std::vector
   h.eps = static_cast<float>(c.eps);
   h.weight_decay = static_cast<float>(c.weight_decay);
   h.step = step;
-  for (size_t i = 0; i < params.size(); ++i) ops.adamw_step(params[i], grads[i], m[i], v[i], h, grad_scale);
+  return h;
 }
 
 }  // namespace anvil

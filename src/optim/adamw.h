@@ -31,9 +31,7 @@ double grad_sum_squares(Ops& ops, const std::vector<Tensor>& grads, Tensor scrat
 // min(1, max_norm / (norm + 1e-6)); 1 when clipping is off.
 float clip_coefficient(double norm, double max_norm);
 
-// One AdamW step over every (param, grad, m, v) quadruple of flat F32 buffers.
-void adamw_update(Ops& ops, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                  const std::vector<Tensor>& m, const std::vector<Tensor>& v, const OptimizerConfig& c,
-                  int64_t step, double lr, float grad_scale);
+// The hyper-parameters of 1-based step `step` at learning rate lr, in the ops' form.
+AdamWHyper adamw_hyper(const OptimizerConfig& c, int64_t step, double lr);
 
 }  // namespace anvil

@@ -1,10 +1,26 @@
 #include "parallel/param_store.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 
 namespace anvil {
+namespace {
+
+// Ops are issued to queue q until the end of the scope, then to the main queue again.
+class OnQueue {
+ public:
+  OnQueue(Ops& ops, Ops::Queue q) : ops_(ops) { ops_.set_queue(q); }
+  ~OnQueue() { ops_.set_queue(Ops::Queue::kMain); }
+  OnQueue(const OnQueue&) = delete;
+  OnQueue& operator=(const OnQueue&) = delete;
+
+ private:
+  Ops& ops_;
+};
+
+}  // namespace
 
 ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode)
     : table_(table), ops_(ops), comm_(comm), mode_(mode) {
@@ -22,6 +38,7 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
     v_.push_back(make(n, DType::kF32));
     if (mode_ == ParallelMode::kDdp) compute_.push_back(separate_compute ? make(n, ops.compute_dtype()) : master_.back());
   }
+  updating_.assign(table.units().size(), 0);
   if (sharded()) rs_tmp_ = make(max_shard, DType::kF32);
   if (sharded() && table.norm_unit() > 1) keep_unit_ = table.norm_unit() - 1;  // the last block
   scratch_ = make(1, DType::kF32);
@@ -49,9 +66,9 @@ Tensor ParamStore::make(int64_t n, DType dtype) {
   return t;
 }
 
-Tensor ParamStore::pooled(int64_t n, DType dtype) {
+Tensor ParamStore::pooled(int64_t n, DType dtype, bool exact) {
   Tensor t(nullptr, dtype, {n}, ops_.device());
-  auto it = pool_.lower_bound(t.bytes());
+  auto it = exact ? pool_.find(t.bytes()) : pool_.lower_bound(t.bytes());
   if (it != pool_.end()) {
     t.data = it->second;
     pool_.erase(it);
@@ -70,6 +87,7 @@ int64_t ParamStore::owned_offset(int unit) const {
 // The owned elements of every unit, unit by unit: written in place on the CPU, through one
 // host buffer of the largest owned part on a GPU.
 void ParamStore::fill(const std::vector<Tensor>& owned, const UnitReader& reader) {
+  finish_optimizer();
   std::vector<float> host;
   for (size_t u = 0; u < owned.size(); ++u) {
     const int unit = static_cast<int>(u);
@@ -101,6 +119,7 @@ void ParamStore::load(const UnitReader& weights) {
 }
 
 HostUnits ParamStore::download_masters() {
+  finish_optimizer();
   HostUnits out;
   for (size_t u = 0; u < master_.size(); ++u) {
     const int64_t padded = table_.units()[u].padded;
@@ -124,7 +143,9 @@ void ParamStore::refresh_compute_copies() {
 }
 
 void ParamStore::prefetch(int unit) {
-  if (!sharded() || gathered_.count(unit)) return;
+  if (mode_ == ParallelMode::kDdp || gathered_.count(unit)) return;
+  if (!sharded()) return copy_ahead(unit);
+  await_update(unit);
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   Tensor full = pooled(info.padded, ops_.compute_dtype());
   Tensor mine = full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
@@ -135,12 +156,34 @@ void ParamStore::prefetch(int unit) {
   gathered_[unit] = full;
 }
 
+void ParamStore::copy_ahead(int unit) {
+  if (ops_.compute_dtype() == DType::kF32) return;  // the masters are the compute weights
+  const size_t u = static_cast<size_t>(unit);
+  // A buffer of this unit's size: at most two of the block size live (the one in use and
+  // the next) and one of each other size (sys/plan.cpp counts them so).
+  Tensor full = pooled(table_.units()[u].padded, ops_.compute_dtype(), true);
+  const int main_point = copy_slot(-1);
+  ops_.record(main_point);  // the pooled buffer's last readers are queued before this point
+  OnQueue on_copy(ops_, Ops::Queue::kCopy);
+  ops_.wait(main_point);
+  if (updating_[u]) ops_.wait(unit);  // this unit's update, on the side queue
+  ops_.convert(full, master_[u]);
+  ops_.record(copy_slot(unit));
+  gathered_[unit] = full;
+  copying_.insert(unit);
+}
+
 Tensor ParamStore::weights(int unit) {
+  await_update(unit);
   if (mode_ == ParallelMode::kDdp) return compute_[static_cast<size_t>(unit)];
   if (!sharded() && ops_.compute_dtype() == DType::kF32) return master_[static_cast<size_t>(unit)];
-  if (!sharded()) {  // one GPU: a compute copy of this unit, made now
+  if (!sharded()) {  // one GPU: the compute copy made ahead, or made now
+    if (copying_.erase(unit)) {
+      ops_.wait(copy_slot(unit));
+      return gathered_.at(unit);
+    }
     ANVIL_ENSURE(!gathered_.count(unit), kInternal, "unit ", unit, " acquired twice");
-    Tensor full = pooled(table_.units()[static_cast<size_t>(unit)].padded, ops_.compute_dtype());
+    Tensor full = pooled(table_.units()[static_cast<size_t>(unit)].padded, ops_.compute_dtype(), true);
     ops_.convert(full, master_[static_cast<size_t>(unit)]);
     gathered_[unit] = full;
     return full;
@@ -160,7 +203,7 @@ Tensor ParamStore::weights(int unit) {
 void ParamStore::release(int unit) {
   if (mode_ == ParallelMode::kDdp || (!sharded() && ops_.compute_dtype() == DType::kF32)) return;
   auto it = gathered_.find(unit);
-  ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit), kInternal, "unit ", unit,
+  ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit) && !copying_.count(unit), kInternal, "unit ", unit,
                " released but not acquired");
   if (unit == keep_unit_) {
     keep_ = keep_ == Keep::kNone ? Keep::kHeld : Keep::kNone;
@@ -171,6 +214,7 @@ void ParamStore::release(int unit) {
 }
 
 Tensor ParamStore::grads(int unit) {
+  await_update(unit);  // the owned gradient is zeroed by the update
   if (!sharded()) return grads_[static_cast<size_t>(unit)];
   auto it = full_grads_.find(unit);
   if (it != full_grads_.end()) return it->second;
@@ -240,6 +284,7 @@ void ParamStore::grads_ready(int unit) {
 }
 
 void ParamStore::zero_grads() {
+  finish_optimizer();
   for (const Tensor& g : grads_) ops_.zero(g);
 }
 
@@ -258,16 +303,44 @@ void ParamStore::drop_kept_unit() {
   keep_ = Keep::kNone;
 }
 
+void ParamStore::await_update(int unit) {
+  char& in_flight = updating_[static_cast<size_t>(unit)];
+  if (!in_flight) return;
+  ops_.wait(unit);
+  in_flight = 0;
+}
+
+void ParamStore::finish_optimizer() {
+  for (size_t u = 0; u < updating_.size(); ++u) await_update(static_cast<int>(u));
+}
+
 double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double lr) {
-  drop_kept_unit();
+  drop_kept_unit();  // gathered from the weights this update replaces
+  finish_optimizer();
   finish_collectives();
   double sq = grad_sum_squares(ops_, grads_, scratch_);
   if (sharded()) sq = comm_->host_sum(sq, "grad norm");
   const double norm = std::sqrt(sq);
   ANVIL_ENSURE(std::isfinite(norm), kNumerics, "gradient norm is ", norm, " at step ", step,
                ": the step was not applied");
-  adamw_update(ops_, master_, grads_, m_, v_, c, step, lr, clip_coefficient(norm, c.max_grad_norm));
-  refresh_compute_copies();
+  const AdamWHyper h = adamw_hyper(c, step, lr);
+  const float scale = clip_coefficient(norm, c.max_grad_norm);
+  // Event slots: unit u's update is slot u; the end of the gradients is the slot after.
+  const int grads_done = static_cast<int>(master_.size());
+  std::optional<OnQueue> on_side;
+  if (overlap_) {
+    ops_.record(grads_done);
+    on_side.emplace(ops_, Ops::Queue::kSide);
+    ops_.wait(grads_done);
+  }
+  // Units are numbered in forward order (embedding, blocks, final norm, output layer).
+  for (size_t u = 0; u < master_.size(); ++u) {
+    // AdamW, the DDP compute copy and the gradient's zeroing, in one pass.
+    ops_.adamw_step(master_[u], grads_[u], m_[u], v_[u], h, scale, u < compute_.size() ? compute_[u] : Tensor(), true);
+    if (!overlap_) continue;
+    ops_.record(static_cast<int>(u));
+    updating_[u] = 1;
+  }
   return norm;
 }
 

@@ -14,20 +14,31 @@
 //    full-unit F32 buffer; grads_ready(u) reduce-scatters it into the owned gradient shard,
 //    every micro-batch (or, with set_defer_sync, once on the last). The last block stays
 //    gathered from its forward to its backward (FSDP2's reshard_after_forward=False for
-//    the unit that is needed again first). On one GPU, FSDP is the same minus the collectives: compute copies
-//    are made per unit when needed instead of kept for the whole model (2 bytes per
-//    parameter less: what lets Qwen3-8B train on one 141 GB GPU).
+//    the unit that is needed again first). On one GPU, FSDP is the same minus the
+//    collectives: compute copies are made per unit when needed instead of kept for the
+//    whole model (2 bytes per parameter less: what lets Qwen3-8B train on one 141 GB GPU);
+//    prefetch(u) makes the next unit's copy on the ops' copy queue while the current unit
+//    computes.
 // Gradients are summed, not averaged, across ranks: the loss is normalised by the global
 // count of target tokens (run/trainer.cpp), so the sum is the gradient of the global mean.
 // The optimizer is one AdamW pass over the owned memory and clips by the global norm
 // (squares summed across ranks in FSDP; in DDP every rank holds the same whole gradient).
 // Gradient reduction runs in F32, or in BF16 (set_reduce_dtype): the unit's gradient is
 // rounded to a pooled bf16 copy, reduced, and widened back (DDP) or added to the owned F32
-// shard (FSDP), with one reduction in flight at a time; half the bytes on the wire.
+// shard (FSDP), with one reduction in flight at a time; half the bytes on the wire. All of
+// it is on the main queue, before the norm; the update below starts after it.
+// With overlap (the default), once the norm is known the update runs unit by unit, in
+// forward order, on the ops' side queue: AdamW, the compute copy (DDP), the gradient's
+// zeroing, then an event per unit. The next step's first use of a unit (weights, prefetch,
+// grads) waits for that unit's event only, so the next forward follows the optimizer unit
+// by unit. The same ops on the same data in the same order: the same bits as without.
+// FSDP's kept last block is freed before the update (it would hold the old weights).
+// Everything that reads the state from the host goes through finish_optimizer().
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "comm/comm.h"
@@ -48,7 +59,7 @@ class ParamStore final : public UnitSource {
 
   // The masters, unit by unit, only the elements this rank owns; AdamW state zero.
   void load(const UnitReader& weights);
-  HostUnits download_masters();        // full units (FSDP: gathered; every rank must call)
+  HostUnits download_masters();        // full units (FSDP: gathered; every rank must call); finished updates
   // AdamW m and v, read as the masters are (resuming from a checkpoint).
   void load_optimizer_state(const UnitReader& exp_avg, const UnitReader& exp_avg_sq);
 
@@ -75,27 +86,39 @@ class ParamStore final : public UnitSource {
   // forward-only pass; optimizer_step calls it before the update, so a kept copy never
   // outlives the weights it was gathered from.
   void drop_kept_unit();
-  // Clips by the global norm and takes one AdamW step; returns the pre-clip norm.
+  // Clips by the global norm and takes one AdamW step; returns the pre-clip norm (checked
+  // finite before anything is updated). Zeroes the gradients it has applied.
   double optimizer_step(const OptimizerConfig& c, int64_t step, double lr);
+  // Overlap the update with what follows (see above); off: it runs on the main queue.
+  void set_overlap_optimizer(bool on) { overlap_ = on; }
+  // The main queue waits for every update in flight: what is issued after it (downloads,
+  // checkpoints, export, evaluation) sees finished updates.
+  void finish_optimizer();
 
   ParallelMode mode() const { return mode_; }
   bool sharded() const { return mode_ == ParallelMode::kFsdp && world_ > 1; }
   // Owned memory: [offset, offset + numel) of each unit.
   int64_t owned_offset(int unit) const;
-  const std::vector<Tensor>& masters() const { return master_; }
-  const std::vector<Tensor>& exp_avg() const { return m_; }
-  const std::vector<Tensor>& exp_avg_sq() const { return v_; }
-  const std::vector<Tensor>& owned_grads() const { return grads_; }
+  // The owned state, with every update finished (reads are issued on the main queue).
+  const std::vector<Tensor>& masters() { return finish_optimizer(), master_; }
+  const std::vector<Tensor>& exp_avg() { return finish_optimizer(), m_; }
+  const std::vector<Tensor>& exp_avg_sq() { return finish_optimizer(), v_; }
+  const std::vector<Tensor>& owned_grads() { return finish_optimizer(), grads_; }
   int64_t persistent_bytes() const { return persistent_bytes_; }
 
  private:
   Tensor make(int64_t n, DType dtype);  // persistent
-  Tensor pooled(int64_t n, DType dtype);
+  Tensor pooled(int64_t n, DType dtype, bool exact = false);  // exact: a free buffer of this size only
   void unpool(const Tensor& t);
   void finish_pending();
   void reduce_bf16(int unit, Tensor grad);
   void fill(const std::vector<Tensor>& owned, const UnitReader& reader);
   void refresh_compute_copies();
+  void await_update(int unit);  // the main queue waits for this unit's update, if in flight
+  void copy_ahead(int unit);    // one GPU: the unit's compute copy, made on the copy queue
+  // Event slots of the copy queue, after the units' (0 .. units-1) and the gradients' (units):
+  // the main queue's point before a copy (unit -1), the copy of each unit.
+  int copy_slot(int unit) const { return static_cast<int>(master_.size()) + 2 + unit; }
 
   const ParamTable& table_;
   Ops& ops_;
@@ -109,6 +132,9 @@ class ParamStore final : public UnitSource {
   // keep_unit_ between its forward release and its backward acquire (kHeld), then in use
   // by its backward (kInUse), whose release frees it.
   enum class Keep { kNone, kHeld, kInUse } keep_ = Keep::kNone;
+  bool overlap_ = true;
+  std::vector<char> updating_;  // per unit: an update on the side queue not yet waited for
+  std::set<int> copying_;       // one GPU: units whose copy ahead is not yet waited for
   std::vector<void*> buffers_;
   int64_t persistent_bytes_ = 0;
   std::vector<Tensor> master_, grads_, m_, v_;

@@ -47,8 +47,8 @@ std::unique_ptr<Trainer> make_trainer(OpenRun& run, const RunSpec& spec, int64_t
   s.reduce_dtype = spec.reduce_dtype;
   s.micro_batch = spec.micro_batch;
   s.seq_len = seq_len;
-  s.recompute = spec.recompute == "full" ? Recompute::kFull : Recompute::kNone;
-  s.auto_recompute = spec.recompute == "auto";
+  s.recompute = spec.recompute;
+  s.overlap_optimizer = spec.overlap_optimizer;
   s.fsdp_defer_sync = spec.fsdp_defer_sync;
   s.optim = spec.optim;
   s.total_steps = spec.total_steps;

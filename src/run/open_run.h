@@ -27,7 +27,8 @@ struct RunSpec {
   std::string device;         // cpu | cuda; empty: cuda when a GPU is present
   ParallelMode mode = ParallelMode::kDdp;  // kAuto: the Trainer picks ddp when the plan fits, else fsdp
   DType reduce_dtype = DType::kF32;        // gradient reduction: F32 or BF16
-  std::string recompute = "none";  // none | full | auto
+  Recompute recompute = Recompute::kNone;  // kAuto: the fastest the plan fits
+  bool overlap_optimizer = true;  // the update overlaps the next forward
   int64_t micro_batch = 1;
   int64_t total_steps = 1;  // for the learning-rate schedule
   bool fsdp_defer_sync = false;

@@ -289,6 +289,7 @@ RunSpec check_train(const TrainOptions& o, FileLock& ckpt_lock) {
   spec.mode = o.mode;
   spec.reduce_dtype = o.reduce_dtype;
   spec.recompute = o.recompute;
+  spec.overlap_optimizer = o.overlap_optimizer;
   spec.micro_batch = o.micro_batch;
   spec.total_steps = o.steps;
   spec.fsdp_defer_sync = o.fsdp_defer_sync;
@@ -565,7 +566,7 @@ void finish_train(const TrainOptions& o, TrainRun& run, TrainSummary& summary) {
     std::snprintf(m, sizeof m, ", peak GPU memory %.2f GiB allocated (planned %.2f GiB, recompute %s)",
                   static_cast<double>(mem.peak) / (1ll << 30),
                   static_cast<double>(run.trainer->plan().total()) / (1ll << 30),
-                  run.trainer->recompute() == Recompute::kFull ? "full" : "none");
+                  recompute_name(run.trainer->recompute()));
     tail += m;
   }
   char host[64];

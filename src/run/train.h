@@ -12,6 +12,7 @@
 
 #include "core/tensor.h"
 #include "model/params.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 
 namespace anvil {
@@ -38,7 +39,8 @@ struct TrainOptions {
   int64_t grad_accum = 1;
   bool fsdp_defer_sync = false;
   DType reduce_dtype = DType::kF32;  // gradient reduction: F32 or BF16
-  std::string recompute = "none";  // none | full | auto
+  bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
+  Recompute recompute = Recompute::kNone;
   OptimizerConfig optim;
   int64_t seed = 0;
   bool shuffle = true;

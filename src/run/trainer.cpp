@@ -29,7 +29,7 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Tra
   pin.reduce_dtype = settings.reduce_dtype;
   const int64_t capacity = ops_->memory_stats().capacity;
   if (capacity > 0) {
-    const PlanAdvice adv = advise(pin, settings.auto_recompute ? "auto" : (settings.recompute == Recompute::kFull ? "full" : "none"), capacity);
+    const PlanAdvice adv = advise(pin, settings.recompute, capacity);
     if (settings_.mode == ParallelMode::kAuto) {
       ANVIL_ENSURE(adv.fits, kOutOfMemory, "--mode auto: neither mode fits in the GPU's memory; the plan per GPU:\n",
                    plan_table(adv, pin, capacity));
@@ -49,7 +49,7 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Tra
       settings_.mode = ParallelMode::kDdp;
       mode_reason_ = "auto: host memory is not planned, so ddp";
     }
-    if (settings.auto_recompute) settings_.recompute = Recompute::kNone;  // host memory is not planned
+    if (settings.recompute == Recompute::kAuto) settings_.recompute = Recompute::kNone;  // host memory is not planned
   }
   pin.mode = settings_.mode;
   pin.recompute = settings_.recompute;
@@ -57,6 +57,7 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Tra
   store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings_.mode);
   store_->set_defer_sync(settings.fsdp_defer_sync);
   store_->set_reduce_dtype(settings.reduce_dtype);
+  store_->set_overlap_optimizer(settings.overlap_optimizer);
   store_->load(weights);
   model_ = std::make_unique<Transformer>(config_, table_, *ops_, settings.micro_batch, settings.seq_len,
                                          settings_.recompute);
@@ -147,8 +148,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
                ": stopping before the update");
   ++step_;
   s.lr = lr_at(settings_.optim, step_, settings_.total_steps);
-  s.grad_norm = store_->optimizer_step(settings_.optim, step_, s.lr);
-  store_->zero_grads();
+  s.grad_norm = store_->optimizer_step(settings_.optim, step_, s.lr);  // zeroes the gradients
   if (timing_) timing_result_.optimizer = lap();
   return s;
 }

@@ -1,9 +1,11 @@
 // Trainer: one rank's model, parameters and optimizer, and the training step.
 //
-// A step is: zero gradients, forward+backward of each micro-batch (gradient accumulation),
-// the loss normalised by the count of target tokens of the whole step, global-norm
-// clipping and AdamW. It is the loop of the reference trainer (loss, backward,
-// clip_grad_norm_(1.0), AdamW step, zero_grad), with accumulation.
+// A step is: forward+backward of each micro-batch (gradient accumulation), the loss
+// normalised by the count of target tokens of the whole step, global-norm clipping and
+// AdamW, which zeroes the gradients it applied. It is the loop of the reference trainer
+// (loss, backward, clip_grad_norm_(1.0), AdamW step, zero_grad), with accumulation. The
+// update may still run on the GPU when step() returns (overlapped with the next forward);
+// everything that reads parameters or optimizer state from the host waits for it.
 #pragma once
 
 #include <cstdint>
@@ -34,10 +36,10 @@ struct TrainerSettings {
   int device_index = 0;
   ParallelMode mode = ParallelMode::kDdp;  // kAuto: ddp when the plan fits, else fsdp
   int64_t micro_batch = 1, seq_len = 2048;
-  Recompute recompute = Recompute::kNone;
-  bool auto_recompute = false;  // the least recomputation the plan fits in the GPU's memory
+  Recompute recompute = Recompute::kNone;  // kAuto: the fastest the plan fits in the GPU's memory
   bool fsdp_defer_sync = false;  // FSDP: reduce-scatter once per step, not per micro-batch
   DType reduce_dtype = DType::kF32;  // gradient all-reduce / reduce-scatter in F32 or BF16
+  bool overlap_optimizer = true;  // the update overlaps the next forward (parallel/param_store.h)
   OptimizerConfig optim;
   int64_t total_steps = 1;  // for the LR schedule
 };
@@ -80,7 +82,7 @@ class Trainer {
 
   // The memory plan of this rank (checked against the GPU's memory before any allocation).
   const MemoryPlan& plan() const { return plan_; }
-  Recompute recompute() const { return settings_.recompute; }
+  Recompute recompute() const { return settings_.recompute; }  // resolved: never kAuto
   ParallelMode mode() const { return settings_.mode; }  // resolved (never kAuto)
   // Why this mode: "as asked", or the rule's reason when the mode was auto.
   const std::string& mode_reason() const { return mode_reason_; }

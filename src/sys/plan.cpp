@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "core/error.h"
 #include "model/params.h"
@@ -40,7 +41,15 @@ MemoryPlan plan_memory(const PlanInput& in) {
   p.optimizer = 8 * owned;
   p.grads = 4 * owned;
   if (fsdp && in.world == 1) {
-    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * 2 * largest;  // converted per unit
+    // Converted per unit into a buffer of the unit's size, made one unit ahead: one buffer
+    // per unit size, two of the block size (the block in use and the next).
+    std::vector<int64_t> sizes;
+    for (const UnitInfo& u : table.units()) sizes.push_back(u.padded);
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    int64_t buffers = c.num_layers > 1 ? table.units()[static_cast<size_t>(table.block_unit(0))].padded : 0;
+    for (int64_t s : sizes) buffers += s;
+    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * buffers;
   } else if (fsdp) {
     // Live at once: the embedding's full gradient (written by the output layer when tied,
     // read at the end of backward), one unit's being written, one being reduce-scattered;
@@ -72,17 +81,20 @@ MemoryPlan plan_memory(const PlanInput& in) {
 
 bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes) { return p.total() + kPlanReserve <= gpu_bytes; }
 
-PlanAdvice advise(const PlanInput& in, const std::string& recompute, int64_t gpu_bytes) {
+PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
   PlanAdvice a;
   auto pick = [&](ParallelMode mode) {
     PlanInput x = in;
     x.mode = mode;
-    if (recompute == "full") x.recompute = Recompute::kFull;
-    else x.recompute = Recompute::kNone;
-    MemoryPlan p = plan_memory(x);
-    if (recompute == "auto" && !plan_fits(p, gpu_bytes)) {
-      x.recompute = Recompute::kFull;
+    if (recompute != Recompute::kAuto) {
+      x.recompute = recompute;
+      return plan_memory(x);
+    }
+    MemoryPlan p;
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {  // fastest first
+      x.recompute = r;
       p = plan_memory(x);
+      if (plan_fits(p, gpu_bytes)) break;
     }
     return p;
   };
@@ -104,7 +116,7 @@ PlanAdvice advise(const PlanInput& in, const std::string& recompute, int64_t gpu
     const int64_t room = gpu_bytes - kPlanReserve - a.fsdp.activations - a.fsdp.workspace - a.fsdp.weights;
     const int64_t need = room > 0 ? (states + room - 1) / room : 0;
     a.message = "neither mode fits in " + gib(gpu_bytes) + " GiB per GPU";
-    if (recompute != "full" && recompute != "auto") a.message += "; try --recompute full";
+    if (recompute != Recompute::kFull && recompute != Recompute::kAuto) a.message += "; try --recompute full";
     if (need > in.world && room > 0) a.message += "; fsdp needs about " + std::to_string(need) + " GPUs of this size";
     a.message += "; or a shorter --seq-len or smaller --micro-batch.";
   }
@@ -131,8 +143,8 @@ std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_byt
   row("activations", a.ddp.activations, a.fsdp.activations);
   row("workspace", a.ddp.workspace, a.fsdp.workspace);
   row("total", a.ddp.total(), a.fsdp.total());
-  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "recompute", a.ddp.recompute == Recompute::kFull ? "full" : "none",
-                a.fsdp.recompute == Recompute::kFull ? "full" : "none");
+  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "recompute", recompute_name(a.ddp.recompute),
+                recompute_name(a.fsdp.recompute));
   s += line;
   std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "fits", plan_fits(a.ddp, gpu_bytes) ? "yes" : "no",
                 plan_fits(a.fsdp, gpu_bytes) ? "yes" : "no");

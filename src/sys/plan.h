@@ -20,7 +20,7 @@ struct PlanInput {
   ParallelMode mode = ParallelMode::kDdp;  // ddp | fsdp (auto is resolved by advise)
   int world = 1;
   int64_t seq_len = 2048, micro_batch = 1;
-  Recompute recompute = Recompute::kNone;
+  Recompute recompute = Recompute::kNone;  // not kAuto: advise() resolves it
   DType compute_dtype = DType::kBF16;
   bool fsdp_defer_sync = false;  // full-unit gradients of every unit kept across micro-batches
   DType reduce_dtype = DType::kF32;  // gradient reduction; BF16 adds unit-sized bf16 buffers
@@ -46,13 +46,14 @@ struct PlanAdvice {
   ParallelMode mode = ParallelMode::kDdp;  // the rule: ddp when it fits, else fsdp (when fits)
   std::string message;        // one or two sentences: what to do
 };
-// recompute "auto": the least recomputation that fits in gpu_bytes, per mode.
+// Recompute::kAuto: the fastest setting that fits in gpu_bytes, per mode (none, then
+// selective, then full); any other setting is planned as given.
 // A plan fits when its total plus kPlanReserve (the CUDA context, allocator slack) is at
 // most the GPU's memory.
 constexpr int64_t kPlanReserve = 1ll << 30;
 constexpr int64_t kH200Bytes = 150110011392;  // an H200 as CUDA reports it (139.8 GiB)
 bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes);
-PlanAdvice advise(const PlanInput& in, const std::string& recompute, int64_t gpu_bytes);
+PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes);
 
 // A readable table of both modes for `anvil plan` and for the trainer's refusal.
 std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_bytes);

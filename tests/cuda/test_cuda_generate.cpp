@@ -165,8 +165,8 @@ TEST(CudaGenerate, AddRmsnormMatchesCpu) {
     Pair w(*cpu, *gpu, {C}, DType::kBF16, randn_bf16(C, 6));
     Pair out(*cpu, *gpu, {R, C}, DType::kBF16, std::vector<float>(static_cast<size_t>(R * C), NAN));
     Pair rstd(*cpu, *gpu, {R}, DType::kF32, std::vector<float>(static_cast<size_t>(R), NAN));
-    cpu->add_rmsnorm_forward(x.tc(), out.tc(), rstd.tc(), a.tc(), w.tc(), 1e-6f);
-    gpu->add_rmsnorm_forward(x.tg(), out.tg(), rstd.tg(), a.tg(), w.tg(), 1e-6f);
+    cpu->add_rmsnorm_forward(x.tc(), out.tc(), rstd.tc(), x.tc(), a.tc(), w.tc(), 1e-6f);
+    gpu->add_rmsnorm_forward(x.tg(), out.tg(), rstd.tg(), x.tg(), a.tg(), w.tg(), 1e-6f);
     const double ex = rel_l2(x.got(), x.host), eo = rel_l2(out.got(), out.host);
     std::printf("[err] add_rmsnorm C=%lld: x rel_l2 %.3g, out rel_l2 %.3g\n", static_cast<long long>(C), ex, eo);
     EXPECT_LT(ex, 4e-3);

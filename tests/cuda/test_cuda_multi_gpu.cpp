@@ -1,7 +1,8 @@
 // Two GPUs when present: `anvil train` with 2 ranks (NCCL) in ddp and fsdp, fp32 and bf16
 // gradient reduction, reaches the losses of one GPU with the same global batch on the
-// tiny fixtures; a checkpoint written on 2 GPUs resumes on 1. With fewer than two GPUs
-// each test skips and says why.
+// tiny fixtures; the optimizer overlapped with the next forward gives the losses of the
+// optimizer run alone, bit for bit; a checkpoint written on 2 GPUs resumes on 1. With
+// fewer than two GPUs each test skips and says why.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -65,6 +66,21 @@ TEST_P(MultiGpu, TwoRanksMatchOneGpu) {
     for (const char* reduce : {"fp32", "bf16"}) {
       const std::string tag = std::string(mode) + "_" + reduce;
       expect_close(train(tag, mode, 2, 2, {"--reduce-dtype", reduce}), one, 5e-3, tag);
+    }
+}
+
+// The optimizer overlapped with the next forward (per unit, on the side queue) against run
+// alone: the same ops on the same data, so the same losses bit for bit, with the bf16
+// reduction and FSDP's last block kept gathered between its forward and backward.
+TEST_P(MultiGpu, OverlappedOptimizerGivesTheSameLossesOnTwoRanks) {
+  for (const char* mode : {"ddp", "fsdp"})
+    for (const char* reduce : {"fp32", "bf16"}) {
+      const std::string tag = std::string("overlap_") + mode + "_" + reduce;
+      const std::vector<double> overlapped = train(tag, mode, 2, 1, {"--reduce-dtype", reduce, "--grad-accum", "2"});
+      const std::vector<double> alone =
+          train(tag + "_alone", mode, 2, 1, {"--reduce-dtype", reduce, "--grad-accum", "2", "--no-overlap-optimizer"});
+      ASSERT_EQ(overlapped.size(), 8u) << tag;
+      EXPECT_EQ(overlapped, alone) << tag;
     }
 }
 

@@ -232,6 +232,79 @@ TEST(CudaOps, RmsNorm) {
   }
 }
 
+// The residual add fused with the RMSNorm after it: against the CPU reference (add, then
+// rmsnorm_forward), and bit for bit against the GPU's own two ops, in place as the model
+// runs it (sum aliases a) and not; 777 columns take the unfused path.
+TEST(CudaOps, AddRmsNorm) {
+  REQUIRE_GPU();
+  struct Case { int64_t rows, cols; };
+  for (const Case& cs : {Case{7, 64}, Case{33, 1000}, Case{300, 2048}, Case{5, 777}, Case{2, 5120}}) {
+    const int64_t n = cs.rows * cs.cols;
+    std::vector<float> wv = randn(cs.cols, 22, 0.2f);
+    for (auto& v : wv) v = round_bf16(1.0f + v);
+    Buf w({cs.cols}, DType::kBF16, wv);
+    for (bool in_place : {false, true}) {
+      const std::string tag = dims({cs.rows, cs.cols}) + (in_place ? " in place" : "");
+      Buf a({cs.rows, cs.cols}, DType::kBF16, randn(n, 23, 2.0f)), b({cs.rows, cs.cols}, DType::kBF16, randn(n, 24));
+      Buf sum({cs.rows, cs.cols}, DType::kBF16, nans(n)), out({cs.rows, cs.cols}, DType::kBF16, nans(n));
+      Buf rstd({cs.rows}, DType::kF32, nans(cs.rows));
+      Buf& sum_out = in_place ? a : sum;
+      // The GPU's two ops first, from the same inputs.
+      Buf s2({cs.rows, cs.cols}, DType::kBF16, nans(n)), o2({cs.rows, cs.cols}, DType::kBF16, nans(n));
+      Buf r2({cs.rows}, DType::kF32, nans(cs.rows));
+      gpu().add(s2.g(), a.g(), b.g());
+      gpu().rmsnorm_forward(o2.g(), r2.g(), s2.g(), w.g(), 1e-6f);
+      cpu().add_rmsnorm_forward(sum_out.c(), out.c(), rstd.c(), a.c(), b.c(), w.c(), 1e-6f);
+      gpu().add_rmsnorm_forward(sum_out.g(), out.g(), rstd.g(), a.g(), b.g(), w.g(), 1e-6f);
+      check("add_rmsnorm_forward " + tag + " sum", sum_out, kOut1);
+      check("add_rmsnorm_forward " + tag + " out", out, kOut1);
+      // The GPU norms the sum rounded to bf16 (as add then rmsnorm_forward do), the CPU its
+      // fp32 sum: rstd differs by the rounding of the sum, not by the norm's arithmetic,
+      // which the equalities with the two GPU ops below pin down exactly.
+      check("add_rmsnorm_forward " + tag + " rstd", rstd, kOut1);
+      EXPECT_EQ(sum_out.got(), s2.got()) << tag << ": sum differs from add";
+      EXPECT_EQ(out.got(), o2.got()) << tag << ": out differs from add then rmsnorm_forward";
+      EXPECT_EQ(rstd.got(), r2.got()) << tag << ": rstd differs from rmsnorm_forward";
+    }
+  }
+}
+
+// The side queue: AdamW and the bf16 copy issued there, the main queue ordered after them
+// by an event, reads the updated copy; the same bits as the same ops on the main queue.
+// GEMMs are refused there (their workspace belongs to the main stream).
+TEST(CudaOps, SideQueueOrderedByEvents) {
+  REQUIRE_GPU();
+  const int64_t n = int64_t{1} << 25;  // long enough that an unordered read would see NaNs
+  AdamWHyper h;
+  h.lr = 0.01f;
+  h.weight_decay = 0.1f;
+  std::vector<double> result[2];
+  for (int side = 0; side < 2; ++side) {
+    Buf p({n}, DType::kF32, randn(n, 81)), g({n}, DType::kF32, randn(n, 82));
+    Buf m({n}, DType::kF32, randn(n, 83, 0.1f)), v({n}, DType::kF32, std::vector<float>(static_cast<size_t>(n), 0.5f));
+    Buf copy({n}, DType::kBF16, nans(n)), back({n}, DType::kF32, nans(n));
+    gpu().synchronize();
+    if (side) gpu().set_queue(Ops::Queue::kSide);
+    gpu().adamw_step(p.g(), g.g(), m.g(), v.g(), h, 0.5f, Tensor(), false);
+    gpu().convert(copy.g(), p.g());
+    gpu().record(7);
+    gpu().set_queue(Ops::Queue::kMain);
+    gpu().wait(7);
+    gpu().convert(back.g(), copy.g());
+    result[side] = back.got();
+  }
+  size_t bad = 0;
+  for (size_t i = 0; i < result[0].size(); ++i) bad += !(result[0][i] == result[1][i]);
+  std::printf("[err] %-58s mismatches %zu of %lld\n", "adamw + convert on the side queue", bad,
+              static_cast<long long>(n));
+  EXPECT_EQ(bad, 0u);
+  Buf x({4, 8}, DType::kBF16, randn(32, 84)), w({8, 8}, DType::kBF16, randn(64, 85)), y({4, 8}, DType::kBF16, nans(32));
+  gpu().set_queue(Ops::Queue::kSide);
+  EXPECT_THROW(gpu().linear_forward(y.g(), x.g(), w.g(), Tensor()), Error);
+  gpu().set_queue(Ops::Queue::kMain);
+  gpu().synchronize();
+}
+
 // cos, sin (T, hd/2) of standard RoPE, theta 1e6.
 void rope_tables(int64_t T, int64_t hd, std::vector<float>* cos, std::vector<float>* sin) {
   const int64_t half = hd / 2;
@@ -521,11 +594,23 @@ TEST(CudaOps, AdamW) {
       hp.lr = 3e-4f;
       hp.weight_decay = 0.1f;
       hp.step = step;
-      cpu().adamw_step(param.c(), grad.c(), m.c(), v.c(), hp, 0.5f);
-      gpu().adamw_step(param.g(), grad.g(), m.g(), v.g(), hp, 0.5f);
+      cpu().adamw_step(param.c(), grad.c(), m.c(), v.c(), hp, 0.5f, Tensor(), false);
+      gpu().adamw_step(param.g(), grad.g(), m.g(), v.g(), hp, 0.5f, Tensor(), false);
       check("adamw_step " + tag + " param", param, kExact32);
       check("adamw_step " + tag + " m", m, kExact32);
       check("adamw_step " + tag + " v", v, kExact32);
+      // The same step with the bf16 copy and the gradient's zeroing in the pass: the same
+      // param, m, v bits, the copy bit for bit convert()'s, the gradient zero.
+      Buf p2({n}, DType::kF32, randn(n, 71)), g2({n}, DType::kF32, randn(n, 72, 0.1f));
+      Buf m2({n}, DType::kF32, randn(n, 74, 0.01f)), v2({n}, DType::kF32, vv), copy({n}, DType::kBF16, nans(n));
+      Buf conv({n}, DType::kBF16, nans(n));
+      gpu().adamw_step(p2.g(), g2.g(), m2.g(), v2.g(), hp, 0.5f, copy.g(), true);
+      gpu().convert(conv.g(), p2.g());
+      EXPECT_EQ(p2.got(), param.got()) << tag;
+      EXPECT_EQ(m2.got(), m.got()) << tag;
+      EXPECT_EQ(v2.got(), v.got()) << tag;
+      EXPECT_EQ(copy.got(), conv.got()) << tag << ": the copy differs from convert";
+      EXPECT_EQ(g2.got(), std::vector<double>(static_cast<size_t>(n), 0.0)) << tag << ": the gradient is not zero";
     }
   }
 }

@@ -5,9 +5,10 @@
 // "done" event on the comm stream, kept with the collective's name, tag and step;
 // wait(work) makes the compute stream wait for that event. Comm-stream events retire in
 // order, so a work handle whose event is gone is complete.
-// The stream has the default priority, or the highest with ANVIL_NCCL_HIGH_PRIORITY=1; the
-// communicator's CTA limits come from NCCL's own NCCL_MAX_CTAS, NCCL_MIN_CTAS and
-// NCCL_CGA_CLUSTER_SIZE (they override ncclConfig_t), so they need no flag of ours.
+// The stream has the lowest priority (below the compute stream, which is at the highest),
+// or the highest with ANVIL_NCCL_HIGH_PRIORITY=1; the communicator's CTA limits come from
+// NCCL's own NCCL_MAX_CTAS, NCCL_MIN_CTAS and NCCL_CGA_CLUSTER_SIZE (they override
+// ncclConfig_t), so they need no flag of ours.
 // Never hanging: the communicator is non-blocking (config.blocking = 0), so init and
 // every call return at once; synchronize() polls the events and ncclCommGetAsyncError
 // against the comm timeout, and on expiry aborts the communicator and throws kTimeout

@@ -437,11 +437,6 @@ class CpuOps final : public Ops {
     });
   }
 
-  void add_rmsnorm_forward(Tensor x, Tensor out, Tensor rstd, Tensor a, Tensor w, float eps) override {
-    add(x, a, x);
-    rmsnorm_forward(out, rstd, x, w, eps);
-  }
-
   void argmax_rows(Tensor out, Tensor x) override {
     const int64_t R = x.rows(), V = x.cols();
     ANVIL_ENSURE(out.numel() == R, kInternal, "argmax_rows: out ", out.shape.str(), " for x ", x.shape.str());
@@ -545,10 +540,12 @@ class CpuOps final : public Ops {
     f32(loss_sum)[0] += static_cast<float>(total);
   }
 
-  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& hp, float grad_scale) override {
+  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& hp, float grad_scale, Tensor copy,
+                  bool zero_grad) override {
     const int64_t n = param.numel();
-    float *P = f32(param), *M = f32(m), *Vv = f32(v);
-    const float* G = f32(grad);
+    float *P = f32(param), *M = f32(m), *Vv = f32(v), *G = f32(grad);
+    float* Cp = present(copy) && copy.data != param.data ? f32(copy) : nullptr;
+    ANVIL_ENSURE(!Cp || copy.numel() == n, kInternal, "adamw_step: copy has ", copy.numel(), " elements, param ", n);
     // Scalars as torch.optim.AdamW computes them (Python floats), used in fp32.
     const double bc1 = 1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(hp.step));
     const double bc2 = 1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(hp.step));
@@ -565,6 +562,8 @@ class CpuOps final : public Ops {
         Vv[i] = Vv[i] * hp.beta2 + w2 * g * g;
         const float denom = std::sqrt(Vv[i]) / bc2_sqrt + hp.eps;
         P[i] += -step_size * (M[i] / denom);
+        if (Cp) Cp[i] = P[i];
+        if (zero_grad) G[i] = 0.0f;
       }
     });
   }

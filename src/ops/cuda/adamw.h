@@ -1,6 +1,7 @@
 // Fused AdamW on flat F32 buffers, CUDA backend (PyTorch's AdamW, ops.h).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -14,7 +15,9 @@ struct AdamWArgs {
   float grad_scale;             // the clipping coefficient, applied as grad is read
 };
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& a,
-                cudaStream_t stream);
+// copy (may be null): the new param in bf16 (round to nearest even, as convert); grad is
+// zeroed after it is read when zero_grad.
+void adamw_step(float* param, float* grad, float* m, float* v, __nv_bfloat16* copy, bool zero_grad, int64_t n,
+                const AdamWArgs& a, cudaStream_t stream);
 
 }  // namespace anvil::cuda

@@ -1,11 +1,14 @@
 // The CUDA backend of the op set (ops/ops.h): bf16 compute, fp32 accumulation.
 //
 // This file checks each op's tensors (device, dtype, shapes) and calls the launcher of the
-// op's own file pair; kernels live there. One backend = one device and one non-blocking
-// stream: every op is enqueued on it, none waits for the host except download() and
-// synchronize(). Ops that need temporary device memory (deterministic partial sums,
-// the cross-entropy chunk, attention's row sums) share one scratch buffer that grows to
-// the largest request and is then reused; stream order makes the sharing safe.
+// op's own file pair; kernels live there. One backend = one device and three non-blocking
+// streams: the main one, a side one for the optimizer overlapped with the next forward and
+// one for one-GPU fsdp's compute copies made ahead (set_queue; record/wait order them with
+// events). Every op is enqueued on the current stream; none waits for the host except
+// download(), upload() and synchronize(). Ops that need temporary device memory
+// (deterministic partial sums, the cross-entropy chunk, attention's row sums) share one
+// scratch buffer that grows to the largest request and is then reused; the main stream's
+// order makes the sharing safe (the other streams may not use it).
 // Scratch needs, for the memory plan: the largest of
 //   rmsnorm backward   min(rows, 264) * cols * 4
 //   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
@@ -30,7 +33,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "ops/cuda/adamw.h"
-#include "ops/cuda/add_rmsnorm.h"
 #include "ops/cuda/argmax.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/attention_cudnn.h"
@@ -88,17 +90,29 @@ class CudaOps final : public Ops {
     name_ = cat("cuda:", device, " (", prop.name, ")");
     sm_ = prop.major * 10 + prop.minor;
     attention_impl_ = cuda::parse_attention_impl(env_str("ANVIL_ATTENTION", "cudnn"));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    gemm_ = std::make_unique<cuda::Gemm>(stream_);
+    // The main queue's kernels (the GEMMs of the forward) go first where the side queue's
+    // (the optimizer of the last step, memory-bound) compete for the multiprocessors.
+    int lowest = 0, highest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&main_, cudaStreamNonBlocking, highest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, lowest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&copy_, cudaStreamNonBlocking, lowest));
+    stream_ = main_;
+    gemm_ = std::make_unique<cuda::Gemm>(main_);
   }
 
   ~CudaOps() override {
-    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(copy_);
+    cudaStreamSynchronize(side_);
+    cudaStreamSynchronize(main_);
     for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
     gemm_.reset();
     cudnn_attention_.reset();
     if (scratch_) cudaFree(scratch_);
-    cudaStreamDestroy(stream_);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cudaStreamDestroy(copy_);
+    cudaStreamDestroy(side_);
+    cudaStreamDestroy(main_);
   }
 
   CudaOps(const CudaOps&) = delete;
@@ -173,8 +187,17 @@ class CudaOps final : public Ops {
             " is not supported (F32 <-> BF16 only)");
     }
   }
-  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-  void* stream() override { return stream_; }
+  void synchronize() override {
+    CUDA_CHECK(cudaStreamSynchronize(copy_));
+    CUDA_CHECK(cudaStreamSynchronize(side_));
+    CUDA_CHECK(cudaStreamSynchronize(main_));
+  }
+  void* stream() override { return main_; }
+
+  // ---- queues
+  void set_queue(Queue q) override { stream_ = q == Queue::kMain ? main_ : q == Queue::kSide ? side_ : copy_; }
+  void record(int slot) override { CUDA_CHECK(cudaEventRecord(event(slot), stream_)); }
+  void wait(int slot) override { CUDA_CHECK(cudaStreamWaitEvent(stream_, event(slot), 0)); }
 
   // ---- linear layers
   void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) override {
@@ -190,12 +213,13 @@ class CudaOps final : public Ops {
       expect(bias, DType::kBF16, op, "bias");
       expect_numel(bias, N, op, "bias");
     }
+    cuda::Gemm& gemm_main = gemm(op);  // linear layers run on the main queue only
     if (env_gemv() && cuda::gemv_fits(M, K, x.data, w.data)) {  // a decode step's few rows
       cuda::gemv(y.data, f32_out, p<nv_bf16>(x), p<nv_bf16>(w), present(bias) ? p<nv_bf16>(bias) : nullptr, M, N, K,
                  stream_);
       return;
     }
-    gemm_->run(y.data, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
+    gemm_main.run(y.data, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
                present(bias) ? bias.data : nullptr);
   }
 
@@ -207,7 +231,7 @@ class CudaOps final : public Ops {
     const int64_t M = dy.rows(), N = dy.cols(), K = w.cols();
     ANVIL_ENSURE(w.dim(0) == N && dx.rows() == M && dx.cols() == K, kInternal, op, " shapes: dy ", dy.shape.str(),
                  " w ", w.shape.str(), " dx ", dx.shape.str());
-    gemm_->run(dx.data, CUDA_R_16BF, K, {dy.data, N, false}, {w.data, K, false}, M, K, N, accumulate ? 1.0f : 0.0f,
+    gemm(op).run(dx.data, CUDA_R_16BF, K, {dy.data, N, false}, {w.data, K, false}, M, K, N, accumulate ? 1.0f : 0.0f,
                nullptr);
   }
 
@@ -220,7 +244,7 @@ class CudaOps final : public Ops {
     ANVIL_ENSURE(x.rows() == M && dw.dim(0) == N && dw.cols() == K, kInternal, op, " shapes: dy ", dy.shape.str(),
                  " x ", x.shape.str(), " dw ", dw.shape.str());
     if (M == 0) return;
-    gemm_->run(dw.data, CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M, 1.0f, nullptr);
+    gemm(op).run(dw.data, CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M, 1.0f, nullptr);
     if (present(dbias)) {
       expect(dbias, DType::kF32, op, "dbias");
       expect_numel(dbias, N, op, "dbias");
@@ -261,6 +285,24 @@ class CudaOps final : public Ops {
     expect_numel(rstd, R, op, "rstd");
     expect_numel(w, C, op, "w");
     cuda::rmsnorm_forward(p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(x), p<nv_bf16>(w), R, C, eps, stream_);
+  }
+
+  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps) override {
+    const char* op = "add_rmsnorm_forward";
+    expect(sum, DType::kBF16, op, "sum");
+    expect(out, DType::kBF16, op, "out");
+    expect(rstd, DType::kF32, op, "rstd");
+    expect(a, DType::kBF16, op, "a");
+    expect(b, DType::kBF16, op, "b");
+    expect(w, DType::kBF16, op, "w");
+    const int64_t R = a.rows(), C = a.cols();
+    expect_numel(sum, R * C, op, "sum");
+    expect_numel(out, R * C, op, "out");
+    expect_numel(b, R * C, op, "b");
+    expect_numel(rstd, R, op, "rstd");
+    expect_numel(w, C, op, "w");
+    cuda::add_rmsnorm_forward(p<nv_bf16>(sum), p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(a), p<nv_bf16>(b),
+                              p<nv_bf16>(w), R, C, eps, stream_);
   }
 
   void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
@@ -387,22 +429,6 @@ class CudaOps final : public Ops {
                            scratch(cuda::decode_attention_scratch_bytes(s)), stream_);
   }
 
-  void add_rmsnorm_forward(Tensor x, Tensor out, Tensor rstd, Tensor a, Tensor w, float eps) override {
-    const char* op = "add_rmsnorm_forward";
-    expect(x, DType::kBF16, op, "x");
-    expect(out, DType::kBF16, op, "out");
-    expect(rstd, DType::kF32, op, "rstd");
-    expect(a, DType::kBF16, op, "a");
-    expect(w, DType::kBF16, op, "w");
-    const int64_t R = x.rows(), C = x.cols();
-    expect_numel(out, R * C, op, "out");
-    expect_numel(a, R * C, op, "a");
-    expect_numel(rstd, R, op, "rstd");
-    expect_numel(w, C, op, "w");
-    cuda::add_rmsnorm_forward(p<nv_bf16>(x), p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(a), p<nv_bf16>(w), R, C, eps,
-                              stream_);
-  }
-
   void argmax_rows(Tensor out, Tensor x) override {
     expect(out, DType::kI32, "argmax_rows", "out");
     expect(x, DType::kF32, "argmax_rows", "x");
@@ -506,11 +532,12 @@ class CudaOps final : public Ops {
                              present(logits) ? p<float>(logits) : nullptr,
                              N,                  V,                   C,
                              loss_scale};
-    cuda::cross_entropy_forward_backward(a, scratch(cuda::cross_entropy_scratch_bytes(N, V)), *gemm_, stream_);
+    cuda::cross_entropy_forward_backward(a, scratch(cuda::cross_entropy_scratch_bytes(N, V)), gemm(op), stream_);
   }
 
   // ---- optimizer
-  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h, float grad_scale) override {
+  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h, float grad_scale, Tensor copy,
+                  bool zero_grad) override {
     const char* op = "adamw_step";
     expect(param, DType::kF32, op, "param");
     expect(grad, DType::kF32, op, "grad");
@@ -531,7 +558,12 @@ class CudaOps final : public Ops {
                             static_cast<float>(bc1),
                             static_cast<float>(std::sqrt(bc2)),
                             grad_scale};
-    cuda::adamw_step(p<float>(param), p<float>(grad), p<float>(m), p<float>(v), n, a, stream_);
+    if (present(copy)) {
+      expect(copy, DType::kBF16, op, "copy");
+      expect_numel(copy, n, op, "copy");
+    }
+    cuda::adamw_step(p<float>(param), p<float>(grad), p<float>(m), p<float>(v),
+                     present(copy) ? p<nv_bf16>(copy) : nullptr, zero_grad, n, a, stream_);
   }
 
   void sum_squares(Tensor out, Tensor x) override {
@@ -546,6 +578,7 @@ class CudaOps final : public Ops {
  private:
   // The shared scratch buffer, grown to `bytes` if smaller (cudaFree waits for the GPU).
   void* scratch(size_t bytes) {
+    ANVIL_ENSURE(stream_ == main_, kInternal, "the shared scratch is used off the main queue");
     if (bytes > scratch_bytes_) {
       release(scratch_);
       scratch_ = nullptr;
@@ -566,13 +599,30 @@ class CudaOps final : public Ops {
     if (!cudnn_attention_ && !cudnn_unavailable_) {
       std::string why;
       cudnn_attention_ = cuda::CudnnAttention::create(
-          stream_, sm_, attention_impl_ != AttentionImpl::kCudnnNondeterministic, &why);
+          main_, sm_, attention_impl_ != AttentionImpl::kCudnnNondeterministic, &why);
       cudnn_unavailable_ = !cudnn_attention_;
       if (cudnn_unavailable_) log_warn("attention: cuDNN is not available (", why, "); anvil's kernel runs it");
       else log_info("attention: cuDNN ", cuda::cudnn_version(), " fused attention (ANVIL_ATTENTION=",
                     cuda::attention_impl_name(attention_impl_), ")");
     }
     return cudnn_attention_.get();
+  }
+
+  // The GEMM plans and workspace belong to the main stream.
+  cuda::Gemm& gemm(const char* op) {
+    ANVIL_ENSURE(stream_ == main_, kInternal, op, ": GEMMs run on the main queue only");
+    return *gemm_;
+  }
+
+  // Event slot `slot`, created on first use (timing off: only ordering).
+  cudaEvent_t event(int slot) {
+    ANVIL_ENSURE(slot >= 0, kInternal, "event slot ", slot);
+    while (events_.size() <= static_cast<size_t>(slot)) {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      events_.push_back(e);
+    }
+    return events_[static_cast<size_t>(slot)];
   }
 
   cuda::QkRopeShape qk_shape(const char* op, const Tensor& in, const Tensor& cos, const Tensor& sin, int n_heads,
@@ -617,7 +667,9 @@ class CudaOps final : public Ops {
   }
 
   std::string name_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t main_ = nullptr, side_ = nullptr, copy_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the current queue's
+  std::vector<cudaEvent_t> events_;
   std::unique_ptr<cuda::Gemm> gemm_;
   int sm_ = 0;  // compute capability, major * 10 + minor
   cuda::AttentionImpl attention_impl_ = cuda::AttentionImpl::kCudnn;

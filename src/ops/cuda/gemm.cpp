@@ -7,6 +7,8 @@
 // vector along the rows of the column-major output, which are our columns N.
 #include "ops/cuda/gemm.h"
 
+#include <algorithm>
+
 #include "core/cuda/check.h"
 #include "core/error.h"
 
@@ -33,7 +35,8 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
 
 }  // namespace
 
-Gemm::Gemm(cudaStream_t stream) : stream_(stream) {
+Gemm::Gemm(cudaStream_t stream, int algo_rank) : stream_(stream), algo_rank_(algo_rank) {
+  ANVIL_ENSURE(algo_rank >= 0 && algo_rank < 16, kInternal, "GEMM algorithm rank ", algo_rank);
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
@@ -80,10 +83,10 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(align_a));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(align_d));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(align_d));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[16] = {};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.b, p.a, p.d, p.d, pref, 1, &result, &found);
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.b, p.a, p.d, p.d, pref, algo_rank_ + 1, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     cublasLtMatrixLayoutDestroy(p.a);
@@ -95,7 +98,8 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
           (trans_b ? ", B transposed" : ""), ", output ", out_type == CUDA_R_32F ? "F32" : "BF16", ": ",
           cublasGetStatusString(st));
   }
-  p.algo = result.algo;
+  p.rank = std::min(algo_rank_, found - 1);
+  p.algo = results[p.rank].algo;
   return plans_.emplace(key, p).first->second;
 }
 
@@ -119,6 +123,7 @@ void Gemm::run(void* out, cudaDataType_t out_type, int64_t ldo, GemmOperand a, G
                 alignment_of(b.ptr),
                 alignment_of(out)};
   const Plan& p = plan(key);
+  last_rank_ = p.rank;
   if (bias) set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, b.ptr, p.b, a.ptr, p.a, &beta, out, p.d, out, p.d, &p.algo,

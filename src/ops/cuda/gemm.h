@@ -29,7 +29,9 @@ class Gemm {
  public:
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS's advice for Hopper
 
-  explicit Gemm(cudaStream_t stream);
+  // algo_rank: which of cuBLASLt's heuristic candidates to run, best first: 0 in training;
+  // others for anvil_bench_ops' comparison (a shape with fewer candidates runs its last).
+  explicit Gemm(cudaStream_t stream, int algo_rank = 0);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -37,12 +39,15 @@ class Gemm {
   // out_type: CUDA_R_16BF or CUDA_R_32F. bias: bf16 (N) or null; only with a bf16 output.
   void run(void* out, cudaDataType_t out_type, int64_t ldo, GemmOperand a, GemmOperand b, int64_t m, int64_t n,
            int64_t k, float beta, const void* bias);
+  // The candidate rank the last run() used (below algo_rank when the shape has fewer).
+  int last_rank() const { return last_rank_; }
 
  private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    int rank = 0;
   };
   // m, n, k, lda, ldb, ldo, trans_a, trans_b, out type, bias, beta == 0, alignments of A, B, D
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, bool, bool, int,
@@ -51,6 +56,7 @@ class Gemm {
   const Plan& plan(const Key& key);
 
   cudaStream_t stream_;
+  int algo_rank_ = 0, last_rank_ = 0;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Key, Plan> plans_;

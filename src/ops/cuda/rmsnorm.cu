@@ -7,8 +7,13 @@
 // The dw sum is deterministic: a fixed grid of kPartialBlocks blocks, each summing its rows
 // in order into a shared-memory row, then reduce_partials_add over the blocks in order.
 // Each thread owns the same columns in every loop, so dx may alias dout.
+// add_rmsnorm_forward is the residual add and the forward in one pass over the row: it
+// stores the bf16 sum and normalises what it stored, with the forward's thread layout and
+// order of sums, so its output is bit for bit add_bf16 then rmsnorm_forward (where the
+// pointers do not allow the vector path, it runs those two).
 #include "core/cuda/check.h"
 #include "core/error.h"
+#include "ops/cuda/elementwise.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/cuda/reduce.h"
 #include "ops/cuda/rmsnorm.h"
@@ -38,6 +43,37 @@ static __global__ void rmsnorm_fwd_kernel(__nv_bfloat16* out, float* rstd, const
   for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
     float v[VEC], wv[VEC];
     load_bf16<VEC>(xr + c, v);
+    load_bf16<VEC>(w + c, wv);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] = v[i] * rs * wv[i];
+    store_bf16<VEC>(out + r * cols + c, v);
+  }
+}
+
+template <int VEC>
+static __global__ void add_rmsnorm_fwd_kernel(__nv_bfloat16* sum, __nv_bfloat16* out, float* rstd,
+                                              const __nv_bfloat16* a, const __nv_bfloat16* b,
+                                              const __nv_bfloat16* w, int cols, float eps) {
+  const int64_t r = blockIdx.x;
+  __nv_bfloat16* sr = sum + r * cols;
+  float ss = 0.0f;
+  for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
+    float v[VEC], y[VEC];
+    load_bf16<VEC>(a + r * cols + c, v);
+    load_bf16<VEC>(b + r * cols + c, y);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] += y[i];
+    store_bf16<VEC>(sr + c, v);
+    load_bf16<VEC>(sr + c, v);  // the rounded sum, as rmsnorm_forward would read it
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) ss += v[i] * v[i];
+  }
+  ss = block_sum(ss);
+  const float rs = rsqrtf(ss / static_cast<float>(cols) + eps);
+  if (threadIdx.x == 0) rstd[r] = rs;
+  for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
+    float v[VEC], wv[VEC];
+    load_bf16<VEC>(sr + c, v);
     load_bf16<VEC>(w + c, wv);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) v[i] = v[i] * rs * wv[i];
@@ -98,6 +134,20 @@ void rmsnorm_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* x, co
     rmsnorm_fwd_kernel<8><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, x, w, c, eps);
   else
     rmsnorm_fwd_kernel<1><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, x, w, c, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_rmsnorm_forward(__nv_bfloat16* sum, __nv_bfloat16* out, float* rstd, const __nv_bfloat16* a,
+                         const __nv_bfloat16* b, const __nv_bfloat16* w, int64_t rows, int64_t cols, float eps,
+                         cudaStream_t stream) {
+  if (rows == 0) return;
+  if (cols % 8 != 0 || !aligned16(sum) || !aligned16(out) || !aligned16(a) || !aligned16(b) || !aligned16(w)) {
+    add_bf16(sum, a, b, rows * cols, stream);
+    rmsnorm_forward(out, rstd, sum, w, rows, cols, eps, stream);
+    return;
+  }
+  add_rmsnorm_fwd_kernel<8><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(sum, out, rstd, a, b, w,
+                                                                                  static_cast<int>(cols), eps);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,83 @@
+// Recomputation changes what is kept, not what is computed: on the CPU reference, selective
+// and full recomputation give bit for bit the gradients of keeping everything (the same
+// ops on the same inputs), on every golden fixture, and the same losses and weights after
+// three AdamW steps.
+#include <gtest/gtest.h>
+
+#include "core/json.h"
+#include "io/safetensors.h"
+#include "model/weights.h"
+#include "run/trainer.h"
+#include "testing.h"
+
+namespace anvil {
+namespace {
+
+class Recomputation : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Recomputation, SameBitsAsKeepingEverything) {
+  const std::string dir = testing::fixture_dir(GetParam());
+  const ModelConfig cfg = load_config(dir);
+  SafetensorsFile gold(dir + "/golden_step0.safetensors");
+  const SafeTensorInfo& ids = gold.get("input_ids");
+  ParamTable table(cfg, 1);
+  HostUnits w = make_host_units(table);
+  load_hf_weights(dir, table, w);
+  TokenBatch batch;
+  batch.ids = read_as_i64(ids);
+
+  struct Run {
+    double loss = 0;
+    HostUnits grads, masters;
+    std::vector<double> losses;
+  };
+  auto run = [&](Recompute r) {
+    TrainerSettings s;
+    s.micro_batch = ids.shape[0];
+    s.seq_len = ids.shape[1];
+    s.recompute = r;
+    s.optim.lr = 1e-3;
+    s.total_steps = 3;
+    Trainer trainer(cfg, w, s);
+    EXPECT_EQ(trainer.recompute(), r);
+    Run out;
+    out.loss = trainer.loss_and_grads(batch, nullptr);
+    out.grads = trainer.grads();
+    for (int i = 0; i < 3; ++i) out.losses.push_back(trainer.step({batch}).loss);
+    out.masters = trainer.masters();
+    return out;
+  };
+  const Run none = run(Recompute::kNone);
+  for (Recompute r : {Recompute::kSelective, Recompute::kFull}) {
+    const Run got = run(r);
+    EXPECT_EQ(got.loss, none.loss) << recompute_name(r);
+    EXPECT_TRUE(got.grads == none.grads) << recompute_name(r) << ": gradients differ";
+    EXPECT_EQ(got.losses, none.losses) << recompute_name(r);
+    EXPECT_TRUE(got.masters == none.masters) << recompute_name(r) << ": weights after 3 steps differ";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Recomputation, ::testing::ValuesIn(testing::golden_models()),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return testing::test_suffix(p.param); });
+
+// The step benchmark takes the new settings and says what it ran.
+TEST(RecomputeCommand, BenchStep) {
+  auto r = testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "32",
+                               "--micro-batch", "2", "--recompute", "selective", "--steps", "3", "--warmup", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Json j = json_parse(r.out.substr(r.out.rfind('{')), "bench step");
+  EXPECT_EQ(j["recompute"], "selective");
+  EXPECT_TRUE(j["overlap_optimizer"].get<bool>());
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["optimizer_ms"].get<double>(), 0) << "the breakdown steps ran";
+  auto off = testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "32",
+                                 "--recompute", "auto", "--no-overlap-optimizer", "--steps", "2", "--warmup", "1"});
+  ASSERT_EQ(off.exit_code, 0) << off.out;
+  const Json k = json_parse(off.out.substr(off.out.rfind('{')), "bench step");
+  EXPECT_EQ(k["recompute"], "none") << "auto on the CPU: host memory is not planned";
+  EXPECT_FALSE(k["overlap_optimizer"].get<bool>());
+  EXPECT_EQ(testing::run_anvil({"bench", "step", "--device", "cpu", "--recompute", "some"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace anvil
