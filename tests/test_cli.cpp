@@ -41,6 +41,9 @@ TEST(Cli, UsageErrorsAreOneLineAndExitTwo) {
       {"grad", "--tokens", "x"},
       {"train", "--data", "x", "--steps", "ten"},
       {"train", "--data", "x", "--mode", "zero3"},
+      {"train", "--data", "x", "--reduce-dtype", "fp16"},
+      {"train", "--data", "x", "--nproc-per-node", "2", "--nnodes", "2"},
+      {"train", "--data", "x", "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2", "--master-port", "1"},
       {"init", "--out", "d", "--seed", "1.5"},
   };
   for (auto& args : bad) {
@@ -49,7 +52,7 @@ TEST(Cli, UsageErrorsAreOneLineAndExitTwo) {
     EXPECT_EQ(count_lines(r.out), 1) << r.out;
   }
   auto r = run_anvil({"train", "--data", "x", "--mode", "zero3"});
-  EXPECT_NE(r.out.find("--mode must be one of ddp|fsdp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--mode must be one of auto|ddp|fsdp"), std::string::npos) << r.out;
 }
 
 TEST(Cli, InitPresetAndConfig) {

@@ -7,6 +7,8 @@
 //    where an odd set leaves one rank a padding block);
 //  - the eval set is packed as the training data, --assistant-only-loss included: its
 //    target count is that of `anvil prepare --assistant-only-loss` on the same rows;
+//  - on 2 fsdp ranks evaluated after every step, the eval losses are ddp's: the last
+//    block FSDP keeps gathered after a forward is never reused across an update;
 //  - eval_loss in the --metrics lines, the log line, the run's last line, the ETA.
 #include <gtest/gtest.h>
 
@@ -154,6 +156,28 @@ TEST_F(Eval, AllRanksAndPadding) {
   const double want = grad_loss("eval2r", "eval3");
   EXPECT_NEAR(eval.eval_losses.at(6), want, 2e-6 * want);
   EXPECT_NE(eval.out.find("(3 blocks, 108 tokens"), std::string::npos) << eval.out;
+}
+
+// FSDP keeps the last block gathered from its forward to its backward; an evaluation's
+// forward has no backward, so its kept copy must not be used after the next update. One
+// eval round (odd) after every step: the eval losses are ddp's (which keeps nothing), and
+// the training is unchanged.
+TEST_F(Eval, FsdpEvalEveryStepUsesTheUpdatedWeights) {
+  const TrainRun plain = train("plain_fsdp", 2, {});
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  const std::vector<std::string> every = {"--eval-data", *dir_ + "/eval2.safetensors", "--eval-every", "1"};
+  const TrainRun fsdp = train("every_fsdp", 2, every);
+  std::vector<std::string> ddp_args = every;
+  ddp_args.insert(ddp_args.end(), {"--mode", "ddp"});
+  const TrainRun ddp = train("every_ddp", 2, ddp_args);
+  ASSERT_EQ(fsdp.exit_code, 0) << fsdp.out;
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.out;
+  EXPECT_EQ(fsdp.losses, plain.losses);
+  EXPECT_EQ(fsdp.params, plain.params);
+  ASSERT_EQ(fsdp.eval_losses.size(), 6u) << fsdp.out;
+  ASSERT_EQ(ddp.eval_losses.size(), 6u) << ddp.out;
+  for (int64_t s = 1; s <= 6; ++s)
+    EXPECT_NEAR(fsdp.eval_losses.at(s), ddp.eval_losses.at(s), 1e-6 * ddp.eval_losses.at(s)) << "step " << s;
 }
 
 TEST_F(Eval, PackedLikeTrainingDataWithAssistantOnlyLoss) {

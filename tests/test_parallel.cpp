@@ -1,8 +1,9 @@
 // DDP and FSDP on CPU ranks: two ranks follow PyTorch's float64 8-step AdamW run of the
 // tiny-qwen3 fixture (losses 1e-5, final parameters 1e-4); with the same global batch, 1, 2
 // and 4 ranks, with and without accumulation, reach the same losses and parameters (within
-// 1e-5 relative) as one process; and a worker killed mid-run is named by the launcher within
-// seconds.
+// 1e-5 relative) as one process, also as two launchers acting as two nodes and as Slurm
+// tasks; gradients reduced in bf16 stay within bf16 noise of fp32; and a worker killed
+// mid-run is named by the launcher within seconds.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,6 +11,9 @@
 #include <map>
 #include <random>
 
+#include "comm/comm.h"
+#include "comm/socket.h"
+#include "core/fs.h"
 #include "core/json.h"
 #include "io/safetensors.h"
 #include "testing.h"
@@ -45,26 +49,49 @@ class Parallel : public ::testing::Test {
     g.write(*dir_ + "/golden.safetensors");
   }
 
+  static std::vector<std::string> train_args(const std::string& out, const std::string& mode, int micro, int accum,
+                                             const std::string& data = "blocks", int steps = 5) {
+    return {"train", "--device", "cpu", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3", "--data",
+            *dir_ + "/" + data + ".safetensors", "--mode", mode, "--steps", std::to_string(steps), "--micro-batch",
+            std::to_string(micro), "--grad-accum", std::to_string(accum), "--lr", "1e-3", "--log-every", "1",
+            "--metrics", out + ".jsonl", "--export", out, "--export-dtype", "fp32"};
+  }
+
   static TrainRun train(const std::string& tag, const std::string& mode, int nproc, int micro, int accum,
-                        bool defer = false, const std::string& data = "blocks", int steps = 5) {
+                        bool defer = false, const std::vector<std::string>& extra = {},
+                        const std::string& data = "blocks", int steps = 5) {
     const std::string out = *dir_ + "/" + tag;
-    std::vector<std::string> args = {"train", "--device", "cpu", "--model",
-                                     testing::shared_dir() + "/fixtures/tiny-qwen3", "--data",
-                                     *dir_ + "/" + data + ".safetensors", "--mode", mode, "--steps",
-                                     std::to_string(steps), "--micro-batch",
-                                     std::to_string(micro), "--grad-accum", std::to_string(accum), "--lr", "1e-3",
-                                     "--log-every", "1", "--metrics", out + ".jsonl", "--export", out,
-                                     "--export-dtype", "fp32"};
+    std::vector<std::string> args = train_args(out, mode, micro, accum, data, steps);
     if (nproc > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc)});
     if (defer) args.push_back("--fsdp-defer-sync");
     if (data == "golden") args.push_back("--no-shuffle");
+    args.insert(args.end(), extra.begin(), extra.end());
     auto r = testing::run_anvil(args);
     EXPECT_EQ(r.exit_code, 0) << tag << ": " << r.out;
+    return read_run(out, tag);
+  }
+
+  // Several anvil processes at once (`env VAR=... anvil ARGS` each), waited for by pid.
+  static void run_together(const std::vector<std::string>& commands, const std::string& tag) {
+    std::string script = "pids=''; ";
+    for (const std::string& c : commands) script += c + " > " + *dir_ + "/" + tag + ".$$.${#pids}.log 2>&1 & pids=\"$pids $!\"; ";
+    script += "rc=0; for p in $pids; do wait $p || rc=1; done; cat " + *dir_ + "/" + tag + ".$$.*.log; exit $rc";
+    auto r = testing::run_command(script);
+    EXPECT_EQ(r.exit_code, 0) << tag << ": " << r.out;
+  }
+
+  static std::string command_line(const std::vector<std::string>& args, const std::string& env = "") {
+    std::string c = "env " + env + " '" + testing::anvil_binary() + "'";
+    for (const std::string& a : args) c += " '" + a + "'";
+    return c;
+  }
+
+  static TrainRun read_run(const std::string& out, const std::string& tag) {
     TrainRun run;
     std::ifstream m(out + ".jsonl");
     std::string line;
     while (std::getline(m, line)) run.losses.push_back(json_parse(line, tag)["loss"].get<double>());
-    if (r.exit_code == 0) {
+    if (path_exists(out + "/model.safetensors")) {
       SafetensorsFile f(out + "/model.safetensors");
       for (auto& t : f.tensors()) run.params[t.name] = read_as_f64(t);
     }
@@ -90,7 +117,7 @@ TEST_F(Parallel, TwoRanksFollowTheFloat64GoldenRun) {
   SafetensorsFile gold(fx + "/golden_adamw.safetensors");
   for (const char* mode : {"ddp", "fsdp"}) {
     // golden_curve.json's settings: lr 1e-3, no weight decay, clipping at 1, 8 steps of 2 rows.
-    const TrainRun run = train(std::string("golden_") + mode, mode, 2, 1, 1, false, "golden", 8);
+    const TrainRun run = train(std::string("golden_") + mode, mode, 2, 1, 1, false, {}, "golden", 8);
     ASSERT_EQ(run.losses.size(), 8u) << mode;
     for (size_t i = 0; i < 8; ++i) {
       const double want = curve["fp64"][i]["loss"].get<double>();
@@ -115,6 +142,76 @@ TEST_F(Parallel, SameGlobalBatchSameResultInEveryLayout) {
       expect_same(train(tag, mode, l.nproc, l.micro, l.accum), base, tag);
     }
   expect_same(train("fsdp_defer_n2_b1_k2", "fsdp", 2, 1, 2, true), base, "fsdp, gradient sync deferred");
+}
+
+// Two launchers on this machine act as two nodes of 2 CPU ranks each, over loopback.
+TEST_F(Parallel, TwoNodesOfTwoRanksMatchOneProcess) {
+  const TrainRun base = train("nodes_base", "ddp", 1, 4, 1);
+  for (const char* mode : {"ddp", "fsdp"}) {
+    const std::string tag = std::string("nodes_") + mode, out = *dir_ + "/" + tag;
+    const std::string port = std::to_string(net::free_tcp_port());
+    std::vector<std::string> cmds;
+    for (int node = 0; node < 2; ++node) {
+      std::vector<std::string> args = train_args(out, mode, 1, 1);
+      args.insert(args.end(), {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", std::to_string(node),
+                               "--master-addr", "127.0.0.1", "--master-port", port});
+      cmds.push_back(command_line(args));
+    }
+    run_together(cmds, tag);
+    expect_same(read_run(out, tag), base, tag);
+  }
+}
+
+// srun's task variables, without RANK: four tasks join as one group.
+TEST_F(Parallel, SlurmTasksJoinWithoutRank) {
+  const TrainRun base = train("slurm_base", "fsdp", 1, 4, 1);
+  const std::string out = *dir_ + "/slurm", port = std::to_string(net::free_tcp_port());
+  std::vector<std::string> cmds;
+  for (int task = 0; task < 4; ++task)
+    cmds.push_back(command_line(train_args(out, "fsdp", 1, 1),
+                                "-u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR SLURM_PROCID=" + std::to_string(task) +
+                                    " SLURM_NTASKS=4 SLURM_LOCALID=" + std::to_string(task % 2) +
+                                    " SLURM_JOB_NODELIST='localhost,other[1-3]' MASTER_PORT=" + port));
+  run_together(cmds, "slurm");
+  expect_same(read_run(out, "slurm"), base, "slurm");
+}
+
+TEST_F(Parallel, AutoModeSaysWhichAndWhy) {
+  std::vector<std::string> args = train_args(*dir_ + "/auto", "auto", 1, 1);
+  args.insert(args.end(), {"--nproc-per-node", "2"});
+  auto r = testing::run_anvil(args);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("on 2 x cpu (ddp, auto: host memory is not planned, so ddp)"), std::string::npos) << r.out;
+}
+
+TEST(SlurmNodeList, FirstHost) {
+  EXPECT_EQ(slurm_first_host("node[01-04,07]"), "node01");
+  EXPECT_EQ(slurm_first_host("node[7,9-12]"), "node7");
+  EXPECT_EQ(slurm_first_host("gpu-a1,gpu-b2"), "gpu-a1");
+  EXPECT_EQ(slurm_first_host("rack[3-4]-n[1-2],x"), "rack3-n[1-2]");
+  EXPECT_EQ(slurm_first_host("a[001-100]-ib"), "a001-ib");
+  EXPECT_EQ(slurm_first_host("single"), "single");
+  EXPECT_THROW(slurm_first_host("node[01-04"), Error);
+}
+
+// Gradients reduced in bf16: the losses stay within bf16 noise of the fp32 reduction
+// (which is unchanged: the runs above), and they do differ (the bf16 path ran).
+TEST_F(Parallel, Bf16ReductionStaysWithinBf16Noise) {
+  const TrainRun base = train("bf16_base", "ddp", 1, 4, 1);
+  for (const char* mode : {"ddp", "fsdp"}) {
+    const std::string tag = std::string("bf16_") + mode;
+    const TrainRun fp32 = train(tag + "_fp32", mode, 2, 1, 2, false, {"--reduce-dtype", "fp32"});
+    const TrainRun bf16 = train(tag, mode, 2, 1, 2, false, {"--reduce-dtype", "bf16"});
+    expect_same(fp32, base, tag + " fp32");
+    ASSERT_EQ(bf16.losses.size(), 5u) << tag;
+    EXPECT_EQ(bf16.losses[0], fp32.losses[0]) << "the first forward precedes any reduction";
+    double worst = 0;
+    for (size_t i = 0; i < 5; ++i) worst = std::max(worst, std::abs(bf16.losses[i] - fp32.losses[i]) / fp32.losses[i]);
+    EXPECT_GT(worst, 0) << tag << ": identical to fp32, so the bf16 path did not run";
+    EXPECT_LT(worst, 1e-3) << tag;
+    for (auto& [name, w] : fp32.params)
+      EXPECT_TRUE(testing::close_rel_l2(bf16.params.at(name), w, 2e-2)) << tag << " " << name;
+  }
 }
 
 TEST_F(Parallel, SameRunSameBits) {

@@ -1,6 +1,8 @@
 // The memory plan: closed-form parts, the advice of the rule, and `anvil plan` itself.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/json.h"
 #include "core/error.h"
 #include "model/params.h"
@@ -23,7 +25,7 @@ TEST(Plan, ModelStatesFollowTheUnits) {
   EXPECT_EQ(d.optimizer, 8 * padded1);
   EXPECT_EQ(d.grads, 4 * padded1);
   EXPECT_EQ(d.weights, 2 * padded1) << "bf16 compute copies";
-  in.mode = "fsdp";
+  in.mode = ParallelMode::kFsdp;
   in.world = 8;
   const int64_t padded8 = ParamTable(in.config, 8).total_padded();
   MemoryPlan f = plan_memory(in);
@@ -33,6 +35,28 @@ TEST(Plan, ModelStatesFollowTheUnits) {
   // Recomputation keeps one block's activations instead of every block's.
   in.recompute = Recompute::kFull;
   EXPECT_LT(plan_memory(in).activations, f.activations / 4);
+}
+
+TEST(Plan, Bf16ReductionBuffers) {
+  PlanInput in;
+  in.config = preset_config("qwen3-1.7b");
+  in.world = 2;
+  int64_t largest = 0;
+  const ParamTable table(in.config, 2);
+  for (const UnitInfo& u : table.units()) largest = std::max(largest, u.padded);
+  const MemoryPlan d32 = plan_memory(in);
+  in.reduce_dtype = DType::kBF16;
+  EXPECT_EQ(plan_memory(in).grads, d32.grads + 2 * 2 * largest) << "ddp: two bf16 unit copies";
+  in.mode = ParallelMode::kFsdp;
+  const MemoryPlan f16 = plan_memory(in);
+  in.reduce_dtype = DType::kF32;
+  EXPECT_LT(f16.grads, plan_memory(in).grads) << "fsdp: a bf16 copy replaces the F32 unit being reduced";
+  in.world = 1;
+  in.mode = ParallelMode::kDdp;
+  in.reduce_dtype = DType::kBF16;
+  PlanInput one;
+  one.config = in.config;
+  EXPECT_EQ(plan_memory(in).grads, plan_memory(one).grads) << "one rank reduces nothing";
 }
 
 // The backend's shared scratch holds the larger of the cross-entropy chunk and attention's
@@ -88,33 +112,34 @@ TEST(Plan, AdviceFollowsTheRule) {
   PlanInput in;
   in.config = preset_config("qwen3-1.7b");
   PlanAdvice a = advise(in, Recompute::kNone, kH200Bytes);
-  EXPECT_EQ(a.mode, "ddp");
+  EXPECT_EQ(a.mode, ParallelMode::kDdp);
   // Qwen3-8B on one H200: ddp (with bf16 copies of all weights) does not fit; fsdp (copies
   // made per unit) does, even without recomputation; with a tighter GPU, auto recomputes.
   in.config = preset_config("qwen3-8b");
   a = advise(in, Recompute::kAuto, kH200Bytes);
   EXPECT_FALSE(plan_fits(a.ddp, kH200Bytes));
-  EXPECT_EQ(a.mode, "fsdp") << plan_table(a, in, kH200Bytes);
+  EXPECT_EQ(a.mode, ParallelMode::kFsdp) << plan_table(a, in, kH200Bytes);
   EXPECT_EQ(a.fsdp.recompute, Recompute::kNone);
   // Auto takes the fastest that fits: none, then selective, then full.
   a = advise(in, Recompute::kAuto, a.fsdp.total());
-  EXPECT_EQ(a.mode, "fsdp");
+  EXPECT_EQ(a.mode, ParallelMode::kFsdp);
   EXPECT_EQ(a.fsdp.recompute, Recompute::kSelective);
   PlanInput full = in;
-  full.mode = "fsdp";
+  full.mode = ParallelMode::kFsdp;
   full.recompute = Recompute::kFull;
   const int64_t tight = plan_memory(full).total() + kPlanReserve;
   a = advise(in, Recompute::kAuto, tight);
-  EXPECT_EQ(a.mode, "fsdp");
+  EXPECT_TRUE(a.fits);
+  EXPECT_EQ(a.mode, ParallelMode::kFsdp);
   EXPECT_EQ(a.fsdp.recompute, Recompute::kFull);
-  EXPECT_EQ(advise(in, Recompute::kAuto, tight - 1).mode, "") << "nothing fits a byte less";
+  EXPECT_FALSE(advise(in, Recompute::kAuto, tight - 1).fits) << "nothing fits a byte less";
   // Qwen3-32B on one GPU: nothing fits, and the advice says how many GPUs would.
   in.config = preset_config("qwen3-32b");
   a = advise(in, Recompute::kAuto, kH200Bytes);
-  EXPECT_EQ(a.mode, "");
+  EXPECT_FALSE(a.fits);
   EXPECT_NE(a.message.find("GPUs"), std::string::npos) << a.message;
   in.world = 8;
-  EXPECT_EQ(advise(in, Recompute::kAuto, kH200Bytes).mode, "fsdp");
+  EXPECT_EQ(advise(in, Recompute::kAuto, kH200Bytes).mode, ParallelMode::kFsdp);
 }
 
 TEST(Plan, Command) {

@@ -35,7 +35,8 @@ namespace {
 // anvil bench step: flags -> BenchStepOptions -> run_bench_step (run/bench_step.h).
 int bench_step(int argc, char** argv) {
   BenchStepOptions o;
-  std::string nproc;
+  LaunchFlags launch;
+  std::string mode = "ddp", reduce_dtype = "fp32";
   bool no_overlap = false;
   std::string recompute = "none";
   Args a("bench step", "Training-step benchmark on random weights and tokens: one JSON line with tokens/s, MFU, the\n"
@@ -45,7 +46,8 @@ int bench_step(int argc, char** argv) {
       .opt("--seq-len", &o.seq_len, "T", "tokens per sequence")
       .opt("--micro-batch", &o.micro_batch, "B", "sequences per micro-batch")
       .opt("--grad-accum", &o.grad_accum, "K", "micro-batches per step")
-      .choice("--mode", &o.mode, {"ddp", "fsdp"}, "parallel mode")
+      .choice("--mode", &mode, {"auto", "ddp", "fsdp"}, "parallel mode (auto: ddp when the plan fits, else fsdp)")
+      .choice("--reduce-dtype", &reduce_dtype, {"fp32", "bf16"}, "gradient reduction dtype (see anvil train --help)")
       .choice("--recompute", &recompute, {"none", "selective", "full", "auto"},
               "activation recomputation (auto: the fastest that fits)")
       .opt("--steps", &o.steps, "N", "steps in all (then up to 3 more with the phases timed)")
@@ -54,15 +56,17 @@ int bench_step(int argc, char** argv) {
       .flag("--no-overlap-optimizer", &no_overlap,
             "run the optimizer alone after the backward instead of beside the next forward (the same results; "
             "for comparison)")
-      .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]")
-      .opt("--nproc-per-node", &nproc, "gpu|N", "launch this many ranks here");
+      .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]");
+  launch.declare(a);
   if (!a.parse(argc, argv)) return 0;
+  o.mode = parse_parallel_mode(mode);
+  o.reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   o.overlap_optimizer = !no_overlap;
   o.recompute = parse_recompute(recompute);
   const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
-  if (launch_if_requested("bench", nproc, on_gpu, argc + 1, argv - 1)) return 0;  // argv[-1] is "step"
+  if (launch_if_requested("bench", launch, on_gpu, argc + 1, argv - 1)) return 0;  // argv[-1] is "step"
   const Json j = run_bench_step(o);
-  if (env_rank() <= 0) print(j.dump() + "\n");
+  if (comm_options_from_env().rank == 0) print(j.dump() + "\n");
   return 0;
 }
 
@@ -70,7 +74,8 @@ int bench_step(int argc, char** argv) {
 
 int cmd_bench(int argc, char** argv) {
   if (argc >= 1 && std::string(argv[0]) == "step") return bench_step(argc - 1, argv + 1);
-  std::string what, min_b = "8", max_b, dtype = "bf16", nproc, device = "cuda";
+  std::string what, min_b = "8", max_b, dtype = "bf16", device = "cuda";
+  LaunchFlags launch;
   int64_t iters = 20, warmup = 5, root = 0;
   double factor = 2.0;
   bool json = false;
@@ -86,9 +91,9 @@ int cmd_bench(int argc, char** argv) {
       .opt("--iters", &iters, "N", "timed iterations per size")
       .opt("--warmup", &warmup, "N", "untimed iterations per size")
       .opt("--root", &root, "RANK", "root of broadcast")
-      .opt("--nproc-per-node", &nproc, "gpu|N", "launch this many ranks here (gpu: one per visible GPU)")
       .choice("--device", &device, {"cuda", "cpu"}, "GPUs through NCCL, or CPU ranks through TCP")
       .flag("--json", &json, "print JSON instead of the table");
+  launch.declare(args);
   if (!args.parse(argc, argv)) return 0;
 
   const bool on_gpu = device == "cuda";
@@ -111,7 +116,7 @@ int cmd_bench(int argc, char** argv) {
   o.root = static_cast<int>(root);
   bench_sizes(o, 1);  // usage errors before any worker starts
 
-  if (launch_if_requested("bench", nproc, on_gpu, argc, argv)) return 0;
+  if (launch_if_requested("bench", launch, on_gpu, argc, argv)) return 0;
 
   CommOptions co = comm_options_from_env();
   if (co.world > 1) log_set_rank(co.rank);
@@ -119,7 +124,7 @@ int cmd_bench(int argc, char** argv) {
     ANVIL_ENSURE(gpu_count() > 0, kNoDevice, "anvil bench: no GPU is visible (no driver, no GPU, or "
                  "CUDA_VISIBLE_DEVICES empty); use --device cpu for CPU ranks");
     const std::string note = cat("collectives need two or more GPUs; this run has one (", gpu_count(),
-                                 " visible, --nproc-per-node ", nproc.empty() ? "not given" : nproc,
+                                 " visible, --nproc-per-node ", launch.nproc.empty() ? "not given" : launch.nproc,
                                  "), so it measures what one GPU can: device copy bandwidth");
     std::vector<CopyRow> rows = bench_device_copy(co.local_rank, o);
     if (json) {

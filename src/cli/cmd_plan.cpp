@@ -11,7 +11,7 @@
 namespace anvil {
 
 int cmd_plan(int argc, char** argv) {
-  std::string model, preset, mode = "ddp", recompute = "auto";
+  std::string model, preset, mode = "ddp", recompute = "auto", reduce_dtype = "fp32";
   int64_t nproc = 1, seq_len = 2048, micro_batch = 1;
   double gpu_mem = 0;
   bool json = false;
@@ -25,6 +25,7 @@ int cmd_plan(int argc, char** argv) {
       .opt("--micro-batch", &micro_batch, "B", "sequences per micro-batch")
       .choice("--recompute", &recompute, {"none", "selective", "full", "auto"},
               "activation recomputation (auto: the fastest that fits)")
+      .choice("--reduce-dtype", &reduce_dtype, {"fp32", "bf16"}, "gradient reduction dtype (as anvil train)")
       .opt("--gpu-mem", &gpu_mem, "GiB", "memory per GPU [default: 139.8, an H200's]")
       .flag("--json", &json, "print one JSON object");
   if (!a.parse(argc, argv)) return 0;
@@ -36,7 +37,8 @@ int cmd_plan(int argc, char** argv) {
   in.world = static_cast<int>(nproc);
   in.seq_len = seq_len;
   in.micro_batch = micro_batch;
-  in.mode = mode;
+  in.mode = parse_parallel_mode(mode);
+  in.reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
   const PlanAdvice adv = advise(in, parse_recompute(recompute), gpu_bytes);
   if (json) {
@@ -45,7 +47,7 @@ int cmd_plan(int argc, char** argv) {
                   {"activations", p.activations}, {"workspace", p.workspace}, {"total", p.total()},
                   {"recompute", recompute_name(p.recompute)}};
     };
-    Json j = {{"gpu_bytes", gpu_bytes}, {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)}, {"advice", adv.mode},
+    Json j = {{"gpu_bytes", gpu_bytes}, {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)}, {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""},
               {"message", adv.message}};
     std::printf("%s\n", j.dump().c_str());
   } else {

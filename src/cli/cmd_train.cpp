@@ -11,7 +11,8 @@ int cmd_train(int argc, char** argv) {
   TrainOptions o;
   bool no_shuffle = false, no_overlap = false;
   std::string recompute = "none";
-  std::string nproc;
+  LaunchFlags launch;
+  std::string mode = "auto", reduce_dtype = "fp32";
   Args a("train", "Full fine-tune a Qwen3, Qwen2 or Llama 3 model: fp32 master weights, AdamW, clipping at 1.0,\n"
                   "gradient accumulation; the loss every --log-every steps, tokens/s and peak memory at the end.");
   a.config("--config")
@@ -33,10 +34,14 @@ int cmd_train(int argc, char** argv) {
       .flag("--assistant-only-loss", &o.assistant_only_loss, "train only on the assistant turns of chats")
       .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed rows instead of stopping")
       .opt("--device", &o.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]")
-      .choice("--mode", &o.mode, {"ddp", "fsdp"}, "replicated (ddp) or sharded (fsdp) parameters")
-      .opt("--nproc-per-node", &nproc, "gpu|N",
-           "launch this many ranks here (gpu: one per visible GPU); without it, a worker joins from RANK, "
-           "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT when they are set")
+      .choice("--mode", &mode, {"auto", "ddp", "fsdp"},
+              "replicated (ddp) or sharded (fsdp) parameters; auto: ddp when the memory plan fits the GPU, else fsdp "
+              "(the log says which and why)")
+      .choice("--reduce-dtype", &reduce_dtype, {"fp32", "bf16"},
+              "dtype of the gradient all-reduce (ddp) / reduce-scatter (fsdp). bf16 halves the bytes sent; each "
+              "rank's gradient is rounded to bf16 (8 significant bits, relative error up to 2^-9) before the sum, "
+              "and NCCL may round partial sums too, so the summed gradient carries about 3 significant digits "
+              "(masters, AdamW state and the norm stay fp32)")
       .opt("--seq-len", &o.seq_len, "T", "tokens per sequence (must match the data's blocks)")
       .opt("--steps", &o.steps, "N", "optimizer steps")
       .opt("--micro-batch,--batch", &o.micro_batch, "B", "sequences per micro-batch")
@@ -72,9 +77,12 @@ int cmd_train(int argc, char** argv) {
       .opt("--on-save", &o.on_save, "CMD",
            "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "
            "machine); --keep-last keeps what a copy still needs");
+  launch.declare(a);
   if (!a.parse(argc, argv)) return 0;
   const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
-  if (launch_if_requested("train", nproc, on_gpu, argc, argv)) return 0;
+  if (launch_if_requested("train", launch, on_gpu, argc, argv)) return 0;
+  o.mode = parse_parallel_mode(mode);
+  o.reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   o.shuffle = !no_shuffle;
   o.config_toml = "# anvil train settings, as resolved; anvil train --config FILE reads them\n" + a.to_toml();
   o.overlap_optimizer = !no_overlap;

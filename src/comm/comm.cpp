@@ -12,19 +12,41 @@ namespace anvil {
 
 const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : "avg"; }
 
+std::string slurm_first_host(const std::string& nodelist) {
+  const size_t end = nodelist.find_first_of(",[");
+  if (end == std::string::npos || nodelist[end] == ',') return nodelist.substr(0, end);
+  // prefix[a-b,c,...]suffix: the prefix, the first number as written (zero padding kept),
+  // and the suffix up to the next host.
+  const size_t close = nodelist.find(']', end);
+  ANVIL_ENSURE(close != std::string::npos, kInvalidInput, "SLURM_JOB_NODELIST='", nodelist, "': no closing ]");
+  const size_t first_end = nodelist.find_first_of("-,]", end + 1);
+  const size_t next = nodelist.find(',', close);
+  return nodelist.substr(0, end) + nodelist.substr(end + 1, first_end - end - 1) +
+         nodelist.substr(close + 1, next == std::string::npos ? std::string::npos : next - close - 1);
+}
+
 CommOptions comm_options_from_env() {
   CommOptions o;
   o.timeout_s = static_cast<double>(env_comm_timeout_s());
   ANVIL_ENSURE(o.timeout_s > 0, kInvalidInput, "ANVIL_COMM_TIMEOUT_S must be positive, got ", o.timeout_s);
-  if (env_rank() < 0) return o;
-  o.rank = static_cast<int>(env_rank());
-  o.world = static_cast<int>(env_world_size());
-  ANVIL_ENSURE(o.world >= 1, kInvalidInput, "RANK is set (", o.rank, ") but WORLD_SIZE is not");
-  ANVIL_ENSURE(o.rank < o.world, kInvalidInput, "RANK=", o.rank, " is not below WORLD_SIZE=", o.world);
-  o.local_rank = env_local_rank() >= 0 ? static_cast<int>(env_local_rank()) : o.rank;
-  o.master_addr = env_master_addr().empty() ? "127.0.0.1" : env_master_addr();
+  const bool slurm = env_rank() < 0 && env_int("SLURM_PROCID", -1) >= 0;
+  if (env_rank() < 0 && !slurm) return o;
+  o.joined = true;
+  const char* rank_var = slurm ? "SLURM_PROCID" : "RANK";
+  const char* world_var = slurm ? "SLURM_NTASKS" : "WORLD_SIZE";
+  o.rank = static_cast<int>(slurm ? env_int("SLURM_PROCID", -1) : env_rank());
+  o.world = static_cast<int>(slurm ? env_int("SLURM_NTASKS", -1) : env_world_size());
+  ANVIL_ENSURE(o.world >= 1, kInvalidInput, rank_var, " is set (", o.rank, ") but ", world_var, " is not");
+  ANVIL_ENSURE(o.rank < o.world, kInvalidInput, rank_var, "=", o.rank, " is not below ", world_var, "=", o.world);
+  const int64_t local = slurm ? env_int("SLURM_LOCALID", -1) : env_local_rank();
+  o.local_rank = local >= 0 ? static_cast<int>(local) : o.rank;
+  o.master_addr = env_master_addr();
+  if (o.master_addr.empty() && slurm) o.master_addr = slurm_first_host(env_str("SLURM_JOB_NODELIST", ""));
+  if (o.master_addr.empty()) o.master_addr = "127.0.0.1";
   o.master_port = static_cast<int>(env_master_port());
-  ANVIL_ENSURE(o.world == 1 || o.master_port > 0, kInvalidInput, "RANK and WORLD_SIZE=", o.world,
+  const int64_t job = env_int("SLURM_JOB_ID", -1);
+  if (o.master_port <= 0 && slurm && job >= 0) o.master_port = static_cast<int>(20000 + job % 20000);
+  ANVIL_ENSURE(o.world == 1 || o.master_port > 0, kInvalidInput, rank_var, " and ", world_var, "=", o.world,
                " are set but MASTER_PORT is not");
   return o;
 }

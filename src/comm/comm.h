@@ -42,6 +42,7 @@ struct CommWork {
 };
 
 struct CommOptions {
+  bool joined = false;  // this process is one rank of a group started by a launcher
   int rank = 0;
   int world = 1;
   int local_rank = 0;  // the GPU of this rank on its machine (NCCL)
@@ -51,8 +52,13 @@ struct CommOptions {
 };
 
 // From RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT and ANVIL_COMM_TIMEOUT_S (as
-// torchrun, srun and anvil's launcher set them); without RANK, a world of one.
+// torchrun and anvil's launcher set them). Without RANK, from Slurm's task variables (a
+// step started by srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of
+// SLURM_JOB_NODELIST as the master (unless MASTER_ADDR is set), MASTER_PORT or else a port
+// derived from SLURM_JOB_ID. With neither, a world of one (joined = false).
 CommOptions comm_options_from_env();
+// The first host of a Slurm node list: "node[01-04,07],gpu1" -> "node01".
+std::string slurm_first_host(const std::string& nodelist);
 
 class Comm {
  public:

@@ -24,6 +24,9 @@ ANVIL_ENV_INT(world_size, "WORLD_SIZE", -1)
 ANVIL_ENV_INT(local_rank, "LOCAL_RANK", -1)
 ANVIL_ENV_INT(master_port, "MASTER_PORT", -1)
 ANVIL_ENV_INT(comm_timeout_s, "ANVIL_COMM_TIMEOUT_S", 600)
+// 1: the NCCL comm's stream at the GPU's highest priority, level with the compute stream
+// (which runs there so that it goes ahead of the optimizer's side queue); 0: the lowest.
+ANVIL_ENV_INT(nccl_high_priority, "ANVIL_NCCL_HIGH_PRIORITY", 0)
 // ANVIL_FAULT (tests of reliability) is read by core/fault.h alone.
 // Linear layers of at most 8 rows (decode steps) through the GEMV kernel (0: cuBLASLt), for
 // timing comparisons.

@@ -146,6 +146,13 @@ void SafetensorsSet::read_f32(const std::string& name, const Shape& shape, float
   convert_to_f32(t->data, t->dtype, static_cast<size_t>(t->shape.numel()), out);
 }
 
+void release_mapped_pages(const void* data, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 void convert_to_f32(const void* src, DType dtype, size_t n, float* out) {
   switch (dtype) {
     case DType::kF32:

@@ -66,6 +66,12 @@ class SafetensorsSet {
   std::map<std::string, std::pair<size_t, const SafeTensorInfo*>> where_;
 };
 
+// Drops the whole pages inside [data, data + bytes) of a read-only mapping from this
+// process's resident memory (the page cache keeps them; a later read faults them back):
+// a rank that streams its share of a large file unit by unit does not keep the file mapped
+// in its RSS.
+void release_mapped_pages(const void* data, size_t bytes);
+
 // Converts n elements of src (any float dtype) to float.
 void convert_to_f32(const void* src, DType dtype, size_t n, float* out);
 // Reads one tensor of a single file into doubles (any float or integer dtype): tests, tools.

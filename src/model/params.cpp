@@ -3,6 +3,22 @@
 #include "core/error.h"
 
 namespace anvil {
+
+ParallelMode parse_parallel_mode(const std::string& name) {
+  if (name == "auto") return ParallelMode::kAuto;
+  if (name == "ddp") return ParallelMode::kDdp;
+  if (name == "fsdp") return ParallelMode::kFsdp;
+  raise(ErrorKind::kUsage, "unknown mode '", name, "' (auto, ddp or fsdp)");
+}
+
+const char* parallel_mode_name(ParallelMode mode) {
+  switch (mode) {
+    case ParallelMode::kAuto: return "auto";
+    case ParallelMode::kDdp: return "ddp";
+    case ParallelMode::kFsdp: return "fsdp";
+  }
+  return "?";
+}
 namespace {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }

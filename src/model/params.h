@@ -18,6 +18,14 @@
 
 namespace anvil {
 
+// How the units are laid over the ranks: replicated (ddp: every rank owns whole units) or
+// sharded (fsdp: rank r owns slice r of every unit). kAuto is the CLI's choice, resolved
+// by the trainer from the memory plan (ddp when it fits, else fsdp) before anything runs.
+enum class ParallelMode { kAuto, kDdp, kFsdp };
+// "auto" | "ddp" | "fsdp" (a kUsage error otherwise), and back.
+ParallelMode parse_parallel_mode(const std::string& name);
+const char* parallel_mode_name(ParallelMode mode);
+
 struct ParamEntry {
   std::string name;  // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
   int unit = 0;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <memory>
 #include <random>
 
 #include "core/bf16.h"
@@ -18,10 +19,15 @@ HostUnits make_host_units(const ParamTable& table) {
   return units;
 }
 
-void load_hf_weights(const std::string& model_dir, const ParamTable& table, HostUnits& units) {
-  SafetensorsSet set(model_dir);
-  for (auto& e : table.entries())
-    set.read_f32(e.name, e.shape, units[static_cast<size_t>(e.unit)].data() + e.offset);
+UnitReader host_units_reader(const HostUnits& units) {
+  return [&units](int unit, int64_t begin, int64_t end, float* out) {
+    const std::vector<float>& u = units[static_cast<size_t>(unit)];
+    std::copy(u.begin() + begin, u.begin() + end, out);
+  };
+}
+
+namespace {
+void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const ParamTable& table) {
   std::string unused;
   int n_unused = 0;
   for (auto& name : set.names()) {
@@ -31,7 +37,35 @@ void load_hf_weights(const std::string& model_dir, const ParamTable& table, Host
   }
   if (n_unused > 0) log_warn(model_dir, ": ", n_unused, " tensor(s) not used by the model (", unused, n_unused > 3 ? ", ..." : "", ")");
 }
+}  // namespace
 
+UnitReader hf_weights_reader(const std::string& model_dir, const ParamTable& table) {
+  auto set = std::make_shared<SafetensorsSet>(model_dir);
+  warn_unused(model_dir, *set, table);
+  return [set, &table](int unit, int64_t begin, int64_t end, float* out) {
+    std::fill(out, out + (end - begin), 0.0f);
+    std::vector<float> whole;  // one tensor, when only part of it is wanted
+    for (const ParamEntry& e : table.entries()) {
+      if (e.unit != unit || e.offset >= end || e.offset + e.numel() <= begin) continue;
+      const int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel());
+      if (lo == e.offset && hi == e.offset + e.numel()) {
+        set->read_f32(e.name, e.shape, out + (lo - begin));
+      } else {
+        whole.resize(static_cast<size_t>(e.numel()));
+        set->read_f32(e.name, e.shape, whole.data());
+        std::copy(whole.begin() + (lo - e.offset), whole.begin() + (hi - e.offset), out + (lo - begin));
+      }
+      if (const SafeTensorInfo* t = set->find(e.name)) release_mapped_pages(t->data, t->bytes);
+    }
+  };
+}
+
+void load_hf_weights(const std::string& model_dir, const ParamTable& table, HostUnits& units) {
+  SafetensorsSet set(model_dir);
+  for (auto& e : table.entries())
+    set.read_f32(e.name, e.shape, units[static_cast<size_t>(e.unit)].data() + e.offset);
+  warn_unused(model_dir, set, table);
+}
 void init_weights(const ModelConfig& config, const ParamTable& table, uint64_t seed, HostUnits& units) {
   // Each tensor is cut into fixed chunks with their own generator, seeded from (seed,
   // tensor, chunk): the same weights whatever the number of threads, and a 32B model

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,16 @@ namespace anvil {
 // Host fp32 copies of every unit (padded length, padding zero).
 using HostUnits = std::vector<std::vector<float>>;
 HostUnits make_host_units(const ParamTable& table);
+
+// Fills out[0, end - begin) with elements [begin, end) of one unit (padding zero). The
+// Trainer loads its parameters through one, unit by unit and each rank only the elements
+// it owns, so host memory holds at most one unit's worth beyond what the rank keeps.
+using UnitReader = std::function<void(int unit, int64_t begin, int64_t end, float* out)>;
+UnitReader host_units_reader(const HostUnits& units);  // units must outlive the reader
+// From the model folder's safetensors (mapped; read pages are dropped from this process's
+// memory after use). Missing or mis-shaped tensors are errors naming the file and tensor
+// (when their unit is read); unused tensors are reported once, here.
+UnitReader hf_weights_reader(const std::string& model_dir, const ParamTable& table);
 
 // Reads every parameter of the table from the model folder's safetensors (single file or
 // sharded) into host units. Missing or mis-shaped tensors are errors naming the file and

@@ -47,7 +47,7 @@ class Ops {
   virtual void upload(Tensor dst, const void* host_src) = 0;    // host -> dst, same dtype
   virtual void download(void* host_dst, Tensor src) = 0;        // src -> host, same dtype
   virtual void zero(Tensor t) = 0;
-  virtual void convert(Tensor dst, Tensor src) = 0;  // elementwise dtype conversion (F32 <-> compute)
+  virtual void convert(Tensor dst, Tensor src) = 0;  // elementwise dtype conversion (F32 <-> BF16, or a copy)
   virtual void synchronize() = 0;  // the host waits for every op issued, on either queue
   // The main stream (a cudaStream_t), for ordering collectives; nullptr on the CPU.
   virtual void* stream() { return nullptr; }

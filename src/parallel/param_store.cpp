@@ -22,12 +22,6 @@ class OnQueue {
 
 }  // namespace
 
-ParallelMode parse_parallel_mode(const std::string& name) {
-  if (name == "ddp") return ParallelMode::kDdp;
-  if (name == "fsdp") return ParallelMode::kFsdp;
-  raise(ErrorKind::kUsage, "unknown mode '", name, "' (ddp or fsdp)");
-}
-
 ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode)
     : table_(table), ops_(ops), comm_(comm), mode_(mode) {
   world_ = comm ? comm->world() : 1;
@@ -46,7 +40,14 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
   }
   updating_.assign(table.units().size(), 0);
   if (sharded()) rs_tmp_ = make(max_shard, DType::kF32);
+  if (sharded() && table.norm_unit() > 1) keep_unit_ = table.norm_unit() - 1;  // the last block
   scratch_ = make(1, DType::kF32);
+}
+
+void ParamStore::set_reduce_dtype(DType dtype) {
+  ANVIL_ENSURE(dtype == DType::kF32 || dtype == DType::kBF16, kInternal, "gradient reduction in ", dtype_name(dtype));
+  reduce_dtype_ = dtype;
+  if (sharded() && dtype == DType::kBF16 && !rs_tmp16_.data) rs_tmp16_ = make(rs_tmp_.numel(), DType::kBF16);
 }
 
 ParamStore::~ParamStore() {
@@ -54,6 +55,7 @@ ParamStore::~ParamStore() {
   for (auto& [size, p] : pool_) ops_.release(p);
   for (auto& [u, t] : gathered_) ops_.release(t.data);
   for (auto& [u, t] : full_grads_) ops_.release(t.data);
+  if (pending_unit_ >= 0) ops_.release(pending_full_.data);
 }
 
 Tensor ParamStore::make(int64_t n, DType dtype) {
@@ -82,25 +84,38 @@ int64_t ParamStore::owned_offset(int unit) const {
   return sharded() ? rank_ * table_.units()[static_cast<size_t>(unit)].shard() : 0;
 }
 
-void ParamStore::load(const HostUnits& units) {
-  ANVIL_ASSERT(units.size() == master_.size());
+// The owned elements of every unit, unit by unit: written in place on the CPU, through one
+// host buffer of the largest owned part on a GPU.
+void ParamStore::fill(const std::vector<Tensor>& owned, const UnitReader& reader) {
   finish_optimizer();
-  for (size_t u = 0; u < units.size(); ++u) {
-    ANVIL_ASSERT(static_cast<int64_t>(units[u].size()) == table_.units()[u].padded);
-    ops_.upload(master_[u], units[u].data() + owned_offset(static_cast<int>(u)));
+  std::vector<float> host;
+  for (size_t u = 0; u < owned.size(); ++u) {
+    const int unit = static_cast<int>(u);
+    const int64_t begin = owned_offset(unit), n = owned[u].numel();
+    if (owned[u].device == Device::kCPU) {
+      reader(unit, begin, begin + n, owned[u].ptr<float>());
+      continue;
+    }
+    host.resize(static_cast<size_t>(std::max<int64_t>(n, static_cast<int64_t>(host.size()))));
+    reader(unit, begin, begin + n, host.data());
+    ops_.upload(owned[u], host.data());
+    ops_.synchronize();  // the host buffer is reused by the next unit
+  }
+}
+
+void ParamStore::load_optimizer_state(const UnitReader& exp_avg, const UnitReader& exp_avg_sq) {
+  fill(m_, exp_avg);
+  fill(v_, exp_avg_sq);
+}
+
+void ParamStore::load(const UnitReader& weights) {
+  fill(master_, weights);
+  for (size_t u = 0; u < master_.size(); ++u) {
     ops_.zero(m_[u]);
     ops_.zero(v_[u]);
   }
   refresh_compute_copies();
   zero_grads();
-}
-
-void ParamStore::load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq) {
-  const size_t u = static_cast<size_t>(unit);
-  ANVIL_ASSERT(u < m_.size());
-  finish_optimizer();
-  ops_.upload(m_[u], exp_avg);
-  ops_.upload(v_[u], exp_avg_sq);
 }
 
 HostUnits ParamStore::download_masters() {
@@ -173,6 +188,10 @@ Tensor ParamStore::weights(int unit) {
     gathered_[unit] = full;
     return full;
   }
+  if (unit == keep_unit_ && keep_ == Keep::kHeld) {  // gathered since its forward
+    keep_ = Keep::kInUse;
+    return gathered_.at(unit);
+  }
   prefetch(unit);
   auto it = in_flight_.find(unit);
   ANVIL_ENSURE(it != in_flight_.end(), kInternal, "unit ", unit, " acquired twice");
@@ -186,6 +205,10 @@ void ParamStore::release(int unit) {
   auto it = gathered_.find(unit);
   ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit) && !copying_.count(unit), kInternal, "unit ", unit,
                " released but not acquired");
+  if (unit == keep_unit_) {
+    keep_ = keep_ == Keep::kNone ? Keep::kHeld : Keep::kNone;
+    if (keep_ == Keep::kHeld) return;  // after its forward: its backward comes next
+  }
   unpool(it->second);
   gathered_.erase(it);
 }
@@ -205,16 +228,40 @@ void ParamStore::finish_pending() {
   if (pending_unit_ < 0) return;
   comm_->wait(pending_work_);
   Tensor owned = grads_[static_cast<size_t>(pending_unit_)];
-  ops_.add(owned, owned, rs_tmp_.slice_rows(0, owned.numel()));
+  if (!sharded()) {  // DDP, bf16: the reduced copy replaces the gradient
+    ops_.convert(owned, pending_full_);
+  } else {
+    Tensor reduced = rs_tmp_.slice_rows(0, owned.numel());
+    if (reduce_dtype_ == DType::kBF16) ops_.convert(reduced, rs_tmp16_.slice_rows(0, owned.numel()));
+    ops_.add(owned, owned, reduced);
+  }
   unpool(pending_full_);
   pending_unit_ = -1;
+}
+
+// One reduction in flight: the previous one is finished (widened or accumulated) before
+// this one starts, so it overlaps the next unit's backward and the bf16 copies stay two.
+void ParamStore::reduce_bf16(int unit, Tensor grad) {
+  const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
+  Tensor copy = pooled(info.padded, DType::kBF16);
+  ops_.convert(copy, grad);
+  pending_work_ = sharded() ? comm_->reduce_scatter(rs_tmp16_.slice_rows(0, info.shard()), copy, ReduceOp::kSum, info.name)
+                            : comm_->all_reduce(copy, ReduceOp::kSum, info.name);
+  pending_unit_ = unit;
+  pending_full_ = copy;
 }
 
 void ParamStore::grads_ready(int unit) {
   if (!comm_ || world_ == 1) return;
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   if (!sharded()) {
-    if (sync_) last_work_ = comm_->all_reduce(grads_[static_cast<size_t>(unit)], ReduceOp::kSum, info.name);
+    if (!sync_) return;
+    if (reduce_dtype_ == DType::kF32) {
+      last_work_ = comm_->all_reduce(grads_[static_cast<size_t>(unit)], ReduceOp::kSum, info.name);
+    } else {
+      finish_pending();
+      reduce_bf16(unit, grads_[static_cast<size_t>(unit)]);
+    }
     return;
   }
   if (defer_sync_ && !sync_) return;  // the full buffer accumulates the next micro-batch too
@@ -223,6 +270,12 @@ void ParamStore::grads_ready(int unit) {
   finish_pending();
   auto it = full_grads_.find(unit);
   ANVIL_ENSURE(it != full_grads_.end(), kInternal, "unit ", unit, " has no gradient buffer");
+  if (reduce_dtype_ == DType::kBF16) {
+    reduce_bf16(unit, it->second);
+    unpool(it->second);  // read by the conversion, queued before any later use of the buffer
+    full_grads_.erase(it);
+    return;
+  }
   pending_work_ = comm_->reduce_scatter(rs_tmp_.slice_rows(0, info.shard()), it->second, ReduceOp::kSum, info.name);
   pending_unit_ = unit;
   // The full buffer returns to the pool only once the collective that reads it is done.
@@ -241,6 +294,15 @@ void ParamStore::finish_collectives() {
   if (!sharded()) comm_->wait(last_work_);
 }
 
+void ParamStore::drop_kept_unit() {
+  if (keep_ == Keep::kNone) return;
+  ANVIL_ENSURE(keep_ == Keep::kHeld, kInternal, "unit ", keep_unit_, " dropped while its backward uses it");
+  auto it = gathered_.find(keep_unit_);
+  unpool(it->second);
+  gathered_.erase(it);
+  keep_ = Keep::kNone;
+}
+
 void ParamStore::await_update(int unit) {
   char& in_flight = updating_[static_cast<size_t>(unit)];
   if (!in_flight) return;
@@ -253,6 +315,7 @@ void ParamStore::finish_optimizer() {
 }
 
 double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double lr) {
+  drop_kept_unit();  // gathered from the weights this update replaces
   finish_optimizer();
   finish_collectives();
   double sq = grad_sum_squares(ops_, grads_, scratch_);

@@ -12,20 +12,27 @@
 //    buffer, freed by release(u) (the backward gathers again); prefetch(u) starts the next
 //    unit's gather while the current unit computes. grads(u) is a pooled
 //    full-unit F32 buffer; grads_ready(u) reduce-scatters it into the owned gradient shard,
-//    every micro-batch (or, with set_defer_sync, once on the last). On one GPU, FSDP is the
-//    same minus the collectives: compute copies are made per unit when needed instead of
-//    kept for the whole model (2 bytes per parameter less: what lets Qwen3-8B train on one
-//    141 GB GPU); prefetch(u) makes the next unit's copy on the ops' copy queue while the
-//    current unit computes.
+//    every micro-batch (or, with set_defer_sync, once on the last). The last block stays
+//    gathered from its forward to its backward (FSDP2's reshard_after_forward=False for
+//    the unit that is needed again first). On one GPU, FSDP is the same minus the
+//    collectives: compute copies are made per unit when needed instead of kept for the
+//    whole model (2 bytes per parameter less: what lets Qwen3-8B train on one 141 GB GPU);
+//    prefetch(u) makes the next unit's copy on the ops' copy queue while the current unit
+//    computes.
 // Gradients are summed, not averaged, across ranks: the loss is normalised by the global
 // count of target tokens (run/trainer.cpp), so the sum is the gradient of the global mean.
 // The optimizer is one AdamW pass over the owned memory and clips by the global norm
 // (squares summed across ranks in FSDP; in DDP every rank holds the same whole gradient).
+// Gradient reduction runs in F32, or in BF16 (set_reduce_dtype): the unit's gradient is
+// rounded to a pooled bf16 copy, reduced, and widened back (DDP) or added to the owned F32
+// shard (FSDP), with one reduction in flight at a time; half the bytes on the wire. All of
+// it is on the main queue, before the norm; the update below starts after it.
 // With overlap (the default), once the norm is known the update runs unit by unit, in
 // forward order, on the ops' side queue: AdamW, the compute copy (DDP), the gradient's
 // zeroing, then an event per unit. The next step's first use of a unit (weights, prefetch,
 // grads) waits for that unit's event only, so the next forward follows the optimizer unit
 // by unit. The same ops on the same data in the same order: the same bits as without.
+// FSDP's kept last block is freed before the update (it would hold the old weights).
 // Everything that reads the state from the host goes through finish_optimizer().
 #pragma once
 
@@ -42,9 +49,6 @@
 
 namespace anvil {
 
-enum class ParallelMode { kDdp, kFsdp };
-ParallelMode parse_parallel_mode(const std::string& name);  // "ddp" | "fsdp"
-
 class ParamStore final : public UnitSource {
  public:
   // comm: null for a single process (then table.world() must be 1).
@@ -53,11 +57,11 @@ class ParamStore final : public UnitSource {
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
-  void load(const HostUnits& units);   // full units on every rank; each keeps what it owns
+  // The masters, unit by unit, only the elements this rank owns; AdamW state zero.
+  void load(const UnitReader& weights);
   HostUnits download_masters();        // full units (FSDP: gathered; every rank must call); finished updates
-  // AdamW m and v of this rank's owned elements of one unit (owned_offset(unit) on, as many
-  // as masters()[unit] holds), from host memory: resuming from a checkpoint.
-  void load_optimizer_state(int unit, const float* exp_avg, const float* exp_avg_sq);
+  // AdamW m and v, read as the masters are (resuming from a checkpoint).
+  void load_optimizer_state(const UnitReader& exp_avg, const UnitReader& exp_avg_sq);
 
   // UnitSource
   Tensor weights(int unit) override;
@@ -72,10 +76,16 @@ class ParamStore final : public UnitSource {
   // last (PyTorch's set_requires_gradient_sync(False)): fewer collectives, the whole
   // model's fp32 gradient in memory.
   void set_defer_sync(bool defer) { defer_sync_ = defer; }
+  void set_reduce_dtype(DType dtype);  // F32 (default) or BF16
   void zero_grads();
   // Makes the compute stream wait for every gradient collective of this step and adds the
   // last reduce-scatter in (optimizer_step does it too; the step benchmark times it).
   void finish_collectives();
+  // FSDP: frees the last block if it is still kept gathered from a forward whose backward
+  // did not come (a forward-only pass, evaluation). The Trainer calls it after each
+  // forward-only pass; optimizer_step calls it before the update, so a kept copy never
+  // outlives the weights it was gathered from.
+  void drop_kept_unit();
   // Clips by the global norm and takes one AdamW step; returns the pre-clip norm (checked
   // finite before anything is updated). Zeroes the gradients it has applied.
   double optimizer_step(const OptimizerConfig& c, int64_t step, double lr);
@@ -101,6 +111,8 @@ class ParamStore final : public UnitSource {
   Tensor pooled(int64_t n, DType dtype, bool exact = false);  // exact: a free buffer of this size only
   void unpool(const Tensor& t);
   void finish_pending();
+  void reduce_bf16(int unit, Tensor grad);
+  void fill(const std::vector<Tensor>& owned, const UnitReader& reader);
   void refresh_compute_copies();
   void await_update(int unit);  // the main queue waits for this unit's update, if in flight
   void copy_ahead(int unit);    // one GPU: the unit's compute copy, made on the copy queue
@@ -115,6 +127,11 @@ class ParamStore final : public UnitSource {
   int world_ = 1, rank_ = 0;
   bool sync_ = true;
   bool defer_sync_ = false;
+  DType reduce_dtype_ = DType::kF32;
+  int keep_unit_ = -1;   // FSDP: the last block, kept gathered from forward to backward
+  // keep_unit_ between its forward release and its backward acquire (kHeld), then in use
+  // by its backward (kInUse), whose release frees it.
+  enum class Keep { kNone, kHeld, kInUse } keep_ = Keep::kNone;
   bool overlap_ = true;
   std::vector<char> updating_;  // per unit: an update on the side queue not yet waited for
   std::set<int> copying_;       // one GPU: units whose copy ahead is not yet waited for
@@ -126,8 +143,9 @@ class ParamStore final : public UnitSource {
   std::map<int, CommWork> in_flight_;                      // FSDP: gathers not yet waited for
   std::multimap<size_t, void*> pool_;                     // free pooled buffers by size
   Tensor rs_tmp_;          // FSDP: the reduce-scatter output awaiting accumulation
-  Tensor pending_full_;    // FSDP: the full gradient that reduce-scatter is reading
-  int pending_unit_ = -1;  // unit whose reduce-scatter is in flight into rs_tmp_
+  Tensor rs_tmp16_;        // FSDP, bf16 reduction: the same in bf16
+  Tensor pending_full_;    // the full gradient (FSDP) or bf16 copy (bf16) being reduced
+  int pending_unit_ = -1;  // unit whose reduction is in flight
   CommWork pending_work_, last_work_;
   Tensor scratch_;
 };

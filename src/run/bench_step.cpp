@@ -38,6 +38,7 @@ Json run_bench_step(const BenchStepOptions& o) {
   spec.preset = o.model.empty() ? o.preset : "";
   spec.device = o.device;
   spec.mode = o.mode;
+  spec.reduce_dtype = o.reduce_dtype;
   spec.recompute = o.recompute;
   spec.micro_batch = o.micro_batch;
   spec.total_steps = o.steps;
@@ -46,8 +47,11 @@ Json run_bench_step(const BenchStepOptions& o) {
   const std::unique_ptr<Comm>& comm = run.comm;
   const int world = run.world;
   const ModelConfig& cfg = run.config;
-  HostUnits w = initial_weights(run, o.seed);
-  const std::unique_ptr<Trainer> trainer = make_trainer(run, spec, o.seq_len, w);  // checks the plan first
+  std::unique_ptr<Trainer> trainer;
+  {
+    HostUnits fresh;
+    trainer = make_trainer(run, spec, o.seq_len, initial_weights(run, o.seed, fresh));  // checks the plan first
+  }
 
   std::mt19937_64 rng(static_cast<uint64_t>(o.seed) + 17 * static_cast<uint64_t>(comm ? comm->rank() : 0));
   std::uniform_int_distribution<int64_t> token(0, cfg.vocab_size - 1);
@@ -91,7 +95,8 @@ Json run_bench_step(const BenchStepOptions& o) {
             {"params", cfg.num_parameters()},
             {"device", dev_name},
             {"world", world},
-            {"mode", o.mode},
+            {"mode", parallel_mode_name(trainer->mode())},
+            {"reduce_dtype", o.reduce_dtype == DType::kBF16 ? "bf16" : "fp32"},
             {"recompute", recompute_name(trainer->recompute())},
             {"seq_len", o.seq_len},
             {"micro_batch", o.micro_batch},

@@ -14,6 +14,7 @@
 
 #include "core/json.h"
 #include "model/config.h"
+#include "model/params.h"
 #include "model/transformer.h"
 
 namespace anvil {
@@ -22,7 +23,8 @@ struct BenchStepOptions {
   std::string preset = "qwen3-1.7b";
   std::string model;  // a folder instead of the preset (its weights are loaded)
   std::string device;  // empty: cuda when a GPU is present
-  std::string mode = "ddp";
+  ParallelMode mode = ParallelMode::kDdp;
+  DType reduce_dtype = DType::kF32;
   Recompute recompute = Recompute::kNone;
   int64_t seq_len = 2048, micro_batch = 1, grad_accum = 1;
   int64_t steps = 20, warmup = 5;  // steps in all (then up to 3 more, phases timed)

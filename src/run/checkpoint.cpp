@@ -1,5 +1,7 @@
 #include "run/checkpoint.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -101,7 +103,9 @@ class CheckpointReader {
       ANVIL_ENSURE(t.dtype == DType::kF32 && t.shape.ndim == 1 && t.shape[0] == shard, kInvalidInput,
                    files_[static_cast<size_t>(r)]->path(), ": ", name, " has shape ", t.shape.str(), ", expected [",
                    shard, "] F32");
-      std::memcpy(out, reinterpret_cast<const float*>(t.data) + in, static_cast<size_t>(take) * 4);
+      const float* src = reinterpret_cast<const float*>(t.data) + in;
+      std::memcpy(out, src, static_cast<size_t>(take) * 4);
+      release_mapped_pages(src, static_cast<size_t>(take) * 4);
       out += take;
       offset += take;
       n -= take;
@@ -141,6 +145,15 @@ class CheckpointReader {
   std::map<std::string, std::pair<int, int64_t>> place_;
 };
 
+// Export holds the whole model on the host (the file is written from it).
+void log_peak_host_memory() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  char line[64];
+  std::snprintf(line, sizeof line, "peak host memory %.2f GiB", static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0));
+  log_info(line);
+}
+
 void copy_if_present(const std::vector<std::string>& dirs, const std::string& file, const std::string& out_dir) {
   for (const std::string& d : dirs)
     if (!d.empty() && path_exists(path_join(d, file))) {
@@ -156,7 +169,7 @@ void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const Dat
   const ParamStore& store = trainer.store();
   Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
                {"step", trainer.step_count()}, {"world", static_cast<int64_t>(shards.size())},
-               {"mode", store.mode() == ParallelMode::kFsdp ? "fsdp" : "ddp"},
+               {"mode", parallel_mode_name(store.mode())},
                {"data", {{"epoch", position.epoch}, {"samples_in_epoch", position.samples_in_epoch}}},
                {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
                {"train", settings.train}};
@@ -381,12 +394,14 @@ ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Co
   return p;
 }
 
-HostUnits read_checkpoint_masters(ResumePoint& point, const ParamTable& table) {
-  const auto t0 = Clock::now();
-  HostUnits units = CheckpointReader(point.path, point.meta).read(0, table);
-  point.read_seconds += seconds_since(t0);
-  point.read_bytes += static_cast<double>(table.total_padded()) * 4;
-  return units;
+UnitReader checkpoint_masters_reader(ResumePoint& point, const ParamTable& table) {
+  auto reader = std::make_shared<CheckpointReader>(point.path, point.meta);
+  return [reader, &point, &table](int unit, int64_t begin, int64_t end, float* out) {
+    const auto t0 = Clock::now();
+    reader->read_range(0, table, unit, begin, end, out);
+    point.read_seconds += seconds_since(t0);
+    point.read_bytes += static_cast<double>(end - begin) * 4;
+  };
 }
 
 void restore_optimizer(ResumePoint& point, Trainer& trainer) {
@@ -394,18 +409,14 @@ void restore_optimizer(ResumePoint& point, Trainer& trainer) {
   const CheckpointReader reader(point.path, point.meta);
   const ParamTable& table = trainer.table();
   ParamStore& store = trainer.store();
-  // Only this rank's owned elements are read (a 1/world slice in fsdp).
-  size_t largest = 0;
-  for (const Tensor& t : store.exp_avg()) largest = std::max(largest, static_cast<size_t>(t.numel()));
-  std::vector<float> m(largest), v(largest);
-  for (size_t u = 0; u < table.units().size(); ++u) {
-    const int unit = static_cast<int>(u);
-    const int64_t begin = store.owned_offset(unit), end = begin + store.exp_avg()[u].numel();
-    reader.read_range(1, table, unit, begin, end, m.data());
-    reader.read_range(2, table, unit, begin, end, v.data());
-    store.load_optimizer_state(unit, m.data(), v.data());
-    point.read_bytes += static_cast<double>(end - begin) * 8;
-  }
+  // Only this rank's owned elements are read (a 1/world slice in fsdp), unit by unit.
+  auto kind = [&](int k) {
+    return [&, k](int unit, int64_t begin, int64_t end, float* out) {
+      reader.read_range(k, table, unit, begin, end, out);
+      point.read_bytes += static_cast<double>(end - begin) * 4;
+    };
+  };
+  store.load_optimizer_state(kind(1), kind(2));
   trainer.set_step_count(point.step);
   point.read_seconds += seconds_since(t0);
   char line[320];
@@ -520,6 +531,7 @@ void run_export(const ExportOptions& o) {
     s.source_dirs = {src.value("model_dir", ""), src.value("tokenizer_dir", "")};
     if (path_exists(path_join(o.ckpt, "anvil_config.toml"))) s.config_toml = read_file(path_join(o.ckpt, "anvil_config.toml"));
     export_hf_folder(cfg, table, masters, s);
+    log_peak_host_memory();
     return;
   }
   // One file: the weights under their Hugging Face names and AdamW's m and v beside them.
@@ -538,6 +550,7 @@ void run_export(const ExportOptions& o) {
   w.write(o.out);
   log_info("wrote ", o.out, ": weights and AdamW state of step ", meta["step"].get<int64_t>(), " (",
            static_cast<double>(w.total_bytes()) / 1e9, " GB)");
+  log_peak_host_memory();
 }
 
 }  // namespace anvil

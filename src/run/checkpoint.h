@@ -85,7 +85,10 @@ struct ResumePoint {
 // rank throws the same refusal) and checks it against `table`'s model. Every rank calls it.
 ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Comm* comm);
 // The master weights laid out for `table` (any world size).
-HostUnits read_checkpoint_masters(ResumePoint& point, const ParamTable& table);
+// The masters of the checkpoint, read as the Trainer asks (only the owned ranges; the
+// shard files' pages dropped after use); the time and bytes are added to `point`, which
+// must outlive the reader.
+UnitReader checkpoint_masters_reader(ResumePoint& point, const ParamTable& table);
 // After the Trainer was built from those masters: AdamW m and v (only the elements this
 // rank owns are read) and the step counter; logs this rank's load speed.
 void restore_optimizer(ResumePoint& point, Trainer& trainer);

@@ -97,9 +97,13 @@ class Launch {
   void run() {
     ANVIL_ENSURE(o_.nproc >= 1, kUsage, "the launcher needs at least one worker, got ", o_.nproc);
     ANVIL_ENSURE(!o_.argv.empty(), kInternal, "launcher: empty worker command");
+    ANVIL_ENSURE(o_.nnodes >= 1 && o_.node_rank >= 0 && o_.node_rank < o_.nnodes, kUsage, "the launcher's node rank ",
+                 o_.node_rank, " is not in [0, ", o_.nnodes, ")");
+    ANVIL_ENSURE(o_.nnodes == 1 || o_.master_port > 0, kUsage,
+                 "several nodes need the master port that node 0 listens on (--master-port)");
     const int port = o_.master_port > 0 ? o_.master_port : net::free_tcp_port();
     SignalScope signals;
-    for (int r = 0; r < o_.nproc; ++r) start(r, port);
+    for (int r = 0; r < o_.nproc; ++r) start(o_.node_rank * o_.nproc + r, port);
     loop();
     finish();
   }
@@ -107,8 +111,9 @@ class Launch {
  private:
   std::vector<std::string> environment(int rank, int port) const {
     std::vector<std::pair<std::string, std::string>> ours = {
-        {"RANK", std::to_string(rank)},          {"WORLD_SIZE", std::to_string(o_.nproc)},
-        {"LOCAL_RANK", std::to_string(rank)},    {"LOCAL_WORLD_SIZE", std::to_string(o_.nproc)},
+        {"RANK", std::to_string(rank)},          {"WORLD_SIZE", std::to_string(o_.nnodes * o_.nproc)},
+        {"LOCAL_RANK", std::to_string(rank - o_.node_rank * o_.nproc)},
+        {"LOCAL_WORLD_SIZE", std::to_string(o_.nproc)},
         {"MASTER_ADDR", o_.master_addr},         {"MASTER_PORT", std::to_string(port)}};
     ours.insert(ours.end(), o_.env.begin(), o_.env.end());
     std::vector<std::string> env;
@@ -226,7 +231,7 @@ class Launch {
       ::kill(-w.pid, SIGKILL);
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (!ok && !stopping_ && (blamed < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(workers_[static_cast<size_t>(blamed)].status))))
-        blamed = w.rank;
+        blamed = static_cast<int>(&w - workers_.data());  // an index: ranks start at node_rank * nproc
     }
     if (blamed >= 0) {
       failed_ = blamed;

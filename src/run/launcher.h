@@ -1,7 +1,10 @@
 // The launcher: one worker process per rank on this machine, as torchrun does.
 //
 // launch_workers() forks and execs argv once per rank with RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, relays their output, and waits:
+// LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, relays their output, and waits.
+// Several machines: one launcher per machine, each with nnodes and its node_rank and the
+// same master address and port (node 0's); node k runs ranks k * nproc ... (k+1) * nproc - 1.
+// Then:
 //  - Output. Rank 0's stdout passes through unchanged (it carries the run's results: a
 //    table, --json), every other line gets a "[rN] " prefix unless the worker already
 //    wrote one (core/log.h does), so interleaved lines always say whose they are.
@@ -24,10 +27,11 @@
 namespace anvil {
 
 struct LaunchOptions {
-  int nproc = 1;
+  int nproc = 1;  // workers on this machine
+  int nnodes = 1, node_rank = 0;
   std::vector<std::string> argv;  // the worker's command line; argv[0] is the executable path
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: pick a free port
+  int master_port = 0;  // 0: pick a free port (one machine only)
   double grace_s = 5.0;
   std::vector<std::pair<std::string, std::string>> env;  // extra variables for every worker
   int out_fd = 1;  // where the relayed stdout and stderr lines go

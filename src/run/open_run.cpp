@@ -1,6 +1,5 @@
 #include "run/open_run.h"
 
-#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/hub.h"
@@ -19,7 +18,7 @@ OpenRun open_run(const RunSpec& spec) {
   OpenRun run;
   run.device = resolve_device(spec.device);
   run.comm_options = comm_options_from_env();
-  if (env_rank() >= 0) run.comm = make_comm(run.device == "cuda" ? Device::kCUDA : Device::kCPU, run.comm_options);
+  if (run.comm_options.joined) run.comm = make_comm(run.device == "cuda" ? Device::kCUDA : Device::kCPU, run.comm_options);
   run.world = run.comm ? run.comm->world() : 1;
   run.rank = run.comm ? run.comm->rank() : 0;
   if (run.rank != 0) log_set_level(LogLevel::kWarn);
@@ -33,18 +32,19 @@ OpenRun open_run(const RunSpec& spec) {
   return run;
 }
 
-HostUnits initial_weights(const OpenRun& run, int64_t seed) {
-  HostUnits w = make_host_units(*run.table);
-  if (!run.model_dir.empty()) load_hf_weights(run.model_dir, *run.table, w);
-  else init_weights(run.config, *run.table, static_cast<uint64_t>(seed), w);
-  return w;
+UnitReader initial_weights(const OpenRun& run, int64_t seed, HostUnits& fresh) {
+  if (!run.model_dir.empty()) return hf_weights_reader(run.model_dir, *run.table);
+  fresh = make_host_units(*run.table);
+  init_weights(run.config, *run.table, static_cast<uint64_t>(seed), fresh);
+  return host_units_reader(fresh);
 }
 
-std::unique_ptr<Trainer> make_trainer(OpenRun& run, const RunSpec& spec, int64_t seq_len, HostUnits& weights) {
+std::unique_ptr<Trainer> make_trainer(OpenRun& run, const RunSpec& spec, int64_t seq_len, const UnitReader& weights) {
   TrainerSettings s;
   s.device = run.device;
   s.device_index = run.comm_options.local_rank;
-  s.mode = parse_parallel_mode(spec.mode);
+  s.mode = spec.mode;
+  s.reduce_dtype = spec.reduce_dtype;
   s.micro_batch = spec.micro_batch;
   s.seq_len = seq_len;
   s.recompute = spec.recompute;
@@ -52,9 +52,7 @@ std::unique_ptr<Trainer> make_trainer(OpenRun& run, const RunSpec& spec, int64_t
   s.fsdp_defer_sync = spec.fsdp_defer_sync;
   s.optim = spec.optim;
   s.total_steps = spec.total_steps;
-  auto trainer = std::make_unique<Trainer>(run.config, weights, s, run.comm.get());
-  weights.clear();
-  return trainer;
+  return std::make_unique<Trainer>(run.config, weights, s, run.comm.get());
 }
 
 }  // namespace anvil

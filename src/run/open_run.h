@@ -12,6 +12,7 @@
 #include <string>
 
 #include "comm/comm.h"
+#include "core/tensor.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/weights.h"
@@ -24,7 +25,8 @@ namespace anvil {
 struct RunSpec {
   std::string model, preset;  // exactly one: a folder or hub id, or a built-in shape
   std::string device;         // cpu | cuda; empty: cuda when a GPU is present
-  std::string mode = "ddp";   // ddp | fsdp
+  ParallelMode mode = ParallelMode::kDdp;  // kAuto: the Trainer picks ddp when the plan fits, else fsdp
+  DType reduce_dtype = DType::kF32;        // gradient reduction: F32 or BF16
   Recompute recompute = Recompute::kNone;  // kAuto: the fastest the plan fits
   bool overlap_optimizer = true;  // the update overlaps the next forward
   int64_t micro_batch = 1;
@@ -50,10 +52,12 @@ struct OpenRun {
 // The device, the process group (a worker of a launcher joins from RANK etc.), the model's
 // config and name table. No weight is read.
 OpenRun open_run(const RunSpec& spec);
-// The model folder's weights, or fresh ones from `seed` for a preset.
-HostUnits initial_weights(const OpenRun& run, int64_t seed);
+// The starting weights as the Trainer reads them, unit by unit and each rank only what it
+// owns: the model folder's safetensors (mapped; pages dropped after use), or for a preset
+// fresh ones from `seed`, made whole in `fresh` (which must outlive the reader).
+UnitReader initial_weights(const OpenRun& run, int64_t seed, HostUnits& fresh);
 // The Trainer on this rank's device from `weights` (checks the memory plan before it
-// allocates); `weights` is released once copied.
-std::unique_ptr<Trainer> make_trainer(OpenRun& run, const RunSpec& spec, int64_t seq_len, HostUnits& weights);
+// allocates).
+std::unique_ptr<Trainer> make_trainer(OpenRun& run, const RunSpec& spec, int64_t seq_len, const UnitReader& weights);
 
 }  // namespace anvil

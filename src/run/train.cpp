@@ -287,6 +287,7 @@ RunSpec check_train(const TrainOptions& o, FileLock& ckpt_lock) {
   spec.preset = o.preset;
   spec.device = resolve_device(o.device);
   spec.mode = o.mode;
+  spec.reduce_dtype = o.reduce_dtype;
   spec.recompute = o.recompute;
   spec.overlap_optimizer = o.overlap_optimizer;
   spec.micro_batch = o.micro_batch;
@@ -304,7 +305,7 @@ RunSpec check_train(const TrainOptions& o, FileLock& ckpt_lock) {
   if (!o.metrics.empty()) check_writable_file(o.metrics, "anvil train: --metrics");
   if (!o.ckpt_dir.empty()) {
     check_writable_dir(o.ckpt_dir, "anvil train: --ckpt-dir");
-    if (env_rank() <= 0) {  // rank 0 (or the only process) holds the folder for the run
+    if (comm_options_from_env().rank == 0) {  // rank 0 (or the only process) holds the folder for the run
       make_directories(o.ckpt_dir);
       ckpt_lock = FileLock::acquire(path_join(o.ckpt_dir, "anvil.lock"), cat("--ckpt-dir ", o.ckpt_dir));
       remove_temporary_files(o.ckpt_dir);
@@ -335,18 +336,24 @@ void open_train(const TrainOptions& o, TrainRun& run) {
                " blocks, fewer than one step's ", run.per_step * b.world, " (micro-batch x grad-accum x ranks)");
 
   const std::string resume = find_resume_checkpoint(o.ckpt_dir, o.resume);
-  HostUnits weights;
-  if (!resume.empty()) {
-    run.point = open_checkpoint(resume, *b.table, b.comm.get());
-    weights = read_checkpoint_masters(run.point, *b.table);
-  } else {
-    weights = initial_weights(b, o.seed);
+  {
+    // The Trainer reads the weights unit by unit, each rank only what it owns (a preset's
+    // fresh weights are made whole first).
+    HostUnits fresh;
+    UnitReader weights;
+    if (!resume.empty()) {
+      run.point = open_checkpoint(resume, *b.table, b.comm.get());
+      weights = checkpoint_masters_reader(run.point, *b.table);
+    } else {
+      weights = initial_weights(b, o.seed, fresh);
+    }
+    run.trainer = make_trainer(run.base, run.spec, data.seq_len(), weights);  // checks the memory plan first
   }
-  run.trainer = make_trainer(run.base, run.spec, data.seq_len(), weights);  // checks the memory plan first
   if (!resume.empty()) restore_optimizer(run.point, *run.trainer);
   log_info("training ", b.config.architecture, " (", b.table->total_numel(), " parameters) on ", b.world, " x ",
-           b.device, " (", o.mode, "): ", data.size(), " blocks of ", data.seq_len(), " tokens, ", o.steps,
-           " steps of ", run.per_step * b.world, " sequences");
+           b.device, " (", parallel_mode_name(run.trainer->mode()), ", ", run.trainer->mode_reason(),
+           o.reduce_dtype == DType::kBF16 ? "; gradients reduced in bf16" : "", "): ", data.size(), " blocks of ",
+           data.seq_len(), " tokens, ", o.steps, " steps of ", run.per_step * b.world, " sequences");
 
   run.order = std::make_unique<BatchOrder>(o, data.size(), b.world, b.rank, run.per_step);
   if (!resume.empty()) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+#include "model/params.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 
@@ -30,12 +32,13 @@ struct TrainOptions {
   bool assistant_only_loss = false;
   bool skip_bad_rows = false;
   std::string device;  // cpu | cuda; empty: cuda when a GPU is present, else cpu
-  std::string mode = "ddp";
+  ParallelMode mode = ParallelMode::kAuto;  // auto: ddp when the plan fits, else fsdp
   int64_t seq_len = 0;  // 0: from the data
   int64_t steps = 40;
   int64_t micro_batch = 1;
   int64_t grad_accum = 1;
   bool fsdp_defer_sync = false;
+  DType reduce_dtype = DType::kF32;  // gradient reduction: F32 or BF16
   bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
   Recompute recompute = Recompute::kNone;
   OptimizerConfig optim;

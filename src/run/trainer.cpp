@@ -13,7 +13,7 @@ std::unique_ptr<Ops> make_ops(const std::string& device, int device_index) {
   raise(ErrorKind::kUsage, "unknown device '", device, "' (cpu or cuda)");
 }
 
-Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings, Comm* comm)
+Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const TrainerSettings& settings, Comm* comm)
     : config_(config), settings_(settings), comm_(comm), table_(config, comm ? comm->world() : 1),
       ops_(make_ops(settings.device, settings.device_index)) {
   if (comm_) comm_->set_compute_stream(ops_->stream());
@@ -21,26 +21,42 @@ Trainer::Trainer(const ModelConfig& config, const HostUnits& weights, const Trai
   // the plan and the advice, not with an out-of-memory error halfway through a step.
   PlanInput pin;
   pin.config = config_;
-  pin.mode = settings.mode == ParallelMode::kFsdp ? "fsdp" : "ddp";
   pin.world = table_.world();
   pin.seq_len = settings.seq_len;
   pin.micro_batch = settings.micro_batch;
-  pin.recompute = settings.recompute;
   pin.compute_dtype = ops_->compute_dtype();
   pin.fsdp_defer_sync = settings.fsdp_defer_sync;
+  pin.reduce_dtype = settings.reduce_dtype;
   const int64_t capacity = ops_->memory_stats().capacity;
   if (capacity > 0) {
     const PlanAdvice adv = advise(pin, settings.recompute, capacity);
-    const MemoryPlan& p = settings.mode == ParallelMode::kFsdp ? adv.fsdp : adv.ddp;
+    if (settings_.mode == ParallelMode::kAuto) {
+      ANVIL_ENSURE(adv.fits, kOutOfMemory, "--mode auto: neither mode fits in the GPU's memory; the plan per GPU:\n",
+                   plan_table(adv, pin, capacity));
+      // Every rank takes the same mode (their GPUs could differ): fsdp if any rank needs it.
+      const bool fsdp = comm_ ? comm_->host_max(adv.mode == ParallelMode::kFsdp ? 1.0 : 0.0, "mode auto") > 0
+                              : adv.mode == ParallelMode::kFsdp;
+      settings_.mode = fsdp ? ParallelMode::kFsdp : ParallelMode::kDdp;
+      mode_reason_ = fsdp == (adv.mode == ParallelMode::kFsdp) ? "auto: " + adv.message
+                                                               : std::string("auto: another rank's GPU needs fsdp");
+    }
+    const MemoryPlan& p = settings_.mode == ParallelMode::kFsdp ? adv.fsdp : adv.ddp;
     ANVIL_ENSURE(plan_fits(p, capacity), kOutOfMemory, "this run does not fit in the GPU's memory; the plan per GPU:\n",
                  plan_table(adv, pin, capacity));
-    settings_.recompute = pin.recompute = p.recompute;
-  } else if (settings.recompute == Recompute::kAuto) {
-    settings_.recompute = pin.recompute = Recompute::kNone;  // host memory is not planned
+    settings_.recompute = p.recompute;
+  } else {
+    if (settings_.mode == ParallelMode::kAuto) {
+      settings_.mode = ParallelMode::kDdp;
+      mode_reason_ = "auto: host memory is not planned, so ddp";
+    }
+    if (settings.recompute == Recompute::kAuto) settings_.recompute = Recompute::kNone;  // host memory is not planned
   }
+  pin.mode = settings_.mode;
+  pin.recompute = settings_.recompute;
   plan_ = plan_memory(pin);
-  store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings.mode);
+  store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings_.mode);
   store_->set_defer_sync(settings.fsdp_defer_sync);
+  store_->set_reduce_dtype(settings.reduce_dtype);
   store_->set_overlap_optimizer(settings.overlap_optimizer);
   store_->load(weights);
   model_ = std::make_unique<Transformer>(config_, table_, *ops_, settings.micro_batch, settings.seq_len,
@@ -176,6 +192,7 @@ Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
   r.tokens = upload_batch(batch);
   ops_->zero(loss_sum_);
   model_->forward_loss(*store_, ids_, targets_, loss_sum_);
+  store_->drop_kept_unit();  // no backward follows
   float sum = 0;
   ops_->download(&sum, loss_sum_);
   r.sum = sum;

@@ -34,10 +34,11 @@ struct TokenBatch {
 struct TrainerSettings {
   std::string device = "cpu";  // cpu | cuda
   int device_index = 0;
-  ParallelMode mode = ParallelMode::kDdp;
+  ParallelMode mode = ParallelMode::kDdp;  // kAuto: ddp when the plan fits, else fsdp
   int64_t micro_batch = 1, seq_len = 2048;
   Recompute recompute = Recompute::kNone;  // kAuto: the fastest the plan fits in the GPU's memory
   bool fsdp_defer_sync = false;  // FSDP: reduce-scatter once per step, not per micro-batch
+  DType reduce_dtype = DType::kF32;  // gradient all-reduce / reduce-scatter in F32 or BF16
   bool overlap_optimizer = true;  // the update overlaps the next forward (parallel/param_store.h)
   OptimizerConfig optim;
   int64_t total_steps = 1;  // for the LR schedule
@@ -61,8 +62,11 @@ std::unique_ptr<Ops> make_ops(const std::string& device, int device_index);
 class Trainer {
  public:
   // comm: null for a single process; otherwise this rank's group (ops on its device).
-  Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings,
+  // weights: the masters, read unit by unit, each rank only what it owns.
+  Trainer(const ModelConfig& config, const UnitReader& weights, const TrainerSettings& settings,
           Comm* comm = nullptr);
+  Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings, Comm* comm = nullptr)
+      : Trainer(config, host_units_reader(weights), settings, comm) {}
   ~Trainer();
 
   StepStats step(const std::vector<TokenBatch>& micro_batches);
@@ -79,6 +83,9 @@ class Trainer {
   // The memory plan of this rank (checked against the GPU's memory before any allocation).
   const MemoryPlan& plan() const { return plan_; }
   Recompute recompute() const { return settings_.recompute; }  // resolved: never kAuto
+  ParallelMode mode() const { return settings_.mode; }  // resolved (never kAuto)
+  // Why this mode: "as asked", or the rule's reason when the mode was auto.
+  const std::string& mode_reason() const { return mode_reason_; }
 
   void enable_timing(bool on) { timing_ = on; }
   const StepTiming& last_timing() const { return timing_result_; }
@@ -103,6 +110,7 @@ class Trainer {
   ParamTable table_;
   std::unique_ptr<Ops> ops_;
   MemoryPlan plan_;
+  std::string mode_reason_ = "as asked";
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Transformer> model_;
   Tensor ids_, targets_, loss_sum_;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/error.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
 
@@ -23,7 +24,8 @@ std::string gib(int64_t bytes) {
 
 MemoryPlan plan_memory(const PlanInput& in) {
   const ModelConfig& c = in.config;
-  const bool fsdp = in.mode == "fsdp";
+  ANVIL_ENSURE(in.mode != ParallelMode::kAuto, kInternal, "plan_memory: the mode is not resolved");
+  const bool fsdp = in.mode == ParallelMode::kFsdp;
   ParamTable table(c, in.world);
   const int64_t cd = static_cast<int64_t>(dtype_size(in.compute_dtype));
   int64_t owned = 0, largest = 0, largest_shard = 0;
@@ -53,11 +55,17 @@ MemoryPlan plan_memory(const PlanInput& in) {
     // read at the end of backward), one unit's being written, one being reduce-scattered;
     // and two gathered units (the one in use and the next).
     const int64_t embed = table.units()[static_cast<size_t>(table.embed_unit())].padded;
-    p.grads += in.fsdp_defer_sync ? 4 * table.total_padded() + 4 * largest_shard
-                                  : 4 * (embed + 2 * largest) + 4 * largest_shard;
+    // bf16 reduction: the unit being reduce-scattered is a bf16 copy (its F32 buffer is
+    // freed at once), and the reduced shard lands in a bf16 buffer before it is added.
+    const bool bf16 = in.reduce_dtype == DType::kBF16;
+    const int64_t bf16_extra = bf16 ? 2 * largest + 2 * largest_shard : 0;
+    p.grads += in.fsdp_defer_sync ? 4 * table.total_padded() + 4 * largest_shard + bf16_extra
+                                  : 4 * (embed + largest) + (bf16 ? 0 : 4 * largest) + bf16_extra + 4 * largest_shard;
     p.weights = cd * 2 * largest;
   } else {
     p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * owned;
+    // bf16 reduction: one unit's bf16 copy in flight and the next one being made.
+    if (in.world > 1 && in.reduce_dtype == DType::kBF16) p.grads += 2 * 2 * largest;
   }
   const ActivationLayout a = activation_layout(c, in.micro_batch, in.seq_len, in.compute_dtype);
   p.activations = a.total(c.num_layers, in.recompute);
@@ -75,7 +83,7 @@ bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes) { return p.total() + kPla
 
 PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
   PlanAdvice a;
-  auto pick = [&](const std::string& mode) {
+  auto pick = [&](ParallelMode mode) {
     PlanInput x = in;
     x.mode = mode;
     if (recompute != Recompute::kAuto) {
@@ -90,13 +98,14 @@ PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
     }
     return p;
   };
-  a.ddp = pick("ddp");
-  a.fsdp = pick("fsdp");
+  a.ddp = pick(ParallelMode::kDdp);
+  a.fsdp = pick(ParallelMode::kFsdp);
+  a.fits = plan_fits(a.ddp, gpu_bytes) || plan_fits(a.fsdp, gpu_bytes);
   if (plan_fits(a.ddp, gpu_bytes)) {
-    a.mode = "ddp";
+    a.mode = ParallelMode::kDdp;
     a.message = "ddp fits: every GPU holds the whole model, its gradients and AdamW state.";
   } else if (plan_fits(a.fsdp, gpu_bytes)) {
-    a.mode = "fsdp";
+    a.mode = ParallelMode::kFsdp;
     a.message = in.world > 1 ? "ddp does not fit; fsdp does: each GPU holds 1/" + std::to_string(in.world) +
                                    " of the weights, gradients and AdamW state."
                              : "ddp does not fit; fsdp on one GPU does: bf16 weight copies are made per unit "

@@ -10,22 +10,24 @@
 #include <string>
 
 #include "model/config.h"
+#include "model/params.h"
 #include "model/transformer.h"
 
 namespace anvil {
 
 struct PlanInput {
   ModelConfig config;
-  std::string mode = "ddp";  // ddp | fsdp
+  ParallelMode mode = ParallelMode::kDdp;  // ddp | fsdp (auto is resolved by advise)
   int world = 1;
   int64_t seq_len = 2048, micro_batch = 1;
   Recompute recompute = Recompute::kNone;  // not kAuto: advise() resolves it
   DType compute_dtype = DType::kBF16;
   bool fsdp_defer_sync = false;  // full-unit gradients of every unit kept across micro-batches
+  DType reduce_dtype = DType::kF32;  // gradient reduction; BF16 adds unit-sized bf16 buffers
 };
 
 struct MemoryPlan {
-  std::string mode;
+  ParallelMode mode = ParallelMode::kDdp;
   Recompute recompute = Recompute::kNone;
   int64_t params = 0;       // fp32 masters (owned: whole units or one shard)
   int64_t grads = 0;        // fp32 gradients (owned) + FSDP's transient full-unit buffers
@@ -40,7 +42,8 @@ MemoryPlan plan_memory(const PlanInput& in);
 
 struct PlanAdvice {
   MemoryPlan ddp, fsdp;       // with the recomputation chosen for each
-  std::string mode;           // the rule: ddp when it fits, else fsdp; empty if neither fits
+  bool fits = false;          // whether either mode fits
+  ParallelMode mode = ParallelMode::kDdp;  // the rule: ddp when it fits, else fsdp (when fits)
   std::string message;        // one or two sentences: what to do
 };
 // Recompute::kAuto: the fastest setting that fits in gpu_bytes, per mode (none, then

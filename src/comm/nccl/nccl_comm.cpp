@@ -5,6 +5,10 @@
 // "done" event on the comm stream, kept with the collective's name, tag and step;
 // wait(work) makes the compute stream wait for that event. Comm-stream events retire in
 // order, so a work handle whose event is gone is complete.
+// The stream has the lowest priority (below the compute stream, which is at the highest),
+// or the highest with ANVIL_NCCL_HIGH_PRIORITY=1; the communicator's CTA limits come from
+// NCCL's own NCCL_MAX_CTAS, NCCL_MIN_CTAS and NCCL_CGA_CLUSTER_SIZE (they override
+// ncclConfig_t), so they need no flag of ours.
 // Never hanging: the communicator is non-blocking (config.blocking = 0), so init and
 // every call return at once; synchronize() polls the events and ncclCommGetAsyncError
 // against the comm timeout, and on expiry aborts the communicator and throws kTimeout
@@ -23,6 +27,7 @@
 #include "comm/device.h"
 #include "core/cuda/check.h"
 #include "core/cuda/nccl_check.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -58,7 +63,9 @@ class NcclComm final : public Comm {
     ANVIL_ENSURE(device_ >= 0 && device_ < gpus, kNoDevice, "NCCL comm on rank ", rank(), ": LOCAL_RANK ", device_,
                  " has no GPU (", gpus, " visible); start at most one rank per GPU");
     CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    int least = 0, greatest = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, env_nccl_high_priority() ? greatest : least));
     CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
     ncclUniqueId id{};
     if (rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));

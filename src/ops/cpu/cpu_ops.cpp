@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "ops/ops.h"
@@ -91,9 +92,24 @@ class CpuOps final : public Ops {
   void zero(Tensor t) override { std::memset(t.data, 0, t.bytes()); }
   void convert(Tensor dst, Tensor src) override {
     ANVIL_ENSURE(dst.numel() == src.numel(), kInternal, "convert: sizes differ");
-    ANVIL_ENSURE(dst.dtype == DType::kF32 && src.dtype == DType::kF32, kInternal,
-                 "cpu convert: only F32 (the CPU computes in F32)");
-    if (dst.data != src.data) std::memcpy(dst.data, src.data, dst.bytes());
+    const int64_t n = dst.numel();
+    if (dst.dtype == src.dtype) {
+      if (dst.data != src.data) std::memcpy(dst.data, src.data, dst.bytes());
+    } else if (dst.dtype == DType::kBF16 && src.dtype == DType::kF32) {  // bf16 gradient reduction
+      uint16_t* o = static_cast<uint16_t*>(dst.data);
+      const float* x = f32(src);
+      parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) o[i] = f32_to_bf16_bits(x[i]);
+      });
+    } else if (dst.dtype == DType::kF32 && src.dtype == DType::kBF16) {
+      float* o = f32(dst);
+      const uint16_t* x = static_cast<const uint16_t*>(src.data);
+      parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) o[i] = bf16_bits_to_f32(x[i]);
+      });
+    } else {
+      raise(ErrorKind::kInternal, "cpu convert: ", dtype_name(src.dtype), " to ", dtype_name(dst.dtype));
+    }
   }
   void synchronize() override {}
 
