@@ -21,7 +21,79 @@ ref_dir=${1:?usage: bench/compare_reference.sh DIR_WITH_REF_TRAIN_PY [ANVIL_BINA
 anvil=${2:-build/anvil}
 export NCCL_NVLS_ENABLE=0
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+table() {
+python3 - "$out" <<'PY'
+import glob, json, os, sys
+d = sys.argv[1]
+def load(name):
+    p = os.path.join(d, name + ".json")
+    return json.load(open(p)) if os.path.exists(p) else {"error": "not run"}
+def ok(j): return "tokens_per_s" in j
+def fig(j):
+    if not ok(j): return j.get("error", "?")[:60]
+    return "%s @ %.1f GiB" % (format(round(j["tokens_per_s"]), ","), j["peak_allocated_gib"])
+def setting(j):
+    if not ok(j): return ""
+    s = "%s b%d %s" % (j["mode"], j["micro_batch"], j["recompute"])
+    return s + ("" if j.get("overlap_optimizer", True) else " no-overlap")
+def plan(j):
+    if not ok(j): return ""
+    err = (j["planned_gib"] - j["peak_allocated_gib"]) / j["peak_allocated_gib"]
+    return "%.2f (%+.1f%%)%s" % (j["planned_gib"], 100 * err, "" if abs(err) <= 0.03 else " OVER 3%")
+def ratio(a, r): return "%.2fx" % (a["tokens_per_s"] / r["tokens_per_s"]) if ok(a) and ok(r) else "-"
+def best(tags, bar):
+    runs = [load("a_" + t) for t in tags]
+    runs = [j for j in runs if ok(j) and j["peak_allocated_gib"] <= bar]
+    return max(runs, key=lambda j: j["tokens_per_s"]) if runs else {"error": "nothing under %.1f GiB" % bar}
+cands = sorted(os.path.basename(p)[2:-5] for p in glob.glob(os.path.join(d, "a_*_b*_*.json")))
+ref_default, ref_fused, ref_best = load("r_default"), load("r_fused"), load("r_best")
+seed_bar = ref_default["peak_allocated_gib"] if ok(ref_default) else 32.3
+a_best = best(cands, 35.0)
+a_seed = best([t for t in cands if "_b1_" in t], seed_bar)
+small, ref_big = load("a_small"), load("r_8b")
+big = best(["8b_selective", "8b_none"], 132.0)
+if not ok(big):
+    big = load("a_8b_selective")
+rows = [
+    ("1.7B 1 seq, recompute vs recompute", load("a_ddp_b1_full"), "default (recompute, unfused)", ref_default, ""),
+    ("1.7B 1 seq, no recompute vs fused no recompute", load("a_ddp_b1_none"), "--fused-adam --no-recompute", ref_fused, ""),
+    ("1.7B best <= 35.0 GiB vs best", a_best, "--fused-adam --compile --batch 4", ref_best,
+     ">= 1.35x at <= 35.0 GiB"),
+    ("1.7B seed setting (1 seq/step)", a_seed, "default (recompute, unfused)", ref_default,
+     ">= 30,000 at <= %.1f GiB" % seed_bar),
+    ("0.6B seq 1024, 1 seq", small, "", {"error": "not run"}, "MFU >= 35%"),
+    ("8B fsdp, one GPU", big, "--mode fsdp", ref_big, ">= 9,000 at <= 132 GiB"),
+]
+def met(i, a, r):
+    if not ok(a): return "no"
+    if i == 2: return "yes" if ok(r) and a["tokens_per_s"] >= 1.35 * r["tokens_per_s"] and a["peak_allocated_gib"] <= 35.0 else "no"
+    if i == 3: return "yes" if a["tokens_per_s"] >= 30000 and a["peak_allocated_gib"] <= seed_bar else "no"
+    if i == 4: return "yes" if (a.get("mfu") or 0) >= 0.35 else "no"
+    if i == 5: return "yes" if a["tokens_per_s"] >= 9000 and a["peak_allocated_gib"] <= 132 else "no"
+    return ""
+print("| row | anvil setting | anvil tok/s @ peak | MFU | plan GiB (vs peak) | reference | reference tok/s @ peak | ratio | goal | met |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for i, (name, a, rset, r, goal) in enumerate(rows):
+    mfu = "%.1f%%" % (100 * a["mfu"]) if ok(a) and a.get("mfu") else ""
+    print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        name, setting(a), fig(a), mfu, plan(a), rset, fig(r) if rset else "", ratio(a, r), goal, met(i, a, r)))
+print()
+print("Every anvil run (step ms: forward / backward / optimizer from the synchronised breakdown steps):")
+for p in sorted(glob.glob(os.path.join(d, "a_*.json"))):
+    j = json.load(open(p))
+    tag = os.path.basename(p)[2:-5]
+    if ok(j):
+        print("  %-18s %-28s %s  plan %s  step %.1f ms (fwd %.1f, bwd %.1f, opt %.1f)" % (
+            tag, setting(j), fig(j), plan(j), j["step_ms"], j["forward_ms"], j["backward_ms"], j["optimizer_ms"]))
+    else:
+        print("  %-18s %s" % (tag, fig(j)))
+PY
+}
+# The table is printed at the end, and also when the script is stopped early (a timeout's
+# SIGTERM, Ctrl-C): the rows not run yet say so.
+trap 'table; rm -rf "$out"' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # anvil TAG ARGS...: one bench step run; its JSON line (or an error object) in $out/a_TAG.json
 anvil_row() {
@@ -101,69 +173,3 @@ if [ "${SKIP_8B:-0}" != 1 ]; then
   ref_row 8b --mode fsdp --model qwen3-8b --steps 13
 fi
 
-python3 - "$out" <<'PY'
-import glob, json, os, sys
-d = sys.argv[1]
-def load(name):
-    p = os.path.join(d, name + ".json")
-    return json.load(open(p)) if os.path.exists(p) else {"error": "not run"}
-def ok(j): return "tokens_per_s" in j
-def fig(j):
-    if not ok(j): return j.get("error", "?")[:60]
-    return "%s @ %.1f GiB" % (format(round(j["tokens_per_s"]), ","), j["peak_allocated_gib"])
-def setting(j):
-    if not ok(j): return ""
-    s = "%s b%d %s" % (j["mode"], j["micro_batch"], j["recompute"])
-    return s + ("" if j.get("overlap_optimizer", True) else " no-overlap")
-def plan(j):
-    if not ok(j): return ""
-    err = (j["planned_gib"] - j["peak_allocated_gib"]) / j["peak_allocated_gib"]
-    return "%.2f (%+.1f%%)%s" % (j["planned_gib"], 100 * err, "" if abs(err) <= 0.03 else " OVER 3%")
-def ratio(a, r): return "%.2fx" % (a["tokens_per_s"] / r["tokens_per_s"]) if ok(a) and ok(r) else "-"
-def best(tags, bar):
-    runs = [load("a_" + t) for t in tags]
-    runs = [j for j in runs if ok(j) and j["peak_allocated_gib"] <= bar]
-    return max(runs, key=lambda j: j["tokens_per_s"]) if runs else {"error": "nothing under %.1f GiB" % bar}
-cands = sorted(os.path.basename(p)[2:-5] for p in glob.glob(os.path.join(d, "a_*_b*_*.json")))
-ref_default, ref_fused, ref_best = load("r_default"), load("r_fused"), load("r_best")
-seed_bar = ref_default["peak_allocated_gib"] if ok(ref_default) else 32.3
-a_best = best(cands, 35.0)
-a_seed = best([t for t in cands if "_b1_" in t], seed_bar)
-small, ref_big = load("a_small"), load("r_8b")
-big = best(["8b_selective", "8b_none"], 132.0)
-if not ok(big):
-    big = load("a_8b_selective")
-rows = [
-    ("1.7B 1 seq, recompute vs recompute", load("a_ddp_b1_full"), "default (recompute, unfused)", ref_default, ""),
-    ("1.7B 1 seq, no recompute vs fused no recompute", load("a_ddp_b1_none"), "--fused-adam --no-recompute", ref_fused, ""),
-    ("1.7B best <= 35.0 GiB vs best", a_best, "--fused-adam --compile --batch 4", ref_best,
-     ">= 1.35x at <= 35.0 GiB"),
-    ("1.7B seed setting (1 seq/step)", a_seed, "default (recompute, unfused)", ref_default,
-     ">= 30,000 at <= %.1f GiB" % seed_bar),
-    ("0.6B seq 1024, 1 seq", small, "", {"error": "not run"}, "MFU >= 35%"),
-    ("8B fsdp, one GPU", big, "--mode fsdp", ref_big, ">= 9,000 at <= 132 GiB"),
-]
-def met(i, a, r):
-    if not ok(a): return "no"
-    if i == 2: return "yes" if ok(r) and a["tokens_per_s"] >= 1.35 * r["tokens_per_s"] and a["peak_allocated_gib"] <= 35.0 else "no"
-    if i == 3: return "yes" if a["tokens_per_s"] >= 30000 and a["peak_allocated_gib"] <= seed_bar else "no"
-    if i == 4: return "yes" if (a.get("mfu") or 0) >= 0.35 else "no"
-    if i == 5: return "yes" if a["tokens_per_s"] >= 9000 and a["peak_allocated_gib"] <= 132 else "no"
-    return ""
-print("| row | anvil setting | anvil tok/s @ peak | MFU | plan GiB (vs peak) | reference | reference tok/s @ peak | ratio | goal | met |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for i, (name, a, rset, r, goal) in enumerate(rows):
-    mfu = "%.1f%%" % (100 * a["mfu"]) if ok(a) and a.get("mfu") else ""
-    print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        name, setting(a), fig(a), mfu, plan(a), rset, fig(r) if rset else "", ratio(a, r), goal, met(i, a, r)))
-print()
-print("Every anvil run (step ms: forward / backward / optimizer from the synchronised breakdown steps):")
-for p in sorted(glob.glob(os.path.join(d, "a_*.json"))):
-    j = json.load(open(p))
-    tag = os.path.basename(p)[2:-5]
-    if ok(j):
-        print("  %-18s %-28s %s  plan %s  step %.1f ms (fwd %.1f, bwd %.1f, opt %.1f)" % (
-            tag, setting(j), fig(j), plan(j), j["step_ms"], j["forward_ms"], j["backward_ms"], j["optimizer_ms"]))
-    else:
-        print("  %-18s %s" % (tag, fig(j)))
-PY
