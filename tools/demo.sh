@@ -5,7 +5,7 @@
 # written to build/demo-model as a Hugging Face folder. Extra flags go to `anvil train`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/setup.sh
+tools/setup.sh --no-oracles  # the test oracles' 5 GB virtualenv is for tools/test.sh
 build=${ANVIL_BUILD_DIR:-build}
 exec "$build/anvil" train --preset tiny --tokenizer data/demo --data data/demo/arithmetic.jsonl \
   --seq-len 128 --micro-batch 8 --steps 100 --lr 3e-3 --warmup 10 --schedule cosine --log-every 10 \

@@ -2,7 +2,8 @@
 # Installs what anvil needs to build (Debian/Ubuntu packages, only those missing), sets up the
 # Python test oracles in a virtualenv, and builds anvil into build/ with the CUDA backend
 # wherever a CUDA toolkit is found.
-# Usage: tools/setup.sh   (env: ANVIL_BUILD_DIR, default build; ANVIL_PYENV, default $build/pyenv)
+# Usage: tools/setup.sh [--no-oracles]   (env: ANVIL_BUILD_DIR, default build; ANVIL_PYENV,
+# default $build/pyenv). --no-oracles builds without setting up the test oracles (the demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libgtest-dev libzstd-dev zlib1g-dev libpcre2-dev libutf8proc-dev libsimdjson-dev python3-venv libtomlplusplus-dev libsnappy-dev
@@ -24,11 +25,18 @@ build=${ANVIL_BUILD_DIR:-build}
 # only when one of them is missing or at another version. Where that fails (no network),
 # the build goes on: the oracle tests then skip, or fail under CI=true, saying why.
 pyenv=$(realpath -m "${ANVIL_PYENV:-$build/pyenv}")
-[ -x "$pyenv/bin/python" ] || python3 -m venv "$pyenv"
-if ! "$pyenv/bin/python" tools/check_requirements.py tools/requirements-test.txt; then
-  echo "installing the test oracles into $pyenv (tools/requirements-test.txt)"
-  "$pyenv/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check -r tools/requirements-test.txt ||
-    echo "warning: installing the test oracles failed; the oracle tests will skip (fail under CI=true)"
+if [ "${1:-}" = "--no-oracles" ]; then
+  :
+elif [ -n "${1:-}" ]; then
+  echo "tools/setup.sh: unknown argument '$1' (--no-oracles or nothing)" >&2
+  exit 2
+else
+  [ -x "$pyenv/bin/python" ] || python3 -m venv "$pyenv"
+  if ! "$pyenv/bin/python" tools/check_requirements.py tools/requirements-test.txt; then
+    echo "installing the test oracles into $pyenv (tools/requirements-test.txt)"
+    "$pyenv/bin/python" -m pip install --quiet --no-compile --disable-pip-version-check -r tools/requirements-test.txt ||
+      echo "warning: installing the test oracles failed; the oracle tests will skip (fail under CI=true)"
+  fi
 fi
 # cuDNN's fused attention needs the header-only cudnn-frontend (PyPI's nvidia-cudnn-frontend
 # wheel carries it under include/), installed into the build folder where a CUDA toolkit
