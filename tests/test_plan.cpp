@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
+#include "ops/cross_entropy_chunks.h"
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "ops/ops.h"
@@ -69,11 +70,32 @@ TEST(Plan, WorkspaceHoldsAttentionScratch) {
   const int64_t attention = attention_scratch_bytes(4, 4096, 32, 8, 128);
   EXPECT_GE(attention, 4ll * 32 * 4096 * 4096 * 2);
   EXPECT_GE(plan_memory(in).workspace, attention);
-  // One sequence of 2048: the cross-entropy chunk (512 MiB) is the larger.
+  // One sequence of 2048: the cross-entropy's logits and dlogits are the larger.
   in.seq_len = 2048;
   in.micro_batch = 1;
-  EXPECT_LT(attention_scratch_bytes(1, 2048, 32, 8, 128), 512ll << 20);
-  EXPECT_EQ(plan_memory(in).workspace, (64ll << 20) + (512ll << 20) + 4 * 2048 * 3);
+  const CrossEntropyChunks ce = cross_entropy_chunks(2048, in.config.vocab_size);
+  EXPECT_LT(attention_scratch_bytes(1, 2048, 32, 8, 128), ce.bytes);
+  EXPECT_EQ(plan_memory(in).workspace, (64ll << 20) + ce.bytes + 4 * 2048 * 2);
+}
+
+// The cross-entropy's blocks of dlogits and chunks of logits stay within 512 MiB together,
+// blocks as large as that allows (in multiples of 64 rows), chunks a quarter of a block.
+TEST(Plan, CrossEntropyChunks) {
+  const CrossEntropyChunks q = cross_entropy_chunks(8192, 151936);
+  EXPECT_EQ(q.grad_rows, 1152);
+  EXPECT_EQ(q.logit_rows, 288);
+  EXPECT_EQ(q.grad_ld, 151936);
+  EXPECT_LE(q.logits_bytes + q.grad_bytes, 512ll << 20);
+  EXPECT_GT(q.logits_bytes + q.grad_bytes + 64 * 3 * 151936, 512ll << 20) << "64 more rows would not fit";
+  EXPECT_EQ(q.bytes, q.logits_bytes + q.grad_bytes + 8192 * 4);
+  const CrossEntropyChunks small = cross_entropy_chunks(100, 5003);
+  EXPECT_EQ(small.grad_rows, 100) << "one block of every row";
+  EXPECT_EQ(small.logit_rows, 100);
+  EXPECT_EQ(small.grad_ld, 5008) << "rows of dlogits start 16-byte aligned";
+  EXPECT_EQ(small.logits_bytes % 256, 0);
+  const CrossEntropyChunks huge = cross_entropy_chunks(64, int64_t{1} << 28);
+  EXPECT_EQ(huge.grad_rows, 1);
+  EXPECT_EQ(huge.logit_rows, 1);
 }
 
 TEST(Plan, SelectiveRecomputeKeepsAllButTheElementwiseOutputs) {

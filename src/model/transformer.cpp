@@ -166,21 +166,20 @@ void Transformer::recompute_elementwise(Tensor w, Tensor x_in, BlockActs& a) {
   ops_.rmsnorm_forward(a.h2, a.rstd2, a.x_mid, part(w, o.mlp_norm, {C}), eps);
 }
 
-void Transformer::block_backward(int64_t, Tensor w, Tensor g, Tensor x_in, BlockActs& a) {
+void Transformer::block_backward(int64_t, Tensor w, Tensor g, bool acc, Tensor x_in, BlockActs& a) {
   // dx_ holds d loss / d x_out on entry and d loss / d x_in on return.
   const BlockOffsets& o = table_.block();
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim(), hd = c_.head_dim;
   const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
-  // MLP
-  ops_.swiglu_forward(act_, a.gate_up);
-  ops_.linear_backward_weight(part(g, o.down_w, {C, I}), Tensor(), dx_, act_);
+  // MLP (the SwiGLU's output, not kept from the forward, comes from its backward's pass)
   ops_.linear_backward_input(d_act_, dx_, part(w, o.down_w, {C, I}), false);
-  ops_.swiglu_backward(d_gate_up_, d_act_, a.gate_up);
-  ops_.linear_backward_weight(part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2);
+  ops_.swiglu_backward(d_gate_up_, d_act_, a.gate_up, act_);
+  ops_.linear_backward_weight(part(g, o.down_w, {C, I}), Tensor(), dx_, act_, acc);
+  ops_.linear_backward_weight(part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2, acc);
   ops_.linear_backward_input(dh_, d_gate_up_, part(w, o.gate_up_w, {2 * I, C}), false);
-  ops_.rmsnorm_backward(dx_, part(g, o.mlp_norm, {C}), dh_, a.x_mid, part(w, o.mlp_norm, {C}), a.rstd2, true);
+  ops_.rmsnorm_backward(dx_, part(g, o.mlp_norm, {C}), dh_, a.x_mid, part(w, o.mlp_norm, {C}), a.rstd2, true, acc);
   // attention
-  ops_.linear_backward_weight(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, a.att);
+  ops_.linear_backward_weight(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, a.att, acc);
   ops_.linear_backward_input(d_att_, dx_, part(w, o.o_w, {C, c_.q_dim()}), false);
   ops_.attention_backward(d_qkv_, d_att_.reshape({B_, T_, H, hd}), a.qkv, a.att.reshape({B_, T_, H, hd}), a.lse,
                           H, KV);
@@ -189,12 +188,12 @@ void Transformer::block_backward(int64_t, Tensor w, Tensor g, Tensor x_in, Block
   const Tensor dqn = c_.qk_norm ? part(g, o.q_norm, {hd}) : Tensor();
   const Tensor dkn = c_.qk_norm ? part(g, o.k_norm, {hd}) : Tensor();
   ops_.qk_norm_rope_backward(d_qkv_raw_, dqn, dkn, d_qkv_.reshape(d_qkv_raw_.shape), a.qkv_raw, qn, kn, a.rstd_qk,
-                             cos_, sin_, H, KV);
+                             cos_, sin_, H, KV, acc);
   const Tensor d_qkv_flat = d_qkv_raw_.reshape({N_, Q});
   ops_.linear_backward_weight(part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat,
-                              a.h1);
+                              a.h1, acc);
   ops_.linear_backward_input(dh_, d_qkv_flat, part(w, o.qkv_w, {Q, C}), false);
-  ops_.rmsnorm_backward(dx_, part(g, o.attn_norm, {C}), dh_, x_in, part(w, o.attn_norm, {C}), a.rstd1, true);
+  ops_.rmsnorm_backward(dx_, part(g, o.attn_norm, {C}), dh_, x_in, part(w, o.attn_norm, {C}), a.rstd1, true, acc);
 }
 
 void Transformer::forward_blocks(UnitSource& src, Tensor ids) {
@@ -247,11 +246,15 @@ void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, 
   ops_.rmsnorm_forward(h_final_, rstd_final_, x_last, part(wn, 0, {C}), eps);
   if (forward_done_) forward_done_();
   Tensor wh = src.weights(head);
+  // Each part of a unit has one writer per micro-batch, but the tied embedding has two: the
+  // output projection's (first) and the lookup's.
+  const bool head_acc = !src.overwrite_grads(head);
   ops_.cross_entropy_forward_backward(loss_sum, dh_, part(src.grads(head), 0, {V, C}), h_final_,
-                                      part(wh, 0, {V, C}), targets, loss_scale, logits);
+                                      part(wh, 0, {V, C}), targets, loss_scale, logits, head_acc);
   src.release(head);
   if (head != embed) src.grads_ready(head);
-  ops_.rmsnorm_backward(dx_, part(src.grads(norm), 0, {C}), dh_, x_last, part(wn, 0, {C}), rstd_final_, false);
+  ops_.rmsnorm_backward(dx_, part(src.grads(norm), 0, {C}), dh_, x_last, part(wn, 0, {C}), rstd_final_, false,
+                        !src.overwrite_grads(norm));
   src.release(norm);
   src.grads_ready(norm);
   for (int64_t l = L - 1; l >= 0; --l) {
@@ -261,11 +264,11 @@ void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, 
     BlockActs& a = acts_[recompute_ == Recompute::kFull ? 0 : static_cast<size_t>(l)];
     if (recompute_ == Recompute::kFull) block_forward(l, w, resid_[static_cast<size_t>(l)], a, Tensor());
     if (recompute_ == Recompute::kSelective) recompute_elementwise(w, resid_[static_cast<size_t>(l)], a);
-    block_backward(l, w, src.grads(u), resid_[static_cast<size_t>(l)], a);
+    block_backward(l, w, src.grads(u), !src.overwrite_grads(u), resid_[static_cast<size_t>(l)], a);
     src.release(u);
     src.grads_ready(u);
   }
-  ops_.embedding_backward(part(src.grads(embed), 0, {V, C}), ids, dx_);
+  ops_.embedding_backward(part(src.grads(embed), 0, {V, C}), ids, dx_, head == embed || !src.overwrite_grads(embed));
   src.grads_ready(embed);
 }
 

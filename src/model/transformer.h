@@ -2,7 +2,8 @@
 //
 // One micro-batch of B sequences of T tokens: embedding -> L blocks -> final RMSNorm ->
 // output projection fused with cross-entropy -> and back. Parameter gradients are
-// accumulated into each unit's F32 gradient buffer. The model never owns parameters: it
+// accumulated into each unit's F32 gradient buffer, or overwrite it where the source says
+// the buffer holds nothing of this step yet (UnitSource::overwrite_grads). The model never owns parameters: it
 // asks a UnitSource for each unit's compute weights just before use and hands them back
 // right after, and says when a unit's gradient is complete, which is where the parallel
 // layer gathers shards (FSDP) or starts the gradient's all-reduce (DDP).
@@ -41,6 +42,9 @@ class UnitSource {
   virtual Tensor weights(int unit) = 0;    // compute dtype, the whole unit; valid until release
   virtual void release(int unit) = 0;      // the pass is done with the weights for now
   virtual Tensor grads(int unit) = 0;      // F32, the whole unit; accumulated into
+  // True when the unit's gradient buffer holds nothing of this step yet (the last step's
+  // values): every part's first write overwrites instead of adding. Until grads_ready.
+  virtual bool overwrite_grads(int unit) { (void)unit; return false; }
   virtual void grads_ready(int unit) = 0;  // this micro-batch's contribution is complete
   // The unit whose weights will be asked for next: a sharded source starts gathering it so
   // that the transfer overlaps the current unit's compute.
@@ -91,7 +95,8 @@ class Transformer {
   // Embedding and blocks into resid_[0..L].
   void forward_blocks(UnitSource& source, Tensor ids);
   void block_forward(int64_t layer, Tensor weights, Tensor x_in, BlockActs& a, Tensor x_out);
-  void block_backward(int64_t layer, Tensor weights, Tensor grads, Tensor x_in, BlockActs& a);
+  // accumulate: add to the unit's gradients (false: overwrite them, UnitSource::overwrite_grads)
+  void block_backward(int64_t layer, Tensor weights, Tensor grads, bool accumulate, Tensor x_in, BlockActs& a);
   void recompute_elementwise(Tensor weights, Tensor x_in, BlockActs& a);  // Recompute::kSelective
 
   const ModelConfig& c_;

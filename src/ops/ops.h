@@ -7,8 +7,11 @@
 //  - "compute" tensors (activations, weight copies) have the backend's compute_dtype():
 //    F32 on the CPU, BF16 on CUDA. Gradients of parameters, master weights, AdamW state,
 //    rstd/lse statistics and losses are always F32.
-//  - Parameter gradients are accumulated (+=), never overwritten, so micro-batches and the
-//    tied embedding/output weight add up without extra passes.
+//  - Parameter gradients (dw, dbias, dtable, dq_w, dk_w) are accumulated (+=) unless the
+//    caller passes accumulate = false: then they are overwritten, as the first write of a
+//    step into a buffer that still holds the last step's values (so the optimizer need not
+//    zero the gradients: parallel/param_store.h). Micro-batches and the tied embedding /
+//    output weight add up without extra passes.
 //  - Token ids and targets are I32; a target of -100 is ignored (PyTorch's ignore_index).
 //  - qkv is packed per token as (H + 2*KV) heads of head_dim: q heads, then k, then v,
 //    because q_proj, k_proj and v_proj are stored back to back and run as one GEMM.
@@ -70,17 +73,19 @@ class Ops {
   // dx (M,K) = dy (M,N) . w (N,K); accumulate: dx += ...
   virtual void linear_backward_input(Tensor dx, Tensor dy, Tensor w, bool accumulate) = 0;
   // dw (N,K) += dy^T . x; dbias (N) += column sums of dy (dbias may be empty). dw, dbias F32.
-  virtual void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x) = 0;
+  // accumulate false: = instead of +=.
+  virtual void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate = true) = 0;
 
   // ---- embedding: out (N,C) = table[ids]; dtable (V,C) F32 += scatter of dout rows
+  // (accumulate false: dtable = the scatter, zero in rows no id names)
   virtual void embedding_forward(Tensor out, Tensor ids, Tensor table) = 0;
-  virtual void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) = 0;
+  virtual void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, bool accumulate = true) = 0;
 
   // ---- RMSNorm over the last dimension: out = x * rstd * w, rstd (R) F32 = 1/sqrt(mean(x^2)+eps)
   virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) = 0;
-  // dx (=, or += when accumulate) and dw (F32, +=)
+  // dx (=, or += when accumulate) and dw (F32, +=, or = when not accumulate_dw)
   virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
-                                bool accumulate) = 0;
+                                bool accumulate, bool accumulate_dw = true) = 0;
   // The residual add and the RMSNorm after it: sum = a + b (sum may alias a or b), then
   // rmsnorm_forward(out, rstd, sum, w, eps), with the same values as those two ops (this
   // default runs them; a backend may fuse them). Its backward is rmsnorm_backward with
@@ -96,10 +101,10 @@ class Ops {
   virtual void qk_norm_rope_forward(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w,
                                     Tensor cos, Tensor sin, int n_heads, int n_kv_heads,
                                     float eps) = 0;
-  // din (B*T, H+2KV, hd) from dout; dq_w, dk_w (hd) F32 +=.
+  // din (B*T, H+2KV, hd) from dout; dq_w, dk_w (hd) F32 += (= when not accumulate_dw).
   virtual void qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in,
                                      Tensor q_w, Tensor k_w, Tensor rstd, Tensor cos, Tensor sin,
-                                     int n_heads, int n_kv_heads) = 0;
+                                     int n_heads, int n_kv_heads, bool accumulate_dw = true) = 0;
 
   // ---- causal GQA attention, scale 1/sqrt(hd). qkv (B,T,H+2KV,hd); out (B,T,H,hd);
   // lse (B,H,T) F32: log-sum-exp of each query's scaled scores, saved for backward.
@@ -132,9 +137,11 @@ class Ops {
   virtual void replay(int recording) { (void)recording; }
   virtual void drop_recordings() {}
 
-  // ---- SwiGLU: out (N,I) = silu(gate) * up, gate_up (N,2I); dgate_up written
+  // ---- SwiGLU: out (N,I) = silu(gate) * up, gate_up (N,2I); dgate_up written. act (N,I),
+  // when given, also receives swiglu_forward's out, the same bits (the backward needs it for
+  // the down projection's weight gradient, so the pass that reads gate_up anyway makes it).
   virtual void swiglu_forward(Tensor out, Tensor gate_up) = 0;
-  virtual void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up) = 0;
+  virtual void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act = Tensor()) = 0;
 
   // ---- out = a + b (out may alias a or b)
   virtual void add(Tensor out, Tensor a, Tensor b) = 0;
@@ -145,9 +152,10 @@ class Ops {
   // dh (N,C) = d(loss_sum * loss_scale)/dh (written); dw (V,C) F32 += the same for w.
   // dh and dw absent (both): the loss only, no gradient work (evaluation).
   // logits (N,V) F32: written when given (the parity tool), else left untouched.
+  // accumulate_dw false: dw = instead of +=.
   virtual void cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h,
                                               Tensor w, Tensor targets, float loss_scale,
-                                              Tensor logits) = 0;
+                                              Tensor logits, bool accumulate_dw = true) = 0;
 
   // ---- optimizer on flat F32 buffers: grad is multiplied by grad_scale (the clipping
   // coefficient) as it is read; param, m and v are updated in place as PyTorch's AdamW.

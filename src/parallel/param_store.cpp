@@ -39,6 +39,7 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
     if (mode_ == ParallelMode::kDdp) compute_.push_back(separate_compute ? make(n, ops.compute_dtype()) : master_.back());
   }
   updating_.assign(table.units().size(), 0);
+  stale_.assign(table.units().size(), 0);
   if (sharded()) rs_tmp_ = make(max_shard, DType::kF32);
   if (sharded() && table.norm_unit() > 1) keep_unit_ = table.norm_unit() - 1;  // the last block
   scratch_ = make(1, DType::kF32);
@@ -213,8 +214,10 @@ void ParamStore::release(int unit) {
   gathered_.erase(it);
 }
 
+bool ParamStore::overwrite_grads(int unit) { return stale_[static_cast<size_t>(unit)] != 0; }
+
 Tensor ParamStore::grads(int unit) {
-  await_update(unit);  // the owned gradient is zeroed by the update
+  await_update(unit);  // the update reads the owned gradient
   if (!sharded()) return grads_[static_cast<size_t>(unit)];
   auto it = full_grads_.find(unit);
   if (it != full_grads_.end()) return it->second;
@@ -252,6 +255,7 @@ void ParamStore::reduce_bf16(int unit, Tensor grad) {
 }
 
 void ParamStore::grads_ready(int unit) {
+  stale_[static_cast<size_t>(unit)] = 0;
   if (!comm_ || world_ == 1) return;
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   if (!sharded()) {
@@ -286,6 +290,7 @@ void ParamStore::grads_ready(int unit) {
 void ParamStore::zero_grads() {
   finish_optimizer();
   for (const Tensor& g : grads_) ops_.zero(g);
+  stale_.assign(stale_.size(), 0);
 }
 
 void ParamStore::finish_collectives() {
@@ -335,8 +340,11 @@ double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double
   }
   // Units are numbered in forward order (embedding, blocks, final norm, output layer).
   for (size_t u = 0; u < master_.size(); ++u) {
-    // AdamW, the DDP compute copy and the gradient's zeroing, in one pass.
-    ops_.adamw_step(master_[u], grads_[u], m_[u], v_[u], h, scale, u < compute_.size() ? compute_[u] : Tensor(), true);
+    // AdamW and the DDP compute copy in one pass; the owned shards of FSDP across ranks are
+    // zeroed in it too (the next reduce-scatters add into them).
+    ops_.adamw_step(master_[u], grads_[u], m_[u], v_[u], h, scale, u < compute_.size() ? compute_[u] : Tensor(),
+                    sharded());
+    stale_[u] = !sharded();
     if (!overlap_) continue;
     ops_.record(static_cast<int>(u));
     updating_[u] = 1;

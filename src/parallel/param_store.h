@@ -27,9 +27,13 @@
 // rounded to a pooled bf16 copy, reduced, and widened back (DDP) or added to the owned F32
 // shard (FSDP), with one reduction in flight at a time; half the bytes on the wire. All of
 // it is on the main queue, before the norm; the update below starts after it.
+// The update leaves each unit's gradient as it was (not zeroed: 4 bytes per parameter less
+// to write), and overwrite_grads(u) says so until the unit's first grads_ready of the next
+// step: the first micro-batch overwrites, the next ones add. FSDP across ranks keeps zeroing
+// its owned shards in the update (reduce-scattered gradients are added into them).
 // With overlap (the default), once the norm is known the update runs unit by unit, in
-// forward order, on the ops' side queue: AdamW, the compute copy (DDP), the gradient's
-// zeroing, then an event per unit. The next step's first use of a unit (weights, prefetch,
+// forward order, on the ops' side queue: AdamW, the compute copy (DDP), then an event per
+// unit. The next step's first use of a unit (weights, prefetch,
 // grads) waits for that unit's event only, so the next forward follows the optimizer unit
 // by unit. The same ops on the same data in the same order: the same bits as without.
 // FSDP's kept last block is freed before the update (it would hold the old weights).
@@ -67,6 +71,7 @@ class ParamStore final : public UnitSource {
   Tensor weights(int unit) override;
   void release(int unit) override;
   Tensor grads(int unit) override;
+  bool overwrite_grads(int unit) override;
   void grads_ready(int unit) override;
   void prefetch(int unit) override;
 
@@ -87,7 +92,7 @@ class ParamStore final : public UnitSource {
   // outlives the weights it was gathered from.
   void drop_kept_unit();
   // Clips by the global norm and takes one AdamW step; returns the pre-clip norm (checked
-  // finite before anything is updated). Zeroes the gradients it has applied.
+  // finite before anything is updated). The gradients it applied are then stale (above).
   double optimizer_step(const OptimizerConfig& c, int64_t step, double lr);
   // Overlap the update with what follows (see above); off: it runs on the main queue.
   void set_overlap_optimizer(bool on) { overlap_ = on; }
@@ -134,6 +139,7 @@ class ParamStore final : public UnitSource {
   enum class Keep { kNone, kHeld, kInUse } keep_ = Keep::kNone;
   bool overlap_ = true;
   std::vector<char> updating_;  // per unit: an update on the side queue not yet waited for
+  std::vector<char> stale_;     // per unit, not sharded: the gradient holds the last step's values
   std::set<int> copying_;       // one GPU: units whose copy ahead is not yet waited for
   std::vector<void*> buffers_;
   int64_t persistent_bytes_ = 0;

@@ -7,12 +7,12 @@
 #include "core/error.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
+#include "ops/cross_entropy_chunks.h"
 
 namespace anvil {
 namespace {
 
 constexpr int64_t kGemmWorkspace = 64ll << 20;
-constexpr int64_t kCrossEntropyChunk = 512ll << 20;  // ops/cuda/cross_entropy.h
 
 std::string gib(int64_t bytes) {
   char b[32];
@@ -72,7 +72,7 @@ MemoryPlan plan_memory(const PlanInput& in) {
   const int64_t n = in.micro_batch * in.seq_len;
   // The backend's shared scratch holds the largest temporary: the cross-entropy chunk or
   // attention's (ops/cuda/cuda_ops.cpp).
-  const int64_t scratch = std::max(std::min(kCrossEntropyChunk, 4 * n * c.vocab_size) + 4 * n,
+  const int64_t scratch = std::max(cross_entropy_chunks(n, c.vocab_size).bytes,
                                    attention_scratch_bytes(in.micro_batch, in.seq_len, c.num_heads,
                                                            c.num_kv_heads, c.head_dim));
   p.workspace = kGemmWorkspace + scratch + 4 * n * 2;

@@ -207,7 +207,9 @@ TEST(CudaOps, Embedding) {
 TEST(CudaOps, RmsNorm) {
   REQUIRE_GPU();
   struct Case { int64_t rows, cols; };
-  for (const Case& cs : {Case{7, 64}, Case{33, 1000}, Case{300, 2048}, Case{5, 777}, Case{2, 5120}}) {
+  // 1100 rows take several rows per block of the backward's fixed grid.
+  for (const Case& cs : {Case{7, 64}, Case{33, 1000}, Case{300, 2048}, Case{5, 777}, Case{2, 5120}, Case{3, 8192},
+                         Case{1100, 256}}) {
     const std::string tag = dims({cs.rows, cs.cols});
     const int64_t n = cs.rows * cs.cols;
     Buf x({cs.rows, cs.cols}, DType::kBF16, randn(n, 11, 2.0f));
@@ -353,6 +355,88 @@ TEST(CudaOps, QkNormRope) {
     check("qk_norm_rope_backward " + tag + " dq_w", dq_w, kF32);
     check("qk_norm_rope_backward " + tag + " dk_w", dk_w, kF32);
   }
+}
+
+// Parameter gradients with accumulate = false (a step's first write, parallel/param_store.h)
+// into buffers of NaNs: the bits of accumulate = true into zeros, op by op, on both backends
+// (the embedding's rows that no id names become zero).
+TEST(CudaOps, GradientsOverwrite) {
+  REQUIRE_GPU();
+  const DType bf = DType::kBF16, f32 = DType::kF32;
+  auto zeros = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n), 0.0f); };
+  // Each pair: (into zeros, accumulating; into NaNs, overwriting).
+  auto same = [](const std::string& what, Buf& added, Buf& written) {
+    EXPECT_EQ(written.got(), added.got()) << what << " on the GPU";
+    EXPECT_EQ(written.host(), added.host()) << what << " on the CPU";
+  };
+  Tensor none;
+  const int64_t M = 70, K = 96, N = 40;
+  Buf dy({M, N}, bf, randn(M * N, 91)), x({M, K}, bf, randn(M * K, 92));
+  Buf dw0({N, K}, f32, zeros(N * K)), dw1({N, K}, f32, nans(N * K)), db0({N}, f32, zeros(N)), db1({N}, f32, nans(N));
+  for (Ops* o : {&cpu(), &gpu()}) {
+    const bool g = o == &gpu();
+    o->linear_backward_weight(g ? dw0.g() : dw0.c(), g ? db0.g() : db0.c(), g ? dy.g() : dy.c(), g ? x.g() : x.c());
+    o->linear_backward_weight(g ? dw1.g() : dw1.c(), g ? db1.g() : db1.c(), g ? dy.g() : dy.c(), g ? x.g() : x.c(),
+                              false);
+  }
+  same("linear_backward_weight dw", dw0, dw1);
+  same("linear_backward_weight dbias", db0, db1);
+
+  Buf xn({M, K}, bf, randn(M * K, 93)), w({K}, bf, randn(K, 94, 0.2f)), rstd({M}, f32, std::vector<float>(M, 0.7f));
+  Buf dx({M, K}, bf, nans(M * K)), nw0({K}, f32, zeros(K)), nw1({K}, f32, nans(K));
+  for (Ops* o : {&cpu(), &gpu()}) {
+    const bool g = o == &gpu();
+    o->rmsnorm_backward(g ? dx.g() : dx.c(), g ? nw0.g() : nw0.c(), g ? xn.g() : xn.c(), g ? x.g() : x.c(),
+                        g ? w.g() : w.c(), g ? rstd.g() : rstd.c(), false);
+    o->rmsnorm_backward(g ? dx.g() : dx.c(), g ? nw1.g() : nw1.c(), g ? xn.g() : xn.c(), g ? x.g() : x.c(),
+                        g ? w.g() : w.c(), g ? rstd.g() : rstd.c(), false, false);
+  }
+  same("rmsnorm_backward dw", nw0, nw1);
+
+  const int64_t T = 9, B = 2, H = 4, KV = 2, hd = 64, rows = B * T, heads = H + 2 * KV, n = rows * heads * hd;
+  std::vector<float> cv, sv;
+  rope_tables(T, hd, &cv, &sv);
+  Buf cos({T, hd / 2}, f32, cv), sin({T, hd / 2}, f32, sv), in({rows, heads, hd}, bf, randn(n, 95));
+  Buf qw({hd}, bf, randn(hd, 96, 0.3f)), kw({hd}, bf, randn(hd, 97, 0.3f));
+  Buf qr({rows, H + KV}, f32, std::vector<float>(static_cast<size_t>(rows * (H + KV)), 0.9f));
+  Buf dq({rows, heads, hd}, bf, randn(n, 98)), din({rows, heads, hd}, bf, nans(n));
+  Buf dq0({hd}, f32, zeros(hd)), dk0({hd}, f32, zeros(hd)), dq1({hd}, f32, nans(hd)), dk1({hd}, f32, nans(hd));
+  for (Ops* o : {&cpu(), &gpu()}) {
+    const bool g = o == &gpu();
+    auto t = [g](Buf& b) { return g ? b.g() : b.c(); };
+    o->qk_norm_rope_backward(t(din), t(dq0), t(dk0), t(dq), t(in), t(qw), t(kw), t(qr), t(cos), t(sin), H, KV);
+    o->qk_norm_rope_backward(t(din), t(dq1), t(dk1), t(dq), t(in), t(qw), t(kw), t(qr), t(cos), t(sin), H, KV, false);
+  }
+  same("qk_norm_rope_backward dq_w", dq0, dq1);
+  same("qk_norm_rope_backward dk_w", dk0, dk1);
+
+  const int64_t V = 50, C = 32, R = 20;
+  std::vector<int32_t> idv(R);
+  for (int64_t i = 0; i < R; ++i) idv[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7) % 13);  // repeats; rows >= 13 unnamed
+  Ids ids(idv);
+  Buf dout({R, C}, bf, randn(R * C, 99)), dt0({V, C}, f32, zeros(V * C)), dt1({V, C}, f32, nans(V * C));
+  for (Ops* o : {&cpu(), &gpu()}) {
+    const bool g = o == &gpu();
+    o->embedding_backward(g ? dt0.g() : dt0.c(), g ? ids.g() : ids.c(), g ? dout.g() : dout.c());
+    o->embedding_backward(g ? dt1.g() : dt1.c(), g ? ids.g() : ids.c(), g ? dout.g() : dout.c(), false);
+  }
+  same("embedding_backward dtable", dt0, dt1);
+
+  const int64_t CN = 33, CV = 1000, CC = 64;
+  std::vector<int32_t> tv(CN);
+  for (int64_t i = 0; i < CN; ++i) tv[static_cast<size_t>(i)] = i % 5 == 0 ? -100 : static_cast<int32_t>((i * 37) % CV);
+  Ids targets(tv);
+  Buf h({CN, CC}, bf, randn(CN * CC, 100)), wv({CV, CC}, bf, randn(CV * CC, 101, 0.25f));
+  Buf loss({1}, f32, {0.0f}), dh({CN, CC}, bf, nans(CN * CC));
+  Buf cw0({CV, CC}, f32, zeros(CV * CC)), cw1({CV, CC}, f32, nans(CV * CC));
+  for (Ops* o : {&cpu(), &gpu()}) {
+    const bool g = o == &gpu();
+    auto t = [g](Buf& b) { return g ? b.g() : b.c(); };
+    o->cross_entropy_forward_backward(t(loss), t(dh), t(cw0), t(h), t(wv), g ? targets.g() : targets.c(), 0.1f, none);
+    o->cross_entropy_forward_backward(t(loss), t(dh), t(cw1), t(h), t(wv), g ? targets.g() : targets.c(), 0.1f, none,
+                                      false);
+  }
+  same("cross_entropy dw", cw0, cw1);
 }
 
 // A CUDA backend whose attention runs as ANVIL_ATTENTION=impl says (attention_cudnn.h), one
@@ -507,6 +591,12 @@ TEST(CudaOps, SwiGLU) {
     cpu().swiglu_backward(dgu.c(), dout.c(), gu.c());
     gpu().swiglu_backward(dgu.g(), dout.g(), gu.g());
     check("swiglu_backward " + tag + " dgate_up", dgu, kOut1);
+    // The forward's output made by the backward's pass: the same bits, the same gradient.
+    Buf act({cs.n, cs.inter}, DType::kBF16, nans(cs.n * cs.inter));
+    Buf dgu2({cs.n, 2 * cs.inter}, DType::kBF16, nans(cs.n * 2 * cs.inter));
+    gpu().swiglu_backward(dgu2.g(), dout.g(), gu.g(), act.g());
+    EXPECT_EQ(act.got(), out.got()) << tag << ": the backward's act differs from swiglu_forward";
+    EXPECT_EQ(dgu2.got(), dgu.got()) << tag;
   }
 }
 
@@ -546,9 +636,11 @@ TEST(CudaOps, AddAndConvert) {
 TEST(CudaOps, CrossEntropy) {
   REQUIRE_GPU();
   struct Case { int64_t n, vocab, cols; bool logits; };
-  // The last case has 2 chunks of rows (832 rows of fp32 logits per chunk at V = 151936).
+  // At V = 151936 (ops/cross_entropy_chunks.h) the last case has two blocks of rows (1152
+  // and 48), the first of four chunks of fp32 logits (288 rows each); 5003 and 17 take the
+  // one-float-at-a-time softmax.
   for (const Case& cs : {Case{33, 1000, 64, true}, Case{70, 5003, 128, false}, Case{1, 17, 8, true},
-                         Case{900, 151936, 64, false}}) {
+                         Case{1200, 151936, 64, false}}) {
     const std::string tag = dims({cs.n, cs.vocab, cs.cols});
     std::mt19937 gen(static_cast<uint32_t>(cs.n + cs.vocab));
     std::vector<int32_t> tg(static_cast<size_t>(cs.n));
@@ -611,6 +703,24 @@ TEST(CudaOps, AdamW) {
       EXPECT_EQ(v2.got(), v.got()) << tag;
       EXPECT_EQ(copy.got(), conv.got()) << tag << ": the copy differs from convert";
       EXPECT_EQ(g2.got(), std::vector<double>(static_cast<size_t>(n), 0.0)) << tag << ": the gradient is not zero";
+      // Views one element into their buffers (not 16-byte aligned: one element at a time
+      // instead of four): the same bits as the aligned run.
+      auto shifted = [&](const std::vector<float>& v) {
+        std::vector<float> out(1, 7.0f);
+        out.insert(out.end(), v.begin(), v.end());
+        return out;
+      };
+      Buf p3({n + 1}, DType::kF32, shifted(randn(n, 71))), g3({n + 1}, DType::kF32, shifted(randn(n, 72, 0.1f)));
+      Buf m3({n + 1}, DType::kF32, shifted(randn(n, 74, 0.01f))), v3({n + 1}, DType::kF32, shifted(vv));
+      Buf copy3({n + 1}, DType::kBF16, nans(n + 1));
+      auto view = [&](Buf& b) { return b.g().slice_rows(1, n + 1); };
+      gpu().adamw_step(view(p3), view(g3), view(m3), view(v3), hp, 0.5f, view(copy3), true);
+      auto tail = [](std::vector<double> v) { return std::vector<double>(v.begin() + 1, v.end()); };
+      EXPECT_EQ(tail(p3.got()), param.got()) << tag << " unaligned";
+      EXPECT_EQ(tail(m3.got()), m.got()) << tag << " unaligned";
+      EXPECT_EQ(tail(v3.got()), v.got()) << tag << " unaligned";
+      EXPECT_EQ(tail(copy3.got()), conv.got()) << tag << " unaligned copy";
+      EXPECT_EQ(p3.got()[0], 7.0) << tag << ": the element before the view was written";
     }
   }
 }

@@ -149,7 +149,7 @@ class CpuOps final : public Ops {
     });
   }
 
-  void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x) override {
+  void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate) override {
     const int64_t M = dy.rows(), N = dy.cols(), K = x.cols();
     ANVIL_ENSURE(x.rows() == M && dw.dim(0) == N && dw.cols() == K, kInternal, "linear_backward_weight shapes");
     const float *DY = f32(dy), *X = f32(x);
@@ -158,13 +158,14 @@ class CpuOps final : public Ops {
     parallel_for(N, 8, [&](int64_t nb, int64_t ne) {
       for (int64_t n = nb; n < ne; ++n) {
         float* r = DW + n * K;
+        if (!accumulate) std::fill(r, r + K, 0.0f);
         double bsum = 0;
         for (int64_t m = 0; m < M; ++m) {
           const float g = DY[m * N + n];
           bsum += g;
           if (g != 0.0f) axpy(r, g, X + m * K, K);
         }
-        if (DB) DB[n] += static_cast<float>(bsum);
+        if (DB) DB[n] = (accumulate ? DB[n] : 0.0f) + static_cast<float>(bsum);
       }
     });
   }
@@ -181,11 +182,12 @@ class CpuOps final : public Ops {
     }
   }
 
-  void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) override {
+  void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, bool accumulate) override {
     const int64_t N = ids.numel(), C = dtable.cols();
     const int32_t* I = i32(ids);
     const float* D = f32(dout);
     float* T = f32(dtable);
+    if (!accumulate) std::fill(T, T + dtable.numel(), 0.0f);
     // Threads own column ranges, so every row is updated in token order.
     parallel_for(C, 16, [&](int64_t cb, int64_t ce) {
       for (int64_t n = 0; n < N; ++n) {
@@ -212,7 +214,7 @@ class CpuOps final : public Ops {
   }
 
   void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
-                        bool accumulate) override {
+                        bool accumulate, bool accumulate_dw) override {
     const int64_t R = x.rows(), D = x.cols();
     const float *X = f32(x), *W = f32(w), *G = f32(dout), *S = f32(rstd);
     float* DX = f32(dx);
@@ -225,7 +227,7 @@ class CpuOps final : public Ops {
         for (int64_t i = 0; i < D; ++i) acc[i] += static_cast<double>(G[r * D + i]) * (X[r * D + i] * S[r]);
     });
     float* DW = f32(dw);
-    for (int64_t i = 0; i < D; ++i) DW[i] += static_cast<float>(dws[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < D; ++i) DW[i] = (accumulate_dw ? DW[i] : 0.0f) + static_cast<float>(dws[static_cast<size_t>(i)]);
   }
 
   void qk_norm_rope_forward(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w, Tensor cos, Tensor sin,
@@ -266,7 +268,8 @@ class CpuOps final : public Ops {
   }
 
   void qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in, Tensor q_w, Tensor k_w,
-                             Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads) override {
+                             Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads,
+                             bool accumulate_dw) override {
     const int64_t hd = in.cols(), half = hd / 2, heads = n_heads + 2 * n_kv_heads, nqk = n_heads + n_kv_heads;
     const int64_t N = in.numel() / (heads * hd), T = cos.dim(0);
     const bool norm = present(q_w);
@@ -314,8 +317,8 @@ class CpuOps final : public Ops {
     });
     float *DQ = f32(dq_w), *DK = f32(dk_w);
     for (int64_t i = 0; i < hd; ++i) {
-      DQ[i] += static_cast<float>(acc[static_cast<size_t>(i)]);
-      DK[i] += static_cast<float>(acc[static_cast<size_t>(hd + i)]);
+      DQ[i] = (accumulate_dw ? DQ[i] : 0.0f) + static_cast<float>(acc[static_cast<size_t>(i)]);
+      DK[i] = (accumulate_dw ? DK[i] : 0.0f) + static_cast<float>(acc[static_cast<size_t>(hd + i)]);
     }
   }
 
@@ -455,7 +458,8 @@ class CpuOps final : public Ops {
     });
   }
 
-  void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up) override {
+  void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) override {
+    if (act.data) swiglu_forward(act, gate_up);
     const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
     const float *GU = f32(gate_up), *G = f32(dout);
     float* D = f32(dgate_up);
@@ -480,7 +484,7 @@ class CpuOps final : public Ops {
   }
 
   void cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h, Tensor w, Tensor targets,
-                                      float loss_scale, Tensor logits) override {
+                                      float loss_scale, Tensor logits, bool accumulate_dw) override {
     const int64_t N = h.rows(), C = h.cols(), V = w.dim(0);
     const float *H = f32(h), *W = f32(w);
     const int32_t* Y = i32(targets);
@@ -488,6 +492,7 @@ class CpuOps final : public Ops {
     const bool grads = present(dh);
     float *DH = grads ? f32(dh) : nullptr, *DW = grads ? f32(dw) : nullptr;
     float* LOG = present(logits) ? f32(logits) : nullptr;
+    if (grads && !accumulate_dw) std::fill(DW, DW + dw.numel(), 0.0f);
     constexpr int64_t kRows = 32;  // rows per chunk: the chunk's logits are kRows x V
     std::vector<float> z(static_cast<size_t>(kRows * V));
     double total = 0;

@@ -1,16 +1,17 @@
-// Fused output projection + cross-entropy, chunk by chunk of rows:
-//   1. logits (rows, V) fp32 = h_chunk . w^T                      (cuBLASLt)
-//   2. one block per row: lse by an online max/sum, the row's loss, and
-//      dlogits = (softmax - onehot(target)) * loss_scale in bf16   (this file)
-//   3. dh_chunk = dlogits . w;  dw += dlogits^T . h_chunk          (cuBLASLt, beta 0 / 1)
-// The bf16 dlogits overwrite the fp32 logits in place, row r's bf16 values at the start of
-// its own fp32 row (so the bf16 matrix has row stride 2V). The in-place write is safe
-// because the row is swept in tiles: a tile is read into registers, a barrier passes, then
-// its bf16 values are written; bf16 element j lands in fp32 element j/2 <= j, which has
-// been read already. So a chunk needs 4 bytes per logit, nothing more.
-// Per-row losses go to a vector and are summed at the end in a fixed order (deterministic).
+// Fused output projection + cross-entropy, block by block of rows (ops/cross_entropy_chunks.h
+// says how the rows are cut). For each block of grad_rows rows:
+//   for each chunk of logit_rows rows of the block:
+//     1. logits (rows, V) fp32 = h_chunk . w^T                        (cuBLASLt)
+//     2. one CUDA block per row: lse by an online max/sum, the row's loss, and
+//        dlogits = (softmax - onehot(target)) * loss_scale in bf16 into the block's rows
+//   3. dh_block = dlogits . w;  dw += dlogits^T . h_block             (cuBLASLt; the first
+//      block's dw GEMM has beta 0 when the caller overwrites dw)
+// so dw is read and written once per block, and the dh GEMM has the block's rows, not a
+// chunk's. Per-row losses go to a vector and are summed at the end in a fixed order
+// (deterministic). The loss alone (no dh, no dw) skips the dlogits and both GEMMs.
 #include "core/cuda/check.h"
 #include "core/error.h"
+#include "ops/cross_entropy_chunks.h"
 #include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/cuda/reduce.h"
@@ -18,86 +19,96 @@
 namespace anvil::cuda {
 
 namespace {
-constexpr int kThreads = 512;
-constexpr int kTile = 4;  // values per thread held in registers across the in-place barrier
+constexpr int kThreads = 1024;
 
-size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+__device__ __forceinline__ void online_add(float x, float& m, float& s) {
+  if (x > m) {
+    s = s * expf(m - x) + 1.0f;
+    m = x;
+  } else {
+    s += expf(x - m);
+  }
+}
 }  // namespace
 
-static __global__ void ce_softmax_grad_kernel(float* logits, float* row_loss, const int32_t* targets,
-                                              int64_t vocab, float loss_scale) {
-  float* row = logits + blockIdx.x * vocab;
+// One CUDA block per row. VEC 4: the row moves as float4 (vocab a multiple of 4, aligned
+// rows), else one float at a time. grad: the row's bf16 dlogits, or null (the loss only).
+template <int VEC>
+static __global__ void ce_softmax_grad_kernel(const float* logits, __nv_bfloat16* grad, int64_t grad_ld,
+                                              float* row_loss, const int32_t* targets, int64_t vocab,
+                                              float loss_scale) {
+  const float* row = logits + blockIdx.x * vocab;
   const int32_t tgt = targets[blockIdx.x];
   const bool valid = tgt >= 0 && tgt < vocab;
   const float target_logit = valid ? row[tgt] : 0.0f;
   float m = -INFINITY, s = 0.0f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float x = row[j];
-    if (x > m) {
-      s = s * expf(m - x) + 1.0f;
-      m = x;
+  for (int64_t j = threadIdx.x * VEC; j < vocab; j += static_cast<int64_t>(blockDim.x) * VEC) {
+    if constexpr (VEC == 4) {
+      const float4 x = *reinterpret_cast<const float4*>(row + j);
+      online_add(x.x, m, s);
+      online_add(x.y, m, s);
+      online_add(x.z, m, s);
+      online_add(x.w, m, s);
     } else {
-      s += expf(x - m);
+      online_add(row[j], m, s);
     }
   }
   const float row_max = block_max(m);
   s = m == -INFINITY ? 0.0f : s * expf(m - row_max);
   const float lse = row_max + logf(block_sum(s));
   if (threadIdx.x == 0) row_loss[blockIdx.x] = valid ? lse - target_logit : 0.0f;
+  if (!grad) return;
   const float scale = valid ? loss_scale : 0.0f;
-  __nv_bfloat16* grad = reinterpret_cast<__nv_bfloat16*>(row);
-  for (int64_t base = 0; base < vocab; base += static_cast<int64_t>(blockDim.x) * kTile) {
-    float v[kTile];
+  __nv_bfloat16* g = grad + blockIdx.x * grad_ld;
+  for (int64_t j = threadIdx.x * VEC; j < vocab; j += static_cast<int64_t>(blockDim.x) * VEC) {
+    if constexpr (VEC == 4) {
+      const float4 x = *reinterpret_cast<const float4*>(row + j);
+      const float v[4] = {x.x, x.y, x.z, x.w};
+      __nv_bfloat16 o[4];
 #pragma unroll
-    for (int t = 0; t < kTile; ++t) {
-      const int64_t j = base + t * blockDim.x + threadIdx.x;
-      v[t] = j < vocab ? (expf(row[j] - lse) - (j == tgt ? 1.0f : 0.0f)) * scale : 0.0f;
+      for (int i = 0; i < 4; ++i) o[i] = __float2bfloat16_rn((expf(v[i] - lse) - (j + i == tgt ? 1.0f : 0.0f)) * scale);
+      reinterpret_cast<__nv_bfloat162*>(g + j)[0] = __nv_bfloat162{o[0], o[1]};
+      reinterpret_cast<__nv_bfloat162*>(g + j)[1] = __nv_bfloat162{o[2], o[3]};
+    } else {
+      g[j] = __float2bfloat16_rn((expf(row[j] - lse) - (j == tgt ? 1.0f : 0.0f)) * scale);
     }
-    __syncthreads();
-#pragma unroll
-    for (int t = 0; t < kTile; ++t) {
-      const int64_t j = base + t * blockDim.x + threadIdx.x;
-      if (j < vocab) grad[j] = __float2bfloat16_rn(v[t]);
-    }
-    __syncthreads();
   }
 }
 
-int64_t cross_entropy_chunk_rows(int64_t n, int64_t vocab) {
-  int64_t rows = static_cast<int64_t>(kCrossEntropyChunkBytes / (static_cast<size_t>(vocab) * sizeof(float)));
-  if (rows >= 64) rows = rows / 64 * 64;
-  if (rows < 1) rows = 1;
-  return rows < n ? rows : n;
-}
-
-size_t cross_entropy_scratch_bytes(int64_t n, int64_t vocab) {
-  const size_t chunk = static_cast<size_t>(cross_entropy_chunk_rows(n, vocab)) * static_cast<size_t>(vocab) * 4;
-  return round_up(chunk, 256) + static_cast<size_t>(n) * sizeof(float);
-}
-
 void cross_entropy_forward_backward(const CrossEntropyArgs& a, void* scratch, Gemm& gemm, cudaStream_t stream) {
-  if (a.n == 0) return;
-  const int64_t chunk = cross_entropy_chunk_rows(a.n, a.vocab);
+  if (a.n == 0) {
+    if (a.dw && !a.accumulate_dw)
+      CUDA_CHECK(cudaMemsetAsync(a.dw, 0, static_cast<size_t>(a.vocab * a.cols) * sizeof(float), stream));
+    return;
+  }
+  const CrossEntropyChunks c = cross_entropy_chunks(a.n, a.vocab);
   float* logits = static_cast<float*>(scratch);
-  float* row_loss = reinterpret_cast<float*>(static_cast<char*>(scratch) +
-                                             round_up(static_cast<size_t>(chunk) * static_cast<size_t>(a.vocab) * 4, 256));
-  const auto* dlogits = reinterpret_cast<const __nv_bfloat16*>(logits);
-  for (int64_t r0 = 0; r0 < a.n; r0 += chunk) {
-    const int64_t rows = a.n - r0 < chunk ? a.n - r0 : chunk;
-    const __nv_bfloat16* h = a.h + r0 * a.cols;
-    gemm.run(logits, CUDA_R_32F, a.vocab, {h, a.cols, false}, {a.w, a.cols, true}, rows, a.vocab, a.cols, 0.0f,
-             nullptr);
-    if (a.logits)
-      CUDA_CHECK(cudaMemcpyAsync(a.logits + r0 * a.vocab, logits, static_cast<size_t>(rows * a.vocab) * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, stream));
-    ce_softmax_grad_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, row_loss + r0,
-                                                                                  a.targets + r0, a.vocab, a.loss_scale);
-    CUDA_CHECK_LAUNCH();
+  auto* dlogits = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + c.logits_bytes);
+  float* row_loss = reinterpret_cast<float*>(static_cast<char*>(scratch) + c.logits_bytes + c.grad_bytes);
+  const bool vec = a.vocab % 4 == 0 && aligned16(scratch);  // every logits row 16-byte aligned; grad_ld % 8 == 0
+  for (int64_t b0 = 0; b0 < a.n; b0 += c.grad_rows) {
+    const int64_t block_rows = a.n - b0 < c.grad_rows ? a.n - b0 : c.grad_rows;
+    for (int64_t r0 = b0; r0 < b0 + block_rows; r0 += c.logit_rows) {
+      const int64_t rows = b0 + block_rows - r0 < c.logit_rows ? b0 + block_rows - r0 : c.logit_rows;
+      gemm.run(logits, CUDA_R_32F, a.vocab, {a.h + r0 * a.cols, a.cols, false}, {a.w, a.cols, true}, rows, a.vocab,
+               a.cols, 0.0f, nullptr);
+      if (a.logits)
+        CUDA_CHECK(cudaMemcpyAsync(a.logits + r0 * a.vocab, logits,
+                                   static_cast<size_t>(rows * a.vocab) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   stream));
+      auto kernel = vec ? ce_softmax_grad_kernel<4> : ce_softmax_grad_kernel<1>;
+      kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+          logits, a.dh ? dlogits + (r0 - b0) * c.grad_ld : nullptr, c.grad_ld, row_loss + r0, a.targets + r0,
+          a.vocab, a.loss_scale);
+      CUDA_CHECK_LAUNCH();
+    }
     if (!a.dh) continue;  // the loss only (evaluation)
-    gemm.run(a.dh + r0 * a.cols, CUDA_R_16BF, a.cols, {dlogits, 2 * a.vocab, false}, {a.w, a.cols, false}, rows,
+    const __nv_bfloat16* h = a.h + b0 * a.cols;
+    gemm.run(a.dh + b0 * a.cols, CUDA_R_16BF, a.cols, {dlogits, c.grad_ld, false}, {a.w, a.cols, false}, block_rows,
              a.cols, a.vocab, 0.0f, nullptr);
-    gemm.run(a.dw, CUDA_R_32F, a.cols, {dlogits, 2 * a.vocab, true}, {h, a.cols, false}, a.vocab, a.cols, rows, 1.0f,
-             nullptr);
+    const bool first = b0 == 0 && !a.accumulate_dw;  // the first block overwrites dw
+    gemm.run(a.dw, CUDA_R_32F, a.cols, {dlogits, c.grad_ld, true}, {h, a.cols, false}, a.vocab, a.cols, block_rows,
+             first ? 0.0f : 1.0f, nullptr);
   }
   sum_add(a.loss_sum, row_loss, a.n, stream);
 }

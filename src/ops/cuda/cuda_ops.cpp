@@ -15,7 +15,7 @@
 //   attention          the kernel's backward B * H * T * 4 + B * T * H * 2 * head_dim * 4, or
 //                      cuDNN's workspace, at most attention_scratch_bytes (ops/attention_scratch.h)
 //   bias gradient      min(rows, 264) * cols * 4
-//   cross-entropy      min(N, 512 MiB / (4 V)) * V * 4 + N * 4
+//   cross-entropy      its logits and dlogits (at most 512 MiB) + N * 4 (ops/cross_entropy_chunks.h)
 //   cached attention   at most 64 MiB of chunk partials (inference only)
 // plus the cuBLASLt workspace (32 MiB) for the backend's lifetime.
 // Attention runs through cuDNN's fused attention where it supports the shape and through
@@ -32,6 +32,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "ops/cross_entropy_chunks.h"
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/argmax.h"
 #include "ops/cuda/attention.h"
@@ -235,7 +236,7 @@ class CudaOps final : public Ops {
                nullptr);
   }
 
-  void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x) override {
+  void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate) override {
     const char* op = "linear_backward_weight";
     expect(dw, DType::kF32, op, "dw");
     expect(dy, DType::kBF16, op, "dy");
@@ -243,12 +244,16 @@ class CudaOps final : public Ops {
     const int64_t M = dy.rows(), N = dy.cols(), K = x.cols();
     ANVIL_ENSURE(x.rows() == M && dw.dim(0) == N && dw.cols() == K, kInternal, op, " shapes: dy ", dy.shape.str(),
                  " x ", x.shape.str(), " dw ", dw.shape.str());
-    if (M == 0) return;
-    gemm(op).run(dw.data, CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M, 1.0f, nullptr);
+    if (M > 0)
+      gemm(op).run(dw.data, CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M, accumulate ? 1.0f : 0.0f,
+                   nullptr);
+    else if (!accumulate)
+      zero(dw);
     if (present(dbias)) {
       expect(dbias, DType::kF32, op, "dbias");
       expect_numel(dbias, N, op, "dbias");
-      cuda::bias_grad(p<float>(dbias), p<nv_bf16>(dy), M, N, scratch(cuda::bias_grad_scratch_bytes(M, N)), stream_);
+      cuda::bias_grad(p<float>(dbias), p<nv_bf16>(dy), M, N, accumulate, scratch(cuda::bias_grad_scratch_bytes(M, N)),
+                      stream_);
     }
   }
 
@@ -263,14 +268,15 @@ class CudaOps final : public Ops {
     cuda::embedding_forward(p<nv_bf16>(out), p<int32_t>(ids), p<nv_bf16>(table), N, table.dim(0), C, stream_);
   }
 
-  void embedding_backward(Tensor dtable, Tensor ids, Tensor dout) override {
+  void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, bool accumulate) override {
     const char* op = "embedding_backward";
     expect(dtable, DType::kF32, op, "dtable");
     expect(ids, DType::kI32, op, "ids");
     expect(dout, DType::kBF16, op, "dout");
     const int64_t N = ids.numel(), C = dtable.cols();
     expect_numel(dout, N * C, op, "dout");
-    cuda::embedding_backward(p<float>(dtable), p<int32_t>(ids), p<nv_bf16>(dout), N, dtable.dim(0), C, stream_);
+    cuda::embedding_backward(p<float>(dtable), p<int32_t>(ids), p<nv_bf16>(dout), N, dtable.dim(0), C, accumulate,
+                             stream_);
   }
 
   // ---- RMSNorm
@@ -306,7 +312,7 @@ class CudaOps final : public Ops {
   }
 
   void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
-                        bool accumulate) override {
+                        bool accumulate, bool accumulate_dw) override {
     const char* op = "rmsnorm_backward";
     expect(dx, DType::kBF16, op, "dx");
     expect(dw, DType::kF32, op, "dw");
@@ -320,8 +326,8 @@ class CudaOps final : public Ops {
     expect_numel(dw, C, op, "dw");
     expect_numel(rstd, R, op, "rstd");
     cuda::rmsnorm_backward(p<nv_bf16>(dx), p<float>(dw), p<nv_bf16>(dout), p<nv_bf16>(x), p<nv_bf16>(w),
-                           p<float>(rstd), R, C, accumulate, scratch(cuda::rmsnorm_backward_scratch_bytes(R, C)),
-                           stream_);
+                           p<float>(rstd), R, C, accumulate, accumulate_dw,
+                           scratch(cuda::rmsnorm_backward_scratch_bytes(R, C)), stream_);
   }
 
   // ---- qk-norm + RoPE
@@ -342,7 +348,8 @@ class CudaOps final : public Ops {
   }
 
   void qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in, Tensor q_w, Tensor k_w,
-                             Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads) override {
+                             Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads,
+                             bool accumulate_dw) override {
     const char* op = "qk_norm_rope_backward";
     const cuda::QkRopeShape s = qk_shape(op, in, cos, sin, n_heads, n_kv_heads);
     expect(din, DType::kBF16, op, "din");
@@ -361,7 +368,8 @@ class CudaOps final : public Ops {
     cuda::qk_norm_rope_backward(p<nv_bf16>(din), norm ? p<float>(dq_w) : nullptr, norm ? p<float>(dk_w) : nullptr,
                                 p<nv_bf16>(dout), p<nv_bf16>(in), norm ? p<nv_bf16>(q_w) : nullptr,
                                 norm ? p<nv_bf16>(k_w) : nullptr, norm ? p<float>(rstd) : nullptr, p<float>(cos),
-                                p<float>(sin), s, scratch(cuda::qk_norm_rope_backward_scratch_bytes(s)), stream_);
+                                p<float>(sin), s, accumulate_dw, scratch(cuda::qk_norm_rope_backward_scratch_bytes(s)),
+                                stream_);
   }
 
   // ---- attention
@@ -473,7 +481,7 @@ class CudaOps final : public Ops {
     cuda::swiglu_forward(p<nv_bf16>(out), p<nv_bf16>(gate_up), N, I, stream_);
   }
 
-  void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up) override {
+  void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) override {
     const char* op = "swiglu_backward";
     expect(dgate_up, DType::kBF16, op, "dgate_up");
     expect(dout, DType::kBF16, op, "dout");
@@ -482,7 +490,12 @@ class CudaOps final : public Ops {
     ANVIL_ENSURE(gate_up.cols() % 2 == 0, kInternal, op, ": gate_up ", gate_up.shape.str(), " has an odd width");
     expect_numel(dgate_up, N * 2 * I, op, "dgate_up");
     expect_numel(dout, N * I, op, "dout");
-    cuda::swiglu_backward(p<nv_bf16>(dgate_up), p<nv_bf16>(dout), p<nv_bf16>(gate_up), N, I, stream_);
+    if (present(act)) {
+      expect(act, DType::kBF16, op, "act");
+      expect_numel(act, N * I, op, "act");
+    }
+    cuda::swiglu_backward(p<nv_bf16>(dgate_up), present(act) ? p<nv_bf16>(act) : nullptr, p<nv_bf16>(dout),
+                          p<nv_bf16>(gate_up), N, I, stream_);
   }
 
   void add(Tensor out, Tensor a, Tensor b) override {
@@ -503,7 +516,7 @@ class CudaOps final : public Ops {
 
   // ---- output projection + cross-entropy
   void cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h, Tensor w, Tensor targets,
-                                      float loss_scale, Tensor logits) override {
+                                      float loss_scale, Tensor logits, bool accumulate_dw) override {
     const char* op = "cross_entropy_forward_backward";
     expect(loss_sum, DType::kF32, op, "loss_sum");
     const bool grads = present(dh);
@@ -531,8 +544,9 @@ class CudaOps final : public Ops {
                              p<nv_bf16>(h),      p<nv_bf16>(w),       p<int32_t>(targets),
                              present(logits) ? p<float>(logits) : nullptr,
                              N,                  V,                   C,
-                             loss_scale};
-    cuda::cross_entropy_forward_backward(a, scratch(cuda::cross_entropy_scratch_bytes(N, V)), gemm(op), stream_);
+                             loss_scale,         accumulate_dw};
+    cuda::cross_entropy_forward_backward(a, scratch(static_cast<size_t>(cross_entropy_chunks(N, V).bytes)), gemm(op),
+                                         stream_);
   }
 
   // ---- optimizer

@@ -96,7 +96,9 @@ void embedding_forward(__nv_bfloat16* out, const int32_t* ids, const __nv_bfloat
 }
 
 void embedding_backward(float* dtable, const int32_t* ids, const __nv_bfloat16* dout, int64_t n, int64_t vocab,
-                        int64_t cols, cudaStream_t stream) {
+                        int64_t cols, bool accumulate, cudaStream_t stream) {
+  if (!accumulate)
+    CUDA_CHECK(cudaMemsetAsync(dtable, 0, static_cast<size_t>(vocab * cols) * sizeof(float), stream));
   if (n == 0) return;
   ANVIL_ENSURE(cols <= kMaxCols, kUnsupported, "embedding_backward: ", cols,
                " columns; the CUDA kernel handles up to ", kMaxCols);

@@ -1,6 +1,6 @@
 // Bias gradient: column sums of dy in two deterministic passes. Block b of a fixed grid
 // sums rows b, b + G, b + 2G, ... of every column (threads over columns, so each row read
-// is coalesced); reduce_partials_add then adds the G partial rows in order.
+// is coalesced); reduce_partials then adds the G partial rows in a fixed order.
 #include "core/cuda/check.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/cuda/linear.h"
@@ -22,14 +22,18 @@ size_t bias_grad_scratch_bytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>(blocks_for(rows)) * static_cast<size_t>(cols) * sizeof(float);
 }
 
-void bias_grad(float* dbias, const __nv_bfloat16* dy, int64_t rows, int64_t cols, void* scratch,
+void bias_grad(float* dbias, const __nv_bfloat16* dy, int64_t rows, int64_t cols, bool accumulate, void* scratch,
                cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
+  if (cols == 0) return;
+  if (rows == 0) {
+    if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dbias, 0, static_cast<size_t>(cols) * sizeof(float), stream));
+    return;
+  }
   const int blocks = blocks_for(rows);
   float* partials = static_cast<float*>(scratch);
   bias_grad_kernel<<<blocks, 256, 0, stream>>>(partials, dy, rows, cols);
   CUDA_CHECK_LAUNCH();
-  reduce_partials_add(dbias, partials, blocks, cols, cols, stream);
+  reduce_partials(dbias, partials, blocks, cols, cols, accumulate, stream);
 }
 
 }  // namespace anvil::cuda

@@ -10,8 +10,9 @@
 namespace anvil::cuda {
 
 size_t bias_grad_scratch_bytes(int64_t rows, int64_t cols);
-// dbias (cols) F32 += column sums of dy (rows, cols) bf16, deterministic.
-void bias_grad(float* dbias, const __nv_bfloat16* dy, int64_t rows, int64_t cols, void* scratch,
+// dbias (cols) F32 += (when not accumulate, =) column sums of dy (rows, cols) bf16,
+// deterministic.
+void bias_grad(float* dbias, const __nv_bfloat16* dy, int64_t rows, int64_t cols, bool accumulate, void* scratch,
                cudaStream_t stream);
 
 }  // namespace anvil::cuda

@@ -7,7 +7,8 @@
 // Backward applies the transposed rotation to dout to get dn, then the RMSNorm backward of
 // that head: dx = rstd * (dn * w - x * rstd^2 * sum(dn * w * x) / hd), dw += dn * x * rstd.
 // dq_w and dk_w are deterministic: each warp keeps its own partial row in shared memory,
-// a block adds its warps in order, reduce_partials_add adds the blocks in order.
+// a block adds its warps in order, reduce_partials adds the blocks in a fixed order (+=, or
+// = where the caller overwrites).
 #include "core/cuda/check.h"
 #include "core/error.h"
 #include "ops/cuda/kernel_util.cuh"
@@ -17,9 +18,9 @@
 namespace anvil::cuda {
 
 namespace {
-constexpr int kWarps = 8;
+constexpr int kWarps = 8;      // forward: one (row, head) per warp
+constexpr int kBwdWarps = 16;  // backward: warps per block of the fixed grid (kPartialBlocks)
 constexpr int kMaxHeadDim = 256;
-constexpr int kPairs = kMaxHeadDim / 64;  // pairs per lane in each half of a head
 
 __device__ __forceinline__ float2 ld2(const __nv_bfloat16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
@@ -71,20 +72,22 @@ static __global__ void qk_rope_fwd_kernel(__nv_bfloat16* out, float* rstd, const
   }
 }
 
+// PAIRS: pairs of elements per lane in each half of a head (head_dim <= 128 * PAIRS).
+template <int PAIRS>
 static __global__ void qk_rope_bwd_kernel(__nv_bfloat16* din, float* partials, const __nv_bfloat16* dout,
                                           const __nv_bfloat16* in, const __nv_bfloat16* q_w,
                                           const __nv_bfloat16* k_w, const float* rstd, const float* cos,
                                           const float* sin, int64_t rows, int64_t seq, int n_heads,
                                           int n_kv_heads, int hd) {
-  extern __shared__ float acc[];  // (kWarps, 2, hd): each warp's dq_w then dk_w partials
+  extern __shared__ float acc[];  // (kBwdWarps, 2, hd): each warp's dq_w then dk_w partials
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int heads = n_heads + 2 * n_kv_heads, normed = n_heads + n_kv_heads, half = hd / 2;
   const bool norm = q_w != nullptr;
-  for (int i = threadIdx.x; i < kWarps * 2 * hd; i += blockDim.x) acc[i] = 0.0f;
+  for (int i = threadIdx.x; i < kBwdWarps * 2 * hd; i += blockDim.x) acc[i] = 0.0f;
   __syncthreads();
   const int64_t units = rows * heads;
-  for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarps + warp; unit < units;
-       unit += static_cast<int64_t>(gridDim.x) * kWarps) {
+  for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kBwdWarps + warp; unit < units;
+       unit += static_cast<int64_t>(gridDim.x) * kBwdWarps) {
     const int64_t r = unit / heads;
     const int head = static_cast<int>(unit % heads);
     const __nv_bfloat16* d = dout + unit * hd;
@@ -108,12 +111,12 @@ static __global__ void qk_rope_bwd_kernel(__nv_bfloat16* din, float* partials, c
     const __nv_bfloat16* w = head < n_heads ? q_w : k_w;
     float* wacc = acc + (warp * 2 + (head < n_heads ? 0 : 1)) * hd;
     const float rs = rstd[r * normed + head];
-    // Each lane keeps its two pairs (i, i+1) and (i+half, i+half+1) of dn, x and w in
-    // registers between the dot product and the write (hd <= kMaxHeadDim = 4 pairs of 64).
-    float dn[kPairs][4], xv[kPairs][4], wv[kPairs][4];
+    // Each lane keeps its pairs (i, i+1) and (i+half, i+half+1) of dn, x and w, for
+    // i = 2 * lane + 64 k, in registers between the dot product and the write.
+    float dn[PAIRS][4], xv[PAIRS][4], wv[PAIRS][4];
     float dot = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
+    for (int k = 0; k < PAIRS; ++k) {
       const int i = 2 * lane + 64 * k;
       if (i >= half) break;
       const float2 d1 = ld2(d + i), d2 = ld2(d + i + half);
@@ -131,7 +134,7 @@ static __global__ void qk_rope_bwd_kernel(__nv_bfloat16* din, float* partials, c
     }
     const float coef = warp_sum(dot) * rs * rs / static_cast<float>(hd);
 #pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
+    for (int k = 0; k < PAIRS; ++k) {
       const int i = 2 * lane + 64 * k;
       if (i >= half) break;
       float o[4];
@@ -149,7 +152,7 @@ static __global__ void qk_rope_bwd_kernel(__nv_bfloat16* din, float* partials, c
   __syncthreads();
   for (int i = threadIdx.x; i < 2 * hd; i += blockDim.x) {
     float s = 0.0f;
-    for (int w = 0; w < kWarps; ++w) s += acc[w * 2 * hd + i];
+    for (int w = 0; w < kBwdWarps; ++w) s += acc[w * 2 * hd + i];
     partials[blockIdx.x * 2 * static_cast<int64_t>(hd) + i] = s;
   }
 }
@@ -173,7 +176,7 @@ void qk_norm_rope_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* 
 }
 
 static int bwd_blocks(const QkRopeShape& s) {
-  const int64_t blocks = ceil_div(s.rows * (s.n_heads + 2 * s.n_kv_heads), kWarps);
+  const int64_t blocks = ceil_div(s.rows * (s.n_heads + 2 * s.n_kv_heads), kBwdWarps);
   return static_cast<int>(blocks < kPartialBlocks ? blocks : kPartialBlocks);
 }
 
@@ -184,18 +187,25 @@ size_t qk_norm_rope_backward_scratch_bytes(const QkRopeShape& s) {
 void qk_norm_rope_backward(__nv_bfloat16* din, float* dq_w, float* dk_w, const __nv_bfloat16* dout,
                            const __nv_bfloat16* in, const __nv_bfloat16* q_w, const __nv_bfloat16* k_w,
                            const float* rstd, const float* cos, const float* sin, const QkRopeShape& s,
-                           void* scratch, cudaStream_t stream) {
+                           bool accumulate_dw, void* scratch, cudaStream_t stream) {
   check_shape(s);
-  if (s.rows == 0) return;
+  if (s.rows == 0) {
+    if (q_w && !accumulate_dw) {
+      CUDA_CHECK(cudaMemsetAsync(dq_w, 0, static_cast<size_t>(s.head_dim) * sizeof(float), stream));
+      CUDA_CHECK(cudaMemsetAsync(dk_w, 0, static_cast<size_t>(s.head_dim) * sizeof(float), stream));
+    }
+    return;
+  }
   const int blocks = bwd_blocks(s);
   float* partials = static_cast<float*>(scratch);
-  const size_t smem = static_cast<size_t>(kWarps) * 2 * static_cast<size_t>(s.head_dim) * sizeof(float);
-  qk_rope_bwd_kernel<<<blocks, kWarps * 32, smem, stream>>>(din, partials, dout, in, q_w, k_w, rstd, cos, sin,
-                                                            s.rows, s.seq, s.n_heads, s.n_kv_heads, s.head_dim);
+  const size_t smem = static_cast<size_t>(kBwdWarps) * 2 * static_cast<size_t>(s.head_dim) * sizeof(float);
+  auto kernel = s.head_dim <= 128 ? qk_rope_bwd_kernel<1> : qk_rope_bwd_kernel<kMaxHeadDim / 128>;
+  kernel<<<blocks, kBwdWarps * 32, smem, stream>>>(din, partials, dout, in, q_w, k_w, rstd, cos, sin, s.rows, s.seq,
+                                                   s.n_heads, s.n_kv_heads, s.head_dim);
   CUDA_CHECK_LAUNCH();
   if (q_w) {
-    reduce_partials_add(dq_w, partials, blocks, s.head_dim, 2 * s.head_dim, stream);
-    reduce_partials_add(dk_w, partials + s.head_dim, blocks, s.head_dim, 2 * s.head_dim, stream);
+    reduce_partials(dq_w, partials, blocks, s.head_dim, 2 * s.head_dim, accumulate_dw, stream);
+    reduce_partials(dk_w, partials + s.head_dim, blocks, s.head_dim, 2 * s.head_dim, accumulate_dw, stream);
   }
 }
 

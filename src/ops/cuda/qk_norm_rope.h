@@ -27,6 +27,6 @@ size_t qk_norm_rope_backward_scratch_bytes(const QkRopeShape& s);
 void qk_norm_rope_backward(__nv_bfloat16* din, float* dq_w, float* dk_w, const __nv_bfloat16* dout,
                            const __nv_bfloat16* in, const __nv_bfloat16* q_w, const __nv_bfloat16* k_w,
                            const float* rstd, const float* cos, const float* sin, const QkRopeShape& s,
-                           void* scratch, cudaStream_t stream);
+                           bool accumulate_dw, void* scratch, cudaStream_t stream);
 
 }  // namespace anvil::cuda

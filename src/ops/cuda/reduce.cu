@@ -6,13 +6,30 @@
 
 namespace anvil::cuda {
 
+namespace {
+// reduce_partials: a block covers kCols columns; its kSegments rows of threads each sum
+// one fixed, contiguous range of the partial rows (in order), then the first row adds the
+// segments' sums in order. The order depends on nparts alone: the same bits on any GPU.
+constexpr int kCols = 32, kSegments = 8;
+}  // namespace
+
 static __global__ void reduce_partials_kernel(float* out, const float* partials, int nparts, int64_t n,
-                                              int64_t stride) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
+                                              int64_t stride, bool accumulate) {
+  __shared__ float seg_sum[kSegments][kCols];
+  const int col = threadIdx.x % kCols, seg = threadIdx.x / kCols;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kCols + col;
+  const int per_seg = (nparts + kSegments - 1) / kSegments;
+  const int begin = seg * per_seg, end = begin + per_seg < nparts ? begin + per_seg : nparts;
   float s = 0.0f;
-  for (int p = 0; p < nparts; ++p) s += partials[p * stride + i];
-  out[i] += s;
+  if (i < n)
+    for (int p = begin; p < end; ++p) s += partials[p * stride + i];
+  seg_sum[seg][col] = s;
+  __syncthreads();
+  if (seg != 0 || i >= n) return;
+  float total = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kSegments; ++k) total += seg_sum[k][col];
+  out[i] = accumulate ? out[i] + total : total;
 }
 
 static __global__ void sum_add_kernel(float* out, const float* x, int64_t n) {
@@ -22,12 +39,11 @@ static __global__ void sum_add_kernel(float* out, const float* x, int64_t n) {
   if (threadIdx.x == 0) out[0] += s;
 }
 
-void reduce_partials_add(float* out, const float* partials, int nparts, int64_t n, int64_t stride,
-                         cudaStream_t stream) {
+void reduce_partials(float* out, const float* partials, int nparts, int64_t n, int64_t stride, bool accumulate,
+                     cudaStream_t stream) {
   if (n == 0) return;
-  const int threads = 256;
-  reduce_partials_kernel<<<static_cast<unsigned>(ceil_div(n, threads)), threads, 0, stream>>>(
-      out, partials, nparts, n, stride);
+  reduce_partials_kernel<<<static_cast<unsigned>(ceil_div(n, kCols)), kCols * kSegments, 0, stream>>>(
+      out, partials, nparts, n, stride, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -5,7 +5,7 @@
 //   dx = rstd * (g - xhat * mean(g * xhat)) = rstd * g - x * rstd^3 * sum(g * x) / C
 //   dw += sum over rows of dout * xhat.
 // The dw sum is deterministic: a fixed grid of kPartialBlocks blocks, each summing its rows
-// in order into a shared-memory row, then reduce_partials_add over the blocks in order.
+// in order into a shared-memory row, then reduce_partials over the blocks in a fixed order.
 // Each thread owns the same columns in every loop, so dx may alias dout.
 // add_rmsnorm_forward is the residual add and the forward in one pass over the row: it
 // stores the bf16 sum and normalises what it stored, with the forward's thread layout and
@@ -159,8 +159,11 @@ size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t cols) {
 
 void rmsnorm_backward(__nv_bfloat16* dx, float* dw, const __nv_bfloat16* dout, const __nv_bfloat16* x,
                       const __nv_bfloat16* w, const float* rstd, int64_t rows, int64_t cols,
-                      bool accumulate, void* scratch, cudaStream_t stream) {
-  if (rows == 0) return;
+                      bool accumulate, bool accumulate_dw, void* scratch, cudaStream_t stream) {
+  if (rows == 0) {
+    if (!accumulate_dw) CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<size_t>(cols) * sizeof(float), stream));
+    return;
+  }
   ANVIL_ENSURE(cols <= kMaxCols, kUnsupported, "rmsnorm_backward: ", cols, " columns; the CUDA kernel handles up to ",
                kMaxCols);
   const int blocks = bwd_blocks(rows), c = static_cast<int>(cols);
@@ -171,7 +174,7 @@ void rmsnorm_backward(__nv_bfloat16* dx, float* dw, const __nv_bfloat16* dout, c
   else
     rmsnorm_bwd_kernel<1><<<blocks, kThreads, smem, stream>>>(dx, partials, dout, x, w, rstd, rows, c, accumulate);
   CUDA_CHECK_LAUNCH();
-  reduce_partials_add(dw, partials, blocks, cols, cols, stream);
+  reduce_partials(dw, partials, blocks, cols, cols, accumulate_dw, stream);
 }
 
 }  // namespace anvil::cuda

@@ -13,6 +13,9 @@ namespace {
 constexpr int kThreads = 256;
 }
 
+// The forward's value, as one expression so that both kernels round it alike.
+__device__ __forceinline__ float swiglu(float g, float up) { return g / (1.0f + __expf(-g)) * up; }
+
 template <int VEC>
 static __global__ void swiglu_fwd_kernel(__nv_bfloat16* out, const __nv_bfloat16* gate_up, int64_t rows,
                                          int64_t inter) {
@@ -24,13 +27,13 @@ static __global__ void swiglu_fwd_kernel(__nv_bfloat16* out, const __nv_bfloat16
     load_bf16<VEC>(gate_up + r * 2 * inter + c, g);
     load_bf16<VEC>(gate_up + r * 2 * inter + inter + c, up);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) g[i] = g[i] / (1.0f + __expf(-g[i])) * up[i];
+    for (int i = 0; i < VEC; ++i) g[i] = swiglu(g[i], up[i]);
     store_bf16<VEC>(out + r * inter + c, g);
   }
 }
 
 template <int VEC>
-static __global__ void swiglu_bwd_kernel(__nv_bfloat16* dgate_up, const __nv_bfloat16* dout,
+static __global__ void swiglu_bwd_kernel(__nv_bfloat16* dgate_up, __nv_bfloat16* act, const __nv_bfloat16* dout,
                                          const __nv_bfloat16* gate_up, int64_t rows, int64_t inter) {
   const int64_t per_row = inter / VEC, units = rows * per_row;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
@@ -40,6 +43,12 @@ static __global__ void swiglu_bwd_kernel(__nv_bfloat16* dgate_up, const __nv_bfl
     load_bf16<VEC>(gate_up + r * 2 * inter + c, g);
     load_bf16<VEC>(gate_up + r * 2 * inter + inter + c, up);
     load_bf16<VEC>(dout + r * inter + c, d);
+    if (act) {
+      float a[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) a[i] = swiglu(g[i], up[i]);
+      store_bf16<VEC>(act + r * inter + c, a);
+    }
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       const float sig = 1.0f / (1.0f + __expf(-g[i]));
@@ -64,15 +73,15 @@ void swiglu_forward(__nv_bfloat16* out, const __nv_bfloat16* gate_up, int64_t ro
   CUDA_CHECK_LAUNCH();
 }
 
-void swiglu_backward(__nv_bfloat16* dgate_up, const __nv_bfloat16* dout, const __nv_bfloat16* gate_up,
-                     int64_t rows, int64_t inter, cudaStream_t stream) {
+void swiglu_backward(__nv_bfloat16* dgate_up, __nv_bfloat16* act, const __nv_bfloat16* dout,
+                     const __nv_bfloat16* gate_up, int64_t rows, int64_t inter, cudaStream_t stream) {
   if (rows * inter == 0) return;
-  if (inter % 8 == 0 && aligned16(dgate_up) && aligned16(dout) && aligned16(gate_up))
-    swiglu_bwd_kernel<8><<<grid_stride_blocks(rows * inter / 8, kThreads), kThreads, 0, stream>>>(dgate_up, dout, gate_up, rows,
-                                                                               inter);
+  if (inter % 8 == 0 && aligned16(dgate_up) && aligned16(dout) && aligned16(gate_up) && (!act || aligned16(act)))
+    swiglu_bwd_kernel<8><<<grid_stride_blocks(rows * inter / 8, kThreads), kThreads, 0, stream>>>(
+        dgate_up, act, dout, gate_up, rows, inter);
   else
-    swiglu_bwd_kernel<1><<<grid_stride_blocks(rows * inter, kThreads), kThreads, 0, stream>>>(dgate_up, dout, gate_up, rows,
-                                                                          inter);
+    swiglu_bwd_kernel<1><<<grid_stride_blocks(rows * inter, kThreads), kThreads, 0, stream>>>(
+        dgate_up, act, dout, gate_up, rows, inter);
   CUDA_CHECK_LAUNCH();
 }
 

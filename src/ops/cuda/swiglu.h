@@ -11,8 +11,9 @@ namespace anvil::cuda {
 
 void swiglu_forward(__nv_bfloat16* out, const __nv_bfloat16* gate_up, int64_t rows, int64_t inter,
                     cudaStream_t stream);
-// dgate_up (N, 2I) written from dout (N, I).
-void swiglu_backward(__nv_bfloat16* dgate_up, const __nv_bfloat16* dout, const __nv_bfloat16* gate_up,
-                     int64_t rows, int64_t inter, cudaStream_t stream);
+// dgate_up (N, 2I) written from dout (N, I); act (N, I), when not null, receives
+// swiglu_forward's out (the same bits) from the same read of gate_up.
+void swiglu_backward(__nv_bfloat16* dgate_up, __nv_bfloat16* act, const __nv_bfloat16* dout,
+                     const __nv_bfloat16* gate_up, int64_t rows, int64_t inter, cudaStream_t stream);
 
 }  // namespace anvil::cuda
