@@ -300,6 +300,8 @@ int bench_main(int argc, char** argv) {
     const double ib = 2.0 * N * m.I;
     b.run("swiglu_forward", dims({N, m.I}), 0, 3 * ib, [&] { ops->swiglu_forward(act, gu); });
     b.run("swiglu_backward", dims({N, m.I}), 0, 5 * ib, [&] { ops->swiglu_backward(dgu, act, gu); });
+    Tensor act2 = b.make(bf, {N, m.I});
+    b.run("swiglu_backward + act", dims({N, m.I}), 0, 6 * ib, [&] { ops->swiglu_backward(dgu, act, gu, act2); });
 
     Tensor ids = b.make(DType::kI32, {N}, 0, m.V), table = b.make(bf, {m.V, m.C}), dtable = b.make(f32, {m.V, m.C}, 0.0f);
     b.run("embedding_forward", dims({N, m.C}), 0, 2 * row, [&] { ops->embedding_forward(out, ids, table); });
@@ -319,6 +321,7 @@ int bench_main(int argc, char** argv) {
     AdamWHyper hp;
     Tensor copy = b.make(bf, {n});
     b.run("adamw_step", dims({n}), 0, 28.0 * n, [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f, Tensor(), false); });
+    b.run("adamw_step + bf16 copy", dims({n}), 0, 30.0 * n, [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f, copy, false); });
     b.run("adamw_step + bf16 copy + zero grad", dims({n}), 0, 34.0 * n,
           [&] { ops->adamw_step(p, g, mm, vv, hp, 1.0f, copy, true); });
     b.run("sum_squares", dims({n}), 0, 4.0 * n, [&] { ops->sum_squares(ss, g); });
