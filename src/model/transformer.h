@@ -3,10 +3,10 @@
 // One micro-batch of B sequences of T tokens: embedding -> L blocks -> final RMSNorm ->
 // output projection fused with cross-entropy -> and back. Parameter gradients are
 // accumulated into each unit's F32 gradient buffer, or overwrite it where the source says
-// the buffer holds nothing of this step yet (UnitSource::overwrite_grads). The model never owns parameters: it
-// asks a UnitSource for each unit's compute weights just before use and hands them back
-// right after, and says when a unit's gradient is complete, which is where the parallel
-// layer gathers shards (FSDP) or starts the gradient's all-reduce (DDP).
+// the buffer holds nothing of this step yet (UnitSource::overwrite_grads). The model never
+// owns parameters: it asks a UnitSource for each unit's compute weights just before use and
+// hands them back right after, and says when a unit's gradient is complete, which is where
+// the parallel layer gathers shards (FSDP) or starts the gradient's all-reduce (DDP).
 //
 // Activations are allocated once, at construction, for the given micro-batch and
 // sequence length. With Recompute::kFull only each block's input is kept; the block's

@@ -33,9 +33,8 @@
 // its owned shards in the update (reduce-scattered gradients are added into them).
 // With overlap (the default), once the norm is known the update runs unit by unit, in
 // forward order, on the ops' side queue: AdamW, the compute copy (DDP), then an event per
-// unit. The next step's first use of a unit (weights, prefetch,
-// grads) waits for that unit's event only, so the next forward follows the optimizer unit
-// by unit. The same ops on the same data in the same order: the same bits as without.
+// unit. The next step's first use of a unit (weights, prefetch, grads) waits for that
+// unit's event only, so the next forward follows the optimizer unit by unit. The same ops on the same data in the same order: the same bits as without.
 // FSDP's kept last block is freed before the update (it would hold the old weights).
 // Everything that reads the state from the host goes through finish_optimizer().
 #pragma once
