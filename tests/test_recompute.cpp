@@ -79,5 +79,24 @@ TEST(RecomputeCommand, BenchStep) {
   EXPECT_EQ(testing::run_anvil({"bench", "step", "--device", "cpu", "--recompute", "some"}).exit_code, 2);
 }
 
+// --op-times adds its steps and a table; the CPU backend does not time its ops and says so
+// (the CUDA backend's tables are in bench/NOTES.md).
+TEST(RecomputeCommand, BenchStepOpTimes) {
+  auto r = testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "32", "--steps",
+                               "3", "--warmup", "1", "--op-times"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  // The JSON line is the output's last (its op_times is an object of its own).
+  const auto last_line = [](const std::string& out) { return out.substr(out.rfind("\n{") + 1); };
+  const Json j = json_parse(last_line(r.out), "bench step");
+  ASSERT_TRUE(j.contains("op_times")) << r.out;
+  EXPECT_EQ(j["op_times"]["steps"], 2);
+  EXPECT_TRUE(j["op_times"]["ops"].empty());
+  EXPECT_NE(r.out.find("op times: this device's ops are not timed (CUDA only)"), std::string::npos) << r.out;
+  auto plain = testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "32",
+                                   "--steps", "2", "--warmup", "1"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  EXPECT_FALSE(json_parse(last_line("\n" + plain.out), "bench step").contains("op_times"));
+}
+
 }  // namespace
 }  // namespace anvil

@@ -28,6 +28,27 @@ void print(const std::string& s) {
 
 DType parse_dtype(const std::string& s) { return s == "fp32" ? DType::kF32 : DType::kBF16; }
 
+// bench step --op-times: the per-step table, largest device time first, with the sum of the
+// ops and the main queue's span (the difference: time between ops).
+void print_op_times(const Json& t) {
+  const Json& ops = t["ops"];
+  if (ops.empty()) {
+    std::fprintf(stderr, "op times: this device's ops are not timed (CUDA only)\n");
+    return;
+  }
+  std::fprintf(stderr, "op times per step (mean of %d steps, main queue)\n%-64s %7s %10s %10s\n",
+               t["steps"].get<int>(), "op (shape)", "calls", "device ms", "host ms");
+  double device = 0, host = 0;
+  for (const Json& op : ops) {
+    device += op["device_ms"].get<double>();
+    host += op["host_ms"].get<double>();
+    std::fprintf(stderr, "%-64s %7.1f %10.3f %10.3f\n", op["op"].get<std::string>().c_str(),
+                 op["calls"].get<double>(), op["device_ms"].get<double>(), op["host_ms"].get<double>());
+  }
+  std::fprintf(stderr, "%-64s %7s %10.3f %10.3f\n%-64s %7s %10.3f\n", "sum of the ops", "", device, host,
+               "span, first op's start to last op's end", "", t["span_ms"].get<double>());
+}
+
 }  // namespace
 
 namespace {
@@ -56,7 +77,10 @@ int bench_step(int argc, char** argv) {
       .flag("--no-overlap-optimizer", &no_overlap,
             "run the optimizer alone after the backward instead of beside the next forward (the same results; "
             "for comparison)")
-      .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]");
+      .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]")
+      .flag("--op-times", &o.op_times,
+            "then time every op of up to 3 more steps (main queue, device and host ms per step, by op and "
+            "shape): a table on stderr and \"op_times\" in the JSON line");
   launch.declare(a);
   if (!a.parse(argc, argv)) return 0;
   o.mode = parse_parallel_mode(mode);
@@ -66,7 +90,9 @@ int bench_step(int argc, char** argv) {
   const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
   if (launch_if_requested("bench", launch, on_gpu, argc + 1, argv - 1)) return 0;  // argv[-1] is "step"
   const Json j = run_bench_step(o);
-  if (comm_options_from_env().rank == 0) print(j.dump() + "\n");
+  if (comm_options_from_env().rank != 0) return 0;
+  if (o.op_times) print_op_times(j["op_times"]);
+  print(j.dump() + "\n");
   return 0;
 }
 

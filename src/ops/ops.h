@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -66,6 +67,25 @@ class Ops {
   virtual void set_queue(Queue q) { (void)q; }
   virtual void record(int slot) { (void)slot; }
   virtual void wait(int slot) { (void)slot; }
+
+  // ---- per-op timing (anvil bench step --op-times). While on, each op issued to the main
+  // queue is timed on the device, between events recorded before and after it (so time the
+  // queue spends waiting for the host to launch the op counts as the op's), and on the host
+  // (checks and launches). take_op_times() waits for the device and returns the totals since
+  // the last call, by op and shape, in order of first use, and the span from the first op's
+  // start to the last op's end: span minus the ops' sum is time between ops, where the queue
+  // ran dry or waited for another queue. A backend that cannot time returns nothing.
+  struct OpTime {
+    std::string op;  // the op and its shape, e.g. "linear_forward 2048x4096x2048" (M x N x K)
+    int64_t calls = 0;
+    double device_ms = 0, host_ms = 0;
+  };
+  struct OpTimes {
+    std::vector<OpTime> ops;
+    double span_ms = 0;
+  };
+  virtual void set_op_timing(bool on) { (void)on; }
+  virtual OpTimes take_op_times() { return {}; }
 
   // ---- linear layers: y (M,N) = x (M,K) . w(N,K)^T + bias(N)
   // y is in the compute dtype, or F32 without a bias (inference logits); bias may be empty.

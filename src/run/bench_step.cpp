@@ -1,6 +1,8 @@
 #include "run/bench_step.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <random>
 
 #include "core/error.h"
@@ -31,6 +33,43 @@ double gpu_peak_tflops(const std::string& name) {
   return 0;
 }
 
+namespace {
+
+// `steps` steps with every op timed: per step, each op's calls, device and host milliseconds
+// (by op and shape, the largest device time first) and the main queue's span.
+Json time_ops(Trainer& trainer, const std::vector<std::vector<TokenBatch>>& batches, size_t& next, int64_t steps) {
+  std::vector<Ops::OpTime> sum;
+  std::map<std::string, size_t> row;
+  double span = 0;
+  for (int64_t k = 0; k < steps; ++k) {
+    trainer.ops().set_op_timing(true);
+    trainer.step(batches[next++]);
+    trainer.ops().set_op_timing(false);
+    const Ops::OpTimes t = trainer.ops().take_op_times();
+    span += t.span_ms;
+    for (const Ops::OpTime& op : t.ops) {
+      auto [it, fresh] = row.emplace(op.op, sum.size());
+      if (fresh) sum.push_back({op.op, 0, 0, 0});
+      Ops::OpTime& s = sum[it->second];
+      s.calls += op.calls;
+      s.device_ms += op.device_ms;
+      s.host_ms += op.host_ms;
+    }
+  }
+  std::stable_sort(sum.begin(), sum.end(),
+                   [](const Ops::OpTime& a, const Ops::OpTime& b) { return a.device_ms > b.device_ms; });
+  const double n = static_cast<double>(std::max<int64_t>(steps, 1));
+  Json ops = Json::array();
+  for (const Ops::OpTime& op : sum)
+    ops.push_back(Json{{"op", op.op},
+                       {"calls", static_cast<double>(op.calls) / n},
+                       {"device_ms", op.device_ms / n},
+                       {"host_ms", op.host_ms / n}});
+  return Json{{"steps", steps}, {"span_ms", span / n}, {"ops", ops}};
+}
+
+}  // namespace
+
 Json run_bench_step(const BenchStepOptions& o) {
   ANVIL_ENSURE(o.steps > o.warmup && o.warmup >= 0, kUsage, "anvil bench step: --steps must exceed --warmup");
   RunSpec spec;
@@ -56,7 +95,7 @@ Json run_bench_step(const BenchStepOptions& o) {
   std::mt19937_64 rng(static_cast<uint64_t>(o.seed) + 17 * static_cast<uint64_t>(comm ? comm->rank() : 0));
   std::uniform_int_distribution<int64_t> token(0, cfg.vocab_size - 1);
   const int64_t phase_steps = std::min<int64_t>(3, o.steps - o.warmup);
-  std::vector<std::vector<TokenBatch>> batches(static_cast<size_t>(o.steps + phase_steps));
+  std::vector<std::vector<TokenBatch>> batches(static_cast<size_t>(o.steps + (o.op_times ? 2 : 1) * phase_steps));
   for (auto& micro : batches) {
     micro.resize(static_cast<size_t>(o.grad_accum));
     for (auto& b : micro) {
@@ -84,6 +123,8 @@ Json run_bench_step(const BenchStepOptions& o) {
     sum.communication += t.communication;
     sum.optimizer += t.optimizer;
   }
+  trainer->enable_timing(false);
+  const Json op_times = o.op_times ? time_ops(*trainer, batches, next, phase_steps) : Json(nullptr);
   const double tokens = static_cast<double>(timed_steps * o.grad_accum * o.micro_batch * o.seq_len * world);
   const double tps = tokens / timed;
   const std::string dev_name = trainer->ops().name();
@@ -113,6 +154,7 @@ Json run_bench_step(const BenchStepOptions& o) {
             {"planned_gib", static_cast<double>(trainer->plan().total()) / (1ll << 30)}};
   j["mfu"] = peak > 0 ? Json(tps * model_flops_per_token(cfg, o.seq_len) / world / (peak * 1e12)) : Json(nullptr);
   j["peak_tflops"] = peak > 0 ? Json(peak) : Json(nullptr);
+  if (o.op_times) j["op_times"] = op_times;
   return j;
 }
 

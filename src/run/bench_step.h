@@ -6,7 +6,8 @@
 // breakdown (forward, backward, exposed communication, optimizer) from up to 3 more steps
 // with the device synchronised at each phase boundary (so nothing overlaps there), and
 // peak memory measured beside the plan's. It is the figure compared side by side with the
-// reference trainer (ref_train.py).
+// reference trainer (ref_train.py). With op_times, "op_times" adds each op's device and host
+// milliseconds per step (main queue, by op and shape) from up to 3 more steps.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,7 @@ struct BenchStepOptions {
   int64_t steps = 20, warmup = 5;  // steps in all (then up to 3 more, phases timed)
   bool overlap_optimizer = true;
   double peak_tflops = 0;  // 0: the GPU's dense bf16 rate from its name
+  bool op_times = false;   // then up to 3 more steps with every op timed (Ops::take_op_times)
   int64_t seed = 0;
 };
 

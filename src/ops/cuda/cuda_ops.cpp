@@ -22,6 +22,7 @@
 // the kernel of attention.cu elsewhere; ANVIL_ATTENTION (attention_cudnn.h) chooses.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -111,6 +112,8 @@ class CudaOps final : public Ops {
     cudnn_attention_.reset();
     if (scratch_) cudaFree(scratch_);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    for (const TimedOp& t : timed_ops_) free_events_.insert(free_events_.end(), {t.start, t.end});
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     cudaStreamDestroy(copy_);
     cudaStreamDestroy(side_);
     cudaStreamDestroy(main_);
@@ -169,6 +172,7 @@ class CudaOps final : public Ops {
   }
   void zero(Tensor t) override {
     ANVIL_ENSURE(t.device == Device::kCUDA, kInternal, "zero: tensor is not on the GPU");
+    const Timed timing = timed("zero", [&] { return cat(t.bytes(), " bytes"); });
     if (t.bytes()) CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
   }
   void convert(Tensor dst, Tensor src) override {
@@ -176,6 +180,7 @@ class CudaOps final : public Ops {
                  "convert: tensors are not on the GPU");
     expect_numel(dst, src.numel(), "convert", "dst");
     const int64_t n = src.numel();
+    const Timed timing = timed("convert", [&] { return cat(dtype_name(src.dtype), "->", dtype_name(dst.dtype), " ", n); });
     if (dst.dtype == src.dtype) {
       if (dst.data != src.data && n)
         CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
@@ -200,6 +205,36 @@ class CudaOps final : public Ops {
   void record(int slot) override { CUDA_CHECK(cudaEventRecord(event(slot), stream_)); }
   void wait(int slot) override { CUDA_CHECK(cudaStreamWaitEvent(stream_, event(slot), 0)); }
 
+  // ---- op timing (ops.h)
+  void set_op_timing(bool on) override { op_timing_ = on; }
+
+  OpTimes take_op_times() override {
+    CUDA_CHECK(cudaStreamSynchronize(main_));
+    OpTimes r;
+    std::vector<int> row(op_names_.size(), -1);  // op name -> its row of r.ops
+    for (const TimedOp& t : timed_ops_) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.end));
+      int& i = row[static_cast<size_t>(t.name)];
+      if (i < 0) {
+        i = static_cast<int>(r.ops.size());
+        r.ops.push_back({op_names_[static_cast<size_t>(t.name)], 0, 0, 0});
+      }
+      OpTime& o = r.ops[static_cast<size_t>(i)];
+      ++o.calls;
+      o.device_ms += ms;
+      o.host_ms += t.host_ms;
+    }
+    if (!timed_ops_.empty()) {
+      float span = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&span, timed_ops_.front().start, timed_ops_.back().end));
+      r.span_ms = span;
+    }
+    for (const TimedOp& t : timed_ops_) free_events_.insert(free_events_.end(), {t.start, t.end});
+    timed_ops_.clear();
+    return r;
+  }
+
   // ---- linear layers
   void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) override {
     const char* op = "linear_forward";
@@ -210,6 +245,7 @@ class CudaOps final : public Ops {
     const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
     ANVIL_ENSURE(w.cols() == K && y.rows() == M && y.cols() == N, kInternal, op, " shapes: x ", x.shape.str(),
                  " w ", w.shape.str(), " y ", y.shape.str());
+    const Timed timing = timed(op, [&] { return cat(M, "x", N, "x", K); });
     if (present(bias)) {
       expect(bias, DType::kBF16, op, "bias");
       expect_numel(bias, N, op, "bias");
@@ -232,6 +268,7 @@ class CudaOps final : public Ops {
     const int64_t M = dy.rows(), N = dy.cols(), K = w.cols();
     ANVIL_ENSURE(w.dim(0) == N && dx.rows() == M && dx.cols() == K, kInternal, op, " shapes: dy ", dy.shape.str(),
                  " w ", w.shape.str(), " dx ", dx.shape.str());
+    const Timed timing = timed(op, [&] { return cat(M, "x", N, "x", K); });
     gemm(op).run(dx.data, CUDA_R_16BF, K, {dy.data, N, false}, {w.data, K, false}, M, K, N, accumulate ? 1.0f : 0.0f,
                nullptr);
   }
@@ -244,6 +281,7 @@ class CudaOps final : public Ops {
     const int64_t M = dy.rows(), N = dy.cols(), K = x.cols();
     ANVIL_ENSURE(x.rows() == M && dw.dim(0) == N && dw.cols() == K, kInternal, op, " shapes: dy ", dy.shape.str(),
                  " x ", x.shape.str(), " dw ", dw.shape.str());
+    const Timed timing = timed(op, [&] { return cat(M, "x", N, "x", K); });
     if (M > 0)
       gemm(op).run(dw.data, CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M, accumulate ? 1.0f : 0.0f,
                    nullptr);
@@ -265,6 +303,7 @@ class CudaOps final : public Ops {
     expect(table, DType::kBF16, op, "table");
     const int64_t N = ids.numel(), C = table.cols();
     expect_numel(out, N * C, op, "out");
+    const Timed timing = timed(op, [&] { return cat(N, "x", C); });
     cuda::embedding_forward(p<nv_bf16>(out), p<int32_t>(ids), p<nv_bf16>(table), N, table.dim(0), C, stream_);
   }
 
@@ -275,6 +314,7 @@ class CudaOps final : public Ops {
     expect(dout, DType::kBF16, op, "dout");
     const int64_t N = ids.numel(), C = dtable.cols();
     expect_numel(dout, N * C, op, "dout");
+    const Timed timing = timed(op, [&] { return cat(N, "x", C); });
     cuda::embedding_backward(p<float>(dtable), p<int32_t>(ids), p<nv_bf16>(dout), N, dtable.dim(0), C, accumulate,
                              stream_);
   }
@@ -287,6 +327,7 @@ class CudaOps final : public Ops {
     expect(x, DType::kBF16, op, "x");
     expect(w, DType::kBF16, op, "w");
     const int64_t R = x.rows(), C = x.cols();
+    const Timed timing = timed(op, [&] { return cat(R, "x", C); });
     expect_numel(out, R * C, op, "out");
     expect_numel(rstd, R, op, "rstd");
     expect_numel(w, C, op, "w");
@@ -302,6 +343,7 @@ class CudaOps final : public Ops {
     expect(b, DType::kBF16, op, "b");
     expect(w, DType::kBF16, op, "w");
     const int64_t R = a.rows(), C = a.cols();
+    const Timed timing = timed(op, [&] { return cat(R, "x", C); });
     expect_numel(sum, R * C, op, "sum");
     expect_numel(out, R * C, op, "out");
     expect_numel(b, R * C, op, "b");
@@ -321,6 +363,7 @@ class CudaOps final : public Ops {
     expect(w, DType::kBF16, op, "w");
     expect(rstd, DType::kF32, op, "rstd");
     const int64_t R = x.rows(), C = x.cols();
+    const Timed timing = timed(op, [&] { return cat(R, "x", C); });
     expect_numel(dx, R * C, op, "dx");
     expect_numel(dout, R * C, op, "dout");
     expect_numel(dw, C, op, "dw");
@@ -335,6 +378,7 @@ class CudaOps final : public Ops {
                             int n_heads, int n_kv_heads, float eps) override {
     const char* op = "qk_norm_rope_forward";
     const cuda::QkRopeShape s = qk_shape(op, in, cos, sin, n_heads, n_kv_heads);
+    const Timed timing = timed(op, [&] { return cat(s.rows, "x", n_heads, "+", n_kv_heads, "x", s.head_dim); });
     expect(out, DType::kBF16, op, "out");
     expect_numel(out, in.numel(), op, "out");
     const bool norm = check_qk_weights(op, q_w, k_w, s.head_dim);
@@ -352,6 +396,7 @@ class CudaOps final : public Ops {
                              bool accumulate_dw) override {
     const char* op = "qk_norm_rope_backward";
     const cuda::QkRopeShape s = qk_shape(op, in, cos, sin, n_heads, n_kv_heads);
+    const Timed timing = timed(op, [&] { return cat(s.rows, "x", n_heads, "+", n_kv_heads, "x", s.head_dim); });
     expect(din, DType::kBF16, op, "din");
     expect(dout, DType::kBF16, op, "dout");
     expect_numel(din, in.numel(), op, "din");
@@ -376,6 +421,7 @@ class CudaOps final : public Ops {
   void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) override {
     const char* op = "attention_forward";
     const cuda::AttentionShape s = attn_shape(op, qkv, n_heads, n_kv_heads);
+    const Timed timing = timed(op, [&] { return cat(s.batch, "x", s.seq, "x", n_heads, "/", n_kv_heads, "x", s.head_dim); });
     expect(out, DType::kBF16, op, "out");
     expect(lse, DType::kF32, op, "lse");
     expect_numel(out, s.batch * s.seq * n_heads * s.head_dim, op, "out");
@@ -392,6 +438,7 @@ class CudaOps final : public Ops {
                           int n_kv_heads) override {
     const char* op = "attention_backward";
     const cuda::AttentionShape s = attn_shape(op, qkv, n_heads, n_kv_heads);
+    const Timed timing = timed(op, [&] { return cat(s.batch, "x", s.seq, "x", n_heads, "/", n_kv_heads, "x", s.head_dim); });
     expect(dqkv, DType::kBF16, op, "dqkv");
     expect(dout, DType::kBF16, op, "dout");
     expect(out, DType::kBF16, op, "out");
@@ -432,6 +479,7 @@ class CudaOps final : public Ops {
     expect_numel(positions, s.rows, op, "positions");
     expect_numel(qkv, s.rows * (n_heads + 2 * n_kv_heads) * s.head_dim, op, "qkv");
     expect_numel(out, s.rows * n_heads * s.head_dim, op, "out");
+    const Timed timing = timed(op, [&] { return cat(s.rows, " rows"); });
     cuda::attention_cached(p<nv_bf16>(out), p<nv_bf16>(qkv), p<nv_bf16>(k_cache), p<nv_bf16>(v_cache),
                            p<int32_t>(slots), p<int32_t>(positions), s,
                            scratch(cuda::decode_attention_scratch_bytes(s)), stream_);
@@ -441,6 +489,7 @@ class CudaOps final : public Ops {
     expect(out, DType::kI32, "argmax_rows", "out");
     expect(x, DType::kF32, "argmax_rows", "x");
     expect_numel(out, x.rows(), "argmax_rows", "out");
+    const Timed timing = timed("argmax_rows", [&] { return cat(x.rows(), "x", x.cols()); });
     cuda::argmax_rows(p<int32_t>(out), p<float>(x), x.rows(), x.cols(), stream_);
   }
 
@@ -476,6 +525,7 @@ class CudaOps final : public Ops {
     expect(out, DType::kBF16, op, "out");
     expect(gate_up, DType::kBF16, op, "gate_up");
     const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
+    const Timed timing = timed(op, [&] { return cat(N, "x", I); });
     ANVIL_ENSURE(gate_up.cols() % 2 == 0, kInternal, op, ": gate_up ", gate_up.shape.str(), " has an odd width");
     expect_numel(out, N * I, op, "out");
     cuda::swiglu_forward(p<nv_bf16>(out), p<nv_bf16>(gate_up), N, I, stream_);
@@ -487,6 +537,7 @@ class CudaOps final : public Ops {
     expect(dout, DType::kBF16, op, "dout");
     expect(gate_up, DType::kBF16, op, "gate_up");
     const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
+    const Timed timing = timed(op, [&] { return cat(N, "x", I); });
     ANVIL_ENSURE(gate_up.cols() % 2 == 0, kInternal, op, ": gate_up ", gate_up.shape.str(), " has an odd width");
     expect_numel(dgate_up, N * 2 * I, op, "dgate_up");
     expect_numel(dout, N * I, op, "dout");
@@ -501,6 +552,7 @@ class CudaOps final : public Ops {
   void add(Tensor out, Tensor a, Tensor b) override {
     const char* op = "add";
     const int64_t n = out.numel();
+    const Timed timing = timed(op, [&] { return cat(dtype_name(out.dtype), " ", n); });
     expect(a, out.dtype, op, "a");
     expect(b, out.dtype, op, "b");
     expect_numel(a, n, op, "a");
@@ -530,6 +582,7 @@ class CudaOps final : public Ops {
     expect(targets, DType::kI32, op, "targets");
     const int64_t N = h.rows(), C = h.cols(), V = w.dim(0);
     ANVIL_ENSURE(w.cols() == C, kInternal, op, " shapes: h ", h.shape.str(), " w ", w.shape.str());
+    const Timed timing = timed(grads ? op : "cross_entropy_forward", [&] { return cat(N, "x", V, "x", C); });
     expect_numel(loss_sum, 1, op, "loss_sum");
     if (grads) {
       expect_numel(dh, N * C, op, "dh");
@@ -559,6 +612,7 @@ class CudaOps final : public Ops {
     expect(v, DType::kF32, op, "v");
     const int64_t n = param.numel();
     expect_numel(grad, n, op, "grad");
+    const Timed timing = timed(op, [&] { return cat(n); });
     expect_numel(m, n, op, "m");
     expect_numel(v, n, op, "v");
     // Scalars as torch.optim.AdamW computes them (Python floats), then used in fp32.
@@ -585,11 +639,66 @@ class CudaOps final : public Ops {
     expect(out, DType::kF32, op, "out");
     expect(x, DType::kF32, op, "x");
     expect_numel(out, 1, op, "out");
+    const Timed timing = timed(op, [&] { return cat(x.numel()); });
     cuda::sum_squares(p<float>(out), p<float>(x), x.numel(), scratch(cuda::sum_squares_scratch_bytes(x.numel())),
                       stream_);
   }
 
  private:
+  // One op's timing, from timed() to the end of the op's scope; inert (index -1) when timing
+  // is off, off the main queue, or inside another timed op.
+  class Timed {
+   public:
+    Timed(CudaOps* ops, int index) : ops_(ops), index_(index) {}
+    ~Timed() {
+      if (index_ >= 0) ops_->end_timed(index_);
+    }
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+
+   private:
+    CudaOps* ops_;
+    int index_;
+  };
+  struct TimedOp {
+    int name;  // index into op_names_
+    cudaEvent_t start, end;
+    std::chrono::steady_clock::time_point host_start;
+    double host_ms;
+  };
+
+  // label() gives the shape part of the name; it is called only while timing.
+  template <class Label>
+  Timed timed(const char* op, const Label& label) {
+    if (!op_timing_ || stream_ != main_ || in_timed_op_) return Timed(this, -1);
+    const std::string name = cat(op, " ", label());
+    auto [it, fresh] = op_name_index_.emplace(name, static_cast<int>(op_names_.size()));
+    if (fresh) op_names_.push_back(name);
+    TimedOp t{it->second, timing_event(), timing_event(), std::chrono::steady_clock::now(), 0};
+    CUDA_CHECK(cudaEventRecord(t.start, main_));
+    timed_ops_.push_back(t);
+    in_timed_op_ = true;
+    return Timed(this, static_cast<int>(timed_ops_.size()) - 1);
+  }
+  // Runs in a destructor, also while an exception leaves the op: nothing here throws (a
+  // failed record shows as an error of take_op_times()).
+  void end_timed(int index) noexcept {
+    TimedOp& t = timed_ops_[static_cast<size_t>(index)];
+    cudaEventRecord(t.end, main_);
+    t.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t.host_start).count();
+    in_timed_op_ = false;
+  }
+  cudaEvent_t timing_event() {
+    if (free_events_.empty()) {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreate(&e));
+      return e;
+    }
+    cudaEvent_t e = free_events_.back();
+    free_events_.pop_back();
+    return e;
+  }
+
   // The shared scratch buffer, grown to `bytes` if smaller (cudaFree waits for the GPU).
   void* scratch(size_t bytes) {
     ANVIL_ENSURE(stream_ == main_, kInternal, "the shared scratch is used off the main queue");
@@ -696,6 +805,11 @@ class CudaOps final : public Ops {
   size_t scratch_bytes_ = 0;
   std::unordered_map<void*, size_t> sizes_;  // live allocations, for memory_stats()
   std::vector<cudaGraphExec_t> graphs_;      // recordings (inference decode steps)
+  bool op_timing_ = false, in_timed_op_ = false;
+  std::vector<std::string> op_names_;                   // timed ops' names, by first use
+  std::unordered_map<std::string, int> op_name_index_;  // name -> index into op_names_
+  std::vector<TimedOp> timed_ops_;                      // since the last take_op_times()
+  std::vector<cudaEvent_t> free_events_;                // timing events, for reuse
   MemoryStats stats_;
 };
 
