@@ -727,11 +727,22 @@ TEST(CudaOps, AdamW) {
 
 TEST(CudaOps, SumSquares) {
   REQUIRE_GPU();
-  for (int64_t n : {1, 1000, (1 << 20) + 3}) {
+  // The last two sizes run the kernel's four-vectors-per-thread loop and its remainders.
+  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{(1 << 20) + 3}, int64_t{(1 << 23) + 5}, int64_t{11 << 20}}) {
     Buf x({n}, DType::kF32, randn(n, 81)), out({1}, DType::kF32, {2.0f});
     cpu().sum_squares(out.c(), x.c());
     gpu().sum_squares(out.g(), x.g());
     check("sum_squares " + std::to_string(n), out, kF32 / 10);
+    // A view one element in (not 16-byte aligned): the scalar loop, the same sum.
+    Buf y({n + 1}, DType::kF32, [&] {
+      std::vector<float> v = randn(n, 81);
+      v.insert(v.begin(), 1e3f);
+      return v;
+    }());
+    Buf out2({1}, DType::kF32, {2.0f});
+    cpu().sum_squares(out2.c(), x.c());
+    gpu().sum_squares(out2.g(), y.g().slice_rows(1, n + 1));
+    check("sum_squares unaligned " + std::to_string(n), out2, kF32 / 10);
   }
 }
 
