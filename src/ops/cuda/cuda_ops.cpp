@@ -180,7 +180,8 @@ class CudaOps final : public Ops {
                  "convert: tensors are not on the GPU");
     expect_numel(dst, src.numel(), "convert", "dst");
     const int64_t n = src.numel();
-    const Timed timing = timed("convert", [&] { return cat(dtype_name(src.dtype), "->", dtype_name(dst.dtype), " ", n); });
+    const Timed timing =
+        timed("convert", [&] { return cat(dtype_name(src.dtype), "->", dtype_name(dst.dtype), " ", n); });
     if (dst.dtype == src.dtype) {
       if (dst.data != src.data && n)
         CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
@@ -421,7 +422,8 @@ class CudaOps final : public Ops {
   void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) override {
     const char* op = "attention_forward";
     const cuda::AttentionShape s = attn_shape(op, qkv, n_heads, n_kv_heads);
-    const Timed timing = timed(op, [&] { return cat(s.batch, "x", s.seq, "x", n_heads, "/", n_kv_heads, "x", s.head_dim); });
+    const Timed timing =
+        timed(op, [&] { return cat(s.batch, "x", s.seq, "x", n_heads, "/", n_kv_heads, "x", s.head_dim); });
     expect(out, DType::kBF16, op, "out");
     expect(lse, DType::kF32, op, "lse");
     expect_numel(out, s.batch * s.seq * n_heads * s.head_dim, op, "out");
@@ -438,7 +440,8 @@ class CudaOps final : public Ops {
                           int n_kv_heads) override {
     const char* op = "attention_backward";
     const cuda::AttentionShape s = attn_shape(op, qkv, n_heads, n_kv_heads);
-    const Timed timing = timed(op, [&] { return cat(s.batch, "x", s.seq, "x", n_heads, "/", n_kv_heads, "x", s.head_dim); });
+    const Timed timing =
+        timed(op, [&] { return cat(s.batch, "x", s.seq, "x", n_heads, "/", n_kv_heads, "x", s.head_dim); });
     expect(dqkv, DType::kBF16, op, "dqkv");
     expect(dout, DType::kBF16, op, "dout");
     expect(out, DType::kBF16, op, "out");
