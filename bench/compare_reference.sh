@@ -37,6 +37,7 @@ def setting(j):
     if not ok(j): return ""
     accum = j.get("grad_accum", 1)
     s = "%s b%d%s %s" % (j["mode"], j["micro_batch"], " x%d" % accum if accum > 1 else "", j["recompute"])
+    s += ", bf16 grads" if j.get("grad_dtype") == "bf16" else ""
     return s + ("" if j.get("overlap_optimizer", True) else " no-overlap")
 def plan(j):
     if not ok(j): return ""
@@ -136,8 +137,8 @@ ref_row() {
 
 # Candidates for "best" and "seed setting": every (mode, micro-batch, recompute) that the
 # plan puts under the bar, so that nothing is run that cannot qualify.
-planned_gib() {  # mode batch recompute -> planned GiB for Qwen3-1.7B, sequence 2048
-  "$anvil" plan --preset qwen3-1.7b --seq-len 2048 --micro-batch "$2" --recompute "$3" --json |
+planned_gib() {  # mode batch recompute [accumulation] -> planned GiB for Qwen3-1.7B, sequence 2048
+  "$anvil" plan --preset qwen3-1.7b --seq-len 2048 --micro-batch "$2" --recompute "$3" --grad-accum "${4:-1}" --json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]]["total"] / 2**30)' "$1"
 }
 fits() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= float(sys.argv[2]) else 1)' "$1" "$2"; }
@@ -157,8 +158,8 @@ ref_row best --mode ddp --model qwen3-1.7b --fused-adam --compile --batch 4
 for mode in ddp fsdp; do
   for r in none selective; do
     for b in 4 2 1; do
-      fits "$(planned_gib "$mode" "$b" "$r")" 34.8 || continue
       a=$((4 / b))
+      fits "$(planned_gib "$mode" "$b" "$r" "$a")" 34.8 || continue
       anvil_row "${mode}_b${b}x${a}_${r}" "${p17[@]}" --mode "$mode" --micro-batch "$b" --grad-accum "$a" --recompute "$r"
       break
     done

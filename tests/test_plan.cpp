@@ -60,6 +60,45 @@ TEST(Plan, Bf16ReductionBuffers) {
   EXPECT_EQ(plan_memory(in).grads, plan_memory(one).grads) << "one rank reduces nothing";
 }
 
+// bf16 gradients (model/params.h, GradDType): two bytes per element of the units written
+// once per backward (blocks, final norm), four for the embedding and an untied output layer;
+// only where there is one process and one micro-batch.
+TEST(Plan, Bf16GradientsOfTheBlocks) {
+  for (const char* preset : {"qwen3-1.7b", "qwen3-8b"}) {  // tied, untied
+    PlanInput in;
+    in.config = preset_config(preset);
+    const ParamTable table(in.config, 1);
+    int64_t once = 0;
+    for (size_t u = 0; u < table.units().size(); ++u)
+      if (table.grads_written_once(static_cast<int>(u))) once += table.units()[u].padded;
+    EXPECT_FALSE(table.grads_written_once(table.embed_unit())) << preset;
+    EXPECT_FALSE(table.grads_written_once(table.lm_head_unit())) << preset;
+    EXPECT_TRUE(table.grads_written_once(table.block_unit(0))) << preset;
+    EXPECT_TRUE(table.grads_written_once(table.norm_unit())) << preset;
+    EXPECT_GT(once, table.total_padded() * 3 / 4) << preset << ": the blocks hold most parameters";
+    for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
+      in.mode = mode;
+      in.grad_dtype = DType::kF32;
+      const MemoryPlan f32 = plan_memory(in);
+      in.grad_dtype = DType::kBF16;
+      const MemoryPlan b16 = plan_memory(in);
+      EXPECT_EQ(b16.grads, f32.grads - 2 * once) << preset << " " << parallel_mode_name(mode);
+      EXPECT_EQ(b16.total(), f32.total() - 2 * once) << preset;
+    }
+  }
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 1, 1), DType::kBF16);
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 2, 1), DType::kF32) << "ranks sum in fp32";
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 1, 2), DType::kF32) << "micro-batches sum in fp32";
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kF32, 1, 1), DType::kF32) << "the CPU";
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kF32, DType::kBF16, 1, 1), DType::kF32);
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kBF16, DType::kBF16, 1, 1), DType::kBF16);
+  EXPECT_THROW(resolve_grad_dtype(GradDType::kBF16, DType::kBF16, 2, 1), Error);
+  EXPECT_THROW(resolve_grad_dtype(GradDType::kBF16, DType::kBF16, 1, 4), Error);
+  EXPECT_THROW(resolve_grad_dtype(GradDType::kBF16, DType::kF32, 1, 1), Error);
+  EXPECT_EQ(parse_grad_dtype("bf16"), GradDType::kBF16);
+  EXPECT_THROW(parse_grad_dtype("fp16"), Error);
+}
+
 // The backend's shared scratch holds the larger of the cross-entropy chunk and attention's
 // temporaries; cuDNN's deterministic backward keeps dP, B x H x T x T bf16.
 TEST(Plan, WorkspaceHoldsAttentionScratch) {
@@ -165,11 +204,27 @@ TEST(Plan, AdviceFollowsTheRule) {
 }
 
 TEST(Plan, Command) {
-  auto r = testing::run_anvil({"plan", "--preset", "qwen3-8b", "--nproc", "1", "--seq-len", "2048", "--json"});
+  auto r = testing::run_anvil(
+      {"plan", "--preset", "qwen3-8b", "--nproc", "1", "--seq-len", "2048", "--grad-dtype", "fp32", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   Json j = json_parse(r.out, "plan");
   EXPECT_EQ(j["advice"], "fsdp");
   EXPECT_GT(j["ddp"]["total"].get<int64_t>(), j["fsdp"]["total"].get<int64_t>());
+  // One GPU, one micro-batch: bf16 gradients by default; accumulation or ranks keep fp32.
+  auto total = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"plan", "--preset", "qwen3-1.7b", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = testing::run_anvil(args);
+    EXPECT_EQ(p.exit_code, 0) << p.out;
+    return p.exit_code == 0 ? json_parse(p.out, "plan")["ddp"]["grads"].get<int64_t>() : 0;
+  };
+  const int64_t g_auto = total({}), g32 = total({"--grad-dtype", "fp32"});
+  EXPECT_LT(g_auto, g32 * 6 / 10);
+  EXPECT_EQ(total({"--grad-dtype", "bf16"}), g_auto);
+  EXPECT_EQ(total({"--grad-accum", "2"}), g32);
+  auto bad = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2", "--grad-dtype", "bf16"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--grad-dtype bf16 needs one process and --grad-accum 1"), std::string::npos) << bad.out;
   auto t = testing::run_anvil({"plan", "--preset", "qwen3-1.7b"});
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("activations"), std::string::npos) << t.out;

@@ -57,7 +57,7 @@ namespace {
 int bench_step(int argc, char** argv) {
   BenchStepOptions o;
   LaunchFlags launch;
-  std::string mode = "ddp", reduce_dtype = "fp32";
+  std::string mode = "ddp", reduce_dtype = "fp32", grad_dtype = "auto";
   bool no_overlap = false;
   std::string recompute = "none";
   Args a("bench step", "Training-step benchmark on random weights and tokens: one JSON line with tokens/s, MFU, the\n"
@@ -69,6 +69,7 @@ int bench_step(int argc, char** argv) {
       .opt("--grad-accum", &o.grad_accum, "K", "micro-batches per step")
       .choice("--mode", &mode, {"auto", "ddp", "fsdp"}, "parallel mode (auto: ddp when the plan fits, else fsdp)")
       .choice("--reduce-dtype", &reduce_dtype, {"fp32", "bf16"}, "gradient reduction dtype (see anvil train --help)")
+      .choice("--grad-dtype", &grad_dtype, {"auto", "fp32", "bf16"}, "the blocks' gradients (see anvil train --help)")
       .choice("--recompute", &recompute, {"none", "selective", "full", "auto"},
               "activation recomputation (auto: the fastest that fits)")
       .opt("--steps", &o.steps, "N", "steps in all (then up to 3 more with the phases timed)")
@@ -85,6 +86,7 @@ int bench_step(int argc, char** argv) {
   if (!a.parse(argc, argv)) return 0;
   o.mode = parse_parallel_mode(mode);
   o.reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  o.grad_dtype = parse_grad_dtype(grad_dtype);
   o.overlap_optimizer = !no_overlap;
   o.recompute = parse_recompute(recompute);
   const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());

@@ -12,7 +12,7 @@ int cmd_train(int argc, char** argv) {
   bool no_shuffle = false, no_overlap = false;
   std::string recompute = "none";
   LaunchFlags launch;
-  std::string mode = "auto", reduce_dtype = "fp32";
+  std::string mode = "auto", reduce_dtype = "fp32", grad_dtype = "auto";
   Args a("train", "Full fine-tune a Qwen3, Qwen2 or Llama 3 model: fp32 master weights, AdamW, clipping at 1.0,\n"
                   "gradient accumulation; the loss every --log-every steps, tokens/s and peak memory at the end.");
   a.config("--config")
@@ -42,6 +42,11 @@ int cmd_train(int argc, char** argv) {
               "rank's gradient is rounded to bf16 (8 significant bits, relative error up to 2^-9) before the sum, "
               "and NCCL may round partial sums too, so the summed gradient carries about 3 significant digits "
               "(masters, AdamW state and the norm stay fp32)")
+      .choice("--grad-dtype", &grad_dtype, {"auto", "fp32", "bf16"},
+              "where the gradients of the blocks and the final norm are kept. auto: bf16 on a GPU with one process "
+              "and --grad-accum 1, else fp32; bf16 rounds each gradient once (as PyTorch's autocast and FSDP2 do for "
+              "the weights' bf16 copies) and halves its memory and bytes moved; the embedding's and output layer's "
+              "stay fp32")
       .opt("--seq-len", &o.seq_len, "T", "tokens per sequence (must match the data's blocks)")
       .opt("--steps", &o.steps, "N", "optimizer steps")
       .opt("--micro-batch,--batch", &o.micro_batch, "B", "sequences per micro-batch")
@@ -83,6 +88,7 @@ int cmd_train(int argc, char** argv) {
   if (launch_if_requested("train", launch, on_gpu, argc, argv)) return 0;
   o.mode = parse_parallel_mode(mode);
   o.reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  o.grad_dtype = parse_grad_dtype(grad_dtype);
   o.shuffle = !no_shuffle;
   o.config_toml = "# anvil train settings, as resolved; anvil train --config FILE reads them\n" + a.to_toml();
   o.overlap_optimizer = !no_overlap;

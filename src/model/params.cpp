@@ -11,6 +11,33 @@ ParallelMode parse_parallel_mode(const std::string& name) {
   raise(ErrorKind::kUsage, "unknown mode '", name, "' (auto, ddp or fsdp)");
 }
 
+GradDType parse_grad_dtype(const std::string& name) {
+  if (name == "auto") return GradDType::kAuto;
+  if (name == "fp32") return GradDType::kF32;
+  if (name == "bf16") return GradDType::kBF16;
+  raise(ErrorKind::kUsage, "unknown gradient dtype '", name, "' (auto, fp32 or bf16)");
+}
+
+const char* grad_dtype_name(GradDType g) {
+  switch (g) {
+    case GradDType::kAuto: return "auto";
+    case GradDType::kF32: return "fp32";
+    case GradDType::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+DType resolve_grad_dtype(GradDType g, DType compute_dtype, int world, int64_t grad_accum) {
+  const bool can = compute_dtype == DType::kBF16 && world == 1 && grad_accum == 1;
+  if (g == GradDType::kAuto) return can ? DType::kBF16 : DType::kF32;
+  if (g == GradDType::kF32) return DType::kF32;
+  ANVIL_ENSURE(compute_dtype == DType::kBF16, kUsage, "--grad-dtype bf16 needs a bf16 device (a GPU)");
+  ANVIL_ENSURE(world == 1 && grad_accum == 1, kUsage, "--grad-dtype bf16 needs one process and --grad-accum 1 (",
+               world, " processes, ", grad_accum, " micro-batches per step here): gradients of several are summed "
+               "in fp32");
+  return DType::kBF16;
+}
+
 const char* parallel_mode_name(ParallelMode mode) {
   switch (mode) {
     case ParallelMode::kAuto: return "auto";

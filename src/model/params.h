@@ -26,6 +26,21 @@ enum class ParallelMode { kAuto, kDdp, kFsdp };
 ParallelMode parse_parallel_mode(const std::string& name);
 const char* parallel_mode_name(ParallelMode mode);
 
+// The dtype of the gradients of the units a backward writes once, element by element (the
+// blocks and the final norm; ParamTable::grads_written_once). The embedding (a sum over
+// token rows) and an untied output layer (a sum over the cross-entropy's row blocks) keep
+// F32 gradients. kBF16 rounds each gradient once, as PyTorch's autocast and FSDP2 round the
+// gradient of a bf16 weight copy before it reaches the fp32 .grad; it needs one process
+// and one micro-batch per step (gradients of several are summed, in fp32). kAuto: kBF16
+// where it can be, on a bf16 device; else kF32. Half the bytes of those gradients: less
+// memory, and less for the weight-gradient GEMMs, the norm and AdamW to move.
+enum class GradDType { kAuto, kF32, kBF16 };
+// "auto" | "fp32" | "bf16" (a kUsage error otherwise), and back.
+GradDType parse_grad_dtype(const std::string& name);
+const char* grad_dtype_name(GradDType g);
+// F32 or BF16 for a run; kUsage error when kBF16 is asked where it cannot hold.
+DType resolve_grad_dtype(GradDType g, DType compute_dtype, int world, int64_t grad_accum);
+
 struct ParamEntry {
   std::string name;  // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
   int unit = 0;
@@ -64,6 +79,8 @@ class ParamTable {
   int block_unit(int64_t layer) const { return 1 + static_cast<int>(layer); }
   int norm_unit() const { return 1 + num_layers_; }
   int lm_head_unit() const { return tied_ ? embed_unit() : norm_unit() + 1; }  // tied: the embedding
+  // Every element of this unit's gradient is written once per backward (GradDType above).
+  bool grads_written_once(int unit) const { return unit >= block_unit(0) && unit <= norm_unit(); }
   int64_t total_numel() const;   // parameters, counted once
   int64_t total_padded() const;  // with padding
 

@@ -5,8 +5,11 @@
 // Conventions, for every backend:
 //  - Tensors are dense row-major views (core/tensor.h) on the backend's device.
 //  - "compute" tensors (activations, weight copies) have the backend's compute_dtype():
-//    F32 on the CPU, BF16 on CUDA. Gradients of parameters, master weights, AdamW state,
-//    rstd/lse statistics and losses are always F32.
+//    F32 on the CPU, BF16 on CUDA. Master weights, AdamW state, rstd/lse statistics and
+//    losses are always F32. Gradients of parameters are F32; a backend with a BF16 compute
+//    dtype also writes them in BF16 (dw, dbias, norm weights, the optimizer's grad and
+//    sum_squares' x), but only where they are overwritten (accumulate false): one
+//    backward's gradient rounded once, never summed in bf16 (parallel/param_store.h).
 //  - Parameter gradients (dw, dbias, dtable, dq_w, dk_w) are accumulated (+=) unless the
 //    caller passes accumulate = false: then they are overwritten, as the first write of a
 //    step into a buffer that still holds the last step's values (so the optimizer need not
@@ -183,7 +186,7 @@ class Ops {
   // param as convert() would write it, and grad is zeroed when zero_grad.
   virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
                           float grad_scale, Tensor copy, bool zero_grad) = 0;
-  // out (1) F32 += sum of x^2 (x F32)
+  // out (1) F32 += sum of x^2 (x F32, or BF16 on a BF16 backend)
   virtual void sum_squares(Tensor out, Tensor x) = 0;
 };
 

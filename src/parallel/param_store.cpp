@@ -22,18 +22,21 @@ class OnQueue {
 
 }  // namespace
 
-ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode)
+ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype)
     : table_(table), ops_(ops), comm_(comm), mode_(mode) {
   world_ = comm ? comm->world() : 1;
   rank_ = comm ? comm->rank() : 0;
   ANVIL_ENSURE(table.world() == world_, kInternal, "parameter table for world ", table.world(), ", comm of ", world_);
+  ANVIL_ENSURE(grad_dtype == DType::kF32 || (grad_dtype == DType::kBF16 && world_ == 1), kInternal,
+               "gradients in ", dtype_name(grad_dtype), " on ", world_, " ranks");
   const bool separate_compute = ops.compute_dtype() != DType::kF32;
   int64_t max_shard = 0;
   for (auto& u : table.units()) {
     const int64_t n = sharded() ? u.shard() : u.padded;
     max_shard = std::max(max_shard, u.shard());
     master_.push_back(make(n, DType::kF32));
-    grads_.push_back(make(n, DType::kF32));
+    const bool once = table.grads_written_once(static_cast<int>(master_.size() - 1));
+    grads_.push_back(make(n, once ? grad_dtype : DType::kF32));
     m_.push_back(make(n, DType::kF32));
     v_.push_back(make(n, DType::kF32));
     if (mode_ == ParallelMode::kDdp) compute_.push_back(separate_compute ? make(n, ops.compute_dtype()) : master_.back());
@@ -214,7 +217,10 @@ void ParamStore::release(int unit) {
   gathered_.erase(it);
 }
 
-bool ParamStore::overwrite_grads(int unit) { return stale_[static_cast<size_t>(unit)] != 0; }
+bool ParamStore::overwrite_grads(int unit) {
+  const size_t u = static_cast<size_t>(unit);
+  return stale_[u] != 0 || grads_[u].dtype == DType::kBF16;  // bf16: never summed (above)
+}
 
 Tensor ParamStore::grads(int unit) {
   await_update(unit);  // the update reads the owned gradient

@@ -29,7 +29,9 @@
 // it is on the main queue, before the norm; the update below starts after it.
 // The update leaves each unit's gradient as it was (not zeroed: 4 bytes per parameter less
 // to write), and overwrite_grads(u) says so until the unit's first grads_ready of the next
-// step: the first micro-batch overwrites, the next ones add. FSDP across ranks keeps zeroing
+// step: the first micro-batch overwrites, the next ones add. With grad_dtype BF16 (one
+// process, one micro-batch per step: model/params.h, GradDType) the gradients of the units
+// written once per backward are BF16 and always overwritten. FSDP across ranks keeps zeroing
 // its owned shards in the update (reduce-scattered gradients are added into them).
 // With overlap (the default), once the norm is known the update runs unit by unit, in
 // forward order, on the ops' side queue: AdamW, the compute copy (DDP), then an event per
@@ -54,8 +56,9 @@ namespace anvil {
 
 class ParamStore final : public UnitSource {
  public:
-  // comm: null for a single process (then table.world() must be 1).
-  ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode);
+  // comm: null for a single process (then table.world() must be 1). grad_dtype: F32, or
+  // BF16 for the units whose gradients are written once (one process only).
+  ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype = DType::kF32);
   ~ParamStore() override;
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
@@ -107,7 +110,7 @@ class ParamStore final : public UnitSource {
   const std::vector<Tensor>& masters() { return finish_optimizer(), master_; }
   const std::vector<Tensor>& exp_avg() { return finish_optimizer(), m_; }
   const std::vector<Tensor>& exp_avg_sq() { return finish_optimizer(), v_; }
-  const std::vector<Tensor>& owned_grads() { return finish_optimizer(), grads_; }
+  const std::vector<Tensor>& owned_grads() { return finish_optimizer(), grads_; }  // F32 or BF16 (above)
   int64_t persistent_bytes() const { return persistent_bytes_; }
 
  private:

@@ -80,6 +80,8 @@ Json run_bench_step(const BenchStepOptions& o) {
   spec.reduce_dtype = o.reduce_dtype;
   spec.recompute = o.recompute;
   spec.micro_batch = o.micro_batch;
+  spec.grad_accum = o.grad_accum;
+  spec.grad_dtype = o.grad_dtype;
   spec.total_steps = o.steps;
   spec.overlap_optimizer = o.overlap_optimizer;
   OpenRun run = open_run(spec);
@@ -138,6 +140,7 @@ Json run_bench_step(const BenchStepOptions& o) {
             {"world", world},
             {"mode", parallel_mode_name(trainer->mode())},
             {"reduce_dtype", o.reduce_dtype == DType::kBF16 ? "bf16" : "fp32"},
+            {"grad_dtype", trainer->grad_dtype() == DType::kBF16 ? "bf16" : "fp32"},
             {"recompute", recompute_name(trainer->recompute())},
             {"seq_len", o.seq_len},
             {"micro_batch", o.micro_batch},

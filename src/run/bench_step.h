@@ -26,6 +26,7 @@ struct BenchStepOptions {
   std::string device;  // empty: cuda when a GPU is present
   ParallelMode mode = ParallelMode::kDdp;
   DType reduce_dtype = DType::kF32;
+  GradDType grad_dtype = GradDType::kAuto;
   Recompute recompute = Recompute::kNone;
   int64_t seq_len = 2048, micro_batch = 1, grad_accum = 1;
   int64_t steps = 20, warmup = 5;  // steps in all (then up to 3 more, phases timed)

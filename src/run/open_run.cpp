@@ -46,6 +46,8 @@ std::unique_ptr<Trainer> make_trainer(OpenRun& run, const RunSpec& spec, int64_t
   s.mode = spec.mode;
   s.reduce_dtype = spec.reduce_dtype;
   s.micro_batch = spec.micro_batch;
+  s.grad_accum = spec.grad_accum;
+  s.grad_dtype = spec.grad_dtype;
   s.seq_len = seq_len;
   s.recompute = spec.recompute;
   s.overlap_optimizer = spec.overlap_optimizer;

@@ -29,7 +29,8 @@ struct RunSpec {
   DType reduce_dtype = DType::kF32;        // gradient reduction: F32 or BF16
   Recompute recompute = Recompute::kNone;  // kAuto: the fastest the plan fits
   bool overlap_optimizer = true;  // the update overlaps the next forward
-  int64_t micro_batch = 1;
+  int64_t micro_batch = 1, grad_accum = 1;
+  GradDType grad_dtype = GradDType::kAuto;  // model/params.h
   int64_t total_steps = 1;  // for the learning-rate schedule
   bool fsdp_defer_sync = false;
   OptimizerConfig optim;

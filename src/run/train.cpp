@@ -291,6 +291,8 @@ RunSpec check_train(const TrainOptions& o, FileLock& ckpt_lock) {
   spec.recompute = o.recompute;
   spec.overlap_optimizer = o.overlap_optimizer;
   spec.micro_batch = o.micro_batch;
+  spec.grad_accum = o.grad_accum;
+  spec.grad_dtype = o.grad_dtype;
   spec.total_steps = o.steps;
   spec.fsdp_defer_sync = o.fsdp_defer_sync;
   spec.optim = o.optim;
@@ -352,7 +354,9 @@ void open_train(const TrainOptions& o, TrainRun& run) {
   if (!resume.empty()) restore_optimizer(run.point, *run.trainer);
   log_info("training ", b.config.architecture, " (", b.table->total_numel(), " parameters) on ", b.world, " x ",
            b.device, " (", parallel_mode_name(run.trainer->mode()), ", ", run.trainer->mode_reason(),
-           o.reduce_dtype == DType::kBF16 ? "; gradients reduced in bf16" : "", "): ", data.size(), " blocks of ",
+           o.reduce_dtype == DType::kBF16 ? "; gradients reduced in bf16" : "",
+           run.trainer->grad_dtype() == DType::kBF16 ? "; the blocks' gradients in bf16" : "", "): ", data.size(),
+           " blocks of ",
            data.seq_len(), " tokens, ", o.steps, " steps of ", run.per_step * b.world, " sequences");
 
   run.order = std::make_unique<BatchOrder>(o, data.size(), b.world, b.rank, run.per_step);

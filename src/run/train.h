@@ -39,6 +39,7 @@ struct TrainOptions {
   int64_t grad_accum = 1;
   bool fsdp_defer_sync = false;
   DType reduce_dtype = DType::kF32;  // gradient reduction: F32 or BF16
+  GradDType grad_dtype = GradDType::kAuto;  // the blocks' gradients (model/params.h)
   bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
   Recompute recompute = Recompute::kNone;
   OptimizerConfig optim;

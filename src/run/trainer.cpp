@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "core/bf16.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -17,6 +18,8 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Tra
     : config_(config), settings_(settings), comm_(comm), table_(config, comm ? comm->world() : 1),
       ops_(make_ops(settings.device, settings.device_index)) {
   if (comm_) comm_->set_compute_stream(ops_->stream());
+  ANVIL_ENSURE(settings.grad_accum >= 1, kInternal, "grad_accum ", settings.grad_accum);
+  grad_dtype_ = resolve_grad_dtype(settings.grad_dtype, ops_->compute_dtype(), table_.world(), settings.grad_accum);
   // Memory is planned before anything is allocated: a run that cannot fit stops here with
   // the plan and the advice, not with an out-of-memory error halfway through a step.
   PlanInput pin;
@@ -27,6 +30,7 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Tra
   pin.compute_dtype = ops_->compute_dtype();
   pin.fsdp_defer_sync = settings.fsdp_defer_sync;
   pin.reduce_dtype = settings.reduce_dtype;
+  pin.grad_dtype = grad_dtype_;
   const int64_t capacity = ops_->memory_stats().capacity;
   if (capacity > 0) {
     const PlanAdvice adv = advise(pin, settings.recompute, capacity);
@@ -54,7 +58,7 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Tra
   pin.mode = settings_.mode;
   pin.recompute = settings_.recompute;
   plan_ = plan_memory(pin);
-  store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings_.mode);
+  store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings_.mode, grad_dtype_);
   store_->set_defer_sync(settings.fsdp_defer_sync);
   store_->set_reduce_dtype(settings.reduce_dtype);
   store_->set_overlap_optimizer(settings.overlap_optimizer);
@@ -109,7 +113,8 @@ int64_t Trainer::upload_batch(const TokenBatch& b) {
 }
 
 StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
-  ANVIL_ENSURE(!micro_batches.empty(), kInternal, "a step needs a micro-batch");
+  ANVIL_ENSURE(static_cast<int64_t>(micro_batches.size()) == settings_.grad_accum, kInternal, "a step of ",
+               micro_batches.size(), " micro-batches; the trainer was set up for ", settings_.grad_accum);
   // The loss is normalised by the step's whole count of target tokens, so accumulation
   // gives the gradient of the mean over the step, not a mean of means.
   int64_t total = 0;
@@ -205,7 +210,13 @@ HostUnits Trainer::grads() const {
   for (size_t u = 0; u < table_.units().size(); ++u) {
     Tensor g = store_->owned_grads()[u];
     out.emplace_back(static_cast<size_t>(g.numel()));
-    ops_->download(out.back().data(), g);
+    if (g.dtype == DType::kF32) {
+      ops_->download(out.back().data(), g);
+      continue;
+    }
+    std::vector<uint16_t> bits(static_cast<size_t>(g.numel()));  // bf16 (param_store.h): widened exactly
+    ops_->download(bits.data(), g);
+    for (size_t i = 0; i < bits.size(); ++i) out.back()[i] = bf16_bits_to_f32(bits[i]);
   }
   return out;
 }

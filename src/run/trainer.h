@@ -40,6 +40,8 @@ struct TrainerSettings {
   bool fsdp_defer_sync = false;  // FSDP: reduce-scatter once per step, not per micro-batch
   DType reduce_dtype = DType::kF32;  // gradient all-reduce / reduce-scatter in F32 or BF16
   bool overlap_optimizer = true;  // the update overlaps the next forward (parallel/param_store.h)
+  int64_t grad_accum = 1;  // micro-batches per step (each step() call must pass this many)
+  GradDType grad_dtype = GradDType::kAuto;  // model/params.h
   OptimizerConfig optim;
   int64_t total_steps = 1;  // for the LR schedule
 };
@@ -84,6 +86,7 @@ class Trainer {
   const MemoryPlan& plan() const { return plan_; }
   Recompute recompute() const { return settings_.recompute; }  // resolved: never kAuto
   ParallelMode mode() const { return settings_.mode; }  // resolved (never kAuto)
+  DType grad_dtype() const { return grad_dtype_; }      // resolved: F32 or BF16
   // Why this mode: "as asked", or the rule's reason when the mode was auto.
   const std::string& mode_reason() const { return mode_reason_; }
 
@@ -111,6 +114,7 @@ class Trainer {
   std::unique_ptr<Ops> ops_;
   MemoryPlan plan_;
   std::string mode_reason_ = "as asked";
+  DType grad_dtype_ = DType::kF32;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Transformer> model_;
   Tensor ids_, targets_, loss_sum_;

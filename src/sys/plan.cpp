@@ -28,9 +28,12 @@ MemoryPlan plan_memory(const PlanInput& in) {
   const bool fsdp = in.mode == ParallelMode::kFsdp;
   ParamTable table(c, in.world);
   const int64_t cd = static_cast<int64_t>(dtype_size(in.compute_dtype));
-  int64_t owned = 0, largest = 0, largest_shard = 0;
-  for (const UnitInfo& u : table.units()) {
-    owned += fsdp ? u.shard() : u.padded;
+  int64_t owned = 0, largest = 0, largest_shard = 0, grad_bytes = 0;
+  for (size_t i = 0; i < table.units().size(); ++i) {
+    const UnitInfo& u = table.units()[i];
+    const int64_t mine = fsdp ? u.shard() : u.padded;
+    owned += mine;
+    grad_bytes += mine * (table.grads_written_once(static_cast<int>(i)) ? static_cast<int64_t>(dtype_size(in.grad_dtype)) : 4);
     largest = std::max(largest, u.padded);
     largest_shard = std::max(largest_shard, u.shard());
   }
@@ -39,7 +42,7 @@ MemoryPlan plan_memory(const PlanInput& in) {
   p.recompute = in.recompute;
   p.params = 4 * owned;
   p.optimizer = 8 * owned;
-  p.grads = 4 * owned;
+  p.grads = grad_bytes;
   if (fsdp && in.world == 1) {
     // Converted per unit into a buffer of the unit's size, made one unit ahead: one buffer
     // per unit size, two of the block size (the block in use and the next).

@@ -24,13 +24,14 @@ struct PlanInput {
   DType compute_dtype = DType::kBF16;
   bool fsdp_defer_sync = false;  // full-unit gradients of every unit kept across micro-batches
   DType reduce_dtype = DType::kF32;  // gradient reduction; BF16 adds unit-sized bf16 buffers
+  DType grad_dtype = DType::kF32;    // resolved (model/params.h): BF16 halves the blocks' gradients
 };
 
 struct MemoryPlan {
   ParallelMode mode = ParallelMode::kDdp;
   Recompute recompute = Recompute::kNone;
   int64_t params = 0;       // fp32 masters (owned: whole units or one shard)
-  int64_t grads = 0;        // fp32 gradients (owned) + FSDP's transient full-unit buffers
+  int64_t grads = 0;        // gradients (owned) + FSDP's transient full-unit buffers
   int64_t optimizer = 0;    // AdamW m and v
   int64_t weights = 0;      // compute-dtype weight copies (DDP) or gathered units (FSDP)
   int64_t activations = 0;  // saved activations, scratch, gradients of activations

@@ -35,37 +35,53 @@ double cosine(const float* a, const std::vector<double>& b) {
 
 class GpuGolden : public ::testing::TestWithParam<std::string> {};
 
+// With the blocks' gradients in fp32 and in bf16 (model/params.h, GradDType): the bf16 ones
+// are the fp32 ones rounded once, so they agree with them to one bf16 rounding.
 TEST_P(GpuGolden, LossAndGradients) {
   REQUIRE_CUDA();
   const std::string dir = testing::fixture_dir(GetParam());
   ModelConfig cfg = load_config(dir);
   SafetensorsFile gold(dir + "/golden_step0.safetensors");
   const SafeTensorInfo& ids = gold.get("input_ids");
-  TrainerSettings s;
-  s.device = "cuda";
-  s.micro_batch = ids.shape[0];
-  s.seq_len = ids.shape[1];
   ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);
   load_hf_weights(dir, table, w);
-  Trainer trainer(cfg, w, s);
-  TokenBatch b;
-  b.ids = read_as_i64(ids);
-  std::vector<float> logits;
-  const double loss = trainer.loss_and_grads(b, &logits);
-  const double want = read_as_f64(gold.get("loss"))[0];
-  EXPECT_NEAR(loss, want, 2e-3 * want);
-  std::vector<double> lg(logits.begin(), logits.end());
-  EXPECT_TRUE(testing::close_rel_l2(lg, read_as_f64(gold.get("logits")), 2e-2)) << "logits";
-  const HostUnits g = trainer.grads();
-  double worst = 1;
-  for (const ParamEntry& e : table.entries()) {
-    const double c = cosine(g[static_cast<size_t>(e.unit)].data() + e.offset, read_as_f64(gold.get("grad." + e.name)));
-    worst = std::min(worst, c);
-    EXPECT_GE(c, 0.999) << "grad." << e.name;
+  std::vector<HostUnits> grads;
+  for (GradDType gd : {GradDType::kF32, GradDType::kBF16}) {
+    TrainerSettings s;
+    s.device = "cuda";
+    s.micro_batch = ids.shape[0];
+    s.seq_len = ids.shape[1];
+    s.grad_dtype = gd;
+    Trainer trainer(cfg, w, s);
+    TokenBatch b;
+    b.ids = read_as_i64(ids);
+    std::vector<float> logits;
+    const double loss = trainer.loss_and_grads(b, &logits);
+    const double want = read_as_f64(gold.get("loss"))[0];
+    EXPECT_NEAR(loss, want, 2e-3 * want);
+    std::vector<double> lg(logits.begin(), logits.end());
+    EXPECT_TRUE(testing::close_rel_l2(lg, read_as_f64(gold.get("logits")), 2e-2)) << "logits";
+    grads.push_back(trainer.grads());
+    double worst = 1;
+    for (const ParamEntry& e : table.entries()) {
+      const double c =
+          cosine(grads.back()[static_cast<size_t>(e.unit)].data() + e.offset, read_as_f64(gold.get("grad." + e.name)));
+      worst = std::min(worst, c);
+      EXPECT_GE(c, 0.999) << "grad." << e.name << " (" << grad_dtype_name(gd) << ")";
+    }
+    std::printf("%s, %s gradients: loss %.7f (fp64 %.7f, rel %.2e), worst gradient cosine %.6f\n",
+                GetParam().c_str(), grad_dtype_name(gd), loss, want, std::abs(loss - want) / want, worst);
   }
-  std::printf("%s: loss %.7f (fp64 %.7f, rel %.2e), worst gradient cosine %.6f\n", GetParam().c_str(), loss, want,
-              std::abs(loss - want) / want, worst);
+  for (size_t u = 0; u < grads[0].size(); ++u) {
+    const std::vector<double> f32(grads[0][u].begin(), grads[0][u].end()), b16(grads[1][u].begin(), grads[1][u].end());
+    const double rel = testing::rel_l2(b16.data(), f32.data(), f32.size());
+    if (table.grads_written_once(static_cast<int>(u)))
+      EXPECT_LE(rel, 4e-3) << "unit " << u << ": bf16 gradients against fp32 (one rounding)";
+    else
+      EXPECT_EQ(b16, f32) << "unit " << u << " keeps fp32 gradients";
+    std::printf("  unit %zu (%s): bf16 against fp32 gradients rel L2 %.2e\n", u, table.units()[u].name.c_str(), rel);
+  }
 }
 
 // Evaluation's forward: the loss of loss_and_grads, bit for bit, and no gradient touched
@@ -120,7 +136,8 @@ struct AdamwDeviation {
   bool within() const { return loss <= loss_tol && grad_norm <= grad_norm_tol && params <= kParamTolerance; }
 };
 
-AdamwDeviation run_adamw_on_gpu(const std::string& dir, ParallelMode mode, double lr_scale) {
+AdamwDeviation run_adamw_on_gpu(const std::string& dir, ParallelMode mode, double lr_scale,
+                                GradDType grad_dtype = GradDType::kAuto) {
   ModelConfig cfg = load_config(dir);
   SafetensorsFile gold(dir + "/golden_adamw.safetensors");
   Json curve = json_read_file(dir + "/golden_curve.json");
@@ -128,6 +145,7 @@ AdamwDeviation run_adamw_on_gpu(const std::string& dir, ParallelMode mode, doubl
   TrainerSettings s;
   s.device = "cuda";
   s.mode = mode;
+  s.grad_dtype = grad_dtype;
   s.micro_batch = cc["batch"].get<int64_t>();
   s.seq_len = cc["seq"].get<int64_t>();
   s.optim.lr = cc["lr"].get<double>() * lr_scale;
@@ -178,18 +196,21 @@ AdamwDeviation run_adamw_on_gpu(const std::string& dir, ParallelMode mode, doubl
 TEST_P(GpuGolden, EightAdamWSteps) {
   REQUIRE_CUDA();
   const std::string dir = testing::fixture_dir(GetParam());
-  std::vector<double> losses[2];
-  for (int mode = 0; mode < 2; ++mode) {
-    const AdamwDeviation d = run_adamw_on_gpu(dir, mode == 0 ? ParallelMode::kDdp : ParallelMode::kFsdp, 1.0);
-    losses[mode] = d.losses;
-    EXPECT_LE(d.loss, d.loss_tol) << "worst step loss rel error";
-    EXPECT_LE(d.grad_norm, d.grad_norm_tol) << "worst step gradient norm rel error";
-    EXPECT_LE(d.params, kParamTolerance) << "final parameters rel L2";
-    std::printf("%s %s: vs fp64: loss %.2e (tol %.2e), grad norm %.2e (tol %.2e), final params %.2e (tol %.2e)\n",
-                GetParam().c_str(), mode ? "fsdp" : "ddp", d.loss, d.loss_tol, d.grad_norm, d.grad_norm_tol, d.params,
-                kParamTolerance);
+  for (GradDType gd : {GradDType::kF32, GradDType::kBF16}) {
+    std::vector<double> losses[2];
+    for (int mode = 0; mode < 2; ++mode) {
+      const AdamwDeviation d = run_adamw_on_gpu(dir, mode == 0 ? ParallelMode::kDdp : ParallelMode::kFsdp, 1.0, gd);
+      losses[mode] = d.losses;
+      EXPECT_LE(d.loss, d.loss_tol) << "worst step loss rel error";
+      EXPECT_LE(d.grad_norm, d.grad_norm_tol) << "worst step gradient norm rel error";
+      EXPECT_LE(d.params, kParamTolerance) << "final parameters rel L2";
+      std::printf("%s %s, %s gradients: vs fp64: loss %.2e (tol %.2e), grad norm %.2e (tol %.2e), final params "
+                  "%.2e (tol %.2e)\n",
+                  GetParam().c_str(), mode ? "fsdp" : "ddp", grad_dtype_name(gd), d.loss, d.loss_tol, d.grad_norm,
+                  d.grad_norm_tol, d.params, kParamTolerance);
+    }
+    EXPECT_EQ(losses[0], losses[1]) << "ddp and fsdp on one GPU, " << grad_dtype_name(gd) << " gradients";
   }
-  EXPECT_EQ(losses[0], losses[1]) << "ddp and fsdp on one GPU";
 }
 
 // The check above rejects an optimizer that never updates (lr 0).

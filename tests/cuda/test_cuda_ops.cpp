@@ -439,6 +439,58 @@ TEST(CudaOps, GradientsOverwrite) {
   same("cross_entropy dw", cw0, cw1);
 }
 
+// Parameter gradients written in bf16 (ops.h; one process, one micro-batch): against the CPU
+// at one rounding, and the norms' and the bias's (a fixed-order fp32 sum, then rounded) equal
+// to the GPU's fp32 result rounded once, bit for bit. Accumulating into bf16 is refused.
+TEST(CudaOps, Bf16Gradients) {
+  REQUIRE_GPU();
+  const DType bf = DType::kBF16, f32 = DType::kF32;
+  auto rounded = [](Buf& f) {
+    std::vector<double> r = f.got();
+    for (double& v : r) v = round_bf16(static_cast<float>(v));
+    return r;
+  };
+  const int64_t M = 70, K = 96, N = 40;
+  Buf dy({M, N}, bf, randn(M * N, 91)), x({M, K}, bf, randn(M * K, 92));
+  Buf dw({N, K}, bf, nans(N * K)), db({N}, bf, nans(N)), dwf({N, K}, f32, nans(N * K)), dbf({N}, f32, nans(N));
+  cpu().linear_backward_weight(dw.c(), db.c(), dy.c(), x.c(), false);
+  gpu().linear_backward_weight(dw.g(), db.g(), dy.g(), x.g(), false);
+  gpu().linear_backward_weight(dwf.g(), dbf.g(), dy.g(), x.g(), false);
+  check("linear_backward_weight bf16 dw", dw, kOut1);
+  check("linear_backward_weight bf16 dbias", db, kOut1);
+  EXPECT_EQ(db.got(), rounded(dbf)) << "dbias: the fp32 column sums rounded once";
+  EXPECT_THROW(gpu().linear_backward_weight(dw.g(), Tensor(), dy.g(), x.g(), true), Error) << "bf16 +=";
+
+  Buf xn({M, K}, bf, randn(M * K, 93)), w({K}, bf, randn(K, 94, 0.2f)), rstd({M}, f32, std::vector<float>(M, 0.7f));
+  Buf dx({M, K}, bf, nans(M * K)), nw({K}, bf, nans(K)), nwf({K}, f32, nans(K));
+  cpu().rmsnorm_backward(dx.c(), nw.c(), xn.c(), x.c(), w.c(), rstd.c(), false, false);
+  gpu().rmsnorm_backward(dx.g(), nw.g(), xn.g(), x.g(), w.g(), rstd.g(), false, false);
+  gpu().rmsnorm_backward(dx.g(), nwf.g(), xn.g(), x.g(), w.g(), rstd.g(), false, false);
+  check("rmsnorm_backward bf16 dw", nw, kOut1);
+  EXPECT_EQ(nw.got(), rounded(nwf)) << "rmsnorm dw: the fp32 sums rounded once";
+  EXPECT_THROW(gpu().rmsnorm_backward(dx.g(), nw.g(), xn.g(), x.g(), w.g(), rstd.g(), false, true), Error);
+
+  const int64_t T = 9, B = 2, H = 4, KV = 2, hd = 64, rows = B * T, heads = H + 2 * KV, n = rows * heads * hd;
+  std::vector<float> cv, sv;
+  rope_tables(T, hd, &cv, &sv);
+  Buf cos({T, hd / 2}, f32, cv), sin({T, hd / 2}, f32, sv), in({rows, heads, hd}, bf, randn(n, 95));
+  Buf qw({hd}, bf, randn(hd, 96, 0.3f)), kw({hd}, bf, randn(hd, 97, 0.3f));
+  Buf qr({rows, H + KV}, f32, std::vector<float>(static_cast<size_t>(rows * (H + KV)), 0.9f));
+  Buf dq({rows, heads, hd}, bf, randn(n, 98)), din({rows, heads, hd}, bf, nans(n));
+  Buf dqw({hd}, bf, nans(hd)), dkw({hd}, bf, nans(hd)), dqf({hd}, f32, nans(hd)), dkf({hd}, f32, nans(hd));
+  for (Ops* o : {&cpu(), &gpu()}) {
+    const bool g = o == &gpu();
+    auto t = [g](Buf& b) { return g ? b.g() : b.c(); };
+    o->qk_norm_rope_backward(t(din), t(dqw), t(dkw), t(dq), t(in), t(qw), t(kw), t(qr), t(cos), t(sin), H, KV, false);
+  }
+  gpu().qk_norm_rope_backward(din.g(), dqf.g(), dkf.g(), dq.g(), in.g(), qw.g(), kw.g(), qr.g(), cos.g(), sin.g(), H,
+                              KV, false);
+  check("qk_norm_rope_backward bf16 dq_w", dqw, kOut1);
+  check("qk_norm_rope_backward bf16 dk_w", dkw, kOut1);
+  EXPECT_EQ(dqw.got(), rounded(dqf)) << "dq_w: the fp32 sums rounded once";
+  EXPECT_EQ(dkw.got(), rounded(dkf)) << "dk_w: the fp32 sums rounded once";
+}
+
 // A CUDA backend whose attention runs as ANVIL_ATTENTION=impl says (attention_cudnn.h), one
 // per impl for the process. Its ops run on its own stream: callers synchronize it before
 // reading results through gpu().
@@ -721,6 +773,23 @@ TEST(CudaOps, AdamW) {
       EXPECT_EQ(tail(v3.got()), v.got()) << tag << " unaligned";
       EXPECT_EQ(tail(copy3.got()), conv.got()) << tag << " unaligned copy";
       EXPECT_EQ(p3.got()[0], 7.0) << tag << ": the element before the view was written";
+      // A bf16 gradient of the same values (randn's are bf16 already), aligned (four elements
+      // at a time) and one element in (one at a time): the fp32 gradient's bits.
+      Buf p4({n}, DType::kF32, randn(n, 71)), g4({n}, DType::kBF16, randn(n, 72, 0.1f));
+      Buf m4({n}, DType::kF32, randn(n, 74, 0.01f)), v4({n}, DType::kF32, vv), copy4({n}, DType::kBF16, nans(n));
+      gpu().adamw_step(p4.g(), g4.g(), m4.g(), v4.g(), hp, 0.5f, copy4.g(), false);
+      EXPECT_EQ(p4.got(), param.got()) << tag << " bf16 gradient";
+      EXPECT_EQ(m4.got(), m.got()) << tag << " bf16 gradient";
+      EXPECT_EQ(v4.got(), v.got()) << tag << " bf16 gradient";
+      EXPECT_EQ(copy4.got(), conv.got()) << tag << " bf16 gradient";
+      Buf p5({n + 1}, DType::kF32, shifted(randn(n, 71))), g5({n + 1}, DType::kBF16, shifted(randn(n, 72, 0.1f)));
+      Buf m5({n + 1}, DType::kF32, shifted(randn(n, 74, 0.01f))), v5({n + 1}, DType::kF32, shifted(vv));
+      gpu().adamw_step(view(p5), view(g5), view(m5), view(v5), hp, 0.5f, Tensor(), false);
+      EXPECT_EQ(tail(p5.got()), param.got()) << tag << " bf16 gradient, unaligned";
+      EXPECT_EQ(tail(m5.got()), m.got()) << tag << " bf16 gradient, unaligned";
+      EXPECT_EQ(tail(v5.got()), v.got()) << tag << " bf16 gradient, unaligned";
+      EXPECT_THROW(gpu().adamw_step(p4.g(), g4.g(), m4.g(), v4.g(), hp, 0.5f, Tensor(), true), Error)
+          << "a bf16 gradient zeroed in the update";
     }
   }
 }
@@ -743,6 +812,15 @@ TEST(CudaOps, SumSquares) {
     cpu().sum_squares(out2.c(), x.c());
     gpu().sum_squares(out2.g(), y.g().slice_rows(1, n + 1));
     check("sum_squares unaligned " + std::to_string(n), out2, kF32 / 10);
+    // The same values as bf16 (eight per vector), aligned and one element in.
+    Buf xa({n}, DType::kBF16, randn(n, 81)), xb({n + 1}, DType::kBF16, y.host());
+    Buf out3({1}, DType::kF32, {2.0f}), out4({1}, DType::kF32, {2.0f});
+    cpu().sum_squares(out3.c(), x.c());
+    cpu().sum_squares(out4.c(), x.c());
+    gpu().sum_squares(out3.g(), xa.g());
+    gpu().sum_squares(out4.g(), xb.g().slice_rows(1, n + 1));
+    check("sum_squares bf16 " + std::to_string(n), out3, kF32 / 10);
+    check("sum_squares bf16 unaligned " + std::to_string(n), out4, kF32 / 10);
   }
 }
 

@@ -1,5 +1,5 @@
 // Fused AdamW: one pass reads param, grad, m, v and writes param, m, v (28 bytes per
-// element), in the order of operations of PyTorch's single-tensor AdamW:
+// element; 26 with a bf16 gradient), in the order of operations of PyTorch's single-tensor AdamW:
 //   param *= 1 - lr * wd;  m = lerp(m, g, 1 - beta1);  v = beta2 v + (1 - beta2) g^2
 //   param -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
 // The bias corrections are computed once on the host in double precision. The same pass
@@ -33,15 +33,26 @@ __device__ __forceinline__ void update(float& p, float& m, float& v, float g, co
   p = __fmaf_rn(-k.step_size, __fdiv_rn(m, denom), p);
 }
 
-template <bool COPY, bool ZERO>
-__global__ void adamw_kernel(float* param, float* grad, float* m, float* v, __nv_bfloat16* copy, int64_t n, bool vec,
+// Four gradient elements as one vector load (16 bytes of F32, 8 of BF16), widened.
+__device__ __forceinline__ float4 load4(const float* g, int64_t q) { return reinterpret_cast<const float4*>(g)[q]; }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16* g, int64_t q) {
+  const uint2 raw = reinterpret_cast<const uint2*>(g)[q];
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ __forceinline__ float load1(const float* g, int64_t i) { return g[i]; }
+__device__ __forceinline__ float load1(const __nv_bfloat16* g, int64_t i) { return __bfloat162float(g[i]); }
+
+template <class G, bool COPY, bool ZERO>
+__global__ void adamw_kernel(float* param, G* grad, float* m, float* v, __nv_bfloat16* copy, int64_t n, bool vec,
                              AdamWArgs a) {
   const AdamWConst k{a.lr / a.bias_correction1, 1.0f - a.lr * a.weight_decay};
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t n4 = vec ? n / 4 : 0;
   for (int64_t q = first; q < n4; q += stride) {
-    const float4 g4 = reinterpret_cast<const float4*>(grad)[q];
+    const float4 g4 = load4(grad, q);
     const float4 p4 = reinterpret_cast<const float4*>(param)[q];
     const float4 m4 = reinterpret_cast<const float4*>(m)[q];
     const float4 v4 = reinterpret_cast<const float4*>(v)[q];
@@ -60,11 +71,11 @@ __global__ void adamw_kernel(float* param, float* grad, float* m, float* v, __nv
       reinterpret_cast<__nv_bfloat162*>(copy)[2 * q] = __nv_bfloat162{cs[0], cs[1]};
       reinterpret_cast<__nv_bfloat162*>(copy)[2 * q + 1] = __nv_bfloat162{cs[2], cs[3]};
     }
-    if constexpr (ZERO) reinterpret_cast<float4*>(grad)[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (ZERO) reinterpret_cast<float4*>(grad)[q] = make_float4(0.f, 0.f, 0.f, 0.f);  // F32 only
   }
   for (int64_t i = 4 * n4 + first; i < n; i += stride) {  // the tail, or everything when unaligned
     float p = param[i], mi = m[i], vi = v[i];
-    update(p, mi, vi, grad[i], a, k);
+    update(p, mi, vi, load1(grad, i), a, k);
     param[i] = p;
     m[i] = mi;
     v[i] = vi;
@@ -73,29 +84,40 @@ __global__ void adamw_kernel(float* param, float* grad, float* m, float* v, __nv
   }
 }
 
-template <bool COPY, bool ZERO>
-void launch(float* param, float* grad, float* m, float* v, __nv_bfloat16* copy, int64_t n, bool vec,
+template <class G, bool COPY, bool ZERO>
+void launch(float* param, G* grad, float* m, float* v, __nv_bfloat16* copy, int64_t n, bool vec,
             const AdamWArgs& a, cudaStream_t stream) {
   const unsigned blocks = grid_stride_blocks(vec ? ceil_div(n, 4) : n, kThreads);
-  adamw_kernel<COPY, ZERO><<<blocks, kThreads, 0, stream>>>(param, grad, m, v, copy, n, vec, a);
+  adamw_kernel<G, COPY, ZERO><<<blocks, kThreads, 0, stream>>>(param, grad, m, v, copy, n, vec, a);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void adamw_step(float* param, float* grad, float* m, float* v, __nv_bfloat16* copy, bool zero_grad, int64_t n,
-                const AdamWArgs& a, cudaStream_t stream) {
+void adamw_step(float* param, void* grad, bool grad_bf16, float* m, float* v, __nv_bfloat16* copy, bool zero_grad,
+                int64_t n, const AdamWArgs& a, cudaStream_t stream) {
   if (n == 0) return;
-  const bool vec = aligned16(param) && aligned16(grad) && aligned16(m) && aligned16(v) &&
-                   (!copy || (reinterpret_cast<uintptr_t>(copy) & 7u) == 0);
+  ANVIL_ENSURE(!(grad_bf16 && zero_grad), kInternal, "adamw_step: a bf16 gradient is not zeroed in the update");
+  const uintptr_t grad_align = grad_bf16 ? 7u : 15u;  // one vector: four elements
+  const bool vec = aligned16(param) && (reinterpret_cast<uintptr_t>(grad) & grad_align) == 0 && aligned16(m) &&
+                   aligned16(v) && (!copy || (reinterpret_cast<uintptr_t>(copy) & 7u) == 0);
+  if (grad_bf16) {
+    auto* g = static_cast<__nv_bfloat16*>(grad);
+    if (copy)
+      launch<__nv_bfloat16, true, false>(param, g, m, v, copy, n, vec, a, stream);
+    else
+      launch<__nv_bfloat16, false, false>(param, g, m, v, copy, n, vec, a, stream);
+    return;
+  }
+  auto* g = static_cast<float*>(grad);
   if (copy && zero_grad)
-    launch<true, true>(param, grad, m, v, copy, n, vec, a, stream);
+    launch<float, true, true>(param, g, m, v, copy, n, vec, a, stream);
   else if (copy)
-    launch<true, false>(param, grad, m, v, copy, n, vec, a, stream);
+    launch<float, true, false>(param, g, m, v, copy, n, vec, a, stream);
   else if (zero_grad)
-    launch<false, true>(param, grad, m, v, copy, n, vec, a, stream);
+    launch<float, false, true>(param, g, m, v, copy, n, vec, a, stream);
   else
-    launch<false, false>(param, grad, m, v, copy, n, vec, a, stream);
+    launch<float, false, false>(param, g, m, v, copy, n, vec, a, stream);
 }
 
 }  // namespace anvil::cuda

@@ -15,9 +15,10 @@ struct AdamWArgs {
   float grad_scale;             // the clipping coefficient, applied as grad is read
 };
 
-// copy (may be null): the new param in bf16 (round to nearest even, as convert); grad is
-// zeroed after it is read when zero_grad.
-void adamw_step(float* param, float* grad, float* m, float* v, __nv_bfloat16* copy, bool zero_grad, int64_t n,
-                const AdamWArgs& a, cudaStream_t stream);
+// grad: F32, or BF16 (widened exactly as it is read: the same update as from an F32 buffer
+// holding the same values). copy (may be null): the new param in bf16 (round to nearest
+// even, as convert); an F32 grad is zeroed after it is read when zero_grad.
+void adamw_step(float* param, void* grad, bool grad_bf16, float* m, float* v, __nv_bfloat16* copy, bool zero_grad,
+                int64_t n, const AdamWArgs& a, cudaStream_t stream);
 
 }  // namespace anvil::cuda

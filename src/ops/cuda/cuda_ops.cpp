@@ -65,6 +65,14 @@ void expect(const Tensor& t, DType dtype, const char* op, const char* name) {
                dtype_name(dtype));
 }
 
+// A parameter gradient (ops.h): F32, or BF16 when it is written, not accumulated.
+cuda::GradOut grad_out(const Tensor& t, bool accumulate, const char* op, const char* name) {
+  expect(t, t.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32, op, name);
+  ANVIL_ENSURE(t.dtype == DType::kF32 || !accumulate, kInternal, op, ": the bf16 gradient ", name,
+               " can be written, not accumulated");
+  return {t.data, t.dtype == DType::kBF16};
+}
+
 void expect_numel(const Tensor& t, int64_t n, const char* op, const char* name) {
   ANVIL_ENSURE(t.numel() == n, kInternal, op, ": tensor ", name, " has shape ", t.shape.str(), " (", t.numel(),
                " elements), expected ", n, " elements");
@@ -276,7 +284,7 @@ class CudaOps final : public Ops {
 
   void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate) override {
     const char* op = "linear_backward_weight";
-    expect(dw, DType::kF32, op, "dw");
+    const cuda::GradOut dw_out = grad_out(dw, accumulate, op, "dw");
     expect(dy, DType::kBF16, op, "dy");
     expect(x, DType::kBF16, op, "x");
     const int64_t M = dy.rows(), N = dy.cols(), K = x.cols();
@@ -284,15 +292,14 @@ class CudaOps final : public Ops {
                  " x ", x.shape.str(), " dw ", dw.shape.str());
     const Timed timing = timed(op, [&] { return cat(M, "x", N, "x", K); });
     if (M > 0)
-      gemm(op).run(dw.data, CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M, accumulate ? 1.0f : 0.0f,
-                   nullptr);
+      gemm(op).run(dw.data, dw_out.bf16 ? CUDA_R_16BF : CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M,
+                   accumulate ? 1.0f : 0.0f, nullptr);
     else if (!accumulate)
       zero(dw);
     if (present(dbias)) {
-      expect(dbias, DType::kF32, op, "dbias");
+      const cuda::GradOut db_out = grad_out(dbias, accumulate, op, "dbias");
       expect_numel(dbias, N, op, "dbias");
-      cuda::bias_grad(p<float>(dbias), p<nv_bf16>(dy), M, N, accumulate, scratch(cuda::bias_grad_scratch_bytes(M, N)),
-                      stream_);
+      cuda::bias_grad(db_out, p<nv_bf16>(dy), M, N, accumulate, scratch(cuda::bias_grad_scratch_bytes(M, N)), stream_);
     }
   }
 
@@ -358,7 +365,7 @@ class CudaOps final : public Ops {
                         bool accumulate, bool accumulate_dw) override {
     const char* op = "rmsnorm_backward";
     expect(dx, DType::kBF16, op, "dx");
-    expect(dw, DType::kF32, op, "dw");
+    const cuda::GradOut dw_out = grad_out(dw, accumulate_dw, op, "dw");
     expect(dout, DType::kBF16, op, "dout");
     expect(x, DType::kBF16, op, "x");
     expect(w, DType::kBF16, op, "w");
@@ -369,7 +376,7 @@ class CudaOps final : public Ops {
     expect_numel(dout, R * C, op, "dout");
     expect_numel(dw, C, op, "dw");
     expect_numel(rstd, R, op, "rstd");
-    cuda::rmsnorm_backward(p<nv_bf16>(dx), p<float>(dw), p<nv_bf16>(dout), p<nv_bf16>(x), p<nv_bf16>(w),
+    cuda::rmsnorm_backward(p<nv_bf16>(dx), dw_out, p<nv_bf16>(dout), p<nv_bf16>(x), p<nv_bf16>(w),
                            p<float>(rstd), R, C, accumulate, accumulate_dw,
                            scratch(cuda::rmsnorm_backward_scratch_bytes(R, C)), stream_);
   }
@@ -403,15 +410,16 @@ class CudaOps final : public Ops {
     expect_numel(din, in.numel(), op, "din");
     expect_numel(dout, in.numel(), op, "dout");
     const bool norm = check_qk_weights(op, q_w, k_w, s.head_dim);
+    cuda::GradOut dq_out, dk_out;
     if (norm) {
       expect(rstd, DType::kF32, op, "rstd");
       expect_numel(rstd, s.rows * (n_heads + n_kv_heads), op, "rstd");
-      expect(dq_w, DType::kF32, op, "dq_w");
-      expect(dk_w, DType::kF32, op, "dk_w");
+      dq_out = grad_out(dq_w, accumulate_dw, op, "dq_w");
+      dk_out = grad_out(dk_w, accumulate_dw, op, "dk_w");
       expect_numel(dq_w, s.head_dim, op, "dq_w");
       expect_numel(dk_w, s.head_dim, op, "dk_w");
     }
-    cuda::qk_norm_rope_backward(p<nv_bf16>(din), norm ? p<float>(dq_w) : nullptr, norm ? p<float>(dk_w) : nullptr,
+    cuda::qk_norm_rope_backward(p<nv_bf16>(din), dq_out, dk_out,
                                 p<nv_bf16>(dout), p<nv_bf16>(in), norm ? p<nv_bf16>(q_w) : nullptr,
                                 norm ? p<nv_bf16>(k_w) : nullptr, norm ? p<float>(rstd) : nullptr, p<float>(cos),
                                 p<float>(sin), s, accumulate_dw, scratch(cuda::qk_norm_rope_backward_scratch_bytes(s)),
@@ -610,7 +618,7 @@ class CudaOps final : public Ops {
                   bool zero_grad) override {
     const char* op = "adamw_step";
     expect(param, DType::kF32, op, "param");
-    expect(grad, DType::kF32, op, "grad");
+    const cuda::GradOut g = grad_out(grad, false, op, "grad");
     expect(m, DType::kF32, op, "m");
     expect(v, DType::kF32, op, "v");
     const int64_t n = param.numel();
@@ -633,17 +641,17 @@ class CudaOps final : public Ops {
       expect(copy, DType::kBF16, op, "copy");
       expect_numel(copy, n, op, "copy");
     }
-    cuda::adamw_step(p<float>(param), p<float>(grad), p<float>(m), p<float>(v),
+    cuda::adamw_step(p<float>(param), g.ptr, g.bf16, p<float>(m), p<float>(v),
                      present(copy) ? p<nv_bf16>(copy) : nullptr, zero_grad, n, a, stream_);
   }
 
   void sum_squares(Tensor out, Tensor x) override {
     const char* op = "sum_squares";
     expect(out, DType::kF32, op, "out");
-    expect(x, DType::kF32, op, "x");
+    const cuda::GradOut in = grad_out(x, false, op, "x");
     expect_numel(out, 1, op, "out");
-    const Timed timing = timed(op, [&] { return cat(x.numel()); });
-    cuda::sum_squares(p<float>(out), p<float>(x), x.numel(), scratch(cuda::sum_squares_scratch_bytes(x.numel())),
+    const Timed timing = timed(op, [&] { return cat(dtype_name(x.dtype), " ", x.numel()); });
+    cuda::sum_squares(p<float>(out), in.ptr, in.bf16, x.numel(), scratch(cuda::sum_squares_scratch_bytes(x.numel())),
                       stream_);
   }
 

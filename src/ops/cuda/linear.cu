@@ -22,11 +22,11 @@ size_t bias_grad_scratch_bytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>(blocks_for(rows)) * static_cast<size_t>(cols) * sizeof(float);
 }
 
-void bias_grad(float* dbias, const __nv_bfloat16* dy, int64_t rows, int64_t cols, bool accumulate, void* scratch,
+void bias_grad(GradOut dbias, const __nv_bfloat16* dy, int64_t rows, int64_t cols, bool accumulate, void* scratch,
                cudaStream_t stream) {
   if (cols == 0) return;
   if (rows == 0) {
-    if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dbias, 0, static_cast<size_t>(cols) * sizeof(float), stream));
+    if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dbias.ptr, 0, dbias.bytes(cols), stream));
     return;
   }
   const int blocks = blocks_for(rows);

@@ -7,12 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ops/cuda/reduce.h"
+
 namespace anvil::cuda {
 
 size_t bias_grad_scratch_bytes(int64_t rows, int64_t cols);
-// dbias (cols) F32 += (when not accumulate, =) column sums of dy (rows, cols) bf16,
+// dbias (cols) F32 += (when not accumulate, =; bf16: =) column sums of dy (rows, cols) bf16,
 // deterministic.
-void bias_grad(float* dbias, const __nv_bfloat16* dy, int64_t rows, int64_t cols, bool accumulate, void* scratch,
+void bias_grad(GradOut dbias, const __nv_bfloat16* dy, int64_t rows, int64_t cols, bool accumulate, void* scratch,
                cudaStream_t stream);
 
 }  // namespace anvil::cuda

@@ -184,15 +184,15 @@ size_t qk_norm_rope_backward_scratch_bytes(const QkRopeShape& s) {
   return static_cast<size_t>(bwd_blocks(s)) * 2 * static_cast<size_t>(s.head_dim) * sizeof(float);
 }
 
-void qk_norm_rope_backward(__nv_bfloat16* din, float* dq_w, float* dk_w, const __nv_bfloat16* dout,
+void qk_norm_rope_backward(__nv_bfloat16* din, GradOut dq_w, GradOut dk_w, const __nv_bfloat16* dout,
                            const __nv_bfloat16* in, const __nv_bfloat16* q_w, const __nv_bfloat16* k_w,
                            const float* rstd, const float* cos, const float* sin, const QkRopeShape& s,
                            bool accumulate_dw, void* scratch, cudaStream_t stream) {
   check_shape(s);
   if (s.rows == 0) {
     if (q_w && !accumulate_dw) {
-      CUDA_CHECK(cudaMemsetAsync(dq_w, 0, static_cast<size_t>(s.head_dim) * sizeof(float), stream));
-      CUDA_CHECK(cudaMemsetAsync(dk_w, 0, static_cast<size_t>(s.head_dim) * sizeof(float), stream));
+      CUDA_CHECK(cudaMemsetAsync(dq_w.ptr, 0, dq_w.bytes(s.head_dim), stream));
+      CUDA_CHECK(cudaMemsetAsync(dk_w.ptr, 0, dk_w.bytes(s.head_dim), stream));
     }
     return;
   }

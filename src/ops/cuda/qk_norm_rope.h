@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ops/cuda/reduce.h"
+
 namespace anvil::cuda {
 
 struct QkRopeShape {
@@ -23,8 +25,9 @@ void qk_norm_rope_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* 
                           float eps, cudaStream_t stream);
 
 size_t qk_norm_rope_backward_scratch_bytes(const QkRopeShape& s);
-// din written; dq_w, dk_w (head_dim) F32 += (ignored when q_w is null).
-void qk_norm_rope_backward(__nv_bfloat16* din, float* dq_w, float* dk_w, const __nv_bfloat16* dout,
+// din written; dq_w, dk_w (head_dim) F32 +=, or = when not accumulate_dw (bf16: =); ignored
+// when q_w is null.
+void qk_norm_rope_backward(__nv_bfloat16* din, GradOut dq_w, GradOut dk_w, const __nv_bfloat16* dout,
                            const __nv_bfloat16* in, const __nv_bfloat16* q_w, const __nv_bfloat16* k_w,
                            const float* rstd, const float* cos, const float* sin, const QkRopeShape& s,
                            bool accumulate_dw, void* scratch, cudaStream_t stream);

@@ -1,6 +1,9 @@
 // Deterministic second passes: column sums of a partials matrix, and one block's sum of a
 // vector. Both add in an order fixed by the shape alone.
+#include <type_traits>
+
 #include "core/cuda/check.h"
+#include "core/error.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/cuda/reduce.h"
 
@@ -13,7 +16,8 @@ namespace {
 constexpr int kCols = 32, kSegments = 8;
 }  // namespace
 
-static __global__ void reduce_partials_kernel(float* out, const float* partials, int nparts, int64_t n,
+template <class Out>
+static __global__ void reduce_partials_kernel(Out* out, const float* partials, int nparts, int64_t n,
                                               int64_t stride, bool accumulate) {
   __shared__ float seg_sum[kSegments][kCols];
   const int col = threadIdx.x % kCols, seg = threadIdx.x / kCols;
@@ -29,7 +33,10 @@ static __global__ void reduce_partials_kernel(float* out, const float* partials,
   float total = 0.0f;
 #pragma unroll
   for (int k = 0; k < kSegments; ++k) total += seg_sum[k][col];
-  out[i] = accumulate ? out[i] + total : total;
+  if constexpr (std::is_same_v<Out, float>)
+    out[i] = accumulate ? out[i] + total : total;
+  else
+    out[i] = __float2bfloat16_rn(total);
 }
 
 static __global__ void sum_add_kernel(float* out, const float* x, int64_t n) {
@@ -39,11 +46,17 @@ static __global__ void sum_add_kernel(float* out, const float* x, int64_t n) {
   if (threadIdx.x == 0) out[0] += s;
 }
 
-void reduce_partials(float* out, const float* partials, int nparts, int64_t n, int64_t stride, bool accumulate,
+void reduce_partials(GradOut out, const float* partials, int nparts, int64_t n, int64_t stride, bool accumulate,
                      cudaStream_t stream) {
   if (n == 0) return;
-  reduce_partials_kernel<<<static_cast<unsigned>(ceil_div(n, kCols)), kCols * kSegments, 0, stream>>>(
-      out, partials, nparts, n, stride, accumulate);
+  ANVIL_ENSURE(!(out.bf16 && accumulate), kInternal, "reduce_partials: a bf16 output is written, not added to");
+  const unsigned blocks = static_cast<unsigned>(ceil_div(n, kCols));
+  if (out.bf16)
+    reduce_partials_kernel<<<blocks, kCols * kSegments, 0, stream>>>(static_cast<__nv_bfloat16*>(out.ptr), partials,
+                                                                      nparts, n, stride, accumulate);
+  else
+    reduce_partials_kernel<<<blocks, kCols * kSegments, 0, stream>>>(static_cast<float*>(out.ptr), partials, nparts,
+                                                                      n, stride, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -157,11 +157,11 @@ size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>(bwd_blocks(rows)) * static_cast<size_t>(cols) * sizeof(float);
 }
 
-void rmsnorm_backward(__nv_bfloat16* dx, float* dw, const __nv_bfloat16* dout, const __nv_bfloat16* x,
+void rmsnorm_backward(__nv_bfloat16* dx, GradOut dw, const __nv_bfloat16* dout, const __nv_bfloat16* x,
                       const __nv_bfloat16* w, const float* rstd, int64_t rows, int64_t cols,
                       bool accumulate, bool accumulate_dw, void* scratch, cudaStream_t stream) {
   if (rows == 0) {
-    if (!accumulate_dw) CUDA_CHECK(cudaMemsetAsync(dw, 0, static_cast<size_t>(cols) * sizeof(float), stream));
+    if (!accumulate_dw) CUDA_CHECK(cudaMemsetAsync(dw.ptr, 0, dw.bytes(cols), stream));
     return;
   }
   ANVIL_ENSURE(cols <= kMaxCols, kUnsupported, "rmsnorm_backward: ", cols, " columns; the CUDA kernel handles up to ",

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ops/cuda/reduce.h"
+
 namespace anvil::cuda {
 
 // x, out (rows, cols) bf16; w (cols) bf16; rstd (rows) F32.
@@ -22,8 +24,8 @@ void add_rmsnorm_forward(__nv_bfloat16* sum, __nv_bfloat16* out, float* rstd, co
 // Scratch (device memory) that rmsnorm_backward needs for the partial sums of dw.
 size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t cols);
 // dx (rows, cols) bf16: written, or added to when accumulate; dw (cols) F32 +=, or = when
-// not accumulate_dw. dx may alias dout.
-void rmsnorm_backward(__nv_bfloat16* dx, float* dw, const __nv_bfloat16* dout, const __nv_bfloat16* x,
+// not accumulate_dw (bf16: =). dx may alias dout.
+void rmsnorm_backward(__nv_bfloat16* dx, GradOut dw, const __nv_bfloat16* dout, const __nv_bfloat16* x,
                       const __nv_bfloat16* w, const float* rstd, int64_t rows, int64_t cols,
                       bool accumulate, bool accumulate_dw, void* scratch, cudaStream_t stream);
 
