@@ -29,11 +29,12 @@ MemoryPlan plan_memory(const PlanInput& in) {
   ParamTable table(c, in.world);
   const int64_t cd = static_cast<int64_t>(dtype_size(in.compute_dtype));
   int64_t owned = 0, largest = 0, largest_shard = 0, grad_bytes = 0;
+  const int64_t once_bytes = static_cast<int64_t>(dtype_size(in.grad_dtype));  // a unit written once per backward
   for (size_t i = 0; i < table.units().size(); ++i) {
     const UnitInfo& u = table.units()[i];
     const int64_t mine = fsdp ? u.shard() : u.padded;
     owned += mine;
-    grad_bytes += mine * (table.grads_written_once(static_cast<int>(i)) ? static_cast<int64_t>(dtype_size(in.grad_dtype)) : 4);
+    grad_bytes += mine * (table.grads_written_once(static_cast<int>(i)) ? once_bytes : 4);
     largest = std::max(largest, u.padded);
     largest_shard = std::max(largest_shard, u.shard());
   }

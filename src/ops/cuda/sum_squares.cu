@@ -21,7 +21,9 @@ __device__ __forceinline__ float squares(__nv_bfloat162 v) {
   return f.x * f.x + f.y * f.y;
 }
 // One 16-byte vector: 4 floats, or 8 bf16 (as four pairs).
-__device__ __forceinline__ float squares(float4 v, const float*) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
+__device__ __forceinline__ float squares(float4 v, const float*) {
+  return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+}
 __device__ __forceinline__ float squares(float4 v, const __nv_bfloat16*) {
   const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
   return squares(p[0]) + squares(p[1]) + squares(p[2]) + squares(p[3]);
