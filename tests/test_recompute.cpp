@@ -96,6 +96,21 @@ TEST(RecomputeCommand, BenchStepOpTimes) {
                                    "--steps", "2", "--warmup", "1"});
   ASSERT_EQ(plain.exit_code, 0) << plain.out;
   EXPECT_FALSE(json_parse(last_line("\n" + plain.out), "bench step").contains("op_times"));
+  EXPECT_EQ(json_parse(last_line("\n" + plain.out), "bench step")["grad_dtype"], "fp32") << "the CPU computes in fp32";
+}
+
+// --grad-dtype (model/params.h): bf16 is refused where it cannot hold, before any step.
+TEST(RecomputeCommand, GradDtypeBf16NeedsAGpuAndOneMicroBatch) {
+  auto cpu = testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "32", "--steps",
+                                 "2", "--warmup", "1", "--grad-dtype", "bf16"});
+  EXPECT_EQ(cpu.exit_code, 2) << cpu.out;
+  EXPECT_NE(cpu.out.find("--grad-dtype bf16 needs a bf16 device (a GPU)"), std::string::npos) << cpu.out;
+  auto bad = testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--grad-dtype", "fp16"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  auto plan = testing::run_anvil({"plan", "--preset", "qwen3-0.6b", "--grad-accum", "2", "--grad-dtype", "bf16"});
+  EXPECT_EQ(plan.exit_code, 2) << plan.out;
+  EXPECT_NE(plan.out.find("needs one process and --grad-accum 1 (here: 1 process, --grad-accum 2)"), std::string::npos)
+      << plan.out;
 }
 
 }  // namespace
