@@ -136,6 +136,13 @@ void check(const std::string& what, Buf& b, double tol) {
   EXPECT_TRUE(testing::close_rel_l2(got, want, tol)) << what;
 }
 
+// A GPU fp32 result rounded to bf16 (to nearest even), for the bf16 outputs that must be it.
+std::vector<double> rounded_bf16(Buf& f) {
+  std::vector<double> r = f.got();
+  for (double& v : r) v = round_bf16(static_cast<float>(v));
+  return r;
+}
+
 std::string dims(std::initializer_list<int64_t> d) {
   std::string s;
   for (int64_t v : d) {
@@ -409,6 +416,17 @@ TEST(CudaOps, GradientsOverwrite) {
   }
   same("qk_norm_rope_backward dq_w", dq0, dq1);
   same("qk_norm_rope_backward dk_w", dk0, dk1);
+  // Written in bf16 (Bf16Gradients below): the written fp32 sums rounded once, bit for bit;
+  // against the CPU's at one rounding.
+  Buf dqw({hd}, bf, nans(hd)), dkw({hd}, bf, nans(hd));
+  dqw.host() = dq1.host();  // the CPU's written values, for check()
+  dkw.host() = dk1.host();
+  gpu().qk_norm_rope_backward(din.g(), dqw.g(), dkw.g(), dq.g(), in.g(), qw.g(), kw.g(), qr.g(), cos.g(), sin.g(), H,
+                              KV, false);
+  check("qk_norm_rope_backward bf16 dq_w", dqw, kOut1);
+  check("qk_norm_rope_backward bf16 dk_w", dkw, kOut1);
+  EXPECT_EQ(dqw.got(), rounded_bf16(dq1)) << "dq_w: the fp32 sums rounded once";
+  EXPECT_EQ(dkw.got(), rounded_bf16(dk1)) << "dk_w: the fp32 sums rounded once";
 
   const int64_t V = 50, C = 32, R = 20;
   std::vector<int32_t> idv(R);
@@ -441,15 +459,11 @@ TEST(CudaOps, GradientsOverwrite) {
 
 // Parameter gradients written in bf16 (ops.h; one process, one micro-batch): against the CPU
 // at one rounding, and the norms' and the bias's (a fixed-order fp32 sum, then rounded) equal
-// to the GPU's fp32 result rounded once, bit for bit. Accumulating into bf16 is refused.
+// to the GPU's fp32 result rounded once, bit for bit (qk-norm's: GradientsOverwrite, above).
+// Accumulating into bf16 is refused.
 TEST(CudaOps, Bf16Gradients) {
   REQUIRE_GPU();
   const DType bf = DType::kBF16, f32 = DType::kF32;
-  auto rounded = [](Buf& f) {
-    std::vector<double> r = f.got();
-    for (double& v : r) v = round_bf16(static_cast<float>(v));
-    return r;
-  };
   const int64_t M = 70, K = 96, N = 40;
   Buf dy({M, N}, bf, randn(M * N, 91)), x({M, K}, bf, randn(M * K, 92));
   Buf dw({N, K}, bf, nans(N * K)), db({N}, bf, nans(N)), dwf({N, K}, f32, nans(N * K)), dbf({N}, f32, nans(N));
@@ -458,7 +472,7 @@ TEST(CudaOps, Bf16Gradients) {
   gpu().linear_backward_weight(dwf.g(), dbf.g(), dy.g(), x.g(), false);
   check("linear_backward_weight bf16 dw", dw, kOut1);
   check("linear_backward_weight bf16 dbias", db, kOut1);
-  EXPECT_EQ(db.got(), rounded(dbf)) << "dbias: the fp32 column sums rounded once";
+  EXPECT_EQ(db.got(), rounded_bf16(dbf)) << "dbias: the fp32 column sums rounded once";
   EXPECT_THROW(gpu().linear_backward_weight(dw.g(), Tensor(), dy.g(), x.g(), true), Error) << "bf16 +=";
 
   Buf xn({M, K}, bf, randn(M * K, 93)), w({K}, bf, randn(K, 94, 0.2f)), rstd({M}, f32, std::vector<float>(M, 0.7f));
@@ -467,28 +481,8 @@ TEST(CudaOps, Bf16Gradients) {
   gpu().rmsnorm_backward(dx.g(), nw.g(), xn.g(), x.g(), w.g(), rstd.g(), false, false);
   gpu().rmsnorm_backward(dx.g(), nwf.g(), xn.g(), x.g(), w.g(), rstd.g(), false, false);
   check("rmsnorm_backward bf16 dw", nw, kOut1);
-  EXPECT_EQ(nw.got(), rounded(nwf)) << "rmsnorm dw: the fp32 sums rounded once";
+  EXPECT_EQ(nw.got(), rounded_bf16(nwf)) << "rmsnorm dw: the fp32 sums rounded once";
   EXPECT_THROW(gpu().rmsnorm_backward(dx.g(), nw.g(), xn.g(), x.g(), w.g(), rstd.g(), false, true), Error);
-
-  const int64_t T = 9, B = 2, H = 4, KV = 2, hd = 64, rows = B * T, heads = H + 2 * KV, n = rows * heads * hd;
-  std::vector<float> cv, sv;
-  rope_tables(T, hd, &cv, &sv);
-  Buf cos({T, hd / 2}, f32, cv), sin({T, hd / 2}, f32, sv), in({rows, heads, hd}, bf, randn(n, 95));
-  Buf qw({hd}, bf, randn(hd, 96, 0.3f)), kw({hd}, bf, randn(hd, 97, 0.3f));
-  Buf qr({rows, H + KV}, f32, std::vector<float>(static_cast<size_t>(rows * (H + KV)), 0.9f));
-  Buf dq({rows, heads, hd}, bf, randn(n, 98)), din({rows, heads, hd}, bf, nans(n));
-  Buf dqw({hd}, bf, nans(hd)), dkw({hd}, bf, nans(hd)), dqf({hd}, f32, nans(hd)), dkf({hd}, f32, nans(hd));
-  for (Ops* o : {&cpu(), &gpu()}) {
-    const bool g = o == &gpu();
-    auto t = [g](Buf& b) { return g ? b.g() : b.c(); };
-    o->qk_norm_rope_backward(t(din), t(dqw), t(dkw), t(dq), t(in), t(qw), t(kw), t(qr), t(cos), t(sin), H, KV, false);
-  }
-  gpu().qk_norm_rope_backward(din.g(), dqf.g(), dkf.g(), dq.g(), in.g(), qw.g(), kw.g(), qr.g(), cos.g(), sin.g(), H,
-                              KV, false);
-  check("qk_norm_rope_backward bf16 dq_w", dqw, kOut1);
-  check("qk_norm_rope_backward bf16 dk_w", dkw, kOut1);
-  EXPECT_EQ(dqw.got(), rounded(dqf)) << "dq_w: the fp32 sums rounded once";
-  EXPECT_EQ(dkw.got(), rounded(dkf)) << "dk_w: the fp32 sums rounded once";
 }
 
 // A CUDA backend whose attention runs as ANVIL_ATTENTION=impl says (attention_cudnn.h), one
