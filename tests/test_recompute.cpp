@@ -105,6 +105,11 @@ TEST(RecomputeCommand, GradDtypeBf16NeedsAGpuAndOneMicroBatch) {
                                  "2", "--warmup", "1", "--grad-dtype", "bf16"});
   EXPECT_EQ(cpu.exit_code, 2) << cpu.out;
   EXPECT_NE(cpu.out.find("--grad-dtype bf16 needs a bf16 device (a GPU)"), std::string::npos) << cpu.out;
+  auto train = testing::run_anvil({"train", "--device", "cpu", "--preset", "tiny", "--data", "no-such-file.jsonl",
+                                   "--grad-dtype", "bf16"});
+  EXPECT_EQ(train.exit_code, 2) << train.out;
+  EXPECT_NE(train.out.find("--grad-dtype bf16 needs a bf16 device"), std::string::npos)
+      << "refused before the data is read: " << train.out;
   auto bad = testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--grad-dtype", "fp16"});
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   auto plan = testing::run_anvil({"plan", "--preset", "qwen3-0.6b", "--grad-accum", "2", "--grad-dtype", "bf16"});

@@ -286,6 +286,8 @@ RunSpec check_train(const TrainOptions& o, FileLock& ckpt_lock) {
   spec.model = o.model;
   spec.preset = o.preset;
   spec.device = resolve_device(o.device);
+  // The rank count is checked again by the Trainer; the device and accumulation here, before data is packed.
+  resolve_grad_dtype(o.grad_dtype, spec.device == "cuda" ? DType::kBF16 : DType::kF32, 1, o.grad_accum);
   spec.mode = o.mode;
   spec.reduce_dtype = o.reduce_dtype;
   spec.recompute = o.recompute;
