@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/tensor.h"
+#include "ops/ops.h"
 #include "testing.h"
 
 namespace anvil {
@@ -83,6 +84,71 @@ TEST(Bf16, EdgeCases) {
   EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x00010001u)), 0x0001);
   // Rounding from the largest denormal carries into the smallest normal.
   EXPECT_EQ(f32_to_bf16_bits(std::bit_cast<float>(0x007fffffu)), 0x0080);
+}
+
+// Split masters (core/bf16.h): the halves give back every finite float bit for bit; the
+// high half is the nearest bf16 value, ties away from zero (the double reference's nearest,
+// except at a tie with an even lower neighbour, where ties to even would round down).
+TEST(Bf16, SplitMastersJoinBitForBit) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    for (uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xabcdu, 0xffffu}) {
+      const float f = std::bit_cast<float>((b << 16) | low);
+      if (!std::isfinite(f) || std::abs(f) > 3.38e38f) continue;  // within half a bf16 step of FLT_MAX: not a weight
+      uint16_t hi = 0;
+      int16_t lo = 0;
+      split_master(f, &hi, &lo);
+      ASSERT_EQ(std::bit_cast<uint32_t>(join_master(hi, lo)), std::bit_cast<uint32_t>(f)) << std::hex << b << low;
+      const uint16_t nearest = bf16_reference(f);
+      if (low == 0x8000u)
+        ASSERT_EQ(hi, static_cast<uint16_t>(b + 1)) << "a tie rounds away from zero: " << std::hex << b;
+      else
+        ASSERT_EQ(hi, nearest) << std::hex << b << low;
+    }
+  }
+  uint16_t hi = 0;
+  int16_t lo = 0;
+  split_master(-0.0f, &hi, &lo);
+  EXPECT_EQ(hi, 0x8000);
+  EXPECT_EQ(lo, 0);
+  split_master(std::bit_cast<float>(0x3f808000u), &hi, &lo);  // 1 + 2^-8: a tie
+  EXPECT_EQ(hi, 0x3f81);
+  EXPECT_EQ(lo, -0x8000);
+}
+
+// AdamW on split masters updates the fp32 value the halves hold exactly as on fp32 masters
+// (the CPU backend; tests/cuda/test_cuda_ops.cpp checks the GPU's against its fp32 kernel).
+TEST(Bf16, AdamWOnSplitMastersIsAdamWOnTheirValues) {
+  auto ops = make_cpu_ops();
+  const int64_t n = 1001;
+  std::vector<float> p(n), g(n), m(n), v(n), m2, v2;
+  for (int64_t i = 0; i < n; ++i) {
+    p[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 0.05f;
+    g[static_cast<size_t>(i)] = std::cos(1.3f * static_cast<float>(i)) * 0.01f;
+    m[static_cast<size_t>(i)] = 1e-3f * std::sin(static_cast<float>(i));
+    v[static_cast<size_t>(i)] = 1e-6f * (1.5f + std::cos(static_cast<float>(i)));
+  }
+  m2 = m;
+  v2 = v;
+  std::vector<uint16_t> hi(n);
+  std::vector<int16_t> lo(n);
+  for (size_t k = 0; k < p.size(); ++k) split_master(p[k], &hi[k], &lo[k]);
+  auto t = [n](void* d, DType dt) { return Tensor(d, dt, {n}, Device::kCPU); };
+  AdamWHyper h;
+  h.lr = 3e-4f;
+  h.weight_decay = 0.1f;
+  for (int64_t step = 1; step <= 3; ++step) {
+    h.step = step;
+    ops->adamw_step(t(p.data(), DType::kF32), t(g.data(), DType::kF32), t(m.data(), DType::kF32),
+                    t(v.data(), DType::kF32), h, 0.5f, Tensor(), false);
+    ops->adamw_step_split(t(hi.data(), DType::kBF16), t(lo.data(), DType::kI16), t(g.data(), DType::kF32),
+                          t(m2.data(), DType::kF32), t(v2.data(), DType::kF32), h, 0.5f);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    ASSERT_EQ(std::bit_cast<uint32_t>(join_master(hi[k], lo[k])), std::bit_cast<uint32_t>(p[k])) << i;
+  }
+  EXPECT_EQ(m2, m);
+  EXPECT_EQ(v2, v);
 }
 
 TEST(F16, AllPatternsRoundTrip) {

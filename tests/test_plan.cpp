@@ -25,7 +25,9 @@ TEST(Plan, ModelStatesFollowTheUnits) {
   EXPECT_EQ(d.params, 4 * padded1);
   EXPECT_EQ(d.optimizer, 8 * padded1);
   EXPECT_EQ(d.grads, 4 * padded1);
-  EXPECT_EQ(d.weights, 2 * padded1) << "bf16 compute copies";
+  EXPECT_EQ(d.weights, 0) << "one process: the masters' high halves are the compute weights";
+  in.world = 2;
+  EXPECT_EQ(plan_memory(in).weights, 2 * ParamTable(in.config, 2).total_padded()) << "ddp: bf16 compute copies";
   in.mode = ParallelMode::kFsdp;
   in.world = 8;
   const int64_t padded8 = ParamTable(in.config, 8).total_padded();
@@ -174,9 +176,14 @@ TEST(Plan, AdviceFollowsTheRule) {
   in.config = preset_config("qwen3-1.7b");
   PlanAdvice a = advise(in, Recompute::kNone, kH200Bytes);
   EXPECT_EQ(a.mode, ParallelMode::kDdp);
-  // Qwen3-8B on one H200: ddp (with bf16 copies of all weights) does not fit; fsdp (copies
-  // made per unit) does, even without recomputation; with a tighter GPU, auto recomputes.
+  // Qwen3-8B on one H200: both modes hold the same (split masters, no copies) and fit.
   in.config = preset_config("qwen3-8b");
+  a = advise(in, Recompute::kAuto, kH200Bytes);
+  EXPECT_EQ(a.mode, ParallelMode::kDdp);
+  EXPECT_EQ(a.ddp.total(), a.fsdp.total());
+  // On two: ddp (a whole replica, bf16 copies, fp32 gradients) does not fit; fsdp (shards,
+  // gathered per unit) does, even without recomputation; with a tighter GPU, auto recomputes.
+  in.world = 2;
   a = advise(in, Recompute::kAuto, kH200Bytes);
   EXPECT_FALSE(plan_fits(a.ddp, kH200Bytes));
   EXPECT_EQ(a.mode, ParallelMode::kFsdp) << plan_table(a, in, kH200Bytes);
@@ -196,6 +203,7 @@ TEST(Plan, AdviceFollowsTheRule) {
   EXPECT_FALSE(advise(in, Recompute::kAuto, tight - 1).fits) << "nothing fits a byte less";
   // Qwen3-32B on one GPU: nothing fits, and the advice says how many GPUs would.
   in.config = preset_config("qwen3-32b");
+  in.world = 1;
   a = advise(in, Recompute::kAuto, kH200Bytes);
   EXPECT_FALSE(a.fits);
   EXPECT_NE(a.message.find("GPUs"), std::string::npos) << a.message;
@@ -204,8 +212,7 @@ TEST(Plan, AdviceFollowsTheRule) {
 }
 
 TEST(Plan, Command) {
-  auto r = testing::run_anvil(
-      {"plan", "--preset", "qwen3-8b", "--nproc", "1", "--seq-len", "2048", "--grad-dtype", "fp32", "--json"});
+  auto r = testing::run_anvil({"plan", "--preset", "qwen3-8b", "--nproc", "2", "--seq-len", "2048", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   Json j = json_parse(r.out, "plan");
   EXPECT_EQ(j["advice"], "fsdp");

@@ -5,7 +5,7 @@ namespace anvil {
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kF32: case DType::kI32: return 4;
-    case DType::kBF16: case DType::kF16: return 2;
+    case DType::kBF16: case DType::kF16: case DType::kI16: return 2;
     case DType::kF64: case DType::kI64: return 8;
     case DType::kU8: case DType::kBool: return 1;
   }
@@ -22,13 +22,14 @@ const char* dtype_name(DType dtype) {
     case DType::kI32: return "I32";
     case DType::kU8: return "U8";
     case DType::kBool: return "BOOL";
+    case DType::kI16: return "I16";
   }
   return "?";
 }
 
 bool dtype_from_name(const std::string& name, DType* out) {
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kF64, DType::kI64, DType::kI32,
-                  DType::kU8, DType::kBool}) {
+                  DType::kU8, DType::kBool, DType::kI16}) {
     if (name == dtype_name(d)) {
       *out = d;
       return true;

@@ -15,11 +15,11 @@
 
 namespace anvil {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kF64, kI64, kI32, kU8, kBool };
+enum class DType : uint8_t { kF32, kBF16, kF16, kF64, kI64, kI32, kU8, kBool, kI16 };
 enum class Device : uint8_t { kCPU, kCUDA };
 
 size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // safetensors spelling: F32, BF16, F16, F64, I64, I32, U8, BOOL
+const char* dtype_name(DType dtype);  // safetensors spelling: F32, BF16, F16, F64, I64, I32, U8, BOOL, I16
 bool dtype_from_name(const std::string& name, DType* out);
 
 struct Shape {

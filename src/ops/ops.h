@@ -59,14 +59,13 @@ class Ops {
   // The main stream (a cudaStream_t), for ordering collectives; nullptr on the CPU.
   virtual void* stream() { return nullptr; }
 
-  // ---- side queues, for work that overlaps the main one: kSide (the optimizer beside the
-  // next forward), kCopy (one-GPU fsdp's compute copy of the next unit beside the current
-  // unit's compute). Ops are issued to the current queue (main unless set). record(slot) marks
+  // ---- side queue, for work that overlaps the main one: kSide (the optimizer beside the
+  // next forward). Ops are issued to the current queue (main unless set). record(slot) marks
   // the point the current queue has reached; wait(slot) holds the current queue until the
   // slot's last mark is passed (at once if it was never recorded). Ops that use the shared
   // scratch or the GEMM workspace are refused off the main queue. On the CPU an op is done
   // when it returns, so these are no-ops.
-  enum class Queue { kMain, kSide, kCopy };
+  enum class Queue { kMain, kSide };
   virtual void set_queue(Queue q) { (void)q; }
   virtual void record(int slot) { (void)slot; }
   virtual void wait(int slot) { (void)slot; }
@@ -186,6 +185,10 @@ class Ops {
   // param as convert() would write it, and grad is zeroed when zero_grad.
   virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
                           float grad_scale, Tensor copy, bool zero_grad) = 0;
+  // The same update of split masters (core/bf16.h, split_master): hi (BF16, which is the
+  // compute weight) and lo (I16) hold the fp32 param and are rewritten with the new one.
+  virtual void adamw_step_split(Tensor hi, Tensor lo, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
+                                float grad_scale) = 0;
   // out (1) F32 += sum of x^2 (x F32, or BF16 on a BF16 backend)
   virtual void sum_squares(Tensor out, Tensor x) = 0;
 };

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <optional>
 
+#include "core/bf16.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -30,16 +31,25 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
   ANVIL_ENSURE(grad_dtype == DType::kF32 || (grad_dtype == DType::kBF16 && world_ == 1), kInternal,
                "gradients in ", dtype_name(grad_dtype), " on ", world_, " ranks");
   const bool separate_compute = ops.compute_dtype() != DType::kF32;
+  split_ = separate_compute && world_ == 1;
   int64_t max_shard = 0;
-  for (auto& u : table.units()) {
-    const int64_t n = sharded() ? u.shard() : u.padded;
-    max_shard = std::max(max_shard, u.shard());
-    master_.push_back(make(n, DType::kF32));
-    const bool once = table.grads_written_once(static_cast<int>(master_.size() - 1));
-    grads_.push_back(make(n, once ? grad_dtype : DType::kF32));
+  for (size_t u = 0; u < table.units().size(); ++u) {
+    const UnitInfo& info = table.units()[u];
+    const int64_t n = sharded() ? info.shard() : info.padded;
+    max_shard = std::max(max_shard, info.shard());
+    if (split_) {
+      hi_.push_back(make(n, ops.compute_dtype()));
+      lo_.push_back(make(n, DType::kI16));
+    } else {
+      master_.push_back(make(n, DType::kF32));
+    }
+    grads_.push_back(make(n, table.grads_written_once(static_cast<int>(u)) ? grad_dtype : DType::kF32));
     m_.push_back(make(n, DType::kF32));
     v_.push_back(make(n, DType::kF32));
-    if (mode_ == ParallelMode::kDdp) compute_.push_back(separate_compute ? make(n, ops.compute_dtype()) : master_.back());
+    if (split_)
+      compute_.push_back(hi_.back());
+    else if (!sharded())
+      compute_.push_back(separate_compute ? make(n, ops.compute_dtype()) : master_.back());
   }
   updating_.assign(table.units().size(), 0);
   stale_.assign(table.units().size(), 0);
@@ -112,9 +122,30 @@ void ParamStore::load_optimizer_state(const UnitReader& exp_avg, const UnitReade
   fill(v_, exp_avg_sq);
 }
 
+// Split masters (param_store.h): the fp32 values read unit by unit, split on the host.
+void ParamStore::fill_split(const UnitReader& reader) {
+  finish_optimizer();
+  std::vector<float> host;
+  std::vector<uint16_t> hi;
+  std::vector<int16_t> lo;
+  for (size_t u = 0; u < hi_.size(); ++u) {
+    const size_t n = static_cast<size_t>(hi_[u].numel());
+    host.resize(n);
+    hi.resize(n);
+    lo.resize(n);
+    reader(static_cast<int>(u), 0, hi_[u].numel(), host.data());
+    for (size_t i = 0; i < n; ++i) split_master(host[i], &hi[i], &lo[i]);
+    ops_.upload(hi_[u], hi.data());
+    ops_.upload(lo_[u], lo.data());
+  }
+}
+
 void ParamStore::load(const UnitReader& weights) {
-  fill(master_, weights);
-  for (size_t u = 0; u < master_.size(); ++u) {
+  if (split_)
+    fill_split(weights);
+  else
+    fill(master_, weights);
+  for (size_t u = 0; u < m_.size(); ++u) {
     ops_.zero(m_[u]);
     ops_.zero(v_[u]);
   }
@@ -125,11 +156,11 @@ void ParamStore::load(const UnitReader& weights) {
 HostUnits ParamStore::download_masters() {
   finish_optimizer();
   HostUnits out;
-  for (size_t u = 0; u < master_.size(); ++u) {
+  for (size_t u = 0; u < m_.size(); ++u) {
     const int64_t padded = table_.units()[u].padded;
     out.emplace_back(static_cast<size_t>(padded));
     if (!sharded()) {
-      ops_.download(out.back().data(), master_[u]);
+      read_owned(State::kMaster, static_cast<int>(u), 0, padded, out.back().data());
       continue;
     }
     Tensor full = pooled(padded, DType::kF32);
@@ -141,14 +172,29 @@ HostUnits ParamStore::download_masters() {
   return out;
 }
 
+void ParamStore::read_owned(State s, int unit, int64_t begin, int64_t n, float* out) {
+  finish_optimizer();
+  const size_t u = static_cast<size_t>(unit);
+  if (s == State::kMaster && split_) {
+    std::vector<uint16_t> hi(static_cast<size_t>(n));
+    std::vector<int16_t> lo(static_cast<size_t>(n));
+    ops_.download(hi.data(), hi_[u].slice_rows(begin, begin + n));
+    ops_.download(lo.data(), lo_[u].slice_rows(begin, begin + n));
+    for (size_t i = 0; i < hi.size(); ++i) out[i] = join_master(hi[i], lo[i]);
+    return;
+  }
+  const Tensor& t = s == State::kMaster ? master_[u] : s == State::kExpAvg ? m_[u] : v_[u];
+  ops_.download(out, t.slice_rows(begin, begin + n));
+}
+
 void ParamStore::refresh_compute_copies() {
+  if (split_) return;  // the high halves are the compute weights
   for (size_t u = 0; u < compute_.size(); ++u)
     if (compute_[u].data != master_[u].data) ops_.convert(compute_[u], master_[u]);
 }
 
 void ParamStore::prefetch(int unit) {
-  if (mode_ == ParallelMode::kDdp || gathered_.count(unit)) return;
-  if (!sharded()) return copy_ahead(unit);
+  if (!sharded() || gathered_.count(unit)) return;
   await_update(unit);
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   Tensor full = pooled(info.padded, ops_.compute_dtype());
@@ -160,38 +206,9 @@ void ParamStore::prefetch(int unit) {
   gathered_[unit] = full;
 }
 
-void ParamStore::copy_ahead(int unit) {
-  if (ops_.compute_dtype() == DType::kF32) return;  // the masters are the compute weights
-  const size_t u = static_cast<size_t>(unit);
-  // A buffer of this unit's size: at most two of the block size live (the one in use and
-  // the next) and one of each other size (sys/plan.cpp counts them so).
-  Tensor full = pooled(table_.units()[u].padded, ops_.compute_dtype(), true);
-  const int main_point = copy_slot(-1);
-  ops_.record(main_point);  // the pooled buffer's last readers are queued before this point
-  OnQueue on_copy(ops_, Ops::Queue::kCopy);
-  ops_.wait(main_point);
-  if (updating_[u]) ops_.wait(unit);  // this unit's update, on the side queue
-  ops_.convert(full, master_[u]);
-  ops_.record(copy_slot(unit));
-  gathered_[unit] = full;
-  copying_.insert(unit);
-}
-
 Tensor ParamStore::weights(int unit) {
   await_update(unit);
-  if (mode_ == ParallelMode::kDdp) return compute_[static_cast<size_t>(unit)];
-  if (!sharded() && ops_.compute_dtype() == DType::kF32) return master_[static_cast<size_t>(unit)];
-  if (!sharded()) {  // one GPU: the compute copy made ahead, or made now
-    if (copying_.erase(unit)) {
-      ops_.wait(copy_slot(unit));
-      return gathered_.at(unit);
-    }
-    ANVIL_ENSURE(!gathered_.count(unit), kInternal, "unit ", unit, " acquired twice");
-    Tensor full = pooled(table_.units()[static_cast<size_t>(unit)].padded, ops_.compute_dtype(), true);
-    ops_.convert(full, master_[static_cast<size_t>(unit)]);
-    gathered_[unit] = full;
-    return full;
-  }
+  if (!sharded()) return compute_[static_cast<size_t>(unit)];
   if (unit == keep_unit_ && keep_ == Keep::kHeld) {  // gathered since its forward
     keep_ = Keep::kInUse;
     return gathered_.at(unit);
@@ -205,9 +222,9 @@ Tensor ParamStore::weights(int unit) {
 }
 
 void ParamStore::release(int unit) {
-  if (mode_ == ParallelMode::kDdp || (!sharded() && ops_.compute_dtype() == DType::kF32)) return;
+  if (!sharded()) return;
   auto it = gathered_.find(unit);
-  ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit) && !copying_.count(unit), kInternal, "unit ", unit,
+  ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit), kInternal, "unit ", unit,
                " released but not acquired");
   if (unit == keep_unit_) {
     keep_ = keep_ == Keep::kNone ? Keep::kHeld : Keep::kNone;
@@ -337,7 +354,7 @@ double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double
   const AdamWHyper h = adamw_hyper(c, step, lr);
   const float scale = clip_coefficient(norm, c.max_grad_norm);
   // Event slots: unit u's update is slot u; the end of the gradients is the slot after.
-  const int grads_done = static_cast<int>(master_.size());
+  const int grads_done = static_cast<int>(m_.size());
   std::optional<OnQueue> on_side;
   if (overlap_) {
     ops_.record(grads_done);
@@ -345,11 +362,14 @@ double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double
     ops_.wait(grads_done);
   }
   // Units are numbered in forward order (embedding, blocks, final norm, output layer).
-  for (size_t u = 0; u < master_.size(); ++u) {
-    // AdamW and the DDP compute copy in one pass; the owned shards of FSDP across ranks are
-    // zeroed in it too (the next reduce-scatters add into them).
-    ops_.adamw_step(master_[u], grads_[u], m_[u], v_[u], h, scale, u < compute_.size() ? compute_[u] : Tensor(),
-                    sharded());
+  for (size_t u = 0; u < m_.size(); ++u) {
+    // AdamW and the compute copy in one pass (split masters: the high half is it); the owned
+    // shards of FSDP across ranks are zeroed in it too (the next reduce-scatters add into them).
+    if (split_)
+      ops_.adamw_step_split(hi_[u], lo_[u], grads_[u], m_[u], v_[u], h, scale);
+    else
+      ops_.adamw_step(master_[u], grads_[u], m_[u], v_[u], h, scale, u < compute_.size() ? compute_[u] : Tensor(),
+                      sharded());
     stale_[u] = !sharded();
     if (!overlap_) continue;
     ops_.record(static_cast<int>(u));

@@ -4,7 +4,11 @@
 // world * align elements and rank r owns [r * shard, (r + 1) * shard) of it.
 //  - Single process and DDP: a rank owns whole units. Master weights, AdamW m and v and
 //    the gradients are whole; the compute copies (bf16 on GPUs; on the CPU the masters
-//    themselves) are refreshed after each step. A unit's gradient is all-reduced (summed)
+//    themselves) are refreshed after each step. One process on a GPU (either mode): each
+//    master is held as two 16-bit halves (core/bf16.h, split_master), and the high half,
+//    the bf16 value, is the compute weight itself: no copy to make or to hold, and the
+//    fp32 value bit for bit (AdamW joins, updates and splits; checkpoints and exports join).
+//    On one GPU, ddp and fsdp are then the same. A unit's gradient is all-reduced (summed)
 //    as soon as the model says it is complete, on the last micro-batch only (no_sync
 //    before), while the backward of the next unit runs.
 //  - FSDP: a rank owns one shard of every unit's master, m, v and gradient. weights(u)
@@ -14,11 +18,7 @@
 //    full-unit F32 buffer; grads_ready(u) reduce-scatters it into the owned gradient shard,
 //    every micro-batch (or, with set_defer_sync, once on the last). The last block stays
 //    gathered from its forward to its backward (FSDP2's reshard_after_forward=False for
-//    the unit that is needed again first). On one GPU, FSDP is the same minus the
-//    collectives: compute copies are made per unit when needed instead of kept for the
-//    whole model (2 bytes per parameter less: what lets Qwen3-8B train on one 141 GB GPU);
-//    prefetch(u) makes the next unit's copy on the ops' copy queue while the current unit
-//    computes.
+//    the unit that is needed again first).
 // Gradients are summed, not averaged, across ranks: the loss is normalised by the global
 // count of target tokens (run/trainer.cpp), so the sum is the gradient of the global mean.
 // The optimizer is one AdamW pass over the owned memory and clips by the global norm
@@ -34,7 +34,7 @@
 // written once per backward are BF16 and always overwritten. FSDP across ranks keeps zeroing
 // its owned shards in the update (reduce-scattered gradients are added into them).
 // With overlap (the default), once the norm is known the update runs unit by unit, in
-// forward order, on the ops' side queue: AdamW, the compute copy (DDP), then an event per
+// forward order, on the ops' side queue: AdamW, the compute copy (DDP across ranks), then an event per
 // unit. The next step's first use of a unit (weights, prefetch, grads) waits for that
 // unit's event only, so the next forward follows the optimizer unit by unit. The same ops on the same data in the same order: the same bits as without.
 // FSDP's kept last block is freed before the update (it would hold the old weights).
@@ -43,7 +43,6 @@
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <vector>
 
 #include "comm/comm.h"
@@ -106,8 +105,10 @@ class ParamStore final : public UnitSource {
   bool sharded() const { return mode_ == ParallelMode::kFsdp && world_ > 1; }
   // Owned memory: [offset, offset + numel) of each unit.
   int64_t owned_offset(int unit) const;
-  // The owned state, with every update finished (reads are issued on the main queue).
-  const std::vector<Tensor>& masters() { return finish_optimizer(), master_; }
+  // The owned state, with every update finished (reads are issued on the main queue):
+  // elements [begin, begin + n) of the owned part of a unit, in fp32 (masters joined).
+  enum class State { kMaster, kExpAvg, kExpAvgSq };
+  void read_owned(State s, int unit, int64_t begin, int64_t n, float* out);
   const std::vector<Tensor>& exp_avg() { return finish_optimizer(), m_; }
   const std::vector<Tensor>& exp_avg_sq() { return finish_optimizer(), v_; }
   const std::vector<Tensor>& owned_grads() { return finish_optimizer(), grads_; }  // F32 or BF16 (above)
@@ -120,12 +121,9 @@ class ParamStore final : public UnitSource {
   void finish_pending();
   void reduce_bf16(int unit, Tensor grad);
   void fill(const std::vector<Tensor>& owned, const UnitReader& reader);
+  void fill_split(const UnitReader& reader);
   void refresh_compute_copies();
   void await_update(int unit);  // the main queue waits for this unit's update, if in flight
-  void copy_ahead(int unit);    // one GPU: the unit's compute copy, made on the copy queue
-  // Event slots of the copy queue, after the units' (0 .. units-1) and the gradients' (units):
-  // the main queue's point before a copy (unit -1), the copy of each unit.
-  int copy_slot(int unit) const { return static_cast<int>(master_.size()) + 2 + unit; }
 
   const ParamTable& table_;
   Ops& ops_;
@@ -142,11 +140,13 @@ class ParamStore final : public UnitSource {
   bool overlap_ = true;
   std::vector<char> updating_;  // per unit: an update on the side queue not yet waited for
   std::vector<char> stale_;     // per unit, not sharded: the gradient holds the last step's values
-  std::set<int> copying_;       // one GPU: units whose copy ahead is not yet waited for
   std::vector<void*> buffers_;
   int64_t persistent_bytes_ = 0;
-  std::vector<Tensor> master_, grads_, m_, v_;
-  std::vector<Tensor> compute_;                            // DDP: persistent compute copies
+  bool split_ = false;                 // one process on a bf16 device: masters as hi_ and lo_
+  std::vector<Tensor> master_;         // F32 masters (not split)
+  std::vector<Tensor> hi_, lo_;        // split masters: the bf16 high halves (compute weights), I16 low halves
+  std::vector<Tensor> grads_, m_, v_;
+  std::vector<Tensor> compute_;        // not sharded: persistent compute weights (copies, masters or hi_)
   std::map<int, Tensor> gathered_, full_grads_;           // FSDP: live pooled buffers
   std::map<int, CommWork> in_flight_;                      // FSDP: gathers not yet waited for
   std::multimap<size_t, void*> pool_;                     // free pooled buffers by size

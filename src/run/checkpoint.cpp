@@ -275,7 +275,8 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
   std::vector<ShardTensor> tensors;
   for (int k = 0; k < 3; ++k)
     for (size_t u = 0; u < n_units; ++u) tensors.push_back({cat(kKinds[k], ".", u), table.units()[u].shard()});
-  const std::vector<Tensor>* state[3] = {&store.masters(), &store.exp_avg(), &store.exp_avg_sq()};
+  const ParamStore::State state[3] = {ParamStore::State::kMaster, ParamStore::State::kExpAvg,
+                                      ParamStore::State::kExpAvgSq};
   const Fault fault = fault_armed(Fault::kDieInSave, step, rank, world)       ? Fault::kDieInSave
                       : fault_armed(Fault::kNoSpaceInSave, step, rank, world) ? Fault::kNoSpaceInSave
                                                                               : Fault::kNone;
@@ -287,7 +288,7 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
           const int u = static_cast<int>(i % n_units);
           const int64_t shard = table.units()[static_cast<size_t>(u)].shard();
           const int64_t at = rank * shard - store.owned_offset(u) + begin;
-          trainer.ops().download(out, (*state[i / n_units])[static_cast<size_t>(u)].slice_rows(at, at + n));
+          store.read_owned(state[i / n_units], u, at, n, out);
         },
         fault);
   } catch (const Error& e) {

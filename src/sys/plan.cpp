@@ -44,16 +44,10 @@ MemoryPlan plan_memory(const PlanInput& in) {
   p.params = 4 * owned;
   p.optimizer = 8 * owned;
   p.grads = grad_bytes;
-  if (fsdp && in.world == 1) {
-    // Converted per unit into a buffer of the unit's size, made one unit ahead: one buffer
-    // per unit size, two of the block size (the block in use and the next).
-    std::vector<int64_t> sizes;
-    for (const UnitInfo& u : table.units()) sizes.push_back(u.padded);
-    std::sort(sizes.begin(), sizes.end());
-    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-    int64_t buffers = c.num_layers > 1 ? table.units()[static_cast<size_t>(table.block_unit(0))].padded : 0;
-    for (int64_t s : sizes) buffers += s;
-    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * buffers;
+  if (in.world == 1) {
+    // One process, either mode: the masters' high halves (bf16) or the masters themselves
+    // (F32) are the compute weights (parallel/param_store.h); params counts their 4 bytes.
+    p.weights = 0;
   } else if (fsdp) {
     // Live at once: the embedding's full gradient (written by the output layer when tied,
     // read at the end of backward), one unit's being written, one being reduce-scattered;
@@ -69,7 +63,7 @@ MemoryPlan plan_memory(const PlanInput& in) {
   } else {
     p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * owned;
     // bf16 reduction: one unit's bf16 copy in flight and the next one being made.
-    if (in.world > 1 && in.reduce_dtype == DType::kBF16) p.grads += 2 * 2 * largest;
+    if (in.reduce_dtype == DType::kBF16) p.grads += 2 * 2 * largest;
   }
   const ActivationLayout a = activation_layout(c, in.micro_batch, in.seq_len, in.compute_dtype);
   p.activations = a.total(c.num_layers, in.recompute);
@@ -110,10 +104,9 @@ PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
     a.message = "ddp fits: every GPU holds the whole model, its gradients and AdamW state.";
   } else if (plan_fits(a.fsdp, gpu_bytes)) {
     a.mode = ParallelMode::kFsdp;
-    a.message = in.world > 1 ? "ddp does not fit; fsdp does: each GPU holds 1/" + std::to_string(in.world) +
-                                   " of the weights, gradients and AdamW state."
-                             : "ddp does not fit; fsdp on one GPU does: bf16 weight copies are made per unit "
-                               "when needed instead of kept for the whole model.";
+    // (Never on one GPU, where both modes hold the same: plan_memory.)
+    a.message = "ddp does not fit; fsdp does: each GPU holds 1/" + std::to_string(in.world) +
+                " of the weights, gradients and AdamW state.";
   } else {
     // Model states alone: 16 bytes per parameter, divided by the world size in FSDP.
     const int64_t states = 16 * in.config.num_parameters();

@@ -30,7 +30,7 @@ struct PlanInput {
 struct MemoryPlan {
   ParallelMode mode = ParallelMode::kDdp;
   Recompute recompute = Recompute::kNone;
-  int64_t params = 0;       // fp32 masters (owned: whole units or one shard)
+  int64_t params = 0;       // fp32 masters (owned: whole units or one shard; one process: also the compute weights)
   int64_t grads = 0;        // gradients (owned) + FSDP's transient full-unit buffers
   int64_t optimizer = 0;    // AdamW m and v
   int64_t weights = 0;      // compute-dtype weight copies (DDP) or gathered units (FSDP)

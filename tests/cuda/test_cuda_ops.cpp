@@ -17,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -784,6 +785,45 @@ TEST(CudaOps, AdamW) {
       EXPECT_EQ(tail(v5.got()), v.got()) << tag << " bf16 gradient, unaligned";
       EXPECT_THROW(gpu().adamw_step(p4.g(), g4.g(), m4.g(), v4.g(), hp, 0.5f, Tensor(), true), Error)
           << "a bf16 gradient zeroed in the update";
+      // Split masters (core/bf16.h) of the same params, aligned (four at a time) and one
+      // element in, with the fp32 and the bf16 gradient: the fp32 run's values bit for bit.
+      const std::vector<float> p0 = randn(n, 71), want = [&] {
+        std::vector<double> w = param.got();
+        return std::vector<float>(w.begin(), w.end());
+      }();
+      for (int64_t first : {0, 1})
+        for (Buf* grad_in : {&grad, &g4}) {
+          const std::string what = tag + (first ? " split, unaligned" : " split") +
+                                   (grad_in == &g4 ? ", bf16 gradient" : ", fp32 gradient");
+          std::vector<uint16_t> hb(static_cast<size_t>(n + 1));
+          std::vector<int16_t> lb(static_cast<size_t>(n + 1));
+          for (size_t i = 0; i < p0.size(); ++i) {
+            const size_t k = i + static_cast<size_t>(first);
+            split_master(p0[i], &hb[k], &lb[k]);
+          }
+          void* dev = gpu().alloc(4 * static_cast<size_t>(n + 1));
+          Tensor h_all(dev, DType::kBF16, {n + 1}, Device::kCUDA);
+          Tensor l_all(static_cast<char*>(dev) + 2 * (n + 1), DType::kI16, {n + 1}, Device::kCUDA);
+          gpu().upload(h_all, hb.data());
+          gpu().upload(l_all, lb.data());
+          Buf m6({n}, DType::kF32, randn(n, 74, 0.01f)), v6({n}, DType::kF32, vv);
+          gpu().adamw_step_split(h_all.slice_rows(first, first + n), l_all.slice_rows(first, first + n), grad_in->g(),
+                                 m6.g(), v6.g(), hp, 0.5f);
+          gpu().download(hb.data(), h_all);
+          gpu().download(lb.data(), l_all);
+          gpu().release(dev);
+          for (int64_t i = 0; i < n; ++i) {
+            const size_t k = static_cast<size_t>(i + first);
+            const float got = join_master(hb[k], lb[k]), w = want[static_cast<size_t>(i)];
+            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(w)) << what << ", element " << i;
+            uint16_t whi = 0;
+            int16_t wlo = 0;
+            split_master(w, &whi, &wlo);
+            ASSERT_EQ(hb[k], whi) << what << ": the high half, element " << i;
+          }
+          EXPECT_EQ(m6.got(), m.got()) << what;
+          EXPECT_EQ(v6.got(), v.got()) << what;
+        }
     }
   }
 }

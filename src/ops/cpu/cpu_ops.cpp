@@ -548,29 +548,30 @@ class CpuOps final : public Ops {
   void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& hp, float grad_scale, Tensor copy,
                   bool zero_grad) override {
     const int64_t n = param.numel();
-    float *P = f32(param), *M = f32(m), *Vv = f32(v), *G = f32(grad);
+    float *P = f32(param), *G = f32(grad);
     float* Cp = present(copy) && copy.data != param.data ? f32(copy) : nullptr;
     ANVIL_ENSURE(!Cp || copy.numel() == n, kInternal, "adamw_step: copy has ", copy.numel(), " elements, param ", n);
-    // Scalars as torch.optim.AdamW computes them (Python floats), used in fp32.
-    const double bc1 = 1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(hp.step));
-    const double bc2 = 1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(hp.step));
-    const float step_size = static_cast<float>(hp.lr / bc1);
-    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-    const float decay = static_cast<float>(1.0 - static_cast<double>(hp.lr) * hp.weight_decay);
-    const float w1 = static_cast<float>(1.0 - static_cast<double>(hp.beta1));
-    const float w2 = static_cast<float>(1.0 - static_cast<double>(hp.beta2));
-    parallel_for(n, 1 << 15, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) {
-        const float g = G[i] * grad_scale;
-        P[i] *= decay;
-        M[i] += w1 * (g - M[i]);
-        Vv[i] = Vv[i] * hp.beta2 + w2 * g * g;
-        const float denom = std::sqrt(Vv[i]) / bc2_sqrt + hp.eps;
-        P[i] += -step_size * (M[i] / denom);
-        if (Cp) Cp[i] = P[i];
-        if (zero_grad) G[i] = 0.0f;
-      }
-    });
+    adamw(n, m, v, hp, [&](int64_t i) { return G[i] * grad_scale; },
+          [&](int64_t i, auto&& update) {
+            update(P[i]);
+            if (Cp) Cp[i] = P[i];
+            if (zero_grad) G[i] = 0.0f;
+          });
+  }
+
+  void adamw_step_split(Tensor hi, Tensor lo, Tensor grad, Tensor m, Tensor v, const AdamWHyper& hp,
+                        float grad_scale) override {
+    ANVIL_ENSURE(hi.dtype == DType::kBF16 && lo.dtype == DType::kI16 && lo.numel() == hi.numel(), kInternal,
+                 "adamw_step_split: hi must be BF16 and lo I16, of one size");
+    auto* H = hi.ptr<uint16_t>();
+    auto* L = lo.ptr<int16_t>();
+    const float* G = f32(grad);
+    adamw(hi.numel(), m, v, hp, [&](int64_t i) { return G[i] * grad_scale; },
+          [&](int64_t i, auto&& update) {
+            float p = join_master(H[i], L[i]);
+            update(p);
+            split_master(p, &H[i], &L[i]);
+          });
   }
 
   void sum_squares(Tensor out, Tensor x) override {
@@ -587,6 +588,33 @@ class CpuOps final : public Ops {
  private:
   std::unordered_map<void*, size_t> sizes_;
   MemoryStats stats_;
+
+  // PyTorch's AdamW over n elements: grad(i) is the scaled gradient; param(i, update) calls
+  // update on element i's parameter (wherever it is held) and stores what it needs.
+  template <class Grad, class Param>
+  static void adamw(int64_t n, Tensor m, Tensor v, const AdamWHyper& hp, Grad grad, Param param) {
+    float *M = f32(m), *Vv = f32(v);
+    // Scalars as torch.optim.AdamW computes them (Python floats), used in fp32.
+    const double bc1 = 1.0 - std::pow(static_cast<double>(hp.beta1), static_cast<double>(hp.step));
+    const double bc2 = 1.0 - std::pow(static_cast<double>(hp.beta2), static_cast<double>(hp.step));
+    const float step_size = static_cast<float>(hp.lr / bc1);
+    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    const float decay = static_cast<float>(1.0 - static_cast<double>(hp.lr) * hp.weight_decay);
+    const float w1 = static_cast<float>(1.0 - static_cast<double>(hp.beta1));
+    const float w2 = static_cast<float>(1.0 - static_cast<double>(hp.beta2));
+    parallel_for(n, 1 << 15, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) {
+        const float g = grad(i);
+        param(i, [&](float& p) {
+          p *= decay;
+          M[i] += w1 * (g - M[i]);
+          Vv[i] = Vv[i] * hp.beta2 + w2 * g * g;
+          const float denom = std::sqrt(Vv[i]) / bc2_sqrt + hp.eps;
+          p += -step_size * (M[i] / denom);
+        });
+      }
+    });
+  }
 
   // dx (=, or +=) for y = w * x * r, r = 1/sqrt(mean(x^2) + eps), given dy.
   static void norm_row_backward(float* dx, const float* dy, const float* x, const float* w, float r, int64_t D,

@@ -4,7 +4,9 @@
 //   param -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
 // The bias corrections are computed once on the host in double precision. The same pass
 // may write the bf16 compute copy of the new param (32 -> 30 bytes per element beside a
-// separate convert) and zero the gradient it has read (instead of a memset pass).
+// separate convert) and zero the gradient it has read (instead of a memset pass). With split
+// masters (one process: adamw_step_split) the param is read and written as its two 16-bit
+// halves, the high one being the compute weight: 26 bytes per element with a bf16 gradient.
 // Four elements per thread and iteration, as 16-byte loads and stores, where every buffer
 // is aligned for it (the same arithmetic per element: the same bits as one at a time).
 #include "core/cuda/check.h"
@@ -84,6 +86,58 @@ __global__ void adamw_kernel(float* param, G* grad, float* m, float* v, __nv_bfl
   }
 }
 
+// Split masters (adamw.h): join the halves, update, split (core/bf16.h, on the device).
+__device__ __forceinline__ float join(uint16_t hi, int16_t lo) {
+  return __uint_as_float((static_cast<uint32_t>(hi) << 16) + static_cast<uint32_t>(static_cast<int32_t>(lo)));
+}
+__device__ __forceinline__ void split(float f, uint16_t& hi, int16_t& lo) {
+  const uint32_t u = __float_as_uint(f), h = (u + 0x8000u) >> 16;
+  hi = static_cast<uint16_t>(h);
+  lo = static_cast<int16_t>(static_cast<int32_t>(u - (h << 16)));
+}
+
+template <class G>
+__global__ void adamw_split_kernel(uint16_t* hi, int16_t* lo, const G* grad, float* m, float* v, int64_t n, bool vec,
+                                   AdamWArgs a) {
+  const AdamWConst k{a.lr / a.bias_correction1, 1.0f - a.lr * a.weight_decay};
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t n4 = vec ? n / 4 : 0;
+  for (int64_t q = first; q < n4; q += stride) {
+    const float4 g4 = load4(grad, q);
+    const uint2 h4 = reinterpret_cast<const uint2*>(hi)[q], l4 = reinterpret_cast<const uint2*>(lo)[q];
+    const float4 m4 = reinterpret_cast<const float4*>(m)[q];
+    const float4 v4 = reinterpret_cast<const float4*>(v)[q];
+    uint16_t hs[4], ls[4];
+    static_assert(sizeof h4 == sizeof hs && sizeof l4 == sizeof ls);
+    memcpy(hs, &h4, sizeof hs);
+    memcpy(ls, &l4, sizeof ls);
+    float gs[4] = {g4.x, g4.y, g4.z, g4.w}, ms[4] = {m4.x, m4.y, m4.z, m4.w}, vs[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float p = join(hs[j], static_cast<int16_t>(ls[j]));
+      update(p, ms[j], vs[j], gs[j], a, k);
+      int16_t l;
+      split(p, hs[j], l);
+      ls[j] = static_cast<uint16_t>(l);
+    }
+    uint2 ho, lo4;
+    memcpy(&ho, hs, sizeof ho);
+    memcpy(&lo4, ls, sizeof lo4);
+    reinterpret_cast<uint2*>(hi)[q] = ho;
+    reinterpret_cast<uint2*>(lo)[q] = lo4;
+    reinterpret_cast<float4*>(m)[q] = make_float4(ms[0], ms[1], ms[2], ms[3]);
+    reinterpret_cast<float4*>(v)[q] = make_float4(vs[0], vs[1], vs[2], vs[3]);
+  }
+  for (int64_t i = 4 * n4 + first; i < n; i += stride) {  // the tail, or everything when unaligned
+    float p = join(hi[i], lo[i]), mi = m[i], vi = v[i];
+    update(p, mi, vi, load1(grad, i), a, k);
+    split(p, hi[i], lo[i]);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
 template <class G, bool COPY, bool ZERO>
 void launch(float* param, G* grad, float* m, float* v, __nv_bfloat16* copy, int64_t n, bool vec,
             const AdamWArgs& a, cudaStream_t stream) {
@@ -118,6 +172,21 @@ void adamw_step(float* param, void* grad, bool grad_bf16, float* m, float* v, __
     launch<float, false, true>(param, g, m, v, copy, n, vec, a, stream);
   else
     launch<float, false, false>(param, g, m, v, copy, n, vec, a, stream);
+}
+
+void adamw_step_split(uint16_t* hi, int16_t* lo, const void* grad, bool grad_bf16, float* m, float* v, int64_t n,
+                      const AdamWArgs& a, cudaStream_t stream) {
+  if (n == 0) return;
+  const uintptr_t grad_align = grad_bf16 ? 7u : 15u;
+  const bool vec = (reinterpret_cast<uintptr_t>(hi) & 7u) == 0 && (reinterpret_cast<uintptr_t>(lo) & 7u) == 0 &&
+                   (reinterpret_cast<uintptr_t>(grad) & grad_align) == 0 && aligned16(m) && aligned16(v);
+  const unsigned blocks = grid_stride_blocks(vec ? ceil_div(n, 4) : n, kThreads);
+  if (grad_bf16)
+    adamw_split_kernel<<<blocks, kThreads, 0, stream>>>(hi, lo, static_cast<const __nv_bfloat16*>(grad), m, v, n, vec,
+                                                        a);
+  else
+    adamw_split_kernel<<<blocks, kThreads, 0, stream>>>(hi, lo, static_cast<const float*>(grad), m, v, n, vec, a);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace anvil::cuda

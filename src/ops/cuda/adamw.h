@@ -21,4 +21,11 @@ struct AdamWArgs {
 void adamw_step(float* param, void* grad, bool grad_bf16, float* m, float* v, __nv_bfloat16* copy, bool zero_grad,
                 int64_t n, const AdamWArgs& a, cudaStream_t stream);
 
+// The same update of split masters (core/bf16.h, split_master): hi (bf16, the compute
+// weight) and lo (int16) hold the fp32 param; read, updated and written back as halves (8
+// bytes per element instead of fp32's 8 plus a bf16 copy's 2). Bit for bit adamw_step's
+// param, with its copy rounded half away from zero.
+void adamw_step_split(uint16_t* hi, int16_t* lo, const void* grad, bool grad_bf16, float* m, float* v, int64_t n,
+                      const AdamWArgs& a, cudaStream_t stream);
+
 }  // namespace anvil::cuda

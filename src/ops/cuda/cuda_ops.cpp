@@ -1,14 +1,13 @@
 // The CUDA backend of the op set (ops/ops.h): bf16 compute, fp32 accumulation.
 //
 // This file checks each op's tensors (device, dtype, shapes) and calls the launcher of the
-// op's own file pair; kernels live there. One backend = one device and three non-blocking
-// streams: the main one, a side one for the optimizer overlapped with the next forward and
-// one for one-GPU fsdp's compute copies made ahead (set_queue; record/wait order them with
-// events). Every op is enqueued on the current stream; none waits for the host except
+// op's own file pair; kernels live there. One backend = one device and two non-blocking
+// streams: the main one and a side one for the optimizer overlapped with the next forward
+// (set_queue; record/wait order them with events). Every op is enqueued on the current stream; none waits for the host except
 // download(), upload() and synchronize(). Ops that need temporary device memory
 // (deterministic partial sums, the cross-entropy chunk, attention's row sums) share one
 // scratch buffer that grows to the largest request and is then reused; the main stream's
-// order makes the sharing safe (the other streams may not use it).
+// order makes the sharing safe (the side stream may not use it).
 // Scratch needs, for the memory plan: the largest of
 //   rmsnorm backward   min(rows, 264) * cols * 4
 //   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
@@ -106,13 +105,11 @@ class CudaOps final : public Ops {
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
     CUDA_CHECK(cudaStreamCreateWithPriority(&main_, cudaStreamNonBlocking, highest));
     CUDA_CHECK(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, lowest));
-    CUDA_CHECK(cudaStreamCreateWithPriority(&copy_, cudaStreamNonBlocking, lowest));
     stream_ = main_;
     gemm_ = std::make_unique<cuda::Gemm>(main_);
   }
 
   ~CudaOps() override {
-    cudaStreamSynchronize(copy_);
     cudaStreamSynchronize(side_);
     cudaStreamSynchronize(main_);
     for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
@@ -122,7 +119,6 @@ class CudaOps final : public Ops {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     for (const TimedOp& t : timed_ops_) free_events_.insert(free_events_.end(), {t.start, t.end});
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
-    cudaStreamDestroy(copy_);
     cudaStreamDestroy(side_);
     cudaStreamDestroy(main_);
   }
@@ -203,14 +199,13 @@ class CudaOps final : public Ops {
     }
   }
   void synchronize() override {
-    CUDA_CHECK(cudaStreamSynchronize(copy_));
     CUDA_CHECK(cudaStreamSynchronize(side_));
     CUDA_CHECK(cudaStreamSynchronize(main_));
   }
   void* stream() override { return main_; }
 
   // ---- queues
-  void set_queue(Queue q) override { stream_ = q == Queue::kMain ? main_ : q == Queue::kSide ? side_ : copy_; }
+  void set_queue(Queue q) override { stream_ = q == Queue::kMain ? main_ : side_; }
   void record(int slot) override { CUDA_CHECK(cudaEventRecord(event(slot), stream_)); }
   void wait(int slot) override { CUDA_CHECK(cudaStreamWaitEvent(stream_, event(slot), 0)); }
 
@@ -618,31 +613,46 @@ class CudaOps final : public Ops {
                   bool zero_grad) override {
     const char* op = "adamw_step";
     expect(param, DType::kF32, op, "param");
-    const cuda::GradOut g = grad_out(grad, false, op, "grad");
-    expect(m, DType::kF32, op, "m");
-    expect(v, DType::kF32, op, "v");
     const int64_t n = param.numel();
-    expect_numel(grad, n, op, "grad");
+    const cuda::GradOut g = adamw_state(op, grad, m, v, n);
     const Timed timing = timed(op, [&] { return cat(n); });
-    expect_numel(m, n, op, "m");
-    expect_numel(v, n, op, "v");
-    // Scalars as torch.optim.AdamW computes them (Python floats), then used in fp32.
-    const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
-    const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
-    const cuda::AdamWArgs a{h.lr,
-                            h.beta1,
-                            h.beta2,
-                            h.eps,
-                            h.weight_decay,
-                            static_cast<float>(bc1),
-                            static_cast<float>(std::sqrt(bc2)),
-                            grad_scale};
     if (present(copy)) {
       expect(copy, DType::kBF16, op, "copy");
       expect_numel(copy, n, op, "copy");
     }
     cuda::adamw_step(p<float>(param), g.ptr, g.bf16, p<float>(m), p<float>(v),
-                     present(copy) ? p<nv_bf16>(copy) : nullptr, zero_grad, n, a, stream_);
+                     present(copy) ? p<nv_bf16>(copy) : nullptr, zero_grad, n, adamw_args(h, grad_scale), stream_);
+  }
+
+  void adamw_step_split(Tensor hi, Tensor lo, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
+                        float grad_scale) override {
+    const char* op = "adamw_step";
+    expect(hi, DType::kBF16, op, "hi");
+    expect(lo, DType::kI16, op, "lo");
+    const int64_t n = hi.numel();
+    expect_numel(lo, n, op, "lo");
+    const cuda::GradOut g = adamw_state(op, grad, m, v, n);
+    const Timed timing = timed(op, [&] { return cat("split ", n); });
+    cuda::adamw_step_split(p<uint16_t>(hi), p<int16_t>(lo), g.ptr, g.bf16, p<float>(m), p<float>(v), n,
+                           adamw_args(h, grad_scale), stream_);
+  }
+
+  // AdamW's gradient (F32 or BF16) and moments, checked against n elements.
+  static cuda::GradOut adamw_state(const char* op, const Tensor& grad, const Tensor& m, const Tensor& v, int64_t n) {
+    const cuda::GradOut g = grad_out(grad, false, op, "grad");
+    expect(m, DType::kF32, op, "m");
+    expect(v, DType::kF32, op, "v");
+    expect_numel(grad, n, op, "grad");
+    expect_numel(m, n, op, "m");
+    expect_numel(v, n, op, "v");
+    return g;
+  }
+  // Scalars as torch.optim.AdamW computes them (Python floats), then used in fp32.
+  static cuda::AdamWArgs adamw_args(const AdamWHyper& h, float grad_scale) {
+    const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
+    const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
+    return {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, static_cast<float>(bc1), static_cast<float>(std::sqrt(bc2)),
+            grad_scale};
   }
 
   void sum_squares(Tensor out, Tensor x) override {
@@ -804,7 +814,7 @@ class CudaOps final : public Ops {
   }
 
   std::string name_;
-  cudaStream_t main_ = nullptr, side_ = nullptr, copy_ = nullptr;
+  cudaStream_t main_ = nullptr, side_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the current queue's
   std::vector<cudaEvent_t> events_;
   std::unique_ptr<cuda::Gemm> gemm_;
