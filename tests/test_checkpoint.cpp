@@ -21,7 +21,7 @@
 #include "core/bf16.h"
 #include "core/fs.h"
 #include "core/json.h"
-#include "io/checkpoint.h"
+#include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "testing.h"
 

@@ -1,4 +1,4 @@
-// The launcher (run/launcher.h) with shell workers: environment, output relaying with rank
+// The launcher (launch/launcher.h) with shell workers: environment, output relaying with rank
 // prefixes, a killed worker named within seconds, exit codes, SIGTERM-deaf workers, and
 // SIGINT forwarding.
 #include <signal.h>
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "run/launcher.h"
+#include "launch/launcher.h"
 #include "testing.h"
 
 namespace anvil {

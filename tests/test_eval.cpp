@@ -22,7 +22,7 @@
 #include "data/packing.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
-#include "run/trainer.h"
+#include "train/trainer.h"
 #include "testing.h"
 
 namespace anvil {

@@ -9,10 +9,10 @@
 
 #include "core/fs.h"
 #include "core/json.h"
-#include "model/decoder.h"
+#include "infer/decoder.h"
 #include "model/weights.h"
-#include "run/generate.h"
-#include "run/trainer.h"
+#include "infer/generate.h"
+#include "train/trainer.h"
 #include "testing.h"
 
 namespace anvil {

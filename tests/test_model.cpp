@@ -10,7 +10,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "run/trainer.h"
+#include "train/trainer.h"
 #include "testing.h"
 
 namespace anvil {

@@ -11,7 +11,7 @@
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "ops/ops.h"
-#include "sys/plan.h"
+#include "plan/memory_plan.h"
 #include "testing.h"
 
 namespace anvil {

@@ -7,7 +7,7 @@
 #include "core/json.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
-#include "run/trainer.h"
+#include "train/trainer.h"
 #include "testing.h"
 
 namespace anvil {

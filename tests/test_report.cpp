@@ -10,7 +10,7 @@
 #include <regex>
 
 #include "core/fs.h"
-#include "run/report.h"
+#include "report/report.h"
 #include "testing.h"
 
 namespace anvil {

@@ -27,7 +27,7 @@
 #include "core/file_lock.h"
 #include "core/fs.h"
 #include "data/tokenizer.h"
-#include "io/checkpoint.h"
+#include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "testing.h"
 

@@ -15,7 +15,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "ops/ops.h"
-#include "run/bench_step.h"
+#include "train/bench_step.h"
 
 namespace anvil {
 
@@ -53,7 +53,7 @@ void print_op_times(const Json& t) {
 
 namespace {
 
-// anvil bench step: flags -> BenchStepOptions -> run_bench_step (run/bench_step.h).
+// anvil bench step: flags -> BenchStepOptions -> run_bench_step (train/bench_step.h).
 int bench_step(int argc, char** argv) {
   BenchStepOptions o;
   LaunchFlags launch;

@@ -1,7 +1,7 @@
-// anvil export: flags -> ExportOptions -> run_export (run/checkpoint.h).
+// anvil export: flags -> ExportOptions -> run_export (train/checkpoint.h).
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "run/checkpoint.h"
+#include "train/checkpoint.h"
 
 namespace anvil {
 

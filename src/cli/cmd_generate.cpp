@@ -5,7 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "run/generate.h"
+#include "infer/generate.h"
 
 namespace anvil {
 

@@ -3,7 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "run/grad.h"
+#include "train/grad.h"
 
 namespace anvil {
 

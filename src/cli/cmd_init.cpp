@@ -2,7 +2,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/config.h"
-#include "run/init.h"
+#include "model/init.h"
 
 namespace anvil {
 

@@ -6,7 +6,7 @@
 #include "core/json.h"
 #include "io/hub.h"
 #include "model/config.h"
-#include "sys/plan.h"
+#include "plan/memory_plan.h"
 
 namespace anvil {
 

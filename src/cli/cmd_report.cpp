@@ -5,7 +5,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/fs.h"
-#include "run/report.h"
+#include "report/report.h"
 
 namespace anvil {
 

@@ -1,9 +1,9 @@
-// anvil train: flags -> TrainOptions -> run_train (run/train.h).
+// anvil train: flags -> TrainOptions -> run_train (train/loop.h).
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
 #include "ops/ops.h"
-#include "run/train.h"
+#include "train/loop.h"
 
 namespace anvil {
 

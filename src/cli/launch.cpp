@@ -7,7 +7,7 @@
 #include "comm/device.h"
 #include "core/env.h"
 #include "core/error.h"
-#include "run/launcher.h"
+#include "launch/launcher.h"
 
 namespace anvil {
 

@@ -3,7 +3,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "data/hash.h"
+#include "core/hash.h"
 
 namespace anvil {
 

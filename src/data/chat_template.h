@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/jinja.h"
+#include "data/jinja/jinja.h"
 
 namespace anvil {
 

@@ -16,7 +16,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/threads.h"
-#include "data/hash.h"
+#include "core/hash.h"
 #include "data/source.h"
 #include "data/worker_pool.h"
 

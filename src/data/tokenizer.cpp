@@ -33,7 +33,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/threads.h"
-#include "data/hash.h"
+#include "core/hash.h"
 #include "data/utf8.h"
 
 namespace anvil {

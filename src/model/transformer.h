@@ -31,7 +31,7 @@
 namespace anvil {
 
 // Activation recomputation. kAuto is a request (the fastest that fits the memory plan,
-// sys/plan.h), resolved to one of the others before a model is built.
+// plan/memory_plan.h), resolved to one of the others before a model is built.
 enum class Recompute { kNone, kSelective, kFull, kAuto };
 Recompute parse_recompute(const std::string& name);  // none | selective | full | auto
 const char* recompute_name(Recompute r);

@@ -1,4 +1,4 @@
-// The temporary device memory one attention call may take, for the memory plan (sys/plan.h).
+// The temporary device memory one attention call may take, for the memory plan (plan/memory_plan.h).
 //
 // The CUDA backend's attention takes its temporaries from the backend's shared scratch
 // buffer: the mma.sync kernel's backward its row sums and fp32 dK/dV partials, cuDNN's fused

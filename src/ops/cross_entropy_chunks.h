@@ -1,5 +1,5 @@
 // How the CUDA backend's fused output projection + cross-entropy cuts its rows
-// (ops/cuda/cross_entropy.cu), for that file and for the memory plan (sys/plan.h).
+// (ops/cuda/cross_entropy.cu), for that file and for the memory plan (plan/memory_plan.h).
 //
 // Rows go in blocks of grad_rows: the bf16 gradient of the logits (dlogits) of a whole block
 // is kept, so that one dh GEMM and one dw GEMM serve the block (dw, V x C fp32, is read and

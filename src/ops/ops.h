@@ -135,7 +135,7 @@ class Ops {
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
                                   int n_heads, int n_kv_heads) = 0;
 
-  // ---- inference: attention of new rows against a KV cache (model/decoder.h).
+  // ---- inference: attention of new rows against a KV cache (infer/decoder.h).
   // k_cache, v_cache (S, KV, P, hd) compute dtype: S sequence slots of P positions each.
   // qkv (R, H+2KV, hd): R rows after RoPE; row r is in slot slots[r] at position
   // positions[r] (I32, R each). Every row's k and v are first written into the cache at
@@ -199,5 +199,7 @@ std::unique_ptr<Ops> make_cpu_ops();
 // or on a machine without a usable GPU.
 std::unique_ptr<Ops> make_cuda_ops(int device);
 bool cuda_available();  // a CUDA build with at least one usable GPU
+// The backend named by --device: "cpu" or "cuda" (on the given GPU); throws kUsage otherwise.
+std::unique_ptr<Ops> make_ops(const std::string& device, int device_index);
 
 }  // namespace anvil

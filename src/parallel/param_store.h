@@ -20,7 +20,7 @@
 //    gathered from its forward to its backward (FSDP2's reshard_after_forward=False for
 //    the unit that is needed again first).
 // Gradients are summed, not averaged, across ranks: the loss is normalised by the global
-// count of target tokens (run/trainer.cpp), so the sum is the gradient of the global mean.
+// count of target tokens (train/trainer.cpp), so the sum is the gradient of the global mean.
 // The optimizer is one AdamW pass over the owned memory and clips by the global norm
 // (squares summed across ranks in FSDP; in DDP every rank holds the same whole gradient).
 // Gradient reduction runs in F32, or in BF16 (set_reduce_dtype): the unit's gradient is

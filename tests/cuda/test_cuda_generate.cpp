@@ -18,10 +18,10 @@
 
 #include "core/bf16.h"
 #include "core/json.h"
-#include "model/decoder.h"
+#include "infer/decoder.h"
 #include "model/weights.h"
 #include "ops/ops.h"
-#include "run/generate.h"
+#include "infer/generate.h"
 #include "../testing.h"
 
 namespace anvil {

@@ -11,7 +11,7 @@
 #include "io/safetensors.h"
 #include "model/weights.h"
 #include "ops/ops.h"
-#include "run/trainer.h"
+#include "train/trainer.h"
 #include "../testing.h"
 
 namespace anvil {

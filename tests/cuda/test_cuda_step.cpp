@@ -10,7 +10,7 @@
 
 #include "model/weights.h"
 #include "ops/ops.h"
-#include "run/trainer.h"
+#include "train/trainer.h"
 #include "../testing.h"
 
 namespace anvil {

@@ -1,0 +1,549 @@
+// The Jinja parser (see jinja_internal.h): recursive descent over the tokens with jinja2's
+// operator precedence, into the AST.
+#include <algorithm>
+
+#include "core/error.h"
+#include "data/jinja/internal.h"
+
+namespace anvil::jinja::detail {
+
+namespace {
+
+class Parser {
+ public:
+  Parser(std::vector<Token> tokens, std::string name) : t_(std::move(tokens)), name_(std::move(name)) {}
+
+  Body parse_template() {
+    Body body = parse_body({});
+    if (cur().type != Tok::kEof) fail(cur(), "unexpected '{% " + peek_name() + " %}'");
+    return body;
+  }
+
+ private:
+  const Token& cur() const { return t_[i_]; }
+  const Token& next_tok() { return t_[i_++]; }
+  [[noreturn]] void fail(const Token& t, const std::string& what) const {
+    raise(ErrorKind::kInvalidInput, name_, ":", t.line, ":", t.col, ": ", what);
+  }
+  [[noreturn]] void unsupported(const Token& t, const std::string& what) const {
+    raise(ErrorKind::kUnsupported, name_, ":", t.line, ":", t.col, ": ", what,
+          " is not supported by anvil's chat-template renderer");
+  }
+  bool is_op(const char* op) const { return cur().type == Tok::kOp && cur().text == op; }
+  bool is_name(const char* n) const { return cur().type == Tok::kName && cur().text == n; }
+  void expect_op(const char* op) {
+    if (!is_op(op)) fail(cur(), std::string("expected '") + op + "'" + found());
+    ++i_;
+  }
+  void expect_name(const char* n) {
+    if (!is_name(n)) fail(cur(), std::string("expected '") + n + "'" + found());
+    ++i_;
+  }
+  std::string found() const {
+    switch (cur().type) {
+      case Tok::kEof: return ", found the end of the template";
+      case Tok::kBlockEnd: return ", found '%}'";
+      case Tok::kVarEnd: return ", found '}}'";
+      default: return ", found '" + cur().text + "'";
+    }
+  }
+  std::string take_name() {
+    if (cur().type != Tok::kName) fail(cur(), "expected a name" + found());
+    return next_tok().text;
+  }
+  void expect_block_end() {
+    if (cur().type != Tok::kBlockEnd) fail(cur(), "expected '%}'" + found());
+    ++i_;
+  }
+  std::string peek_name() const {
+    return i_ + 1 < t_.size() && t_[i_ + 1].type == Tok::kName ? t_[i_ + 1].text : std::string();
+  }
+
+  template <class T>
+  std::unique_ptr<T> at(const Token& t) {
+    auto p = std::make_unique<T>();
+    p->line = t.line;
+    p->col = t.col;
+    return p;
+  }
+
+  // Parses nodes until a block tag whose name is in `stops` (left unconsumed) or the end.
+  Body parse_body(const std::vector<std::string>& stops) {
+    Body body;
+    for (;;) {
+      const Token& t = cur();
+      if (t.type == Tok::kEof) {
+        if (!stops.empty()) fail(t, "missing '{% " + stops.back() + " %}'");
+        return body;
+      }
+      if (t.type == Tok::kText) {
+        auto n = at<Node>(t);
+        n->type = NodeType::kText;
+        n->text = t.text;
+        body.push_back(std::move(n));
+        ++i_;
+      } else if (t.type == Tok::kVarBegin) {
+        ++i_;
+        auto n = at<Node>(t);
+        n->type = NodeType::kPrint;
+        n->expr = parse_expr();
+        if (cur().type != Tok::kVarEnd) fail(cur(), "expected '}}'" + found());
+        ++i_;
+        body.push_back(std::move(n));
+      } else if (t.type == Tok::kBlockBegin) {
+        const std::string kw = peek_name();
+        if (std::find(stops.begin(), stops.end(), kw) != stops.end()) return body;
+        ++i_;
+        body.push_back(parse_statement(t));
+      } else {
+        fail(t, "unexpected token");
+      }
+    }
+  }
+
+  void end_tag(const char* name) {
+    if (cur().type != Tok::kBlockBegin) fail(cur(), std::string("expected '{% ") + name + " %}'");
+    ++i_;
+    expect_name(name);
+    expect_block_end();
+  }
+
+  NodePtr parse_statement(const Token& begin) {
+    const Token& kw = cur();
+    if (kw.type != Tok::kName) fail(kw, "expected a statement name" + found());
+    const std::string k = kw.text;
+    ++i_;
+    auto n = at<Node>(begin);
+    if (k == "if") {
+      n->type = NodeType::kIf;
+      ExprPtr cond = parse_expr();
+      expect_block_end();
+      for (;;) {
+        Body b = parse_body({"elif", "else", "endif"});
+        n->branches.emplace_back(std::move(cond), std::move(b));
+        ++i_;  // {%
+        const std::string which = take_name();
+        if (which == "elif") {
+          cond = parse_expr();
+          expect_block_end();
+          continue;
+        }
+        expect_block_end();
+        if (which == "else") {
+          n->else_body = parse_body({"endif"});
+          end_tag("endif");
+        }
+        break;
+      }
+    } else if (k == "for") {
+      n->type = NodeType::kFor;
+      n->targets.push_back(take_name());
+      while (is_op(",")) {
+        ++i_;
+        n->targets.push_back(take_name());
+      }
+      expect_name("in");
+      n->expr = parse_or_expr(/*no_cond=*/true);
+      if (is_name("if")) {
+        ++i_;
+        n->filter = parse_expr();
+      }
+      if (is_name("recursive")) unsupported(cur(), "'recursive' for loops");
+      expect_block_end();
+      n->body = parse_body({"else", "endfor"});
+      ++i_;
+      const std::string which = take_name();
+      expect_block_end();
+      if (which == "else") {
+        n->else_body = parse_body({"endfor"});
+        end_tag("endfor");
+      }
+    } else if (k == "set") {
+      n->text = take_name();
+      if (is_op(".")) {
+        ++i_;
+        n->attr = take_name();
+      }
+      if (is_op(",")) unsupported(cur(), "'set' with several targets");
+      if (cur().type == Tok::kBlockEnd) {
+        if (!n->attr.empty()) fail(cur(), "a block 'set' takes a plain name");
+        ++i_;
+        n->type = NodeType::kSetBlock;
+        n->body = parse_body({"endset"});
+        end_tag("endset");
+      } else {
+        n->type = NodeType::kSet;
+        expect_op("=");
+        n->expr = parse_expr();
+        expect_block_end();
+      }
+    } else if (k == "macro") {
+      n->type = NodeType::kMacro;
+      n->text = take_name();
+      expect_op("(");
+      while (!is_op(")")) {
+        n->params.push_back(take_name());
+        if (is_op("=")) {
+          ++i_;
+          n->defaults.push_back(parse_expr());
+        } else {
+          n->defaults.push_back(nullptr);
+        }
+        if (!is_op(")")) expect_op(",");
+      }
+      ++i_;
+      expect_block_end();
+      n->body = parse_body({"endmacro"});
+      end_tag("endmacro");
+    } else if (k == "break" || k == "continue") {
+      n->type = k == "break" ? NodeType::kBreak : NodeType::kContinue;
+      expect_block_end();
+    } else if (k == "generation") {
+      // transformers' AssistantTracker: marks assistant text for return_assistant_tokens_mask;
+      // the rendered string is the body itself.
+      n->type = NodeType::kBlockBody;
+      expect_block_end();
+      n->body = parse_body({"endgeneration"});
+      end_tag("endgeneration");
+    } else {
+      unsupported(begin, "the statement '{% " + k + " %}'");
+    }
+    return n;
+  }
+
+  // Expressions, in jinja2's precedence order.
+  ExprPtr parse_expr() { return parse_or_expr(false); }
+
+  ExprPtr parse_or_expr(bool no_cond) {
+    ExprPtr e = parse_or();
+    if (!no_cond && is_name("if")) {
+      const Token& t = next_tok();
+      auto c = at<Expr>(t);
+      c->type = ExprType::kCond;
+      ExprPtr cond = parse_or();
+      ExprPtr other;
+      if (is_name("else")) {
+        ++i_;
+        other = parse_or_expr(false);
+      }
+      c->kids.push_back(std::move(cond));
+      c->kids.push_back(std::move(e));
+      c->kids.push_back(std::move(other));
+      return c;
+    }
+    return e;
+  }
+  ExprPtr binary(ExprType type, const Token& t, ExprPtr l, ExprPtr r, std::string op = "") {
+    auto e = at<Expr>(t);
+    e->type = type;
+    e->name = std::move(op);
+    e->kids.push_back(std::move(l));
+    e->kids.push_back(std::move(r));
+    return e;
+  }
+  ExprPtr parse_or() {
+    ExprPtr l = parse_and();
+    while (is_name("or")) {
+      const Token& t = next_tok();
+      l = binary(ExprType::kOr, t, std::move(l), parse_and());
+    }
+    return l;
+  }
+  ExprPtr parse_and() {
+    ExprPtr l = parse_not();
+    while (is_name("and")) {
+      const Token& t = next_tok();
+      l = binary(ExprType::kAnd, t, std::move(l), parse_not());
+    }
+    return l;
+  }
+  ExprPtr parse_not() {
+    if (is_name("not")) {
+      const Token& t = next_tok();
+      auto e = at<Expr>(t);
+      e->type = ExprType::kNot;
+      e->kids.push_back(parse_not());
+      return e;
+    }
+    return parse_compare();
+  }
+  ExprPtr parse_compare() {
+    const Token& start = cur();
+    ExprPtr first = parse_math1();
+    std::unique_ptr<Expr> chain;
+    for (;;) {
+      std::string op;
+      if (cur().type == Tok::kOp &&
+          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == ">" ||
+           cur().text == "<=" || cur().text == ">=")) {
+        op = next_tok().text;
+      } else if (is_name("in")) {
+        ++i_;
+        op = "in";
+      } else if (is_name("not") && i_ + 1 < t_.size() && t_[i_ + 1].type == Tok::kName && t_[i_ + 1].text == "in") {
+        i_ += 2;
+        op = "not in";
+      } else {
+        break;
+      }
+      if (!chain) {
+        chain = at<Expr>(start);
+        chain->type = ExprType::kCompare;
+        chain->kids.push_back(std::move(first));
+      }
+      chain->ops.push_back(op);
+      chain->kids.push_back(parse_math1());
+    }
+    return chain ? std::move(chain) : std::move(first);
+  }
+  ExprPtr parse_math1() {
+    ExprPtr l = parse_concat();
+    while (is_op("+") || is_op("-")) {
+      const Token& t = next_tok();
+      l = binary(ExprType::kBinary, t, std::move(l), parse_concat(), t.text);
+    }
+    return l;
+  }
+  ExprPtr parse_concat() {
+    ExprPtr l = parse_math2();
+    while (is_op("~")) {
+      const Token& t = next_tok();
+      l = binary(ExprType::kBinary, t, std::move(l), parse_math2(), "~");
+    }
+    return l;
+  }
+  ExprPtr parse_math2() {
+    ExprPtr l = parse_pow();
+    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      const Token& t = next_tok();
+      l = binary(ExprType::kBinary, t, std::move(l), parse_pow(), t.text);
+    }
+    return l;
+  }
+  ExprPtr parse_pow() {
+    ExprPtr l = parse_unary(true);
+    while (is_op("**")) {
+      const Token& t = next_tok();
+      l = binary(ExprType::kBinary, t, std::move(l), parse_unary(true), "**");
+    }
+    return l;
+  }
+  ExprPtr parse_unary(bool with_filter) {
+    ExprPtr node;
+    if (is_op("-") || is_op("+")) {
+      const Token& t = next_tok();
+      node = at<Expr>(t);
+      node->type = t.text == "-" ? ExprType::kNeg : ExprType::kPos;
+      node->kids.push_back(parse_unary(false));
+    } else {
+      node = parse_primary();
+    }
+    node = parse_postfix(std::move(node));
+    if (with_filter) node = parse_filter_expr(std::move(node));
+    return node;
+  }
+  ExprPtr parse_primary() {
+    const Token& t = cur();
+    auto e = at<Expr>(t);
+    e->type = ExprType::kLiteral;
+    switch (t.type) {
+      case Tok::kName:
+        ++i_;
+        if (t.text == "true" || t.text == "True") e->literal = Value(true);
+        else if (t.text == "false" || t.text == "False") e->literal = Value(false);
+        else if (t.text == "none" || t.text == "None") e->literal = Value::none();
+        else {
+          e->type = ExprType::kName;
+          e->name = t.text;
+        }
+        return e;
+      case Tok::kString: {
+        ++i_;
+        std::string s = t.text;
+        while (cur().type == Tok::kString) s += next_tok().text;  // adjacent literals concatenate
+        e->literal = Value(std::move(s));
+        return e;
+      }
+      case Tok::kInt: ++i_; e->literal = Value(t.i); return e;
+      case Tok::kFloat: ++i_; e->literal = Value(t.f); return e;
+      case Tok::kOp:
+        if (t.text == "(") {
+          ++i_;
+          if (is_op(")")) {
+            ++i_;
+            e->type = ExprType::kList;
+            return e;
+          }
+          ExprPtr inner = parse_expr();
+          if (is_op(",")) {  // a tuple: a list for our purposes
+            e->type = ExprType::kList;
+            e->kids.push_back(std::move(inner));
+            while (is_op(",")) {
+              ++i_;
+              if (is_op(")")) break;
+              e->kids.push_back(parse_expr());
+            }
+            expect_op(")");
+            return e;
+          }
+          expect_op(")");
+          return inner;
+        }
+        if (t.text == "[") {
+          ++i_;
+          e->type = ExprType::kList;
+          while (!is_op("]")) {
+            e->kids.push_back(parse_expr());
+            if (!is_op("]")) expect_op(",");
+          }
+          ++i_;
+          return e;
+        }
+        if (t.text == "{") {
+          ++i_;
+          e->type = ExprType::kDict;
+          while (!is_op("}")) {
+            e->kids.push_back(parse_expr());
+            expect_op(":");
+            e->kids.push_back(parse_expr());
+            if (!is_op("}")) expect_op(",");
+          }
+          ++i_;
+          return e;
+        }
+        break;
+      default: break;
+    }
+    fail(t, "expected an expression" + found());
+  }
+  void parse_call_args(Expr& call) {
+    expect_op("(");
+    while (!is_op(")")) {
+      if (cur().type == Tok::kName && i_ + 1 < t_.size() && t_[i_ + 1].type == Tok::kOp && t_[i_ + 1].text == "=") {
+        std::string key = next_tok().text;
+        ++i_;
+        call.kwargs.emplace_back(std::move(key), parse_expr());
+      } else {
+        if (is_op("*") || is_op("**")) unsupported(cur(), "argument unpacking (*args, **kwargs)");
+        call.kids.push_back(parse_expr());
+      }
+      if (!is_op(")")) expect_op(",");
+    }
+    ++i_;
+  }
+  ExprPtr parse_postfix(ExprPtr node) {
+    for (;;) {
+      const Token& t = cur();
+      if (is_op(".")) {
+        ++i_;
+        auto e = at<Expr>(t);
+        e->type = ExprType::kAttr;
+        if (cur().type == Tok::kInt) {  // foo.0
+          e->type = ExprType::kItem;
+          auto idx = at<Expr>(cur());
+          idx->type = ExprType::kLiteral;
+          idx->literal = Value(next_tok().i);
+          e->kids.push_back(std::move(node));
+          e->kids.push_back(std::move(idx));
+        } else {
+          e->name = take_name();
+          e->kids.push_back(std::move(node));
+        }
+        node = std::move(e);
+      } else if (is_op("[")) {
+        ++i_;
+        auto e = at<Expr>(t);
+        ExprPtr parts[3];
+        bool slice = false;
+        int k = 0;
+        for (;;) {
+          if (is_op(":")) {
+            slice = true;
+            ++i_;
+            if (++k > 2) fail(cur(), "too many ':' in a slice");
+            continue;
+          }
+          if (is_op("]")) break;
+          if (parts[k]) fail(cur(), "expected ']' or ':'" + found());
+          parts[k] = parse_expr();
+        }
+        ++i_;
+        e->kids.push_back(std::move(node));
+        if (slice) {
+          e->type = ExprType::kSlice;
+          for (auto& p : parts) e->kids.push_back(std::move(p));
+        } else {
+          if (!parts[0]) fail(t, "empty subscript");
+          e->type = ExprType::kItem;
+          e->kids.push_back(std::move(parts[0]));
+        }
+        node = std::move(e);
+      } else if (is_op("(")) {
+        auto e = at<Expr>(t);
+        e->type = ExprType::kCall;
+        e->kids.push_back(std::move(node));
+        parse_call_args(*e);
+        node = std::move(e);
+      } else {
+        return node;
+      }
+    }
+  }
+  ExprPtr parse_filter_expr(ExprPtr node) {
+    for (;;) {
+      if (is_op("|")) {
+        const Token& t = next_tok();
+        auto e = at<Expr>(t);
+        e->type = ExprType::kFilter;
+        e->name = take_name();
+        while (is_op(".")) {
+          ++i_;
+          e->name.append(".").append(take_name());
+        }
+        e->kids.push_back(std::move(node));
+        if (is_op("(")) parse_call_args(*e);
+        node = std::move(e);
+      } else if (is_name("is")) {
+        const Token& t = next_tok();
+        auto e = at<Expr>(t);
+        e->type = ExprType::kTest;
+        if (is_name("not")) {
+          ++i_;
+          e->negated = true;
+        }
+        e->name = take_name();
+        e->kids.push_back(std::move(node));
+        if (is_op("(")) {
+          parse_call_args(*e);
+        } else if (cur().type == Tok::kString || cur().type == Tok::kInt || cur().type == Tok::kFloat ||
+                   (cur().type == Tok::kName && !is_name("and") && !is_name("or") && !is_name("else") &&
+                    !is_name("if") && !is_name("is") && !is_name("in") && !is_name("not"))) {
+          e->kids.push_back(parse_primary());  // "is divisibleby 3", "is sameas false"
+        }
+        node = std::move(e);
+      } else if (is_op("(")) {
+        const Token& t = cur();
+        auto e = at<Expr>(t);
+        e->type = ExprType::kCall;
+        e->kids.push_back(std::move(node));
+        parse_call_args(*e);
+        node = std::move(e);
+      } else {
+        return node;
+      }
+    }
+  }
+
+  std::vector<Token> t_;
+  std::string name_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+Body parse(std::vector<Token> tokens, const std::string& name) {
+  Parser parser(std::move(tokens), name);
+  return parser.parse_template();
+}
+
+}  // namespace anvil::jinja::detail

@@ -1,0 +1,272 @@
+#include "infer/decoder.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/bf16.h"
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+// A view of `shape` at element `offset` of a flat buffer.
+Tensor part(const Tensor& t, int64_t offset, Shape shape) {
+  ANVIL_ASSERT(offset >= 0 && offset + shape.numel() <= t.numel());
+  return Tensor(static_cast<char*>(t.data) + static_cast<size_t>(offset) * dtype_size(t.dtype), t.dtype, shape,
+                t.device);
+}
+
+// The first `rows` rows of a (capacity, ...) buffer, as (rows, cols).
+Tensor first(const Tensor& t, int64_t rows) { return Tensor(t.data, t.dtype, {rows, t.cols()}, t.device); }
+
+}  // namespace
+
+// ---- ResidentWeights
+
+ResidentWeights::ResidentWeights(const ParamTable& table, Ops& ops, const std::vector<std::vector<float>>& units)
+    : ops_(ops) {
+  const DType cd = ops.compute_dtype();
+  std::vector<uint16_t> bits;
+  for (size_t u = 0; u < table.units().size(); ++u) {
+    const std::vector<float>& src = units[u];
+    Tensor t(nullptr, cd, {static_cast<int64_t>(src.size())}, ops.device());
+    t.data = ops.alloc(t.bytes());
+    units_.push_back(t);
+    bytes_ += static_cast<int64_t>(t.bytes());
+    if (cd == DType::kF32) {
+      ops.upload(t, src.data());
+    } else {
+      ANVIL_ENSURE(cd == DType::kBF16, kInternal, "resident weights: compute dtype ", dtype_name(cd));
+      bits.resize(src.size());
+      for (size_t i = 0; i < src.size(); ++i) bits[i] = f32_to_bf16_bits(src[i]);
+      ops.upload(t, bits.data());
+    }
+  }
+}
+
+ResidentWeights::~ResidentWeights() {
+  for (Tensor& t : units_) ops_.release(t.data);
+}
+
+Tensor ResidentWeights::grads(int) { raise(ErrorKind::kInternal, "inference weights have no gradients"); }
+
+// ---- Decoder
+
+Decoder::Decoder(const ModelConfig& config, const ParamTable& table, Ops& ops, UnitSource& weights)
+    : c_(config), table_(table), ops_(ops), weights_(weights), cd_(ops.compute_dtype()),
+      inv_freq_(rope_inv_freq(config)) {}
+
+Decoder::~Decoder() {
+  ops_.drop_recordings();
+  free_all(cache_buffers_);
+  free_all(row_buffers_);
+}
+
+void Decoder::free_all(std::vector<void*>& owner) {
+  for (void* p : owner) ops_.release(p);
+  owner.clear();
+}
+
+Tensor Decoder::make(Shape shape, DType dtype, std::vector<void*>& owner) {
+  Tensor t(nullptr, dtype, shape, ops_.device());
+  t.data = ops_.alloc(t.bytes());
+  owner.push_back(t.data);
+  return t;
+}
+
+int64_t Decoder::cache_bytes() const {
+  return 2 * c_.num_layers * slots_ * c_.num_kv_heads * positions_ * c_.head_dim *
+         static_cast<int64_t>(dtype_size(cd_));
+}
+
+void Decoder::reserve_cache(int64_t slots, int64_t positions) {
+  ANVIL_ENSURE(slots >= 1 && positions >= 1, kInternal, "reserve_cache(", slots, ", ", positions, ")");
+  if (slots <= slots_ && positions <= positions_) return;
+  // Recordings hold the old pointers; the shape of the cache is part of every kernel.
+  ops_.synchronize();
+  ops_.drop_recordings();
+  seen_.clear();
+  free_all(cache_buffers_);
+  k_cache_.clear();
+  v_cache_.clear();
+  slots_ = std::max(slots, slots_);
+  positions_ = std::max(positions, positions_);
+  for (int64_t l = 0; l < c_.num_layers; ++l) {
+    k_cache_.push_back(make({slots_, c_.num_kv_heads, positions_, c_.head_dim}, cd_, cache_buffers_));
+    v_cache_.push_back(make({slots_, c_.num_kv_heads, positions_, c_.head_dim}, cd_, cache_buffers_));
+  }
+}
+
+void Decoder::reserve_rows(int64_t rows, int64_t outputs) {
+  if (rows <= rows_cap_ && outputs <= outputs_cap_) return;
+  ops_.synchronize();
+  ops_.drop_recordings();
+  seen_.clear();
+  free_all(row_buffers_);
+  rows_cap_ = std::max(rows, rows_cap_);
+  outputs_cap_ = std::max(outputs, outputs_cap_);
+  const int64_t R = rows_cap_, n = outputs_cap_, C = c_.hidden_size, I = c_.intermediate_size;
+  const int64_t H = c_.num_heads, KV = c_.num_kv_heads, hd = c_.head_dim;
+  const DType F = DType::kF32;
+  staging_ = make({rope_at(R, n) + R * hd}, DType::kI32, row_buffers_);
+  x_ = make({R, C}, cd_, row_buffers_);
+  h_ = make({R, C}, cd_, row_buffers_);
+  rstd_ = make({R}, F, row_buffers_);
+  qkv_raw_ = make({R, H + 2 * KV, hd}, cd_, row_buffers_);
+  qkv_ = make({R, H + 2 * KV, hd}, cd_, row_buffers_);
+  rstd_qk_ = make({R, H + KV}, F, row_buffers_);
+  att_ = make({R, H * hd}, cd_, row_buffers_);
+  tmp_ = make({R, C}, cd_, row_buffers_);
+  gate_up_ = make({R, 2 * I}, cd_, row_buffers_);
+  act_ = make({R, I}, cd_, row_buffers_);
+  last_ = make({n, C}, cd_, row_buffers_);
+  last_norm_ = make({n, C}, cd_, row_buffers_);
+  last_rstd_ = make({n}, F, row_buffers_);
+  logits_ = make({n, c_.vocab_size}, F, row_buffers_);
+  argmax_ = make({n}, DType::kI32, row_buffers_);
+}
+
+// Where the RoPE tables start in the staging buffer, after the 3R + n ids: at a multiple
+// of 4 elements, so that the kernels' 8- and 16-byte loads of cos and sin are aligned
+// (head_dim / 2 is even, so sin, R * head_dim / 2 further, is aligned too).
+int64_t Decoder::rope_at(int64_t R, int64_t n) { return (3 * R + n + 3) / 4 * 4; }
+
+// Packs the rows' ids, slots, positions, output rows and RoPE angles into one host buffer
+// and uploads it: one transfer per forward. The RoPE tables have one row per token (the
+// qk-norm-RoPE op reads row r's angles at r % T, T = R here), computed as Transformer does.
+Decoder::Buffers Decoder::upload(const DecodeRows& rows) {
+  const int64_t R = static_cast<int64_t>(rows.ids.size()), n = static_cast<int64_t>(rows.outputs.size());
+  const int64_t half = c_.head_dim / 2;
+  const int64_t at = rope_at(R, n);
+  std::vector<int32_t> host(static_cast<size_t>(at + 2 * R * half));
+  int32_t* ip = host.data();
+  std::memcpy(ip, rows.ids.data(), static_cast<size_t>(R) * 4);
+  std::memcpy(ip + R, rows.slots.data(), static_cast<size_t>(R) * 4);
+  std::memcpy(ip + 2 * R, rows.positions.data(), static_cast<size_t>(R) * 4);
+  std::memcpy(ip + 3 * R, rows.outputs.data(), static_cast<size_t>(n) * 4);
+  float* cs = reinterpret_cast<float*>(ip + at);
+  float* sn = cs + R * half;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = inv_freq_[static_cast<size_t>(i)] * static_cast<float>(rows.positions[static_cast<size_t>(r)]);
+      cs[r * half + i] = std::cos(angle);
+      sn[r * half + i] = std::sin(angle);
+    }
+  ops_.upload(part(staging_, 0, {static_cast<int64_t>(host.size())}), host.data());
+  Buffers b;
+  b.ids = part(staging_, 0, {R});
+  b.slots = part(staging_, R, {R});
+  b.positions = part(staging_, 2 * R, {R});
+  b.outputs = part(staging_, 3 * R, {n});
+  const Tensor f(staging_.data, DType::kF32, staging_.shape, staging_.device);
+  b.cos = part(f, at, {R, half});
+  b.sin = part(f, at + R * half, {R, half});
+  return b;
+}
+
+void Decoder::run(const Buffers& b, int64_t R, int64_t n, bool greedy) {
+  const BlockOffsets& o = table_.block();
+  const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim(), V = c_.vocab_size;
+  const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
+  const int64_t hd = c_.head_dim;
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  const Tensor x = first(x_, R), h = first(h_, R), tmp = first(tmp_, R), att = first(att_, R);
+  const Tensor rstd(rstd_.data, DType::kF32, {R}, rstd_.device);
+  const Tensor qkv_raw(qkv_raw_.data, cd_, {R, H + 2 * KV, hd}, qkv_raw_.device);
+  const Tensor qkv(qkv_.data, cd_, {R, H + 2 * KV, hd}, qkv_.device);
+  const Tensor rstd_qk = first(rstd_qk_, R), gate_up = first(gate_up_, R), act = first(act_, R);
+
+  ops_.embedding_forward(x, b.ids, part(weights_.weights(table_.embed_unit()), 0, {V, C}));
+  weights_.release(table_.embed_unit());
+  Tensor w = weights_.weights(table_.block_unit(0));
+  ops_.rmsnorm_forward(h, rstd, x, part(w, o.attn_norm, {C}), eps);
+  for (int64_t l = 0; l < c_.num_layers; ++l) {
+    // Transformer::block_forward's ops with the cached attention; each residual add is
+    // fused with the norm that follows it (the next block's attention norm is done here).
+    ops_.linear_forward(qkv_raw.reshape({R, Q}), h, part(w, o.qkv_w, {Q, C}),
+                        c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor());
+    const Tensor qn = c_.qk_norm ? part(w, o.q_norm, {hd}) : Tensor();
+    const Tensor kn = c_.qk_norm ? part(w, o.k_norm, {hd}) : Tensor();
+    ops_.qk_norm_rope_forward(qkv, rstd_qk, qkv_raw, qn, kn, b.cos, b.sin, H, KV, eps);
+    ops_.attention_cached(att.reshape({R, H, hd}), qkv, k_cache_[static_cast<size_t>(l)],
+                          v_cache_[static_cast<size_t>(l)], b.slots, b.positions, H, KV);
+    ops_.linear_forward(tmp, att, part(w, o.o_w, {C, c_.q_dim()}), Tensor());
+    ops_.add_rmsnorm_forward(x, h, rstd, x, tmp, part(w, o.mlp_norm, {C}), eps);
+    ops_.linear_forward(gate_up, h, part(w, o.gate_up_w, {2 * I, C}), Tensor());
+    ops_.swiglu_forward(act, gate_up);
+    ops_.linear_forward(tmp, act, part(w, o.down_w, {C, I}), Tensor());
+    weights_.release(table_.block_unit(l));
+    if (l + 1 == c_.num_layers) {
+      ops_.add(x, tmp, x);
+    } else {
+      w = weights_.weights(table_.block_unit(l + 1));
+      ops_.add_rmsnorm_forward(x, h, rstd, x, tmp, part(w, o.attn_norm, {C}), eps);
+    }
+  }
+  // The rows that need logits: gathered (an embedding lookup into x), normed, projected.
+  const Tensor last = first(last_, n), last_norm = first(last_norm_, n);
+  const Tensor last_rstd(last_rstd_.data, DType::kF32, {n}, last_rstd_.device);
+  ops_.embedding_forward(last, b.outputs, x);
+  const int norm = table_.norm_unit(), head = table_.lm_head_unit();
+  ops_.rmsnorm_forward(last_norm, last_rstd, last, part(weights_.weights(norm), 0, {C}), eps);
+  weights_.release(norm);
+  ops_.linear_forward(first(logits_, n), last_norm, part(weights_.weights(head), 0, {V, C}), Tensor());
+  weights_.release(head);
+  if (greedy) ops_.argmax_rows(part(argmax_, 0, {n}), first(logits_, n));
+}
+
+void Decoder::forward(const DecodeRows& rows, std::vector<float>& logits) {
+  compute(rows, false);
+  const int64_t n = static_cast<int64_t>(rows.outputs.size());
+  logits.resize(static_cast<size_t>(n * c_.vocab_size));
+  ops_.download(logits.data(), first(logits_, n));
+}
+
+void Decoder::forward_greedy(const DecodeRows& rows, std::vector<int32_t>& ids) {
+  compute(rows, true);
+  ids.resize(rows.outputs.size());
+  ops_.download(ids.data(), part(argmax_, 0, {static_cast<int64_t>(ids.size())}));
+}
+
+void Decoder::compute(const DecodeRows& rows, bool greedy) {
+  const int64_t R = static_cast<int64_t>(rows.ids.size()), n = static_cast<int64_t>(rows.outputs.size());
+  ANVIL_ENSURE(R >= 1 && n >= 1 && rows.slots.size() == rows.ids.size() && rows.positions.size() == rows.ids.size(),
+               kInternal, "decoder forward: ", R, " rows, ", n, " outputs");
+  ANVIL_ENSURE(slots_ > 0, kInternal, "decoder forward before reserve_cache");
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t id = rows.ids[static_cast<size_t>(r)];
+    ANVIL_ENSURE(id >= 0 && id < c_.vocab_size, kInvalidInput, "token id ", id, " is outside the vocabulary of ",
+                 c_.vocab_size);
+    ANVIL_ENSURE(rows.slots[static_cast<size_t>(r)] >= 0 && rows.slots[static_cast<size_t>(r)] < slots_ &&
+                     rows.positions[static_cast<size_t>(r)] >= 0 &&
+                     rows.positions[static_cast<size_t>(r)] < positions_,
+                 kInternal, "decoder row ", r, " is outside the cache");
+  }
+  for (int32_t o : rows.outputs) ANVIL_ENSURE(o >= 0 && o < R, kInternal, "decoder output row ", o, " of ", R);
+  reserve_rows(R, n);
+  const Buffers b = upload(rows);
+  // A shape seen before is recorded on its second call and replayed from then on: the
+  // decode step of a batch. (The views of b depend only on R and n, so they are the same.)
+  const bool can = recording_ && ops_.can_record();
+  const auto key = std::make_tuple(R, n, greedy);
+  auto it = seen_.find(key);
+  if (!can || it == seen_.end()) {
+    // A forward run directly may grow the backend's scratch memory, which recordings
+    // point into: they are dropped first (the next batch's prefill drops the last decode's).
+    if (can && !seen_.empty()) {
+      ops_.drop_recordings();
+      seen_.clear();
+    }
+    run(b, R, n, greedy);
+    if (can) seen_[key] = -1;
+  } else {
+    if (it->second < 0) {
+      ops_.begin_recording();
+      run(b, R, n, greedy);
+      it->second = ops_.end_recording();
+    }
+    ops_.replay(it->second);
+  }
+}
+
+}  // namespace anvil

@@ -1,0 +1,315 @@
+#include "io/checkpoint_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <future>
+
+#include "core/fault.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "core/threads.h"
+
+namespace anvil {
+namespace {
+
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full, kP3 = 0x165667B19E3779F9ull,
+                   kP4 = 0x85EBCA77C2B2AE63ull, kP5 = 0x27D4EB2F165667C5ull;
+
+inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t read64(const unsigned char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);  // little-endian hosts only (x86-64, aarch64)
+  return v;
+}
+inline uint32_t read32(const unsigned char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint64_t xround(uint64_t acc, uint64_t input) { return rotl(acc + input * kP2, 31) * kP1; }
+inline uint64_t merge(uint64_t h, uint64_t v) { return (h ^ xround(0, v)) * kP1 + kP4; }
+
+uint64_t file_size(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+}  // namespace
+
+void Xxh64::update(const void* data, size_t n) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  if (!started_) {
+    acc_[0] = kP1 + kP2;
+    acc_[1] = kP2;
+    acc_[2] = 0;
+    acc_[3] = 0 - kP1;
+    started_ = true;
+  }
+  total_ += n;
+  if (buf_len_ > 0) {
+    const size_t take = std::min(n, 32 - buf_len_);
+    std::memcpy(buf_ + buf_len_, p, take);
+    buf_len_ += take;
+    p += take;
+    n -= take;
+    if (buf_len_ < 32) return;
+    for (int i = 0; i < 4; ++i) acc_[i] = xround(acc_[i], read64(buf_ + 8 * i));
+    buf_len_ = 0;
+  }
+  uint64_t a0 = acc_[0], a1 = acc_[1], a2 = acc_[2], a3 = acc_[3];
+  for (; n >= 32; p += 32, n -= 32) {
+    a0 = xround(a0, read64(p));
+    a1 = xround(a1, read64(p + 8));
+    a2 = xround(a2, read64(p + 16));
+    a3 = xround(a3, read64(p + 24));
+  }
+  acc_[0] = a0, acc_[1] = a1, acc_[2] = a2, acc_[3] = a3;
+  std::memcpy(buf_, p, n);
+  buf_len_ = n;
+}
+
+uint64_t Xxh64::digest() const {
+  uint64_t h;
+  if (total_ >= 32) {
+    h = rotl(acc_[0], 1) + rotl(acc_[1], 7) + rotl(acc_[2], 12) + rotl(acc_[3], 18);
+    for (uint64_t a : acc_) h = merge(h, a);
+  } else {
+    h = kP5;
+  }
+  h += total_;
+  const unsigned char* p = buf_;
+  size_t n = buf_len_;
+  for (; n >= 8; p += 8, n -= 8) h = rotl(h ^ xround(0, read64(p)), 27) * kP1 + kP4;
+  if (n >= 4) {
+    h = rotl(h ^ (static_cast<uint64_t>(read32(p)) * kP1), 23) * kP2 + kP3;
+    p += 4;
+    n -= 4;
+  }
+  for (; n > 0; ++p, --n) h = rotl(h ^ (*p * kP5), 11) * kP1;
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  h ^= h >> 32;
+  return h;
+}
+
+std::string Xxh64::hex() const {
+  char s[17];
+  std::snprintf(s, sizeof s, "%016llx", static_cast<unsigned long long>(digest()));
+  return s;
+}
+
+std::string xxh64_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ANVIL_ENSURE(fd >= 0, kNotFound, path, ": cannot open (", errno_text(), ")");
+  Xxh64 h;
+  std::vector<unsigned char> buf(size_t{8} << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = errno_text();
+      ::close(fd);
+      raise(ErrorKind::kIo, path, ": read failed (", why, ")");
+    }
+    if (n == 0) break;
+    h.update(buf.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return h.hex();
+}
+
+std::string shard_file_name(int rank) {
+  char s[40];
+  std::snprintf(s, sizeof s, "rank-%05d.safetensors", rank);
+  return s;
+}
+
+std::string checkpoint_name(int64_t step) { return cat("step-", step); }
+
+ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors, const ShardFill& fill,
+                        Fault fault) {
+  Json header = Json::object();
+  uint64_t offset = 0;
+  for (const ShardTensor& t : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(t.numel) * 4;
+    header[t.name] = {{"dtype", "F32"}, {"shape", {t.numel}}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  std::string text = header.dump();
+  while (text.size() % 8 != 0) text.push_back(' ');
+  const uint64_t len = text.size();
+  const uint64_t total = 8 + len + offset;
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ANVIL_ENSURE(fd >= 0, kIo, tmp, ": cannot create (", errno_text(), ")");
+  ShardRecord rec;
+  rec.file = std::filesystem::path(path).filename().string();
+  Xxh64 hash;
+  try {
+    // The fault-injection point of the writer (core/fault.h): halfway through the file,
+    // exit (a crash) or fail as a full disk does.
+    const uint64_t halfway = fault == Fault::kNone ? total : total / 2;
+    auto put = [&](const void* p, size_t n) {
+      hash.update(p, n);
+      const char* c = static_cast<const char*>(p);
+      while (n > 0) {
+        const size_t want = std::min<size_t>({n, size_t{1} << 30, static_cast<size_t>(halfway - rec.bytes)});
+        ssize_t w = want > 0 ? ::write(fd, c, want) : 0;
+        if (w < 0 && errno == EINTR) continue;
+        if (want == 0 && fault == Fault::kDieInSave) {
+          log_error("fault ", fault_name(fault), " (ANVIL_FAULT): exiting halfway through ", path);
+          std::_Exit(86);
+        }
+        if (want == 0) errno = ENOSPC, w = -1;
+        ANVIL_ENSURE(w > 0, kIo, path, ": write failed (", errno_text(), "): ", total - rec.bytes, " of its ",
+                     total, " bytes missing");
+        c += w;
+        n -= static_cast<size_t>(w);
+        rec.bytes += static_cast<uint64_t>(w);
+      }
+    };
+    put(&len, 8);
+    put(text.data(), text.size());
+    // Chunks of at most 64 MiB: while one is hashed and written on a second thread, the
+    // next is filled (downloaded from the device) into the other buffer.
+    constexpr int64_t kChunk = int64_t{16} << 20;  // floats
+    std::vector<float> bufs[2] = {std::vector<float>(kChunk), std::vector<float>(kChunk)};
+    std::future<void> pending;  // joined before the handler below runs
+    int turn = 0;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      for (int64_t begin = 0; begin < tensors[i].numel; begin += kChunk, turn ^= 1) {
+        const int64_t n = std::min(kChunk, tensors[i].numel - begin);
+        float* buf = bufs[turn].data();
+        fill(i, begin, n, buf);
+        if (pending.valid()) pending.get();
+        pending = std::async(std::launch::async, [&put, buf, n] { put(buf, static_cast<size_t>(n) * 4); });
+      }
+    if (pending.valid()) pending.get();
+    ANVIL_ENSURE(::fsync(fd) == 0, kIo, path, ": sync failed (", errno_text(), ")");
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ANVIL_ENSURE(::close(fd) == 0, kIo, path, ": close failed (", errno_text(), ")");
+  ANVIL_ENSURE(::rename(tmp.c_str(), path.c_str()) == 0, kIo, path, ": rename failed (", errno_text(), ")");
+  rec.xxh64 = hash.hex();
+  return rec;
+}
+
+Json read_checkpoint_meta(const std::string& ckpt) {
+  const std::string path = path_join(ckpt, "meta.json");
+  ANVIL_ENSURE(path_exists(path), kNotFound, path, ": missing (", ckpt, " is not a complete checkpoint)");
+  Json meta = json_read_file(path);
+  ANVIL_ENSURE(meta.is_object() && meta.value("format", "") == kCheckpointFormat, kInvalidInput, path,
+               ": not an anvil checkpoint (no \"format\": \"", kCheckpointFormat, "\")");
+  ANVIL_ENSURE(meta.value("version", 0) == kCheckpointVersion, kUnsupported, path, ": checkpoint version ",
+               meta.value("version", 0), ", this anvil reads version ", kCheckpointVersion);
+  for (const char* key : {"step", "world", "mode", "config", "units", "tensors", "shards"})
+    ANVIL_ENSURE(meta.contains(key), kInvalidInput, path, ": no \"", key, "\"");
+  return meta;
+}
+
+void write_checkpoint_meta(const std::string& ckpt, const Json& meta) {
+  write_file_atomic(path_join(ckpt, "meta.json"), meta.dump(1));
+}
+
+Status validate_checkpoint(const std::string& ckpt, bool verify_checksums) {
+  try {
+    const Json meta = read_checkpoint_meta(ckpt);
+    const Json& shards = meta["shards"];
+    const int world = meta["world"].get<int>();
+    ANVIL_ENSURE(shards.is_array() && static_cast<int>(shards.size()) == world, kInvalidInput,
+                 path_join(ckpt, "meta.json"), ": ", shards.size(), " shard files for a world of ", world);
+    std::vector<std::string> errors(shards.size());
+    parallel_for(static_cast<int64_t>(shards.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const Json& s = shards[static_cast<size_t>(i)];
+        const std::string path = path_join(ckpt, s["file"].get<std::string>());
+        std::string& err = errors[static_cast<size_t>(i)];
+        if (!path_exists(path)) {
+          err = cat(path, ": missing");
+          continue;
+        }
+        const uint64_t want = s["bytes"].get<uint64_t>(), got = file_size(path);
+        if (got != want) {
+          err = cat(path, ": ", got, " bytes, meta.json records ", want, got < want ? " (truncated)" : "");
+          continue;
+        }
+        if (!verify_checksums) continue;
+        try {
+          const std::string sum = xxh64_file(path);
+          if (sum != s["xxh64"].get<std::string>())
+            err = cat(path, ": checksum ", sum, " differs from ", s["xxh64"].get<std::string>(),
+                      " recorded in meta.json (the file is corrupt)");
+        } catch (const Error& x) {
+          err = x.what();
+        }
+      }
+    });
+    for (const std::string& err : errors)
+      if (!err.empty()) return Status(ErrorKind::kInvalidInput, err);
+  } catch (const Error& e) {
+    return Status::from(e);
+  } catch (const std::exception& e) {  // a meta.json of the wrong shape (nlohmann type errors)
+    return Status(ErrorKind::kInvalidInput, cat(path_join(ckpt, "meta.json"), ": ", e.what()));
+  }
+  return Status();
+}
+
+int64_t checkpoint_step(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  if (name.empty()) name = std::filesystem::path(path).parent_path().filename().string();
+  if (name.size() < 6 || name.compare(0, 5, "step-") != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& ckpt_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt_dir, ec)) {
+    const std::string p = entry.path().string();
+    const int64_t step = checkpoint_step(p);
+    if (step >= 0 && path_exists(path_join(p, "meta.json"))) found.emplace_back(step, p);
+  }
+  std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& [step, p] : found) out.push_back(p);
+  return out;
+}
+
+std::string older_valid_checkpoint(const std::string& ckpt) {
+  std::filesystem::path p(ckpt);
+  if (p.filename().empty()) p = p.parent_path();
+  const int64_t step = checkpoint_step(p.string());
+  for (const std::string& other : list_checkpoints(p.parent_path().empty() ? "." : p.parent_path().string()))
+    if (checkpoint_step(other) < step && validate_checkpoint(other).ok()) return other;
+  return "";
+}
+
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ANVIL_ENSURE(fd >= 0, kIo, dir, ": cannot open (", errno_text(), ")");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  ANVIL_ENSURE(rc == 0, kIo, dir, ": sync failed (", errno_text(), ")");
+}
+
+}  // namespace anvil

@@ -1,0 +1,153 @@
+#include "plan/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "core/error.h"
+#include "model/params.h"
+#include "ops/attention_scratch.h"
+#include "ops/cross_entropy_chunks.h"
+
+namespace anvil {
+namespace {
+
+constexpr int64_t kGemmWorkspace = 64ll << 20;
+
+std::string gib(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", static_cast<double>(bytes) / (1ll << 30));
+  return b;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const PlanInput& in) {
+  const ModelConfig& c = in.config;
+  ANVIL_ENSURE(in.mode != ParallelMode::kAuto, kInternal, "plan_memory: the mode is not resolved");
+  const bool fsdp = in.mode == ParallelMode::kFsdp;
+  ParamTable table(c, in.world);
+  const int64_t cd = static_cast<int64_t>(dtype_size(in.compute_dtype));
+  int64_t owned = 0, largest = 0, largest_shard = 0, grad_bytes = 0;
+  const int64_t once_bytes = static_cast<int64_t>(dtype_size(in.grad_dtype));  // a unit written once per backward
+  for (size_t i = 0; i < table.units().size(); ++i) {
+    const UnitInfo& u = table.units()[i];
+    const int64_t mine = fsdp ? u.shard() : u.padded;
+    owned += mine;
+    grad_bytes += mine * (table.grads_written_once(static_cast<int>(i)) ? once_bytes : 4);
+    largest = std::max(largest, u.padded);
+    largest_shard = std::max(largest_shard, u.shard());
+  }
+  MemoryPlan p;
+  p.mode = in.mode;
+  p.recompute = in.recompute;
+  p.params = 4 * owned;
+  p.optimizer = 8 * owned;
+  p.grads = grad_bytes;
+  if (in.world == 1) {
+    // One process, either mode: the masters' high halves (bf16) or the masters themselves
+    // (F32) are the compute weights (parallel/param_store.h); params counts their 4 bytes.
+    p.weights = 0;
+  } else if (fsdp) {
+    // Live at once: the embedding's full gradient (written by the output layer when tied,
+    // read at the end of backward), one unit's being written, one being reduce-scattered;
+    // and two gathered units (the one in use and the next).
+    const int64_t embed = table.units()[static_cast<size_t>(table.embed_unit())].padded;
+    // bf16 reduction: the unit being reduce-scattered is a bf16 copy (its F32 buffer is
+    // freed at once), and the reduced shard lands in a bf16 buffer before it is added.
+    const bool bf16 = in.reduce_dtype == DType::kBF16;
+    const int64_t bf16_extra = bf16 ? 2 * largest + 2 * largest_shard : 0;
+    p.grads += in.fsdp_defer_sync ? 4 * table.total_padded() + 4 * largest_shard + bf16_extra
+                                  : 4 * (embed + largest) + (bf16 ? 0 : 4 * largest) + bf16_extra + 4 * largest_shard;
+    p.weights = cd * 2 * largest;
+  } else {
+    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * owned;
+    // bf16 reduction: one unit's bf16 copy in flight and the next one being made.
+    if (in.reduce_dtype == DType::kBF16) p.grads += 2 * 2 * largest;
+  }
+  const ActivationLayout a = activation_layout(c, in.micro_batch, in.seq_len, in.compute_dtype);
+  p.activations = a.total(c.num_layers, in.recompute);
+  const int64_t n = in.micro_batch * in.seq_len;
+  // The backend's shared scratch holds the largest temporary: the cross-entropy chunk or
+  // attention's (ops/cuda/cuda_ops.cpp).
+  const int64_t scratch = std::max(cross_entropy_chunks(n, c.vocab_size).bytes,
+                                   attention_scratch_bytes(in.micro_batch, in.seq_len, c.num_heads,
+                                                           c.num_kv_heads, c.head_dim));
+  p.workspace = kGemmWorkspace + scratch + 4 * n * 2;
+  return p;
+}
+
+bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes) { return p.total() + kPlanReserve <= gpu_bytes; }
+
+PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
+  PlanAdvice a;
+  auto pick = [&](ParallelMode mode) {
+    PlanInput x = in;
+    x.mode = mode;
+    if (recompute != Recompute::kAuto) {
+      x.recompute = recompute;
+      return plan_memory(x);
+    }
+    MemoryPlan p;
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {  // fastest first
+      x.recompute = r;
+      p = plan_memory(x);
+      if (plan_fits(p, gpu_bytes)) break;
+    }
+    return p;
+  };
+  a.ddp = pick(ParallelMode::kDdp);
+  a.fsdp = pick(ParallelMode::kFsdp);
+  a.fits = plan_fits(a.ddp, gpu_bytes) || plan_fits(a.fsdp, gpu_bytes);
+  if (plan_fits(a.ddp, gpu_bytes)) {
+    a.mode = ParallelMode::kDdp;
+    a.message = "ddp fits: every GPU holds the whole model, its gradients and AdamW state.";
+  } else if (plan_fits(a.fsdp, gpu_bytes)) {
+    a.mode = ParallelMode::kFsdp;
+    // (Never on one GPU, where both modes hold the same: plan_memory.)
+    a.message = "ddp does not fit; fsdp does: each GPU holds 1/" + std::to_string(in.world) +
+                " of the weights, gradients and AdamW state.";
+  } else {
+    // Model states alone: 16 bytes per parameter, divided by the world size in FSDP.
+    const int64_t states = 16 * in.config.num_parameters();
+    const int64_t room = gpu_bytes - kPlanReserve - a.fsdp.activations - a.fsdp.workspace - a.fsdp.weights;
+    const int64_t need = room > 0 ? (states + room - 1) / room : 0;
+    a.message = "neither mode fits in " + gib(gpu_bytes) + " GiB per GPU";
+    if (recompute != Recompute::kFull && recompute != Recompute::kAuto) a.message += "; try --recompute full";
+    if (need > in.world && room > 0) a.message += "; fsdp needs about " + std::to_string(need) + " GPUs of this size";
+    a.message += "; or a shorter --seq-len or smaller --micro-batch.";
+  }
+  return a;
+}
+
+std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_bytes) {
+  std::string s;
+  char line[256];
+  std::snprintf(line, sizeof line, "%s: %lld parameters, %d GPU(s), sequence %lld x micro-batch %lld, %s GiB per GPU\n",
+                in.config.architecture.c_str(), static_cast<long long>(in.config.num_parameters()), in.world,
+                static_cast<long long>(in.seq_len), static_cast<long long>(in.micro_batch), gib(gpu_bytes).c_str());
+  s += line;
+  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "GiB per GPU", "ddp", "fsdp");
+  s += line;
+  auto row = [&](const char* name, int64_t d, int64_t f) {
+    std::snprintf(line, sizeof line, "%-12s %12s %12s\n", name, gib(d).c_str(), gib(f).c_str());
+    s += line;
+  };
+  row("parameters", a.ddp.params, a.fsdp.params);
+  row("gradients", a.ddp.grads, a.fsdp.grads);
+  row("optimizer", a.ddp.optimizer, a.fsdp.optimizer);
+  row("weights", a.ddp.weights, a.fsdp.weights);
+  row("activations", a.ddp.activations, a.fsdp.activations);
+  row("workspace", a.ddp.workspace, a.fsdp.workspace);
+  row("total", a.ddp.total(), a.fsdp.total());
+  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "recompute", recompute_name(a.ddp.recompute),
+                recompute_name(a.fsdp.recompute));
+  s += line;
+  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "fits", plan_fits(a.ddp, gpu_bytes) ? "yes" : "no",
+                plan_fits(a.fsdp, gpu_bytes) ? "yes" : "no");
+  s += line;
+  s += "advice: " + a.message + "\n";
+  return s;
+}
+
+}  // namespace anvil

@@ -1,0 +1,164 @@
+#include "train/bench_step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <random>
+
+#include "core/error.h"
+#include "train/open_run.h"
+
+namespace anvil {
+
+double model_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+  // The input embedding is a lookup, not a product; a tied matrix is used as the output
+  // projection, an untied output layer is a product of its own.
+  const double matmul_params =
+      static_cast<double>(c.num_parameters()) - (c.tie_word_embeddings ? 0.0 : static_cast<double>(c.vocab_size * c.hidden_size));
+  return 6.0 * matmul_params + 6.0 * static_cast<double>(c.num_layers * seq_len * c.q_dim());
+}
+
+double gpu_peak_tflops(const std::string& name) {
+  struct Peak {
+    const char* key;
+    double tflops;
+  };
+  // Dense bf16 tensor-core rates from the vendors' datasheets (SXM parts).
+  static const Peak kPeaks[] = {{"H100", 989.4}, {"H200", 989.4}, {"GH200", 989.4}, {"H800", 989.4},
+                                {"B200", 2250.0}, {"B100", 1750.0}, {"A100", 312.0}, {"A800", 312.0},
+                                {"L40S", 362.1}, {"L40", 181.0}, {"L4", 121.0},   {"4090", 165.2},
+                                {"A10", 125.0}};
+  for (const Peak& p : kPeaks)
+    if (name.find(p.key) != std::string::npos) return p.tflops;
+  return 0;
+}
+
+namespace {
+
+// `steps` steps with every op timed: per step, each op's calls, device and host milliseconds
+// (by op and shape, the largest device time first) and the main queue's span.
+Json time_ops(Trainer& trainer, const std::vector<std::vector<TokenBatch>>& batches, size_t& next, int64_t steps) {
+  std::vector<Ops::OpTime> sum;
+  std::map<std::string, size_t> row;
+  double span = 0;
+  for (int64_t k = 0; k < steps; ++k) {
+    trainer.ops().set_op_timing(true);
+    trainer.step(batches[next++]);
+    trainer.ops().set_op_timing(false);
+    const Ops::OpTimes t = trainer.ops().take_op_times();
+    span += t.span_ms;
+    for (const Ops::OpTime& op : t.ops) {
+      auto [it, fresh] = row.emplace(op.op, sum.size());
+      if (fresh) sum.push_back({op.op, 0, 0, 0});
+      Ops::OpTime& s = sum[it->second];
+      s.calls += op.calls;
+      s.device_ms += op.device_ms;
+      s.host_ms += op.host_ms;
+    }
+  }
+  std::stable_sort(sum.begin(), sum.end(),
+                   [](const Ops::OpTime& a, const Ops::OpTime& b) { return a.device_ms > b.device_ms; });
+  const double n = static_cast<double>(std::max<int64_t>(steps, 1));
+  Json ops = Json::array();
+  for (const Ops::OpTime& op : sum)
+    ops.push_back(Json{{"op", op.op},
+                       {"calls", static_cast<double>(op.calls) / n},
+                       {"device_ms", op.device_ms / n},
+                       {"host_ms", op.host_ms / n}});
+  return Json{{"steps", steps}, {"span_ms", span / n}, {"ops", ops}};
+}
+
+}  // namespace
+
+Json run_bench_step(const BenchStepOptions& o) {
+  ANVIL_ENSURE(o.steps > o.warmup && o.warmup >= 0, kUsage, "anvil bench step: --steps must exceed --warmup");
+  RunSpec spec;
+  spec.model = o.model;
+  spec.preset = o.model.empty() ? o.preset : "";
+  spec.device = o.device;
+  spec.mode = o.mode;
+  spec.reduce_dtype = o.reduce_dtype;
+  spec.recompute = o.recompute;
+  spec.micro_batch = o.micro_batch;
+  spec.grad_accum = o.grad_accum;
+  spec.grad_dtype = o.grad_dtype;
+  spec.total_steps = o.steps;
+  spec.overlap_optimizer = o.overlap_optimizer;
+  OpenRun run = open_run(spec);
+  const std::unique_ptr<Comm>& comm = run.comm;
+  const int world = run.world;
+  const ModelConfig& cfg = run.config;
+  std::unique_ptr<Trainer> trainer;
+  {
+    HostUnits fresh;
+    trainer = make_trainer(run, spec, o.seq_len, initial_weights(run, o.seed, fresh));  // checks the plan first
+  }
+
+  std::mt19937_64 rng(static_cast<uint64_t>(o.seed) + 17 * static_cast<uint64_t>(comm ? comm->rank() : 0));
+  std::uniform_int_distribution<int64_t> token(0, cfg.vocab_size - 1);
+  const int64_t phase_steps = std::min<int64_t>(3, o.steps - o.warmup);
+  std::vector<std::vector<TokenBatch>> batches(static_cast<size_t>(o.steps + (o.op_times ? 2 : 1) * phase_steps));
+  for (auto& micro : batches) {
+    micro.resize(static_cast<size_t>(o.grad_accum));
+    for (auto& b : micro) {
+      b.ids.resize(static_cast<size_t>(o.micro_batch * o.seq_len));
+      for (auto& id : b.ids) id = token(rng);
+    }
+  }
+  // Throughput: the timed steps back to back, the device synchronised only around them.
+  size_t next = 0;
+  for (int64_t step = 1; step <= o.warmup; ++step) trainer->step(batches[next++]);
+  trainer->ops().synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = o.warmup + 1; step <= o.steps; ++step) trainer->step(batches[next++]);
+  trainer->ops().synchronize();
+  const double timed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t timed_steps = o.steps - o.warmup;
+  // The breakdown: more steps with the device synchronised at each phase boundary.
+  trainer->enable_timing(true);
+  StepTiming sum;
+  for (int64_t k = 0; k < phase_steps; ++k) {
+    trainer->step(batches[next++]);
+    const StepTiming& t = trainer->last_timing();
+    sum.forward += t.forward;
+    sum.backward += t.backward;
+    sum.communication += t.communication;
+    sum.optimizer += t.optimizer;
+  }
+  trainer->enable_timing(false);
+  const Json op_times = o.op_times ? time_ops(*trainer, batches, next, phase_steps) : Json(nullptr);
+  const double tokens = static_cast<double>(timed_steps * o.grad_accum * o.micro_batch * o.seq_len * world);
+  const double tps = tokens / timed;
+  const std::string dev_name = trainer->ops().name();
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops : gpu_peak_tflops(dev_name);
+  const Ops::MemoryStats mem = trainer->ops().memory_stats();
+  const double n = static_cast<double>(timed_steps), np = static_cast<double>(std::max<int64_t>(phase_steps, 1));
+  Json j = {{"bench", "step"},
+            {"model", o.model.empty() ? o.preset : o.model},
+            {"params", cfg.num_parameters()},
+            {"device", dev_name},
+            {"world", world},
+            {"mode", parallel_mode_name(trainer->mode())},
+            {"reduce_dtype", o.reduce_dtype == DType::kBF16 ? "bf16" : "fp32"},
+            {"grad_dtype", trainer->grad_dtype() == DType::kBF16 ? "bf16" : "fp32"},
+            {"recompute", recompute_name(trainer->recompute())},
+            {"seq_len", o.seq_len},
+            {"micro_batch", o.micro_batch},
+            {"grad_accum", o.grad_accum},
+            {"overlap_optimizer", o.overlap_optimizer},
+            {"tokens_per_s", tps},
+            {"step_ms", 1e3 * timed / n},
+            {"forward_ms", 1e3 * sum.forward / np},
+            {"backward_ms", 1e3 * sum.backward / np},
+            {"communication_ms", 1e3 * sum.communication / np},
+            {"optimizer_ms", 1e3 * sum.optimizer / np},
+            {"flops_per_token", model_flops_per_token(cfg, o.seq_len)},
+            {"peak_allocated_gib", static_cast<double>(mem.peak) / (1ll << 30)},
+            {"planned_gib", static_cast<double>(trainer->plan().total()) / (1ll << 30)}};
+  j["mfu"] = peak > 0 ? Json(tps * model_flops_per_token(cfg, o.seq_len) / world / (peak * 1e12)) : Json(nullptr);
+  j["peak_tflops"] = peak > 0 ? Json(peak) : Json(nullptr);
+  if (o.op_times) j["op_times"] = op_times;
+  return j;
+}
+
+}  // namespace anvil

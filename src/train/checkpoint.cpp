@@ -1,0 +1,557 @@
+#include "train/checkpoint.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "core/bf16.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/fault.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "core/threads.h"
+#include "io/checkpoint_files.h"
+#include "io/safetensors.h"
+
+namespace anvil {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+constexpr const char* kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
+
+std::string parent_of(const std::string& path) {
+  std::filesystem::path p(path);
+  if (p.filename().empty()) p = p.parent_path();
+  return p.parent_path().empty() ? "." : p.parent_path().string();
+}
+
+// The refusal of a checkpoint: what is wrong (naming the file) and what to do instead.
+std::string refusal(const std::string& ckpt, const std::string& why) {
+  const std::string older = older_valid_checkpoint(ckpt);
+  return cat("checkpoint ", ckpt, " refused: ", why, "; ",
+             older.empty() ? std::string("no older complete checkpoint is left beside it")
+                           : cat("the newest older complete checkpoint is ", older, " (resume from it with --resume ",
+                                 older, ")"));
+}
+[[noreturn]] void refuse(const std::string& ckpt, const std::string& why) {
+  raise(ErrorKind::kInvalidInput, refusal(ckpt, why));
+}
+
+Json table_json(const ParamTable& table) {
+  Json units = Json::array(), tensors = Json::array();
+  for (const UnitInfo& u : table.units()) units.push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}});
+  for (const ParamEntry& e : table.entries()) {
+    Json shape = Json::array();
+    for (int i = 0; i < e.shape.ndim; ++i) shape.push_back(e.shape[i]);
+    tensors.push_back({{"name", e.name}, {"unit", e.unit}, {"offset", e.offset}, {"shape", shape}});
+  }
+  return {{"units", units}, {"tensors", tensors}};
+}
+
+// Throws (naming meta.json and the tensor) when the checkpoint's name table is not the
+// model's: every tensor must be there with the same shape, and nothing else.
+void check_model(const std::string& ckpt, const Json& meta, const ParamTable& table) {
+  const std::string file = path_join(ckpt, "meta.json");
+  std::map<std::string, const Json*> saved;
+  for (const Json& t : meta["tensors"]) saved[t["name"].get<std::string>()] = &t;
+  for (const ParamEntry& e : table.entries()) {
+    auto it = saved.find(e.name);
+    if (it == saved.end()) refuse(ckpt, cat(file, ": the model being trained has ", e.name, ", the checkpoint does not (another model)"));
+    Shape s;
+    for (const Json& d : (*it->second)["shape"]) {
+      if (s.ndim == Shape::kMaxDims) refuse(ckpt, cat(file, ": ", e.name, " has too many dimensions"));
+      s.dims[static_cast<size_t>(s.ndim++)] = d.get<int64_t>();
+    }
+    if (!(s == e.shape))
+      refuse(ckpt, cat(file, ": ", e.name, " has shape ", s.str(), " in the checkpoint and ", e.shape.str(),
+                       " in the model being trained (another model)"));
+    saved.erase(it);
+  }
+  if (!saved.empty())
+    refuse(ckpt, cat(file, ": the checkpoint has ", saved.begin()->first, ", the model being trained does not (another model)"));
+}
+
+// The shard files of a checkpoint, mapped, and the copy of state by tensor name into any
+// layout.
+class CheckpointReader {
+ public:
+  CheckpointReader(const std::string& ckpt, const Json& meta) : ckpt_(ckpt), meta_(meta) {
+    world_ = meta["world"].get<int>();
+    for (const Json& u : meta["units"]) padded_.push_back(u["padded"].get<int64_t>());
+    for (const Json& s : meta["shards"]) files_.push_back(std::make_unique<SafetensorsFile>(path_join(ckpt, s["file"].get<std::string>())));
+    for (const Json& t : meta["tensors"])
+      place_[t["name"].get<std::string>()] = {t["unit"].get<int>(), t["offset"].get<int64_t>()};
+  }
+
+  // Elements [offset, offset + n) of saved unit `unit` of one kind, across shard files.
+  void copy(int kind, int unit, int64_t offset, int64_t n, float* out) const {
+    const int64_t shard = padded_[static_cast<size_t>(unit)] / world_;
+    while (n > 0) {
+      const int r = static_cast<int>(offset / shard);
+      const int64_t in = offset - r * shard, take = std::min(n, shard - in);
+      const std::string name = cat(kKinds[kind], ".", unit);
+      const SafeTensorInfo& t = files_[static_cast<size_t>(r)]->get(name);
+      ANVIL_ENSURE(t.dtype == DType::kF32 && t.shape.ndim == 1 && t.shape[0] == shard, kInvalidInput,
+                   files_[static_cast<size_t>(r)]->path(), ": ", name, " has shape ", t.shape.str(), ", expected [",
+                   shard, "] F32");
+      const float* src = reinterpret_cast<const float*>(t.data) + in;
+      std::memcpy(out, src, static_cast<size_t>(take) * 4);
+      release_mapped_pages(src, static_cast<size_t>(take) * 4);
+      out += take;
+      offset += take;
+      n -= take;
+    }
+  }
+
+  // Elements [begin, end) of one unit of `table` of one kind (padding zero), gathered
+  // tensor by tensor, the tensors copied in parallel.
+  void read_range(int kind, const ParamTable& table, int unit, int64_t begin, int64_t end, float* out) const {
+    std::fill(out, out + (end - begin), 0.0f);
+    std::vector<const ParamEntry*> parts;
+    for (const ParamEntry& e : table.entries())
+      if (e.unit == unit && e.offset < end && e.offset + e.numel() > begin) parts.push_back(&e);
+    parallel_for(static_cast<int64_t>(parts.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const ParamEntry& p = *parts[static_cast<size_t>(i)];
+        const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel());
+        const auto& [u, off] = place_.at(p.name);
+        copy(kind, u, off + (lo - p.offset), hi - lo, out + (lo - begin));
+      }
+    });
+  }
+
+  HostUnits read(int kind, const ParamTable& table) const {
+    HostUnits units = make_host_units(table);
+    for (size_t u = 0; u < units.size(); ++u)
+      read_range(kind, table, static_cast<int>(u), 0, table.units()[u].padded, units[u].data());
+    return units;
+  }
+
+ private:
+  std::string ckpt_;
+  const Json& meta_;
+  int world_ = 1;
+  std::vector<int64_t> padded_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::pair<int, int64_t>> place_;
+};
+
+// Export holds the whole model on the host (the file is written from it).
+void log_peak_host_memory() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  char line[64];
+  std::snprintf(line, sizeof line, "peak host memory %.2f GiB", static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0));
+  log_info(line);
+}
+
+void copy_if_present(const std::vector<std::string>& dirs, const std::string& file, const std::string& out_dir) {
+  for (const std::string& d : dirs)
+    if (!d.empty() && path_exists(path_join(d, file))) {
+      write_file_atomic(path_join(out_dir, file), read_file(path_join(d, file)));
+      return;
+    }
+}
+
+// Rank 0, once every shard is synced: meta.json, then the rename of the temporary folder
+// to step-<N> (the moment the checkpoint becomes complete), and the parent folder synced.
+void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const DataPosition& position,
+                       const Json& shards, const std::string& tmp_dir, const std::string& final_dir) {
+  const ParamStore& store = trainer.store();
+  Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
+               {"step", trainer.step_count()}, {"world", static_cast<int64_t>(shards.size())},
+               {"mode", parallel_mode_name(store.mode())},
+               {"data", {{"epoch", position.epoch}, {"samples_in_epoch", position.samples_in_epoch}}},
+               {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
+               {"train", settings.train}};
+  const ModelConfig& cfg = trainer.config();
+  meta["config"] = cfg.raw.is_object() ? cfg.raw : config_to_json(cfg);
+  const Json t = table_json(trainer.table());
+  meta["units"] = t["units"];
+  meta["tensors"] = t["tensors"];
+  meta["shards"] = shards;
+  if (!settings.config_toml.empty()) write_file_atomic(path_join(tmp_dir, "anvil_config.toml"), settings.config_toml);
+  write_checkpoint_meta(tmp_dir, meta);
+  fsync_directory(tmp_dir);
+  std::error_code ec;
+  std::filesystem::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
+  ANVIL_ENSURE(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, kIo, final_dir, ": rename from ", tmp_dir,
+               " failed (", errno_text(), ")");
+  fsync_directory(settings.ckpt_dir);
+}
+
+// The first rank's error message (empty: none), on every rank.
+std::string first_error(Comm* comm, const std::string& mine, std::string_view tag) {
+  if (!comm) return mine;
+  const auto len = static_cast<size_t>(comm->host_max(static_cast<double>(mine.size()), tag));
+  if (len == 0) return "";
+  std::string padded = mine;
+  padded.resize(len, '\0');
+  std::string all(len * static_cast<size_t>(comm->world()), '\0');
+  comm->host_all_gather(padded.data(), len, all.data(), tag);
+  for (size_t at = 0; at < all.size(); at += len)
+    if (all[at] != '\0') return std::string(all.c_str() + at);
+  return "";
+}
+
+// Why a save failed, what is left and what the run does: it stops.
+[[noreturn]] void save_failed(const SaveSettings& settings, int64_t step, const std::string& why) {
+  const std::vector<std::string> left = list_checkpoints(settings.ckpt_dir);
+  raise(ErrorKind::kIo, "checkpoint ", checkpoint_name(step), " not saved: ", why, "; ",
+        left.empty() ? std::string("no earlier checkpoint exists, the run stops with nothing saved")
+                     : cat("the run stops; its last good checkpoint is ", left.front(), " (step ",
+                           checkpoint_step(left.front()), "), untouched; the same command resumes from it"));
+}
+
+}  // namespace
+
+void remove_temporary_files(const std::string& ckpt_dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt_dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (n.rfind(".tmp-step-", 0) == 0 || n.find(".tmp.") != std::string::npos) {
+      std::filesystem::remove_all(entry.path(), ec);
+      if (!ec) log_info("removed the leftover ", entry.path().string(), " of an interrupted save");
+    }
+  }
+}
+
+void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std::vector<std::string>& pinned) {
+  if (keep_last <= 0) return;
+  const std::vector<std::string> kept = list_checkpoints(ckpt_dir);
+  for (size_t i = static_cast<size_t>(keep_last); i < kept.size(); ++i) {
+    if (std::find(pinned.begin(), pinned.end(), kept[i]) != pinned.end()) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(kept[i], ec);
+    if (ec) log_warn("could not delete the old checkpoint ", kept[i], " (", ec.message(), ")");
+  }
+}
+
+std::vector<std::string> continuation_changes(const Json& was, const Json& now) {
+  std::vector<std::string> out;
+  for (const char* key : {"data", "seq_len", "assistant_only_loss", "seed", "shuffle", "global_batch", "steps", "lr",
+                          "warmup", "schedule", "weight_decay", "beta1", "beta2", "eps", "max_grad_norm"}) {
+    if (!was.contains(key) || !now.contains(key) || was[key] == now[key]) continue;
+    // The step count shapes only a cosine schedule.
+    if (std::string(key) == "steps" && was.value("schedule", "") == "constant" && now.value("schedule", "") == "constant")
+      continue;
+    out.push_back(cat(key, " ", was[key].dump(), " -> ", now[key].dump()));
+  }
+  return out;
+}
+
+SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& settings, const DataPosition& position) {
+  const auto t0 = Clock::now();
+  const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
+  const int64_t step = trainer.step_count();
+  const ParamTable& table = trainer.table();
+  ParamStore& store = trainer.store();
+  const std::string final_dir = path_join(settings.ckpt_dir, checkpoint_name(step));
+  const std::string tmp_dir = path_join(settings.ckpt_dir, ".tmp-" + checkpoint_name(step));
+  std::string error;
+  if (rank == 0) {
+    try {
+      make_directories(settings.ckpt_dir);
+      remove_temporary_files(settings.ckpt_dir);
+      make_directories(tmp_dir);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  error = first_error(comm, error, "checkpoint folder");
+  if (!error.empty()) save_failed(settings, step, error);
+
+  // Rank r's slice [r * shard, (r + 1) * shard) of every unit, wherever it is held.
+  const size_t n_units = table.units().size();
+  std::vector<ShardTensor> tensors;
+  for (int k = 0; k < 3; ++k)
+    for (size_t u = 0; u < n_units; ++u) tensors.push_back({cat(kKinds[k], ".", u), table.units()[u].shard()});
+  const ParamStore::State state[3] = {ParamStore::State::kMaster, ParamStore::State::kExpAvg,
+                                      ParamStore::State::kExpAvgSq};
+  const Fault fault = fault_armed(Fault::kDieInSave, step, rank, world)       ? Fault::kDieInSave
+                      : fault_armed(Fault::kNoSpaceInSave, step, rank, world) ? Fault::kNoSpaceInSave
+                                                                              : Fault::kNone;
+  ShardRecord rec;
+  try {
+    rec = write_shard(
+        path_join(tmp_dir, shard_file_name(rank)), tensors,
+        [&](size_t i, int64_t begin, int64_t n, float* out) {
+          const int u = static_cast<int>(i % n_units);
+          const int64_t shard = table.units()[static_cast<size_t>(u)].shard();
+          const int64_t at = rank * shard - store.owned_offset(u) + begin;
+          store.read_owned(state[i / n_units], u, at, n, out);
+        },
+        fault);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  error = first_error(comm, error, "checkpoint shards written");
+  if (!error.empty()) {
+    std::error_code ec;
+    if (rank == 0) std::filesystem::remove_all(tmp_dir, ec);
+    save_failed(settings, step, error);
+  }
+
+  // Sizes and checksums to rank 0, which writes meta.json once every shard is synced.
+  struct Wire {
+    uint64_t bytes;
+    char xxh64[16];
+  };
+  Wire mine{rec.bytes, {}};
+  std::memcpy(mine.xxh64, rec.xxh64.data(), 16);
+  std::vector<Wire> all(static_cast<size_t>(world));
+  if (comm) comm->host_all_gather(&mine, sizeof mine, all.data(), "checkpoint shards");
+  else all[0] = mine;
+  SaveReport report;
+  report.path = final_dir;
+  if (rank == 0) {
+    try {
+      uint64_t total = 0;
+      Json shards = Json::array();
+      for (int r = 0; r < world; ++r) {
+        const Wire& w = all[static_cast<size_t>(r)];
+        shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes},
+                          {"xxh64", std::string(w.xxh64, 16)}});
+        total += w.bytes;
+      }
+      commit_checkpoint(trainer, settings, position, shards, tmp_dir, final_dir);
+      report.gigabytes = static_cast<double>(total) / 1e9;
+    } catch (const Error& e) {
+      error = e.what();
+      std::error_code ec;
+      std::filesystem::remove_all(tmp_dir, ec);
+    }
+  }
+  error = first_error(comm, error, "checkpoint complete");
+  if (!error.empty()) save_failed(settings, step, error);
+  if (rank == 0) {
+    report.seconds = seconds_since(t0);
+    char line[256];
+    std::snprintf(line, sizeof line, "saved %s: %.3f GB in %.2f s (%.2f GB/s, %d shard%s)", final_dir.c_str(),
+                  report.gigabytes, report.seconds, report.gigabytes / std::max(report.seconds, 1e-9), world,
+                  world == 1 ? "" : "s");
+    log_info(line);
+    std::vector<std::string> pinned = settings.pinned;
+    pinned.push_back(final_dir);  // a resumed run behind newer checkpoints keeps its own
+    prune_checkpoints(settings.ckpt_dir, settings.keep_last, pinned);
+  }
+  return report;
+}
+
+std::string find_resume_checkpoint(const std::string& ckpt_dir, const std::string& resume) {
+  if (!resume.empty()) {
+    ANVIL_ENSURE(is_directory(resume), kNotFound, "--resume ", resume, ": no such checkpoint folder");
+    return resume;
+  }
+  if (ckpt_dir.empty() || !is_directory(ckpt_dir)) return "";
+  const std::vector<std::string> found = list_checkpoints(ckpt_dir);
+  return found.empty() ? "" : found.front();
+}
+
+ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Comm* comm) {
+  const auto t0 = Clock::now();
+  const int rank = comm ? comm->rank() : 0;
+  // Rank 0 reads and checksums every file; its verdict goes to every rank, so that
+  // whichever rank the launcher reports first says why.
+  std::string error;
+  if (rank == 0) {
+    const Status st = validate_checkpoint(path);
+    if (!st.ok()) error = refusal(path, st.message());
+  }
+  if (comm) {
+    const int64_t len = comm->host_sum(static_cast<int64_t>(error.size()), "checkpoint check");
+    std::string mine(static_cast<size_t>(len), '\0');
+    if (rank == 0) mine = error;
+    std::string all(static_cast<size_t>(len) * static_cast<size_t>(comm->world()), '\0');
+    if (len > 0) comm->host_all_gather(mine.data(), mine.size(), all.data(), "checkpoint verdict");
+    error = all.substr(0, static_cast<size_t>(len));
+  }
+  if (!error.empty()) raise(ErrorKind::kInvalidInput, error);
+  ResumePoint p;
+  p.path = path;
+  p.meta = read_checkpoint_meta(path);
+  check_model(path, p.meta, table);
+  p.step = p.meta["step"].get<int64_t>();
+  p.position.epoch = p.meta["data"].value("epoch", int64_t{0});
+  p.position.samples_in_epoch = p.meta["data"].value("samples_in_epoch", int64_t{0});
+  if (rank == 0) {
+    uint64_t bytes = 0;
+    for (const Json& s : p.meta["shards"]) bytes += s["bytes"].get<uint64_t>();
+    const double s = seconds_since(t0);
+    char line[256];
+    std::snprintf(line, sizeof line, "checkpoint %s verified: %.3f GB checksummed in %.2f s (%.2f GB/s)",
+                  path.c_str(), static_cast<double>(bytes) / 1e9, s, static_cast<double>(bytes) / 1e9 / std::max(s, 1e-9));
+    log_info(line);
+  }
+  return p;
+}
+
+UnitReader checkpoint_masters_reader(ResumePoint& point, const ParamTable& table) {
+  auto reader = std::make_shared<CheckpointReader>(point.path, point.meta);
+  return [reader, &point, &table](int unit, int64_t begin, int64_t end, float* out) {
+    const auto t0 = Clock::now();
+    reader->read_range(0, table, unit, begin, end, out);
+    point.read_seconds += seconds_since(t0);
+    point.read_bytes += static_cast<double>(end - begin) * 4;
+  };
+}
+
+void restore_optimizer(ResumePoint& point, Trainer& trainer) {
+  const auto t0 = Clock::now();
+  const CheckpointReader reader(point.path, point.meta);
+  const ParamTable& table = trainer.table();
+  ParamStore& store = trainer.store();
+  // Only this rank's owned elements are read (a 1/world slice in fsdp), unit by unit.
+  auto kind = [&](int k) {
+    return [&, k](int unit, int64_t begin, int64_t end, float* out) {
+      reader.read_range(k, table, unit, begin, end, out);
+      point.read_bytes += static_cast<double>(end - begin) * 4;
+    };
+  };
+  store.load_optimizer_state(kind(1), kind(2));
+  trainer.set_step_count(point.step);
+  point.read_seconds += seconds_since(t0);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "resumed from %s at step %lld (saved by %d x %s): this rank loaded %.3f GB in %.2f s (%.2f GB/s)",
+                point.path.c_str(), static_cast<long long>(point.step), point.meta["world"].get<int>(),
+                point.meta["mode"].get<std::string>().c_str(), point.read_bytes / 1e9, point.read_seconds,
+                point.read_bytes / 1e9 / std::max(point.read_seconds, 1e-9));
+  log_info(line);
+}
+
+void export_hf_folder(const ModelConfig& config, const ParamTable& table, const HostUnits& units,
+                      const HfExportSettings& s) {
+  ANVIL_ENSURE(s.dtype == DType::kF32 || s.dtype == DType::kBF16, kUnsupported, "export dtype ", dtype_name(s.dtype));
+  make_directories(s.out_dir);
+  // Remove the weights of an earlier export so that no stale shard or index is left beside the new ones.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(s.out_dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (n == "model.safetensors" || n == "model.safetensors.index.json" ||
+        (n.rfind("model-", 0) == 0 && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0))
+      std::filesystem::remove(entry.path(), ec);
+  }
+  Json j = config.raw.is_object() ? config.raw : config_to_json(config);
+  j["dtype"] = s.dtype == DType::kF32 ? "float32" : "bfloat16";
+  json_write_file(path_join(s.out_dir, "config.json"), j);
+
+  // Shards of consecutive tensors up to max_shard_bytes each (a larger tensor alone).
+  const size_t esize = dtype_size(s.dtype);
+  std::vector<std::vector<const ParamEntry*>> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (const ParamEntry& e : table.entries()) {
+    const int64_t bytes = e.numel() * static_cast<int64_t>(esize);
+    if (!shards.back().empty() && in_shard + bytes > s.max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&e);
+    in_shard += bytes;
+    total += bytes;
+  }
+  Json weight_map = Json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    const std::string file = shards.size() == 1 ? "model.safetensors" : name;
+    std::vector<std::vector<uint16_t>> bf16;
+    SafetensorsWriter w;
+    w.set_metadata("format", "pt");
+    for (const ParamEntry* e : shards[k]) {
+      const float* p = units[static_cast<size_t>(e->unit)].data() + e->offset;
+      if (s.dtype == DType::kF32) {
+        w.add(e->name, s.dtype, e->shape, p);
+      } else {
+        bf16.emplace_back(static_cast<size_t>(e->numel()));
+        for (int64_t i = 0; i < e->numel(); ++i) bf16.back()[static_cast<size_t>(i)] = f32_to_bf16_bits(p[i]);
+        w.add(e->name, s.dtype, e->shape, bf16.back().data());
+      }
+      weight_map[e->name] = file;
+    }
+    w.write(path_join(s.out_dir, file));
+  }
+  if (shards.size() > 1)
+    json_write_file(path_join(s.out_dir, "model.safetensors.index.json"),
+                    {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+
+  bool have_generation = false;
+  for (const std::string& d : s.source_dirs) have_generation |= !d.empty() && path_exists(path_join(d, "generation_config.json"));
+  if (have_generation) {
+    copy_if_present(s.source_dirs, "generation_config.json", s.out_dir);
+  } else {
+    Json g = {{"_from_model_config", true}};
+    for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
+      if (j.contains(k) && !j[k].is_null()) g[k] = j[k];
+    json_write_file(path_join(s.out_dir, "generation_config.json"), g);
+  }
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                        "merges.txt", "chat_template.jinja"})
+    copy_if_present(s.source_dirs, f, s.out_dir);
+  if (!s.config_toml.empty()) write_file_atomic(path_join(s.out_dir, "anvil_config.toml"), s.config_toml);
+  log_info("exported ", s.out_dir, " (", s.dtype == DType::kF32 ? "fp32" : "bf16", ", ", shards.size(),
+           shards.size() == 1 ? " file" : " shards", ", ", static_cast<double>(total) / 1e9, " GB)");
+}
+
+void run_export(const ExportOptions& o) {
+  ANVIL_ENSURE(!o.ckpt.empty() && !o.out.empty(), kUsage, "anvil export: --ckpt and --out are required");
+  ANVIL_ENSURE(o.dtype == "bf16" || o.dtype == "fp32", kUsage, "anvil export: --dtype is bf16 or fp32");
+  if (is_directory(o.ckpt) && !path_exists(path_join(o.ckpt, "meta.json")) && checkpoint_step(o.ckpt) < 0) {
+    std::string newest;  // a --ckpt-dir given for one of its checkpoints
+    for (const std::string& c : list_checkpoints(o.ckpt))
+      if (validate_checkpoint(c).ok()) {
+        newest = c;
+        break;
+      }
+    ANVIL_ENSURE(newest.empty(), kUsage, "anvil export: ", o.ckpt, " is a checkpoint folder (--ckpt-dir), not one "
+                 "checkpoint; its newest complete checkpoint is ", newest, ": anvil export --ckpt ", newest, " --out ", o.out);
+  }
+  const Status st = validate_checkpoint(o.ckpt);
+  if (!st.ok()) refuse(o.ckpt, st.message());
+  const Json meta = read_checkpoint_meta(o.ckpt);
+  const ModelConfig cfg = config_from_json(meta["config"], path_join(o.ckpt, "meta.json"));
+  const ParamTable table(cfg, 1);
+  check_model(o.ckpt, meta, table);
+  const CheckpointReader reader(o.ckpt, meta);
+  const HostUnits masters = reader.read(0, table);
+  if (!o.full) {
+    HfExportSettings s;
+    s.out_dir = o.out;
+    s.dtype = o.dtype == "fp32" ? DType::kF32 : DType::kBF16;
+    s.max_shard_bytes = o.max_shard_bytes;
+    const Json& src = meta.value("source", Json::object());
+    s.source_dirs = {src.value("model_dir", ""), src.value("tokenizer_dir", "")};
+    if (path_exists(path_join(o.ckpt, "anvil_config.toml"))) s.config_toml = read_file(path_join(o.ckpt, "anvil_config.toml"));
+    export_hf_folder(cfg, table, masters, s);
+    log_peak_host_memory();
+    return;
+  }
+  // One file: the weights under their Hugging Face names and AdamW's m and v beside them.
+  const HostUnits m = reader.read(1, table), v = reader.read(2, table);
+  SafetensorsWriter w;
+  w.set_metadata("format", "pt");
+  w.set_metadata("anvil_step", std::to_string(meta["step"].get<int64_t>()));
+  w.set_metadata("anvil_config", meta["config"].dump());
+  for (const ParamEntry& e : table.entries()) {
+    w.add(e.name, DType::kF32, e.shape, masters[static_cast<size_t>(e.unit)].data() + e.offset);
+    w.add("optimizer.exp_avg." + e.name, DType::kF32, e.shape, m[static_cast<size_t>(e.unit)].data() + e.offset);
+    w.add("optimizer.exp_avg_sq." + e.name, DType::kF32, e.shape, v[static_cast<size_t>(e.unit)].data() + e.offset);
+  }
+  const std::string parent = parent_of(o.out);
+  if (!is_directory(parent)) make_directories(parent);
+  w.write(o.out);
+  log_info("wrote ", o.out, ": weights and AdamW state of step ", meta["step"].get<int64_t>(), " (",
+           static_cast<double>(w.total_bytes()) / 1e9, " GB)");
+  log_peak_host_memory();
+}
+
+}  // namespace anvil

@@ -1,0 +1,117 @@
+// Checkpoints of a training run (save, resume, resharding) and Hugging Face export.
+//
+// Save (every rank calls save_checkpoint): rank r writes rank-r.safetensors, its slice of
+// every unit's master weights and AdamW m and v (io/checkpoint_files.h: the layout); the ranks
+// exchange sizes and checksums (and any error); rank 0 then writes meta.json, renames the
+// temporary folder to step-<N>, syncs the parent folder, and only then deletes the
+// checkpoints beyond keep_last. A rank that dies mid-save leaves a .tmp-step-<N> folder
+// that no reader takes for a checkpoint.
+// Resume: rank 0 validates every file (sizes and checksums) before anything is read; a
+// refusal names the file and the newest older complete checkpoint. The state is read by
+// tensor name through the ParamTable, so any world size and either mode can load any
+// checkpoint of the same model: with the same world size the bytes land where they were
+// and the run continues bit for bit.
+// Export: the weights by Hugging Face name, F32 or BF16, one model.safetensors or shards
+// with model.safetensors.index.json past max_shard_bytes, config.json,
+// generation_config.json and the tokenizer files of the source model folder.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/json.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "model/weights.h"
+#include "train/trainer.h"
+
+namespace anvil {
+
+// Where the data order stands after `step` steps: the epoch, and the blocks (summed over
+// ranks) already trained on in that epoch.
+struct DataPosition {
+  int64_t epoch = 0;
+  int64_t samples_in_epoch = 0;
+};
+
+struct SaveSettings {
+  std::string ckpt_dir;
+  int64_t keep_last = 0;  // 0: keep every checkpoint
+  // Recorded for export: where config, tokenizer and generation_config came from.
+  std::string model_dir, tokenizer_dir;
+  Json train = Json::object();  // the training settings, recorded as given
+  std::vector<std::string> pinned;  // checkpoints keep_last must not delete (copies off the machine)
+  std::string config_toml;      // written as anvil_config.toml when not empty
+};
+
+// The settings of meta.json's "train" whose change makes a resumed run differ from an
+// uninterrupted one, each as "name old -> new"; empty when none changed (keys missing from
+// `was`, written by an older anvil, are not compared).
+std::vector<std::string> continuation_changes(const Json& was, const Json& now);
+
+struct SaveReport {
+  std::string path;
+  double gigabytes = 0, seconds = 0;
+};
+
+// Every rank calls it with the same arguments after the same step. Returns on every rank
+// once the checkpoint is complete (rank 0 logs the line with its speed). A failure on any
+// rank (a full disk, a write error) throws the same kIo error on every rank, naming the
+// file and the bytes missing and the last good checkpoint, which stays untouched; the
+// temporary folder is removed.
+SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& settings, const DataPosition& position);
+
+// Removes what interrupted saves left in ckpt_dir (.tmp-step-<N> folders, *.tmp.<pid>).
+void remove_temporary_files(const std::string& ckpt_dir);
+// Deletes the complete checkpoints beyond the newest keep_last (0: none), except `pinned`.
+void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std::vector<std::string>& pinned);
+
+// The checkpoint to resume: `resume` when given (it must exist), else the newest complete
+// checkpoint of ckpt_dir, else empty (a fresh start).
+std::string find_resume_checkpoint(const std::string& ckpt_dir, const std::string& resume);
+
+// A validated checkpoint whose name table matches the model being trained.
+struct ResumePoint {
+  std::string path;
+  Json meta;
+  int64_t step = 0;
+  DataPosition position;
+  double read_bytes = 0, read_seconds = 0;  // this rank's load, for the log line
+};
+
+// Validates the checkpoint (rank 0 checks every file, the verdict is shared so that every
+// rank throws the same refusal) and checks it against `table`'s model. Every rank calls it.
+ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Comm* comm);
+// The master weights laid out for `table` (any world size).
+// The masters of the checkpoint, read as the Trainer asks (only the owned ranges; the
+// shard files' pages dropped after use); the time and bytes are added to `point`, which
+// must outlive the reader.
+UnitReader checkpoint_masters_reader(ResumePoint& point, const ParamTable& table);
+// After the Trainer was built from those masters: AdamW m and v (only the elements this
+// rank owns are read) and the step counter; logs this rank's load speed.
+void restore_optimizer(ResumePoint& point, Trainer& trainer);
+
+struct HfExportSettings {
+  std::string out_dir;
+  DType dtype = DType::kBF16;
+  int64_t max_shard_bytes = int64_t{5} << 30;
+  std::vector<std::string> source_dirs;  // searched in order for tokenizer and generation files
+  std::string config_toml;               // the run's settings: anvil_config.toml when not empty
+};
+// Writes a Hugging Face model folder from host units laid out for `table`.
+void export_hf_folder(const ModelConfig& config, const ParamTable& table, const HostUnits& units,
+                      const HfExportSettings& settings);
+
+struct ExportOptions {
+  std::string ckpt;
+  std::string out;
+  std::string dtype = "bf16";  // bf16 | fp32
+  bool full = false;           // one safetensors file: weights and optimizer state (F32)
+  int64_t max_shard_bytes = int64_t{5} << 30;
+};
+// anvil export.
+void run_export(const ExportOptions& o);
+
+}  // namespace anvil

@@ -1,0 +1,42 @@
+#include "train/grad.h"
+
+#include "core/error.h"
+#include "io/hub.h"
+#include "io/safetensors.h"
+#include "train/trainer.h"
+
+namespace anvil {
+
+double run_grad(const GradOptions& o) {
+  const std::string dir = resolve_model_dir(o.model);
+  const ModelConfig cfg = load_config(dir);
+  SafetensorsFile tokens(o.tokens);
+  const SafeTensorInfo* ids = tokens.find("input_ids");
+  ANVIL_ENSURE(ids, kNotFound, o.tokens, ": no tensor input_ids");
+  ANVIL_ENSURE(ids->shape.ndim == 2 && ids->shape[1] >= 2, kInvalidInput, o.tokens, ": input_ids has shape ",
+               ids->shape.str(), ", expected [B, T] with T >= 2");
+  TokenBatch batch;
+  batch.ids = read_as_i64(*ids);
+
+  TrainerSettings s;
+  s.device = o.device;
+  s.micro_batch = ids->shape[0];
+  s.seq_len = ids->shape[1];
+  ParamTable table(cfg, 1);
+  HostUnits w = make_host_units(table);
+  load_hf_weights(dir, table, w);
+  Trainer trainer(cfg, w, s);
+  std::vector<float> logits;
+  const float loss = static_cast<float>(trainer.loss_and_grads(batch, &logits));
+  const HostUnits grads = trainer.grads();
+
+  SafetensorsWriter out;
+  out.add("loss", DType::kF32, {1}, &loss);
+  out.add("logits", DType::kF32, {s.micro_batch, s.seq_len, cfg.vocab_size}, logits.data());
+  for (const ParamEntry& e : trainer.table().entries())
+    out.add("grad." + e.name, DType::kF32, e.shape, grads[static_cast<size_t>(e.unit)].data() + e.offset);
+  out.write(o.out);
+  return loss;
+}
+
+}  // namespace anvil

@@ -1,0 +1,218 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "core/bf16.h"
+#include "core/error.h"
+
+namespace anvil {
+
+Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const TrainerSettings& settings, Comm* comm)
+    : config_(config), settings_(settings), comm_(comm), table_(config, comm ? comm->world() : 1),
+      ops_(make_ops(settings.device, settings.device_index)) {
+  if (comm_) comm_->set_compute_stream(ops_->stream());
+  ANVIL_ENSURE(settings.grad_accum >= 1, kInternal, "grad_accum ", settings.grad_accum);
+  grad_dtype_ = resolve_grad_dtype(settings.grad_dtype, ops_->compute_dtype(), table_.world(), settings.grad_accum);
+  // Memory is planned before anything is allocated: a run that cannot fit stops here with
+  // the plan and the advice, not with an out-of-memory error halfway through a step.
+  PlanInput pin;
+  pin.config = config_;
+  pin.world = table_.world();
+  pin.seq_len = settings.seq_len;
+  pin.micro_batch = settings.micro_batch;
+  pin.compute_dtype = ops_->compute_dtype();
+  pin.fsdp_defer_sync = settings.fsdp_defer_sync;
+  pin.reduce_dtype = settings.reduce_dtype;
+  pin.grad_dtype = grad_dtype_;
+  const int64_t capacity = ops_->memory_stats().capacity;
+  if (capacity > 0) {
+    const PlanAdvice adv = advise(pin, settings.recompute, capacity);
+    if (settings_.mode == ParallelMode::kAuto) {
+      ANVIL_ENSURE(adv.fits, kOutOfMemory, "--mode auto: neither mode fits in the GPU's memory; the plan per GPU:\n",
+                   plan_table(adv, pin, capacity));
+      // Every rank takes the same mode (their GPUs could differ): fsdp if any rank needs it.
+      const bool fsdp = comm_ ? comm_->host_max(adv.mode == ParallelMode::kFsdp ? 1.0 : 0.0, "mode auto") > 0
+                              : adv.mode == ParallelMode::kFsdp;
+      settings_.mode = fsdp ? ParallelMode::kFsdp : ParallelMode::kDdp;
+      mode_reason_ = fsdp == (adv.mode == ParallelMode::kFsdp) ? "auto: " + adv.message
+                                                               : std::string("auto: another rank's GPU needs fsdp");
+    }
+    const MemoryPlan& p = settings_.mode == ParallelMode::kFsdp ? adv.fsdp : adv.ddp;
+    ANVIL_ENSURE(plan_fits(p, capacity), kOutOfMemory, "this run does not fit in the GPU's memory; the plan per GPU:\n",
+                 plan_table(adv, pin, capacity));
+    settings_.recompute = p.recompute;
+  } else {
+    if (settings_.mode == ParallelMode::kAuto) {
+      settings_.mode = ParallelMode::kDdp;
+      mode_reason_ = "auto: host memory is not planned, so ddp";
+    }
+    if (settings.recompute == Recompute::kAuto) settings_.recompute = Recompute::kNone;  // host memory is not planned
+  }
+  pin.mode = settings_.mode;
+  pin.recompute = settings_.recompute;
+  plan_ = plan_memory(pin);
+  store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings_.mode, grad_dtype_);
+  store_->set_defer_sync(settings.fsdp_defer_sync);
+  store_->set_reduce_dtype(settings.reduce_dtype);
+  store_->set_overlap_optimizer(settings.overlap_optimizer);
+  store_->load(weights);
+  model_ = std::make_unique<Transformer>(config_, table_, *ops_, settings.micro_batch, settings.seq_len,
+                                         settings_.recompute);
+  model_->set_forward_done_hook([this] {
+    if (timing_) timing_result_.forward += lap();
+  });
+  const int64_t n = settings.micro_batch * settings.seq_len;
+  auto make = [&](Shape s, DType d) {
+    Tensor t(nullptr, d, s, ops_->device());
+    t.data = ops_->alloc(t.bytes());
+    buffers_.push_back(t.data);
+    return t;
+  };
+  ids_ = make({n}, DType::kI32);
+  targets_ = make({n}, DType::kI32);
+  loss_sum_ = make({1}, DType::kF32);
+}
+
+Trainer::~Trainer() {
+  model_.reset();
+  store_.reset();
+  for (void* p : buffers_) ops_->release(p);
+}
+
+int64_t Trainer::upload_batch(const TokenBatch& b) {
+  const int64_t B = settings_.micro_batch, T = settings_.seq_len, n = B * T;
+  ANVIL_ENSURE(static_cast<int64_t>(b.ids.size()) == n, kInvalidInput, "a micro-batch holds ", b.ids.size(),
+               " tokens, expected ", B, " x ", T);
+  ANVIL_ENSURE(b.labels.empty() || b.labels.size() == b.ids.size(), kInvalidInput, "labels and ids differ in length");
+  const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
+  std::vector<int32_t> ids(static_cast<size_t>(n)), tgt(static_cast<size_t>(n));
+  int64_t count = 0;
+  for (int64_t s = 0; s < B; ++s)
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t i = static_cast<size_t>(s * T + t);
+      const int64_t id = b.ids[i];
+      ANVIL_ENSURE(id >= 0 && id < config_.vocab_size, kInvalidInput, "token id ", id, " (sequence ", s,
+                   ", position ", t, ") is outside the vocabulary of ", config_.vocab_size);
+      ids[i] = static_cast<int32_t>(id);
+      const int64_t y = t + 1 < T ? lab[i + 1] : -100;
+      ANVIL_ENSURE(y == -100 || (y >= 0 && y < config_.vocab_size), kInvalidInput, "label ", y,
+                   " is outside the vocabulary");
+      tgt[i] = static_cast<int32_t>(y);
+      count += y != -100;
+    }
+  ops_->upload(ids_, ids.data());
+  ops_->upload(targets_, tgt.data());
+  return count;
+}
+
+StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
+  ANVIL_ENSURE(static_cast<int64_t>(micro_batches.size()) == settings_.grad_accum, kInternal, "a step of ",
+               micro_batches.size(), " micro-batches; the trainer was set up for ", settings_.grad_accum);
+  // The loss is normalised by the step's whole count of target tokens, so accumulation
+  // gives the gradient of the mean over the step, not a mean of means.
+  int64_t total = 0;
+  for (const TokenBatch& b : micro_batches) {
+    const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
+    const int64_t T = settings_.seq_len;
+    for (size_t i = 0; i < lab.size(); ++i)
+      if (static_cast<int64_t>(i % static_cast<size_t>(T)) != 0 && lab[i] != -100) ++total;
+  }
+  if (comm_) comm_->set_step(step_ + 1);  // named by any collective's error from here on
+  total = global_sum(total, "target tokens");
+  ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1, " has no target tokens (every label is -100)");
+  ops_->zero(loss_sum_);
+  if (timing_) {
+    timing_result_ = StepTiming{};
+    lap();
+  }
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    upload_batch(micro_batches[i]);
+    store_->set_sync(i + 1 == micro_batches.size());  // DDP: no_sync before the last
+    if (timing_) lap();  // the upload is not the model's time
+    model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(total), loss_sum_);
+    if (timing_) timing_result_.backward += lap();
+  }
+  if (timing_) {
+    store_->finish_collectives();
+    if (comm_) comm_->synchronize();
+    timing_result_.communication = lap();
+  }
+  float loss_sum = 0;
+  ops_->download(&loss_sum, loss_sum_);
+  StepStats s;
+  s.loss = (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(total);
+  s.target_tokens = total;
+  ANVIL_ENSURE(std::isfinite(s.loss), kNumerics, "loss is ", s.loss, " at step ", step_ + 1,
+               ": stopping before the update");
+  ++step_;
+  s.lr = lr_at(settings_.optim, step_, settings_.total_steps);
+  s.grad_norm = store_->optimizer_step(settings_.optim, step_, s.lr);  // zeroes the gradients
+  if (timing_) timing_result_.optimizer = lap();
+  return s;
+}
+
+double Trainer::lap() {
+  ops_->synchronize();
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const double d = now - phase_start_;
+  phase_start_ = now;
+  return d;
+}
+
+int64_t Trainer::global_sum(int64_t local, const char* what) {
+  return comm_ ? comm_->host_sum(local, what) : local;
+}
+
+double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logits) {
+  store_->zero_grads();
+  ops_->zero(loss_sum_);
+  const int64_t count = global_sum(upload_batch(batch), "target tokens");
+  ANVIL_ENSURE(count > 0, kInvalidInput, "the batch has no target tokens");
+  Tensor lg;
+  void* lg_buf = nullptr;
+  if (logits) {
+    lg = Tensor(nullptr, DType::kF32, {settings_.micro_batch * settings_.seq_len, config_.vocab_size}, ops_->device());
+    lg_buf = lg.data = ops_->alloc(lg.bytes());
+  }
+  model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(count), loss_sum_, lg);
+  if (logits) {
+    logits->resize(static_cast<size_t>(lg.numel()));
+    ops_->download(logits->data(), lg);
+    ops_->release(lg_buf);
+  }
+  float loss_sum = 0;
+  ops_->download(&loss_sum, loss_sum_);
+  return (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(count);
+}
+
+Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
+  LossSum r;
+  r.tokens = upload_batch(batch);
+  ops_->zero(loss_sum_);
+  model_->forward_loss(*store_, ids_, targets_, loss_sum_);
+  store_->drop_kept_unit();  // no backward follows
+  float sum = 0;
+  ops_->download(&sum, loss_sum_);
+  r.sum = sum;
+  return r;
+}
+
+HostUnits Trainer::grads() const {
+  ANVIL_ENSURE(!store_->sharded(), kInternal, "whole gradients are not kept in FSDP");
+  HostUnits out;
+  for (size_t u = 0; u < table_.units().size(); ++u) {
+    Tensor g = store_->owned_grads()[u];
+    out.emplace_back(static_cast<size_t>(g.numel()));
+    if (g.dtype == DType::kF32) {
+      ops_->download(out.back().data(), g);
+      continue;
+    }
+    std::vector<uint16_t> bits(static_cast<size_t>(g.numel()));  // bf16 (param_store.h): widened exactly
+    ops_->download(bits.data(), g);
+    for (size_t i = 0; i < bits.size(); ++i) out.back()[i] = bf16_bits_to_f32(bits[i]);
+  }
+  return out;
+}
+
+}  // namespace anvil
