@@ -50,6 +50,7 @@
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
+#include "parallel/mode.h"
 
 namespace anvil {
 
