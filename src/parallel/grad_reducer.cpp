@@ -43,8 +43,9 @@ void GradReducer::start_bf16(int unit, Tensor grad, Tensor owned) {
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   Tensor copy = buffers_.pooled(info.padded, DType::kBF16);
   ops_.convert(copy, grad);
-  pending_work_ = sharded_ ? comm_.reduce_scatter(rs_tmp16_.slice_rows(0, info.shard()), copy, ReduceOp::kSum, info.name)
-                           : comm_.all_reduce(copy, ReduceOp::kSum, info.name);
+  pending_work_ = sharded_
+                      ? comm_.reduce_scatter(rs_tmp16_.slice_rows(0, info.shard()), copy, ReduceOp::kSum, info.name)
+                      : comm_.all_reduce(copy, ReduceOp::kSum, info.name);
   pending_ = true;
   pending_full_ = copy;
   pending_owned_ = owned;

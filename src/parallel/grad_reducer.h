@@ -13,7 +13,8 @@
 // One reduction in flight at a time (every reduce-scatter, and the BF16 all-reduces): the
 // previous one is finished (widened or accumulated) before the next starts, so it overlaps
 // the next unit's backward and the bf16 copies stay two. All of it is on the main queue;
-// finish() makes the compute stream wait for every collective of the step.
+// finish() makes the compute stream wait for every collective of the step, before the
+// optimizer reads the gradients for the norm.
 #pragma once
 
 #include <cstdint>

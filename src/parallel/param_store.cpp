@@ -18,7 +18,8 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
       comm_(comm),
       buffers_(ops),
       owned_(allocate(grad_dtype, sharded)),
-      reducer_(comm && comm->world() > 1 ? std::make_unique<GradReducer>(table, ops, *comm, buffers_, sharded) : nullptr),
+      reducer_(comm && comm->world() > 1 ? std::make_unique<GradReducer>(table, ops, *comm, buffers_, sharded)
+                                         : nullptr),
       mode_(mode),
       sharded_(sharded),
       scratch_(buffers_.make(1, DType::kF32)),
