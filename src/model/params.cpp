@@ -4,13 +4,6 @@
 
 namespace anvil {
 
-ParallelMode parse_parallel_mode(const std::string& name) {
-  if (name == "auto") return ParallelMode::kAuto;
-  if (name == "ddp") return ParallelMode::kDdp;
-  if (name == "fsdp") return ParallelMode::kFsdp;
-  raise(ErrorKind::kUsage, "unknown mode '", name, "' (auto, ddp or fsdp)");
-}
-
 GradDType parse_grad_dtype(const std::string& name) {
   if (name == "auto") return GradDType::kAuto;
   if (name == "fp32") return GradDType::kF32;
@@ -38,14 +31,6 @@ DType resolve_grad_dtype(GradDType g, DType compute_dtype, int world, int64_t gr
   return DType::kBF16;
 }
 
-const char* parallel_mode_name(ParallelMode mode) {
-  switch (mode) {
-    case ParallelMode::kAuto: return "auto";
-    case ParallelMode::kDdp: return "ddp";
-    case ParallelMode::kFsdp: return "fsdp";
-  }
-  return "?";
-}
 namespace {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }

@@ -18,14 +18,6 @@
 
 namespace anvil {
 
-// How the units are laid over the ranks: replicated (ddp: every rank owns whole units) or
-// sharded (fsdp: rank r owns slice r of every unit). kAuto is the CLI's choice, resolved
-// by the trainer from the memory plan (ddp when it fits, else fsdp) before anything runs.
-enum class ParallelMode { kAuto, kDdp, kFsdp };
-// "auto" | "ddp" | "fsdp" (a kUsage error otherwise), and back.
-ParallelMode parse_parallel_mode(const std::string& name);
-const char* parallel_mode_name(ParallelMode mode);
-
 // The dtype of the gradients of the units a backward writes once, element by element (the
 // blocks and the final norm; ParamTable::grads_written_once). The embedding (a sum over
 // token rows) and an untied output layer (a sum over the cross-entropy's row blocks) keep

@@ -46,7 +46,7 @@ MemoryPlan plan_memory(const PlanInput& in) {
   p.grads = grad_bytes;
   if (in.world == 1) {
     // One process, either mode: the masters' high halves (bf16) or the masters themselves
-    // (F32) are the compute weights (parallel/param_store.h); params counts their 4 bytes.
+    // (F32) are the compute weights (parallel/replicated_store.h); params counts their 4 bytes.
     p.weights = 0;
   } else if (fsdp) {
     // Live at once: the embedding's full gradient (written by the output layer when tied,

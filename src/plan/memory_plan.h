@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/transformer.h"
+#include "parallel/mode.h"
 
 namespace anvil {
 

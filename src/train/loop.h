@@ -14,6 +14,7 @@
 #include "model/params.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "parallel/mode.h"
 
 namespace anvil {
 

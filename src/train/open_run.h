@@ -17,6 +17,7 @@
 #include "model/params.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
+#include "parallel/mode.h"
 #include "train/trainer.h"
 
 namespace anvil {

@@ -52,7 +52,7 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Tra
   pin.mode = settings_.mode;
   pin.recompute = settings_.recompute;
   plan_ = plan_memory(pin);
-  store_ = std::make_unique<ParamStore>(table_, *ops_, comm_, settings_.mode, grad_dtype_);
+  store_ = make_param_store(table_, *ops_, comm_, settings_.mode, grad_dtype_);
   store_->set_defer_sync(settings.fsdp_defer_sync);
   store_->set_reduce_dtype(settings.reduce_dtype);
   store_->set_overlap_optimizer(settings.overlap_optimizer);

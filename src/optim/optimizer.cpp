@@ -1,0 +1,83 @@
+// The optimizer step (optim/optimizer.h): the norm, the clipping and AdamW unit by unit,
+// on the side queue when overlapped.
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <optional>
+
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+// Ops are issued to queue q until the end of the scope, then to the main queue again.
+class OnQueue {
+ public:
+  OnQueue(Ops& ops, Ops::Queue q) : ops_(ops) { ops_.set_queue(q); }
+  ~OnQueue() { ops_.set_queue(Ops::Queue::kMain); }
+  OnQueue(const OnQueue&) = delete;
+  OnQueue& operator=(const OnQueue&) = delete;
+
+ private:
+  Ops& ops_;
+};
+
+}  // namespace
+
+Optimizer::Optimizer(Ops& ops, const OwnedUnits& units, Tensor scratch, Comm* norm_comm, bool zero_grads)
+    : ops_(ops), units_(units), scratch_(scratch), norm_comm_(norm_comm), zero_grads_(zero_grads) {
+  updating_.assign(units.m.size(), 0);
+}
+
+void Optimizer::await_update(int unit) {
+  char& in_flight = updating_[static_cast<size_t>(unit)];
+  if (!in_flight) return;
+  ops_.wait(unit);
+  in_flight = 0;
+}
+
+void Optimizer::finish() {
+  for (size_t u = 0; u < updating_.size(); ++u) await_update(static_cast<int>(u));
+}
+
+double Optimizer::global_norm(int64_t step) {
+  double sq = grad_sum_squares(ops_, units_.grads, scratch_);
+  if (norm_comm_) sq = norm_comm_->host_sum(sq, "grad norm");
+  const double norm = std::sqrt(sq);
+  ANVIL_ENSURE(std::isfinite(norm), kNumerics, "gradient norm is ", norm, " at step ", step,
+               ": the step was not applied");
+  return norm;
+}
+
+// AdamW and the compute copy in one pass (split masters: the high half is it), zeroing the
+// gradient where asked.
+void Optimizer::update(size_t u, const AdamWHyper& h, float scale) {
+  const OwnedUnits& o = units_;
+  if (o.split())
+    ops_.adamw_step_split(o.hi[u], o.lo[u], o.grads[u], o.m[u], o.v[u], h, scale);
+  else
+    ops_.adamw_step(o.master[u], o.grads[u], o.m[u], o.v[u], h, scale, u < o.compute.size() ? o.compute[u] : Tensor(),
+                    zero_grads_);
+}
+
+double Optimizer::step(const OptimizerConfig& c, int64_t step, double lr) {
+  const double norm = global_norm(step);
+  const AdamWHyper h = adamw_hyper(c, step, lr);
+  const float scale = clip_coefficient(norm, c.max_grad_norm);
+  const int grads_done = static_cast<int>(updating_.size());  // the event slot after the units'
+  std::optional<OnQueue> on_side;
+  if (overlap_) {
+    ops_.record(grads_done);
+    on_side.emplace(ops_, Ops::Queue::kSide);
+    ops_.wait(grads_done);
+  }
+  for (size_t u = 0; u < updating_.size(); ++u) {
+    update(u, h, scale);
+    if (!overlap_) continue;
+    ops_.record(static_cast<int>(u));
+    updating_[u] = 1;
+  }
+  return norm;
+}
+
+}  // namespace anvil

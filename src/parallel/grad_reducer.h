@@ -1,0 +1,64 @@
+// The gradient reduction across ranks: all-reduce (replicated units) or reduce-scatter
+// (sharded units), in F32 or BF16.
+//
+// Gradients are summed, not averaged, across ranks: the loss is normalised by the global
+// count of target tokens (train/trainer.cpp), so the sum is the gradient of the global mean.
+//  - Replicated (DDP): a unit's gradient is all-reduced in place as soon as the model says
+//    it is complete, while the backward of the next unit runs.
+//  - Sharded (FSDP): the pooled full-unit gradient is reduce-scattered, and the result added
+//    to the rank's owned F32 shard; the full buffer returns to the pool once the collective
+//    that reads it is done.
+// In BF16 (set_dtype) the unit's gradient is rounded to a pooled bf16 copy, reduced, and
+// widened back (DDP) or added to the owned F32 shard (FSDP): half the bytes on the wire.
+// One reduction in flight at a time (every reduce-scatter, and the BF16 all-reduces): the
+// previous one is finished (widened or accumulated) before the next starts, so it overlaps
+// the next unit's backward and the bf16 copies stay two. All of it is on the main queue;
+// finish() makes the compute stream wait for every collective of the step, before the
+// optimizer reads the gradients for the norm.
+#pragma once
+
+#include <cstdint>
+
+#include "comm/comm.h"
+#include "model/params.h"
+#include "ops/ops.h"
+#include "parallel/device_buffers.h"
+
+namespace anvil {
+
+class GradReducer {
+ public:
+  // sharded: reduce-scatters into owned shards (the outputs are persistent buffers of the
+  // largest shard, allocated here); else all-reduces whole units.
+  GradReducer(const ParamTable& table, Ops& ops, Comm& comm, DeviceBuffers& buffers, bool sharded);
+  ~GradReducer();
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
+
+  void set_dtype(DType dtype);  // F32 (default) or BF16
+  // Replicated: sums the unit's gradient over the ranks, in place.
+  void all_reduce(int unit, Tensor grad);
+  // Sharded: reduce-scatters the pooled full-unit gradient and adds the result to owned.
+  void reduce_scatter(int unit, Tensor full, Tensor owned);
+  // The compute stream waits for every collective started, and the last result is in.
+  void finish();
+
+ private:
+  void start_bf16(int unit, Tensor grad, Tensor owned);
+  void finish_pending();
+
+  const ParamTable& table_;
+  Ops& ops_;
+  Comm& comm_;
+  DeviceBuffers& buffers_;
+  bool sharded_;
+  DType dtype_ = DType::kF32;
+  Tensor rs_tmp_;          // sharded: the reduce-scatter output awaiting accumulation
+  Tensor rs_tmp16_;        // sharded, bf16 reduction: the same in bf16
+  bool pending_ = false;   // a reduction in flight (below)
+  Tensor pending_full_;    // the full gradient (sharded) or bf16 copy (bf16) being reduced
+  Tensor pending_owned_;   // the gradient its result goes to
+  CommWork pending_work_, last_work_;
+};
+
+}  // namespace anvil

@@ -1,0 +1,29 @@
+// The store of whole units (parallel/replicated_store.h).
+#include "parallel/replicated_store.h"
+
+namespace anvil {
+
+ReplicatedStore::ReplicatedStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype)
+    : ParamStore(table, ops, comm, mode, grad_dtype, false) {}
+
+void ReplicatedStore::download_master(int unit, float* out) {
+  read_owned(State::kMaster, unit, 0, table_.units()[static_cast<size_t>(unit)].padded, out);
+}
+
+Tensor ReplicatedStore::weights(int unit) {
+  await_update(unit);
+  return owned_.compute[static_cast<size_t>(unit)];
+}
+
+Tensor ReplicatedStore::grads(int unit) {
+  await_update(unit);  // the update reads the gradient
+  return owned_.grads[static_cast<size_t>(unit)];
+}
+
+void ReplicatedStore::grads_ready(int unit) {
+  stale_[static_cast<size_t>(unit)] = 0;
+  if (!reducer_ || !sync_) return;
+  reducer_->all_reduce(unit, owned_.grads[static_cast<size_t>(unit)]);
+}
+
+}  // namespace anvil

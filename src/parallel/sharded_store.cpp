@@ -1,0 +1,93 @@
+// The store of sharded units (parallel/sharded_store.h).
+#include "parallel/sharded_store.h"
+
+#include "core/error.h"
+
+namespace anvil {
+
+ShardedStore::ShardedStore(const ParamTable& table, Ops& ops, Comm& comm, ParallelMode mode, DType grad_dtype)
+    : ParamStore(table, ops, &comm, mode, grad_dtype, true) {
+  if (table.norm_unit() > 1) keep_unit_ = table.norm_unit() - 1;  // the last block
+}
+
+ShardedStore::~ShardedStore() {
+  for (auto& [u, t] : gathered_) buffers_.unpool(t);
+  for (auto& [u, t] : full_grads_) buffers_.unpool(t);
+}
+
+void ShardedStore::download_master(int unit, float* out) {
+  Tensor full = buffers_.pooled(table_.units()[static_cast<size_t>(unit)].padded, DType::kF32);
+  comm_->wait(comm_->all_gather(full, owned_.master[static_cast<size_t>(unit)], "masters"));
+  comm_->synchronize();
+  ops_.download(out, full);
+  buffers_.unpool(full);
+}
+
+void ShardedStore::prefetch(int unit) {
+  if (gathered_.count(unit)) return;
+  await_update(unit);
+  const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
+  Tensor full = buffers_.pooled(info.padded, ops_.compute_dtype());
+  Tensor mine = full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
+  ops_.convert(mine, owned_.master[static_cast<size_t>(unit)]);
+  // Ordered after the compute queued so far (an event), so a pooled buffer that earlier
+  // kernels still read is not overwritten; the compute stream waits for it in weights().
+  in_flight_[unit] = comm_->all_gather(full, mine, info.name);
+  gathered_[unit] = full;
+}
+
+Tensor ShardedStore::weights(int unit) {
+  await_update(unit);
+  if (unit == keep_unit_ && keep_ == Keep::kHeld) {  // gathered since its forward
+    keep_ = Keep::kInUse;
+    return gathered_.at(unit);
+  }
+  prefetch(unit);
+  auto it = in_flight_.find(unit);
+  ANVIL_ENSURE(it != in_flight_.end(), kInternal, "unit ", unit, " acquired twice");
+  comm_->wait(it->second);
+  in_flight_.erase(it);
+  return gathered_.at(unit);
+}
+
+void ShardedStore::release(int unit) {
+  auto it = gathered_.find(unit);
+  ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit), kInternal, "unit ", unit,
+               " released but not acquired");
+  if (unit == keep_unit_) {
+    keep_ = keep_ == Keep::kNone ? Keep::kHeld : Keep::kNone;
+    if (keep_ == Keep::kHeld) return;  // after its forward: its backward comes next
+  }
+  buffers_.unpool(it->second);
+  gathered_.erase(it);
+}
+
+Tensor ShardedStore::grads(int unit) {
+  await_update(unit);  // the update reads the owned gradient
+  auto it = full_grads_.find(unit);
+  if (it != full_grads_.end()) return it->second;
+  Tensor full = buffers_.pooled(table_.units()[static_cast<size_t>(unit)].padded, DType::kF32);
+  ops_.zero(full);
+  full_grads_[unit] = full;
+  return full;
+}
+
+void ShardedStore::grads_ready(int unit) {
+  stale_[static_cast<size_t>(unit)] = 0;
+  if (defer_sync_ && !sync_) return;  // the full buffer accumulates the next micro-batch too
+  auto it = full_grads_.find(unit);
+  ANVIL_ENSURE(it != full_grads_.end(), kInternal, "unit ", unit, " has no gradient buffer");
+  reducer_->reduce_scatter(unit, it->second, owned_.grads[static_cast<size_t>(unit)]);
+  full_grads_.erase(it);
+}
+
+void ShardedStore::drop_kept_unit() {
+  if (keep_ == Keep::kNone) return;
+  ANVIL_ENSURE(keep_ == Keep::kHeld, kInternal, "unit ", keep_unit_, " dropped while its backward uses it");
+  auto it = gathered_.find(keep_unit_);
+  buffers_.unpool(it->second);
+  gathered_.erase(it);
+  keep_ = Keep::kNone;
+}
+
+}  // namespace anvil

@@ -1,0 +1,55 @@
+// The store of sharded units: FSDP across ranks.
+//
+// A rank owns one shard of every unit's master, m, v and gradient (F32). weights(u)
+// converts the owned shard to the compute dtype and all-gathers the unit into a pooled
+// buffer, freed by release(u) (the backward gathers again); prefetch(u) starts the next
+// unit's gather while the current unit computes. grads(u) is a pooled full-unit F32
+// buffer; grads_ready(u) reduce-scatters it into the owned gradient shard
+// (parallel/grad_reducer.h), every micro-batch (or, with set_defer_sync, once on the last).
+// The last block stays gathered from its forward to its backward (FSDP2's
+// reshard_after_forward=False for the unit that is needed again first); it is freed before
+// the update (it would hold the old weights). With the overlapped optimizer, the first use
+// of a unit (weights, prefetch, grads) waits for that unit's update only.
+#pragma once
+
+#include <map>
+
+#include "parallel/param_store.h"
+
+namespace anvil {
+
+class ShardedStore final : public ParamStore {
+ public:
+  ShardedStore(const ParamTable& table, Ops& ops, Comm& comm, ParallelMode mode, DType grad_dtype);
+  ~ShardedStore() override;
+
+  // UnitSource
+  Tensor weights(int unit) override;
+  void release(int unit) override;
+  Tensor grads(int unit) override;
+  void grads_ready(int unit) override;
+  void prefetch(int unit) override;
+
+  // Keep the full-unit gradients across micro-batches and reduce-scatter once, on the last
+  // (PyTorch's set_requires_gradient_sync(False)): fewer collectives, the whole model's
+  // fp32 gradient in memory.
+  void set_defer_sync(bool defer) override { defer_sync_ = defer; }
+  // Frees the last block if it is still kept gathered from a forward whose backward did not
+  // come (a forward-only pass, evaluation). The Trainer calls it after each forward-only
+  // pass; optimizer_step calls it before the update, so a kept copy never outlives the
+  // weights it was gathered from.
+  void drop_kept_unit() override;
+
+ private:
+  void download_master(int unit, float* out) override;
+
+  bool defer_sync_ = false;
+  int keep_unit_ = -1;  // the last block, kept gathered from forward to backward
+  // keep_unit_ between its forward release and its backward acquire (kHeld), then in use
+  // by its backward (kInUse), whose release frees it.
+  enum class Keep { kNone, kHeld, kInUse } keep_ = Keep::kNone;
+  std::map<int, Tensor> gathered_, full_grads_;  // live pooled buffers
+  std::map<int, CommWork> in_flight_;            // gathers not yet waited for
+};
+
+}  // namespace anvil
