@@ -1,31 +1,29 @@
+// The parameter table's layout (model/params.h), and the names of the parallel mode and the
+// gradient dtype.
 #include "model/params.h"
 
 #include "core/error.h"
+#include "model/enum_names.h"
 
 namespace anvil {
+namespace {
 
-ParallelMode parse_parallel_mode(const std::string& name) {
-  if (name == "auto") return ParallelMode::kAuto;
-  if (name == "ddp") return ParallelMode::kDdp;
-  if (name == "fsdp") return ParallelMode::kFsdp;
-  raise(ErrorKind::kUsage, "unknown mode '", name, "' (auto, ddp or fsdp)");
-}
+constexpr EnumName<ParallelMode> kParallelModeNames[] = {
+    {ParallelMode::kAuto, "auto"}, {ParallelMode::kDdp, "ddp"}, {ParallelMode::kFsdp, "fsdp"}};
+constexpr EnumName<GradDType> kGradDTypeNames[] = {
+    {GradDType::kAuto, "auto"}, {GradDType::kF32, "fp32"}, {GradDType::kBF16, "bf16"}};
 
-GradDType parse_grad_dtype(const std::string& name) {
-  if (name == "auto") return GradDType::kAuto;
-  if (name == "fp32") return GradDType::kF32;
-  if (name == "bf16") return GradDType::kBF16;
-  raise(ErrorKind::kUsage, "unknown gradient dtype '", name, "' (auto, fp32 or bf16)");
-}
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-const char* grad_dtype_name(GradDType g) {
-  switch (g) {
-    case GradDType::kAuto: return "auto";
-    case GradDType::kF32: return "fp32";
-    case GradDType::kBF16: return "bf16";
-  }
-  return "?";
-}
+}  // namespace
+
+ParallelMode parse_parallel_mode(const std::string& name) { return parse_enum(kParallelModeNames, name, "mode"); }
+
+const char* parallel_mode_name(ParallelMode mode) { return enum_name(kParallelModeNames, mode); }
+
+GradDType parse_grad_dtype(const std::string& name) { return parse_enum(kGradDTypeNames, name, "gradient dtype"); }
+
+const char* grad_dtype_name(GradDType g) { return enum_name(kGradDTypeNames, g); }
 
 DType resolve_grad_dtype(GradDType g, DType compute_dtype, int world, int64_t grad_accum) {
   const bool can = compute_dtype == DType::kBF16 && world == 1 && grad_accum == 1;
@@ -37,20 +35,6 @@ DType resolve_grad_dtype(GradDType g, DType compute_dtype, int world, int64_t gr
                "): the gradients of several are summed, in fp32");
   return DType::kBF16;
 }
-
-const char* parallel_mode_name(ParallelMode mode) {
-  switch (mode) {
-    case ParallelMode::kAuto: return "auto";
-    case ParallelMode::kDdp: return "ddp";
-    case ParallelMode::kFsdp: return "fsdp";
-  }
-  return "?";
-}
-namespace {
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-}  // namespace
 
 ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size) {
   ANVIL_ENSURE(world_size >= 1, kInternal, "world size ", world_size);
