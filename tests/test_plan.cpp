@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 
 #include "core/json.h"
 #include "core/error.h"
@@ -144,8 +145,13 @@ TEST(Plan, SelectiveRecomputeKeepsAllButTheElementwiseOutputs) {
   in.config = preset_config("qwen3-1.7b");
   const int64_t L = in.config.num_layers, C = 2048, Q = (16 + 2 * 8) * 128;
   int64_t elementwise = 0;  // kSelective's one shared set
+  std::string shared;
   for (const ActivationBuffer& b : activation_buffers(in.config, 1, 2048, Recompute::kSelective, DType::kBF16))
-    if (b.index == kEveryBlockSet) elementwise += b.bytes();
+    if (b.index == kEveryBlockSet) {
+      elementwise += b.bytes();
+      shared += std::string(shared.empty() ? "" : " ") + b.name;
+    }
+  EXPECT_EQ(shared, "h1 qkv h2");
   EXPECT_EQ(elementwise, 2 * 2048 * (C + Q + C)) << "h1, qkv after RoPE, h2 in bf16";
   const int64_t none = plan_memory(in).activations;
   in.recompute = Recompute::kSelective;

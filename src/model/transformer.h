@@ -83,7 +83,7 @@ class Transformer {
   };
   // Allocates one table entry and points the tensor (or tensors) it holds into it.
   void allocate(const ActivationBuffer& buffer);
-  Tensor& one_of_each(Activation what);
+  Tensor& one_of_each(Activation what);  // the model's tensor of an activation it has one of
   void upload_rope_tables();
   BlockActs& block_acts(int64_t layer);  // the set a block's forward writes and its backward reads
   // The embedding and the blocks, into resid_[0..L].
@@ -105,11 +105,11 @@ class Transformer {
   int64_t B_, T_, N_;
   Recompute recompute_;
   DType compute_dtype_;
-  std::vector<void*> buffers_;
+  std::vector<void*> buffers_;  // the activations' allocations, one per table entry
   std::function<void()> forward_done_;
 
   std::vector<Tensor> resid_;  // x_0 .. x_L, (N, C)
-  std::vector<BlockActs> acts_;
+  std::vector<BlockActs> acts_;  // the sets of block buffers: one per layer, or one (kFull)
   Tensor rope_cos_, rope_sin_;  // (T, hd/2) F32
   Tensor act_, d_act_, d_gate_up_, d_att_, d_qkv_, d_qkv_raw_, dx_, dh_, h_final_, rstd_final_;
 };
