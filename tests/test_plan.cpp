@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 
 #include "core/json.h"
 #include "core/error.h"
@@ -143,30 +144,58 @@ TEST(Plan, SelectiveRecomputeKeepsAllButTheElementwiseOutputs) {
   PlanInput in;
   in.config = preset_config("qwen3-1.7b");
   const int64_t L = in.config.num_layers, C = 2048, Q = (16 + 2 * 8) * 128;
-  const ActivationLayout l = activation_layout(in.config, 1, 2048, DType::kBF16);
-  EXPECT_EQ(l.elementwise_per_block, 2 * 2048 * (C + Q + C)) << "h1, qkv after RoPE, h2 in bf16";
+  int64_t elementwise = 0;  // kSelective's one shared set
+  std::string shared;
+  for (const ActivationBuffer& b : activation_buffers(in.config, 1, 2048, Recompute::kSelective, DType::kBF16))
+    if (b.index == kEveryBlockSet) {
+      elementwise += b.bytes();
+      shared += std::string(shared.empty() ? "" : " ") + b.name;
+    }
+  EXPECT_EQ(shared, "h1 qkv h2");
+  EXPECT_EQ(elementwise, 2 * 2048 * (C + Q + C)) << "h1, qkv after RoPE, h2 in bf16";
   const int64_t none = plan_memory(in).activations;
   in.recompute = Recompute::kSelective;
   const int64_t selective = plan_memory(in).activations;
   in.recompute = Recompute::kFull;
   const int64_t full = plan_memory(in).activations;
-  EXPECT_EQ(none - selective, (L - 1) * l.elementwise_per_block) << "one shared set instead of L";
+  EXPECT_EQ(none - selective, (L - 1) * elementwise) << "one shared set instead of L";
   EXPECT_LT(full, selective);
   in.recompute = Recompute::kAuto;
   EXPECT_THROW(plan_memory(in), Error) << "auto is resolved by advise()";
 }
 
-// What the model allocates is what the plan counts, byte for byte, in every setting.
-TEST(Plan, ModelAllocatesTheLayout) {
-  const ModelConfig cfg = load_config(testing::fixture_dir("tiny-qwen3"));
-  const ParamTable table(cfg, 1);
+// What the model allocates, counted by the backend, is what the plan counts, byte for byte,
+// for every recomputation and a few models and shapes; and all of it is released.
+TEST(Plan, ModelAllocatesWhatThePlanCounts) {
+  struct Case {
+    ModelConfig config;
+    int64_t micro_batch, seq_len;
+  };
+  const Case cases[] = {{load_config(testing::fixture_dir("tiny-qwen3")), 2, 24},
+                        {load_config(testing::fixture_dir("tiny-qwen3-untied")), 3, 5},
+                        {preset_config("qwen3-0.6b"), 1, 3}};
   std::unique_ptr<Ops> ops = make_cpu_ops();
-  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-    const Transformer model(cfg, table, *ops, 2, 24, r);
-    EXPECT_EQ(model.activation_bytes(), activation_layout(cfg, 2, 24, DType::kF32).total(cfg.num_layers, r))
-        << recompute_name(r);
+  for (const Case& k : cases) {
+    const ParamTable table(k.config, 1);
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      PlanInput in;
+      in.config = k.config;
+      in.micro_batch = k.micro_batch;
+      in.seq_len = k.seq_len;
+      in.recompute = r;
+      in.compute_dtype = ops->compute_dtype();
+      const int64_t before = ops->memory_stats().allocated;
+      {
+        const Transformer model(k.config, table, *ops, k.micro_batch, k.seq_len, r);
+        EXPECT_EQ(ops->memory_stats().allocated - before, plan_memory(in).activations)
+            << k.config.architecture << " " << k.micro_batch << "x" << k.seq_len << " " << recompute_name(r);
+      }
+      EXPECT_EQ(ops->memory_stats().allocated, before) << recompute_name(r);
+    }
   }
-  EXPECT_THROW(Transformer(cfg, table, *ops, 2, 24, Recompute::kAuto), Error);
+  const ParamTable tiny(cases[0].config, 1);
+  EXPECT_THROW(Transformer(cases[0].config, tiny, *ops, 2, 24, Recompute::kAuto), Error);
+  EXPECT_THROW(activation_buffers(cases[0].config, 2, 24, Recompute::kAuto, DType::kF32), Error);
   EXPECT_EQ(parse_recompute("selective"), Recompute::kSelective);
   EXPECT_THROW(parse_recompute("some"), Error);
 }

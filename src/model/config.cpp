@@ -1,3 +1,4 @@
+// Reading and writing config.json (model/config.h), the presets, and RoPE's frequencies.
 #include "model/config.h"
 
 #include <cmath>
@@ -53,23 +54,8 @@ void read_rope(const Json& j, const std::string& source, RopeConfig* rope) {
                ": llama3 RoPE needs high_freq_factor > low_freq_factor and factor > 0");
 }
 
-}  // namespace
-
-int64_t ModelConfig::num_parameters() const {
-  const int64_t c = hidden_size;
-  int64_t block = c * qkv_dim() + q_dim() * c + 3 * c * intermediate_size + 2 * c;
-  if (qkv_bias) block += qkv_dim();
-  if (qk_norm) block += 2 * head_dim;
-  int64_t n = vocab_size * c + num_layers * block + c;
-  if (!tie_word_embeddings) n += vocab_size * c;
-  return n;
-}
-
-ModelConfig config_from_json(const Json& j, const std::string& source) {
-  ANVIL_ENSURE(j.is_object(), kInvalidInput, source, ": expected a JSON object");
-  ModelConfig c;
-  c.raw = j;
-  c.model_type = get_or<std::string>(j, "model_type", "");
+// The architecture, from "architectures" or else "model_type": the one block's variant.
+void read_architecture(const Json& j, const std::string& source, ModelConfig& c) {
   std::string arch;
   if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty())
     arch = (*it)[0].get<std::string>();
@@ -91,7 +77,10 @@ ModelConfig config_from_json(const Json& j, const std::string& source) {
     raise(ErrorKind::kUnsupported, source, ": architecture \"", arch.empty() ? c.model_type : arch,
           "\" is not supported (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)");
   }
+}
 
+// A config that names anything this block does not compute is refused, with the setting.
+void refuse_unsupported(const Json& j, const std::string& source, const ModelConfig& c) {
   for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"}) {
     int64_t experts = get_or<int64_t>(j, moe, 0);
     ANVIL_ENSURE(experts == 0, kUnsupported, source, ": mixture of experts (\"", moe, "\": ", experts,
@@ -107,11 +96,14 @@ ModelConfig config_from_json(const Json& j, const std::string& source) {
   ANVIL_ENSURE(act == "silu", kUnsupported, source, ": activation \"", act, "\" is not supported (only silu)");
   if (c.arch != Arch::kQwen2)
     ANVIL_ENSURE(!get_or<bool>(j, "attention_bias", false), kUnsupported, source,
-                 ": \"attention_bias\": true is not supported for ", arch);
+                 ": \"attention_bias\": true is not supported for ", c.architecture);
   ANVIL_ENSURE(!get_or<bool>(j, "mlp_bias", false), kUnsupported, source, ": \"mlp_bias\": true is not supported");
   ANVIL_ENSURE(get_or<int64_t>(j, "pretraining_tp", 1) == 1, kUnsupported, source,
                ": \"pretraining_tp\" other than 1 is not supported");
+}
 
+// The sizes, and the numerics with transformers' defaults.
+void read_sizes(const Json& j, const std::string& source, ModelConfig& c) {
   c.vocab_size = require_int(j, "vocab_size", source);
   c.hidden_size = require_int(j, "hidden_size", source);
   c.intermediate_size = require_int(j, "intermediate_size", source);
@@ -134,6 +126,28 @@ ModelConfig config_from_json(const Json& j, const std::string& source) {
   c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6);
   c.initializer_range = get_or<double>(j, "initializer_range", 0.02);
   c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false);
+}
+
+}  // namespace
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t c = hidden_size;
+  int64_t block = c * qkv_dim() + q_dim() * c + 3 * c * intermediate_size + 2 * c;
+  if (qkv_bias) block += qkv_dim();
+  if (qk_norm) block += 2 * head_dim;
+  int64_t n = vocab_size * c + num_layers * block + c;
+  if (!tie_word_embeddings) n += vocab_size * c;
+  return n;
+}
+
+ModelConfig config_from_json(const Json& j, const std::string& source) {
+  ANVIL_ENSURE(j.is_object(), kInvalidInput, source, ": expected a JSON object");
+  ModelConfig c;
+  c.raw = j;
+  c.model_type = get_or<std::string>(j, "model_type", "");
+  read_architecture(j, source, c);
+  refuse_unsupported(j, source, c);
+  read_sizes(j, source, c);
   read_rope(j, source, &c.rope);
   return c;
 }

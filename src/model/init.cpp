@@ -1,3 +1,4 @@
+// anvil init (model/init.h): a config and freshly initialised weights, written as a model folder.
 #include "model/init.h"
 
 #include "core/error.h"

@@ -1,24 +1,22 @@
+// The parameter table's layout (model/params.h), and the gradient dtype's names and rule.
 #include "model/params.h"
 
 #include "core/error.h"
+#include "model/enum_names.h"
 
 namespace anvil {
+namespace {
 
-GradDType parse_grad_dtype(const std::string& name) {
-  if (name == "auto") return GradDType::kAuto;
-  if (name == "fp32") return GradDType::kF32;
-  if (name == "bf16") return GradDType::kBF16;
-  raise(ErrorKind::kUsage, "unknown gradient dtype '", name, "' (auto, fp32 or bf16)");
-}
+constexpr EnumName<GradDType> kGradDTypeNames[] = {
+    {GradDType::kAuto, "auto"}, {GradDType::kF32, "fp32"}, {GradDType::kBF16, "bf16"}};
 
-const char* grad_dtype_name(GradDType g) {
-  switch (g) {
-    case GradDType::kAuto: return "auto";
-    case GradDType::kF32: return "fp32";
-    case GradDType::kBF16: return "bf16";
-  }
-  return "?";
-}
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace
+
+GradDType parse_grad_dtype(const std::string& name) { return parse_enum(kGradDTypeNames, name, "gradient dtype"); }
+
+const char* grad_dtype_name(GradDType g) { return enum_name(kGradDTypeNames, g); }
 
 DType resolve_grad_dtype(GradDType g, DType compute_dtype, int world, int64_t grad_accum) {
   const bool can = compute_dtype == DType::kBF16 && world == 1 && grad_accum == 1;
@@ -30,12 +28,6 @@ DType resolve_grad_dtype(GradDType g, DType compute_dtype, int world, int64_t gr
                "): the gradients of several are summed, in fp32");
   return DType::kBF16;
 }
-
-namespace {
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-}  // namespace
 
 ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size) {
   ANVIL_ENSURE(world_size >= 1, kInternal, "world size ", world_size);

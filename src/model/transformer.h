@@ -8,9 +8,10 @@
 // hands them back right after, and says when a unit's gradient is complete, which is where
 // the parallel layer gathers shards (FSDP) or starts the gradient's all-reduce (DDP).
 //
-// Activations are allocated once, at construction, for the given micro-batch and
-// sequence length. With Recompute::kFull only each block's input is kept; the block's
-// forward runs again, into one shared set of buffers, just before its backward. With
+// Activations are allocated once, at construction, for the given micro-batch and sequence
+// length: one buffer per entry of the table in model/activations.h, which the memory plan
+// counts. With Recompute::kFull only each block's input is kept; the block's forward runs
+// again, into one shared set of buffers, just before its backward. With
 // Recompute::kSelective every block keeps what the GEMMs and attention wrote (qkv before
 // qk-norm and RoPE, attention's output, the residual sum, gate_up) and the statistics;
 // the element-wise outputs (both RMSNorms', qk-norm + RoPE's) live in one shared set and
@@ -24,24 +25,22 @@
 #include <string>
 #include <vector>
 
+#include "model/activations.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "ops/ops.h"
 
 namespace anvil {
 
-// Activation recomputation. kAuto is a request (the fastest that fits the memory plan,
-// plan/memory_plan.h), resolved to one of the others before a model is built.
-enum class Recompute { kNone, kSelective, kFull, kAuto };
-Recompute parse_recompute(const std::string& name);  // none | selective | full | auto
-const char* recompute_name(Recompute r);
-
+// Where the pass gets each unit's weights and puts its gradients (model/params.h's units):
+// the parameter store in training (parallel/param_store.h), the decoder's weights in
+// inference (infer/decoder.h).
 class UnitSource {
  public:
   virtual ~UnitSource() = default;
   virtual Tensor weights(int unit) = 0;    // compute dtype, the whole unit; valid until release
   virtual void release(int unit) = 0;      // the pass is done with the weights for now
-  virtual Tensor grads(int unit) = 0;      // F32, the whole unit; accumulated into
+  virtual Tensor grads(int unit) = 0;      // the whole unit, F32 (or BF16: GradDType); accumulated into
   // True when the unit's gradient buffer holds nothing of this step yet (the last step's
   // values): every part's first write overwrites instead of adding. Until grads_ready.
   virtual bool overwrite_grads(int unit) { (void)unit; return false; }
@@ -50,16 +49,6 @@ class UnitSource {
   // that the transfer overlaps the current unit's compute.
   virtual void prefetch(int unit) { (void)unit; }
 };
-
-// Activation sizes, for the memory plan (sys/) and the allocation below: one formula.
-struct ActivationLayout {
-  int64_t saved_per_block = 0;        // bytes kept per block between forward and backward
-  int64_t elementwise_per_block = 0;  // the part of them kSelective recomputes
-  int64_t resident = 0;               // block inputs, scratch, gradients of activations, tables
-  int64_t total(int64_t num_layers, Recompute r) const;
-};
-ActivationLayout activation_layout(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
-                                   DType compute_dtype);
 
 class Transformer {
  public:
@@ -85,18 +74,29 @@ class Transformer {
 
   int64_t micro_batch() const { return B_; }
   int64_t seq_len() const { return T_; }
-  int64_t activation_bytes() const { return allocated_bytes_; }
 
  private:
+  // One set of block buffers (model/activations.h).
   struct BlockActs {
     Tensor h1, rstd1, qkv_raw, qkv, rstd_qk, att, lse, x_mid, h2, rstd2, gate_up;
+    Tensor& of(Activation what);
   };
-  Tensor make(Shape shape, DType dtype);
-  // Embedding and blocks into resid_[0..L].
+  // Allocates one table entry and points the tensor (or tensors) it holds into it.
+  void allocate(const ActivationBuffer& buffer);
+  Tensor& one_of_each(Activation what);  // the model's tensor of an activation it has one of
+  void upload_rope_tables();
+  BlockActs& block_acts(int64_t layer);  // the set a block's forward writes and its backward reads
+  // The embedding and the blocks, into resid_[0..L].
   void forward_blocks(UnitSource& source, Tensor ids);
-  void block_forward(int64_t layer, Tensor weights, Tensor x_in, BlockActs& a, Tensor x_out);
+  // The final norm, the output projection and loss, and their backward: dx_ = d loss / d x_L.
+  void head_forward_backward(UnitSource& source, Tensor targets, float loss_scale, Tensor loss_sum, Tensor logits);
+  // The blocks' backward, last to first, each recomputed first as recompute_ says: dx_ = d loss / d x_0.
+  void backward_blocks(UnitSource& source);
+  // x_out empty (kFull, before the block's backward): stops at gate_up, all the backward reads.
+  void block_forward(Tensor weights, Tensor x_in, BlockActs& a, Tensor x_out);
+  void qk_norm_rope_forward(Tensor weights, BlockActs& a);
   // accumulate: add to the unit's gradients (false: overwrite them, UnitSource::overwrite_grads)
-  void block_backward(int64_t layer, Tensor weights, Tensor grads, bool accumulate, Tensor x_in, BlockActs& a);
+  void block_backward(Tensor weights, Tensor grads, bool accumulate, Tensor x_in, BlockActs& a);
   void recompute_elementwise(Tensor weights, Tensor x_in, BlockActs& a);  // Recompute::kSelective
 
   const ModelConfig& c_;
@@ -104,14 +104,13 @@ class Transformer {
   Ops& ops_;
   int64_t B_, T_, N_;
   Recompute recompute_;
-  DType cd_;
-  std::vector<void*> buffers_;
-  int64_t allocated_bytes_ = 0;
+  DType compute_dtype_;
+  std::vector<void*> buffers_;  // the activations' allocations, one per table entry
   std::function<void()> forward_done_;
 
   std::vector<Tensor> resid_;  // x_0 .. x_L, (N, C)
-  std::vector<BlockActs> acts_;
-  Tensor cos_, sin_;                                     // (T, hd/2) F32
+  std::vector<BlockActs> acts_;  // the sets of block buffers: one per layer, or one (kFull)
+  Tensor rope_cos_, rope_sin_;  // (T, hd/2) F32
   Tensor act_, d_act_, d_gate_up_, d_att_, d_qkv_, d_qkv_raw_, dx_, dh_, h_final_, rstd_final_;
 };
 

@@ -1,3 +1,5 @@
+// Parameters between Hugging Face safetensors and the flat units (model/weights.h), and
+// their initialisation.
 #include "model/weights.h"
 
 #include <cmath>
@@ -35,7 +37,8 @@ void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const 
     if (name == "lm_head.weight" && !table.find(name)) continue;  // tied: transformers ignores it too
     if (n_unused++ < 3) unused += (unused.empty() ? "" : ", ") + name;
   }
-  if (n_unused > 0) log_warn(model_dir, ": ", n_unused, " tensor(s) not used by the model (", unused, n_unused > 3 ? ", ..." : "", ")");
+  if (n_unused > 0)
+    log_warn(model_dir, ": ", n_unused, " tensor(s) not used by the model (", unused, n_unused > 3 ? ", ..." : "", ")");
 }
 }  // namespace
 

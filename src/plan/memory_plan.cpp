@@ -1,3 +1,4 @@
+// The memory plan's formulas (plan/memory_plan.h), the advice of the rule, and its table.
 #include "plan/memory_plan.h"
 
 #include <algorithm>
@@ -20,27 +21,41 @@ std::string gib(int64_t bytes) {
   return b;
 }
 
-}  // namespace
+// The largest unit, whole and as one shard.
+struct LargestUnit {
+  int64_t padded = 0, shard = 0;
+};
 
-MemoryPlan plan_memory(const PlanInput& in) {
-  const ModelConfig& c = in.config;
-  ANVIL_ENSURE(in.mode != ParallelMode::kAuto, kInternal, "plan_memory: the mode is not resolved");
+// FSDP's transient gradient buffers, beyond the owned shards. Live at once: the embedding's
+// full gradient (written by the output layer when tied, read at the end of backward), one
+// unit's being written, one being reduce-scattered. bf16 reduction: the unit being
+// reduce-scattered is a bf16 copy (its F32 buffer is freed at once), and the reduced shard
+// lands in a bf16 buffer before it is added.
+int64_t fsdp_transient_grads(const PlanInput& in, const ParamTable& table, LargestUnit largest) {
+  const int64_t embed = table.units()[static_cast<size_t>(table.embed_unit())].padded;
+  const bool bf16 = in.reduce_dtype == DType::kBF16;
+  const int64_t bf16_extra = bf16 ? 2 * largest.padded + 2 * largest.shard : 0;
+  return in.fsdp_defer_sync
+             ? 4 * table.total_padded() + 4 * largest.shard + bf16_extra
+             : 4 * (embed + largest.padded) + (bf16 ? 0 : 4 * largest.padded) + bf16_extra + 4 * largest.shard;
+}
+
+// params, grads, optimizer and weights: the units as parallel/param_store.cpp holds them.
+void plan_model_states(const PlanInput& in, MemoryPlan& p) {
   const bool fsdp = in.mode == ParallelMode::kFsdp;
-  ParamTable table(c, in.world);
+  ParamTable table(in.config, in.world);
   const int64_t cd = static_cast<int64_t>(dtype_size(in.compute_dtype));
-  int64_t owned = 0, largest = 0, largest_shard = 0, grad_bytes = 0;
+  int64_t owned = 0, grad_bytes = 0;
+  LargestUnit largest;
   const int64_t once_bytes = static_cast<int64_t>(dtype_size(in.grad_dtype));  // a unit written once per backward
   for (size_t i = 0; i < table.units().size(); ++i) {
     const UnitInfo& u = table.units()[i];
     const int64_t mine = fsdp ? u.shard() : u.padded;
     owned += mine;
     grad_bytes += mine * (table.grads_written_once(static_cast<int>(i)) ? once_bytes : 4);
-    largest = std::max(largest, u.padded);
-    largest_shard = std::max(largest_shard, u.shard());
+    largest.padded = std::max(largest.padded, u.padded);
+    largest.shard = std::max(largest.shard, u.shard());
   }
-  MemoryPlan p;
-  p.mode = in.mode;
-  p.recompute = in.recompute;
   p.params = 4 * owned;
   p.optimizer = 8 * owned;
   p.grads = grad_bytes;
@@ -49,31 +64,36 @@ MemoryPlan plan_memory(const PlanInput& in) {
     // (F32) are the compute weights (parallel/replicated_store.h); params counts their 4 bytes.
     p.weights = 0;
   } else if (fsdp) {
-    // Live at once: the embedding's full gradient (written by the output layer when tied,
-    // read at the end of backward), one unit's being written, one being reduce-scattered;
-    // and two gathered units (the one in use and the next).
-    const int64_t embed = table.units()[static_cast<size_t>(table.embed_unit())].padded;
-    // bf16 reduction: the unit being reduce-scattered is a bf16 copy (its F32 buffer is
-    // freed at once), and the reduced shard lands in a bf16 buffer before it is added.
-    const bool bf16 = in.reduce_dtype == DType::kBF16;
-    const int64_t bf16_extra = bf16 ? 2 * largest + 2 * largest_shard : 0;
-    p.grads += in.fsdp_defer_sync ? 4 * table.total_padded() + 4 * largest_shard + bf16_extra
-                                  : 4 * (embed + largest) + (bf16 ? 0 : 4 * largest) + bf16_extra + 4 * largest_shard;
-    p.weights = cd * 2 * largest;
+    p.grads += fsdp_transient_grads(in, table, largest);
+    p.weights = cd * 2 * largest.padded;  // two gathered units: the one in use and the next
   } else {
     p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * owned;
     // bf16 reduction: one unit's bf16 copy in flight and the next one being made.
-    if (in.reduce_dtype == DType::kBF16) p.grads += 2 * 2 * largest;
+    if (in.reduce_dtype == DType::kBF16) p.grads += 2 * 2 * largest.padded;
   }
-  const ActivationLayout a = activation_layout(c, in.micro_batch, in.seq_len, in.compute_dtype);
-  p.activations = a.total(c.num_layers, in.recompute);
+}
+
+// The GEMM workspace, the backend's shared scratch, which holds the largest temporary: the
+// cross-entropy chunk or attention's (ops/cuda/cuda_ops.cpp), and two floats per token.
+int64_t workspace_bytes(const PlanInput& in) {
   const int64_t n = in.micro_batch * in.seq_len;
-  // The backend's shared scratch holds the largest temporary: the cross-entropy chunk or
-  // attention's (ops/cuda/cuda_ops.cpp).
-  const int64_t scratch = std::max(cross_entropy_chunks(n, c.vocab_size).bytes,
-                                   attention_scratch_bytes(in.micro_batch, in.seq_len, c.num_heads,
-                                                           c.num_kv_heads, c.head_dim));
-  p.workspace = kGemmWorkspace + scratch + 4 * n * 2;
+  const int64_t scratch = std::max(cross_entropy_chunks(n, in.config.vocab_size).bytes,
+                                   attention_scratch_bytes(in.micro_batch, in.seq_len, in.config.num_heads,
+                                                           in.config.num_kv_heads, in.config.head_dim));
+  return kGemmWorkspace + scratch + 4 * n * 2;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const PlanInput& in) {
+  ANVIL_ENSURE(in.mode != ParallelMode::kAuto, kInternal, "plan_memory: the mode is not resolved");
+  MemoryPlan p;
+  p.mode = in.mode;
+  p.recompute = in.recompute;
+  plan_model_states(in, p);
+  p.activations =
+      activation_bytes(activation_buffers(in.config, in.micro_batch, in.seq_len, in.recompute, in.compute_dtype));
+  p.workspace = workspace_bytes(in);
   return p;
 }
 

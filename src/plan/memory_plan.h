@@ -2,16 +2,17 @@
 // sequence length, micro-batch, recomputation), computed before anything is allocated.
 //
 // The trainer allocates these buffers (parallel/param_store.cpp, model/transformer.cpp);
-// the formulas here follow the same layouts (ParamTable's padded units,
-// activation_layout), so `anvil plan` without a GPU prints what a run will take.
+// the formulas here follow the same layouts (ParamTable's padded units, the table of
+// activation buffers in model/activations.h, which the model allocates from), so
+// `anvil plan` without a GPU prints what a run will take.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "model/activations.h"
 #include "model/config.h"
 #include "model/params.h"
-#include "model/transformer.h"
 #include "parallel/mode.h"
 
 namespace anvil {

@@ -1,0 +1,97 @@
+// The table of activation buffers (model/activations.h): their shapes, dtypes and order.
+#include "model/activations.h"
+
+#include "core/error.h"
+#include "model/enum_names.h"
+
+namespace anvil {
+namespace {
+
+constexpr EnumName<Recompute> kRecomputeNames[] = {
+    {Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"},
+    {Recompute::kAuto, "auto"}};
+
+// The sizes the shapes are made of.
+struct Dims {
+  int64_t B, T, N, C, I, H, KV, hd;
+  DType cd;
+};
+
+// The element-wise outputs that kSelective recomputes, into one shared set.
+bool recomputed_by_selective(Activation a) {
+  return a == Activation::kH1 || a == Activation::kQkv || a == Activation::kH2;
+}
+
+// One set of block buffers, in allocation order; `set` goes into every entry's index.
+std::vector<ActivationBuffer> block_set(const Dims& d, int64_t set) {
+  const DType F = DType::kF32;
+  return {
+      {Activation::kH1, "h1", set, {d.N, d.C}, d.cd},
+      {Activation::kRstd1, "rstd1", set, {d.N}, F},
+      {Activation::kQkvRaw, "qkv_raw", set, {d.N, d.H + 2 * d.KV, d.hd}, d.cd},
+      {Activation::kQkv, "qkv", set, {d.B, d.T, d.H + 2 * d.KV, d.hd}, d.cd},
+      {Activation::kRstdQk, "rstd_qk", set, {d.N, d.H + d.KV}, F},
+      {Activation::kAtt, "att", set, {d.N, d.H * d.hd}, d.cd},
+      {Activation::kLse, "lse", set, {d.B, d.H, d.T}, F},
+      {Activation::kXMid, "x_mid", set, {d.N, d.C}, d.cd},
+      {Activation::kH2, "h2", set, {d.N, d.C}, d.cd},
+      {Activation::kRstd2, "rstd2", set, {d.N}, F},
+      {Activation::kGateUp, "gate_up", set, {d.N, 2 * d.I}, d.cd},
+  };
+}
+
+// The buffers every policy has one of, in allocation order.
+std::vector<ActivationBuffer> one_of_each(const Dims& d) {
+  const DType F = DType::kF32;
+  return {
+      {Activation::kAct, "act", 0, {d.N, d.I}, d.cd},
+      {Activation::kDAct, "d_act", 0, {d.N, d.I}, d.cd},
+      {Activation::kDGateUp, "d_gate_up", 0, {d.N, 2 * d.I}, d.cd},
+      {Activation::kDAtt, "d_att", 0, {d.N, d.H * d.hd}, d.cd},
+      {Activation::kDQkv, "d_qkv", 0, {d.B, d.T, d.H + 2 * d.KV, d.hd}, d.cd},
+      {Activation::kDQkvRaw, "d_qkv_raw", 0, {d.N, d.H + 2 * d.KV, d.hd}, d.cd},
+      {Activation::kDx, "dx", 0, {d.N, d.C}, d.cd},
+      {Activation::kDh, "dh", 0, {d.N, d.C}, d.cd},
+      {Activation::kHFinal, "h_final", 0, {d.N, d.C}, d.cd},
+      {Activation::kRstdFinal, "rstd_final", 0, {d.N}, F},
+      {Activation::kRopeCos, "rope_cos", 0, {d.T, d.hd / 2}, F},
+      {Activation::kRopeSin, "rope_sin", 0, {d.T, d.hd / 2}, F},
+  };
+}
+
+}  // namespace
+
+Recompute parse_recompute(const std::string& name) { return parse_enum(kRecomputeNames, name, "recompute"); }
+
+const char* recompute_name(Recompute r) { return enum_name(kRecomputeNames, r); }
+
+bool is_block_activation(Activation a) { return a >= Activation::kH1 && a <= Activation::kGateUp; }
+
+int64_t block_sets(const ModelConfig& c, Recompute r) { return r == Recompute::kFull ? 1 : c.num_layers; }
+
+std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
+                                                 Recompute r, DType compute_dtype) {
+  if (r == Recompute::kAuto)
+    raise(ErrorKind::kInternal, "activation sizes of recompute ", recompute_name(r), " (resolve auto first)");
+  const Dims d{micro_batch, seq_len, micro_batch * seq_len, c.hidden_size, c.intermediate_size,
+               c.num_heads, c.num_kv_heads, c.head_dim, compute_dtype};
+  const bool selective = r == Recompute::kSelective;
+  std::vector<ActivationBuffer> v;
+  for (int64_t l = 0; l <= c.num_layers; ++l) v.push_back({Activation::kResidual, "x", l, {d.N, d.C}, d.cd});
+  if (selective)
+    for (const ActivationBuffer& b : block_set(d, kEveryBlockSet))
+      if (recomputed_by_selective(b.what)) v.push_back(b);
+  for (int64_t s = 0; s < block_sets(c, r); ++s)
+    for (const ActivationBuffer& b : block_set(d, s))
+      if (!selective || !recomputed_by_selective(b.what)) v.push_back(b);
+  for (const ActivationBuffer& b : one_of_each(d)) v.push_back(b);
+  return v;
+}
+
+int64_t activation_bytes(const std::vector<ActivationBuffer>& buffers) {
+  int64_t n = 0;
+  for (const ActivationBuffer& b : buffers) n += b.bytes();
+  return n;
+}
+
+}  // namespace anvil

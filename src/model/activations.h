@@ -1,0 +1,80 @@
+// The activation buffers of one Transformer, declared once: the model allocates one buffer per
+// entry, in this order, and points its tensors into them (model/transformer.cpp); the memory
+// plan (plan/memory_plan.h) counts the sum of the same entries, so the two cannot disagree
+// (llm.c's fill_in_activation_sizes / malloc_and_point_activations).
+//
+// N = micro-batch B x sequence length T tokens; C hidden, I intermediate, H query heads, KV
+// key/value heads of hd dimensions, L layers; "cd" the compute dtype.
+//   x_0 .. x_L  (N, C) cd       the residual stream: block l's input, and the last block's
+//                               output; every policy keeps all of them.
+// A set of block buffers: one per block (kNone, kSelective), or one that every block's
+// forward runs again into just before its backward (kFull):
+//   h1         (N, C) cd        the attention RMSNorm's output     [kSelective: one shared set]
+//   rstd1      (N) F32          its reciprocal RMS
+//   qkv_raw    (N, H+2KV, hd)   the q/k/v projection, before qk-norm and RoPE
+//   qkv        (B, T, H+2KV, hd) after qk-norm and RoPE            [kSelective: one shared set]
+//   rstd_qk    (N, H+KV) F32    qk-norm's reciprocal RMS per head
+//   att        (N, H*hd) cd     attention's output
+//   lse        (B, H, T) F32    attention's log-sum-exp
+//   x_mid      (N, C) cd        the residual after attention
+//   h2         (N, C) cd        the MLP RMSNorm's output           [kSelective: one shared set]
+//   rstd2      (N) F32          its reciprocal RMS
+//   gate_up    (N, 2I) cd       the gate/up projection
+// kSelective recomputes the shared three (and their statistics, the same bits) before each
+// block's backward; the shared set comes before the per-block ones.
+// One of each, under every policy:
+//   act, d_act (N, I) cd        the SwiGLU's output (rewritten by its backward) and gradient
+//   d_gate_up  (N, 2I) cd       gradients of the activations, reused by every block
+//   d_att      (N, H*hd) cd
+//   d_qkv      (B, T, H+2KV, hd) cd
+//   d_qkv_raw  (N, H+2KV, hd) cd
+//   dx, dh     (N, C) cd        d loss / d the residual stream, and of a norm's output
+//   h_final    (N, C) cd        the final RMSNorm's output
+//   rstd_final (N) F32          its reciprocal RMS
+//   rope_cos, rope_sin (T, hd/2) F32  the RoPE tables
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace anvil {
+
+// Activation recomputation. kAuto is a request (the fastest that fits the memory plan,
+// plan/memory_plan.h), resolved to one of the others before a model is built.
+enum class Recompute { kNone, kSelective, kFull, kAuto };
+Recompute parse_recompute(const std::string& name);  // none | selective | full | auto
+const char* recompute_name(Recompute r);
+
+// Which tensor of the pass a buffer holds (the table above, in its order).
+enum class Activation {
+  kResidual,
+  kH1, kRstd1, kQkvRaw, kQkv, kRstdQk, kAtt, kLse, kXMid, kH2, kRstd2, kGateUp,
+  kAct, kDAct, kDGateUp, kDAtt, kDQkv, kDQkvRaw, kDx, kDh, kHFinal, kRstdFinal, kRopeCos, kRopeSin,
+};
+bool is_block_activation(Activation a);  // kH1 .. kGateUp: one per set of block buffers
+
+constexpr int64_t kEveryBlockSet = -1;
+
+struct ActivationBuffer {
+  Activation what;
+  const char* name;  // as in the table above
+  // kResidual: l of x_l; a block buffer: its set, or kEveryBlockSet (kSelective's shared
+  // set); else 0.
+  int64_t index;
+  Shape shape;
+  DType dtype;
+  int64_t bytes() const { return shape.numel() * static_cast<int64_t>(dtype_size(dtype)); }
+};
+
+// Sets of block buffers: one per layer, or one (kFull).
+int64_t block_sets(const ModelConfig& c, Recompute r);
+// Every buffer, in allocation order. r: not kAuto (a kInternal error).
+std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
+                                                 Recompute r, DType compute_dtype);
+int64_t activation_bytes(const std::vector<ActivationBuffer>& buffers);
+
+}  // namespace anvil
