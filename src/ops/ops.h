@@ -2,6 +2,9 @@
 //
 // model/ writes the forward and backward pass once against this interface; ops/cpu is the
 // fp32 reference (always built), ops/cuda the GPU backend (bf16 compute, fp32 accumulate).
+// The public op methods are the front, one for every backend (ops.cpp): each checks its
+// tensors (device, dtype, shapes) with an error that names the op and the tensor, brackets
+// the op for timing, and calls the backend's protected *_impl, which may assume the checks.
 // Conventions, for every backend:
 //  - Tensors are dense row-major views (core/tensor.h) on the backend's device.
 //  - "compute" tensors (activations, weight copies) have the backend's compute_dtype():
@@ -24,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/tensor.h"
@@ -34,6 +38,41 @@ struct AdamWHyper {
   float lr = 1e-5f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   int64_t step = 1;  // 1-based, after increment (PyTorch's state["step"])
 };
+
+// The op implementations (*_impl) every backend gives, declared once for the base class,
+// ANVIL_OP_IMPLS(virtual, = 0), and for each backend's class, ANVIL_OP_IMPLS(, override).
+// add_rmsnorm_forward_impl is not among them: its default runs add and rmsnorm_forward.
+#define ANVIL_OP_IMPLS(VIRTUAL, TAIL)                                                                         \
+  VIRTUAL void linear_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias) TAIL;                           \
+  VIRTUAL void linear_backward_input_impl(Tensor dx, Tensor dy, Tensor w, bool accumulate) TAIL;              \
+  VIRTUAL void linear_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy, Tensor x,                      \
+      bool accumulate) TAIL;                                                                                  \
+  VIRTUAL void embedding_forward_impl(Tensor out, Tensor ids, Tensor table) TAIL;                             \
+  VIRTUAL void embedding_backward_impl(Tensor dtable, Tensor ids, Tensor dout, bool accumulate) TAIL;         \
+  VIRTUAL void rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) TAIL;             \
+  VIRTUAL void rmsnorm_backward_impl(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,      \
+      bool accumulate, bool accumulate_dw) TAIL;                                                              \
+  VIRTUAL void qk_norm_rope_forward_impl(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w,          \
+      Tensor cos, Tensor sin, int n_heads, int n_kv_heads, float eps) TAIL;                                   \
+  VIRTUAL void qk_norm_rope_backward_impl(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in,       \
+      Tensor q_w, Tensor k_w, Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads,               \
+      bool accumulate_dw) TAIL;                                                                               \
+  VIRTUAL void attention_forward_impl(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) TAIL;  \
+  VIRTUAL void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,          \
+      int n_heads, int n_kv_heads) TAIL;                                                                      \
+  VIRTUAL void attention_cached_impl(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,    \
+      Tensor positions, int n_heads, int n_kv_heads) TAIL;                                                    \
+  VIRTUAL void argmax_rows_impl(Tensor out, Tensor x) TAIL;                                                   \
+  VIRTUAL void swiglu_forward_impl(Tensor out, Tensor gate_up) TAIL;                                          \
+  VIRTUAL void swiglu_backward_impl(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) TAIL;           \
+  VIRTUAL void add_impl(Tensor out, Tensor a, Tensor b) TAIL;                                                 \
+  VIRTUAL void cross_entropy_forward_backward_impl(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h, Tensor w, \
+      Tensor targets, float loss_scale, Tensor logits, bool accumulate_dw) TAIL;                              \
+  VIRTUAL void adamw_step_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,            \
+      float grad_scale, Tensor copy, bool zero_grad) TAIL;                                                    \
+  VIRTUAL void adamw_step_split_impl(Tensor hi, Tensor lo, Tensor grad, Tensor m, Tensor v,                   \
+      const AdamWHyper& h, float grad_scale) TAIL;                                                            \
+  VIRTUAL void sum_squares_impl(Tensor out, Tensor x) TAIL;
 
 class Ops {
  public:
@@ -48,13 +87,13 @@ class Ops {
     int64_t peak = 0;       // the most live at once since construction
     int64_t capacity = 0;   // the device's memory (0 on the CPU: the host's is not planned)
   };
-  virtual void* alloc(size_t bytes) = 0;
-  virtual void release(void* p) = 0;
-  virtual MemoryStats memory_stats() const = 0;
-  virtual void upload(Tensor dst, const void* host_src) = 0;    // host -> dst, same dtype
-  virtual void download(void* host_dst, Tensor src) = 0;        // src -> host, same dtype
-  virtual void zero(Tensor t) = 0;
-  virtual void convert(Tensor dst, Tensor src) = 0;  // elementwise dtype conversion (F32 <-> BF16, or a copy)
+  void* alloc(size_t bytes);
+  void release(void* p);
+  MemoryStats memory_stats() const;
+  void upload(Tensor dst, const void* host_src);  // host -> dst, same dtype
+  void download(void* host_dst, Tensor src);      // src -> host, same dtype
+  void zero(Tensor t);
+  void convert(Tensor dst, Tensor src);  // elementwise dtype conversion (F32 <-> BF16, or a copy)
   virtual void synchronize() = 0;  // the host waits for every op issued, on either queue
   // The main stream (a cudaStream_t), for ordering collectives; nullptr on the CPU.
   virtual void* stream() { return nullptr; }
@@ -91,49 +130,46 @@ class Ops {
 
   // ---- linear layers: y (M,N) = x (M,K) . w(N,K)^T + bias(N)
   // y is in the compute dtype, or F32 without a bias (inference logits); bias may be empty.
-  virtual void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) = 0;
+  void linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias);
   // dx (M,K) = dy (M,N) . w (N,K); accumulate: dx += ...
-  virtual void linear_backward_input(Tensor dx, Tensor dy, Tensor w, bool accumulate) = 0;
+  void linear_backward_input(Tensor dx, Tensor dy, Tensor w, bool accumulate);
   // dw (N,K) += dy^T . x; dbias (N) += column sums of dy (dbias may be empty). dw, dbias F32.
   // accumulate false: = instead of +=.
-  virtual void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate = true) = 0;
+  void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate = true);
 
   // ---- embedding: out (N,C) = table[ids]; dtable (V,C) F32 += scatter of dout rows
   // (accumulate false: dtable = the scatter, zero in rows no id names)
-  virtual void embedding_forward(Tensor out, Tensor ids, Tensor table) = 0;
-  virtual void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, bool accumulate = true) = 0;
+  void embedding_forward(Tensor out, Tensor ids, Tensor table);
+  void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, bool accumulate = true);
 
   // ---- RMSNorm over the last dimension: out = x * rstd * w, rstd (R) F32 = 1/sqrt(mean(x^2)+eps)
-  virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) = 0;
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps);
   // dx (=, or += when accumulate) and dw (F32, +=, or = when not accumulate_dw)
-  virtual void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
-                                bool accumulate, bool accumulate_dw = true) = 0;
+  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
+                        bool accumulate, bool accumulate_dw = true);
   // The residual add and the RMSNorm after it: sum = a + b (sum may alias a or b), then
-  // rmsnorm_forward(out, rstd, sum, w, eps), with the same values as those two ops (this
-  // default runs them; a backend may fuse them). Its backward is rmsnorm_backward with
+  // rmsnorm_forward(out, rstd, sum, w, eps), with the same values as those two ops (the
+  // default implementation runs them; a backend may fuse them). Its backward is rmsnorm_backward with
   // accumulate: dx += the norm's gradient, on top of the residual's.
-  virtual void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps) {
-    add(sum, a, b);
-    rmsnorm_forward(out, rstd, sum, w, eps);
-  }
+  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps);
 
   // ---- per-head RMSNorm of q and k (Qwen3; skipped when q_w is empty) then RoPE
   // (rotate-half), on packed qkv (B*T, H+2KV, hd); v is copied unchanged.
   // cos, sin: (T, hd/2) F32 for positions 0..T-1 of each sequence; rstd: (B*T, H+KV) F32.
-  virtual void qk_norm_rope_forward(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w,
-                                    Tensor cos, Tensor sin, int n_heads, int n_kv_heads,
-                                    float eps) = 0;
+  void qk_norm_rope_forward(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w,
+                            Tensor cos, Tensor sin, int n_heads, int n_kv_heads,
+                            float eps);
   // din (B*T, H+2KV, hd) from dout; dq_w, dk_w (hd) F32 += (= when not accumulate_dw).
-  virtual void qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in,
-                                     Tensor q_w, Tensor k_w, Tensor rstd, Tensor cos, Tensor sin,
-                                     int n_heads, int n_kv_heads, bool accumulate_dw = true) = 0;
+  void qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in,
+                             Tensor q_w, Tensor k_w, Tensor rstd, Tensor cos, Tensor sin,
+                             int n_heads, int n_kv_heads, bool accumulate_dw = true);
 
   // ---- causal GQA attention, scale 1/sqrt(hd). qkv (B,T,H+2KV,hd); out (B,T,H,hd);
   // lse (B,H,T) F32: log-sum-exp of each query's scaled scores, saved for backward.
-  virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) = 0;
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads);
   // dqkv (B,T,H+2KV,hd) written.
-  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                                  int n_heads, int n_kv_heads) = 0;
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
+                          int n_heads, int n_kv_heads);
 
   // ---- inference: attention of new rows against a KV cache (infer/decoder.h).
   // k_cache, v_cache (S, KV, P, hd) compute dtype: S sequence slots of P positions each.
@@ -142,12 +178,12 @@ class Ops {
   // (slot, position); then each row's q attends causally over its slot's positions
   // 0..positions[r] (scale 1/sqrt(hd)): out (R, H, hd). Prefill (many rows of one or more
   // sequences) and decode (one row per sequence) are the same call.
-  virtual void attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,
-                                Tensor positions, int n_heads, int n_kv_heads) = 0;
+  void attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,
+                        Tensor positions, int n_heads, int n_kv_heads);
 
   // out (R) I32: the index of the largest element of each row of x (R, V) F32, the first
   // on ties (greedy decoding without moving the logits to the host).
-  virtual void argmax_rows(Tensor out, Tensor x) = 0;
+  void argmax_rows(Tensor out, Tensor x);
 
   // ---- recorded op sequences (CUDA graphs), for the decode step. Between begin_recording()
   // and end_recording() the ops are recorded, not run; replay(id) runs them again on the
@@ -162,11 +198,11 @@ class Ops {
   // ---- SwiGLU: out (N,I) = silu(gate) * up, gate_up (N,2I); dgate_up written. act (N,I),
   // when given, also receives swiglu_forward's out, the same bits (the backward needs it for
   // the down projection's weight gradient, so the pass that reads gate_up anyway makes it).
-  virtual void swiglu_forward(Tensor out, Tensor gate_up) = 0;
-  virtual void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act = Tensor()) = 0;
+  void swiglu_forward(Tensor out, Tensor gate_up);
+  void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act = Tensor());
 
   // ---- out = a + b (out may alias a or b)
-  virtual void add(Tensor out, Tensor a, Tensor b) = 0;
+  void add(Tensor out, Tensor a, Tensor b);
 
   // ---- output projection fused with cross-entropy, in chunks of rows so that the full
   // logits never exist. h (N,C), w (V,C), targets (N) I32 (-100: ignored).
@@ -175,22 +211,50 @@ class Ops {
   // dh and dw absent (both): the loss only, no gradient work (evaluation).
   // logits (N,V) F32: written when given (the parity tool), else left untouched.
   // accumulate_dw false: dw = instead of +=.
-  virtual void cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h,
-                                              Tensor w, Tensor targets, float loss_scale,
-                                              Tensor logits, bool accumulate_dw = true) = 0;
+  void cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h,
+                                      Tensor w, Tensor targets, float loss_scale,
+                                      Tensor logits, bool accumulate_dw = true);
 
   // ---- optimizer on flat F32 buffers: grad is multiplied by grad_scale (the clipping
   // coefficient) as it is read; param, m and v are updated in place as PyTorch's AdamW.
   // In the same pass: copy (compute dtype, may be empty or param itself) receives the new
   // param as convert() would write it, and grad is zeroed when zero_grad.
-  virtual void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
-                          float grad_scale, Tensor copy, bool zero_grad) = 0;
+  void adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
+                  float grad_scale, Tensor copy, bool zero_grad);
   // The same update of split masters (core/bf16.h, split_master): hi (BF16, which is the
   // compute weight) and lo (I16) hold the fp32 param and are rewritten with the new one.
-  virtual void adamw_step_split(Tensor hi, Tensor lo, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
-                                float grad_scale) = 0;
+  void adamw_step_split(Tensor hi, Tensor lo, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
+                        float grad_scale);
   // out (1) F32 += sum of x^2 (x F32, or BF16 on a BF16 backend)
-  virtual void sum_squares(Tensor out, Tensor x) = 0;
+  void sum_squares(Tensor out, Tensor x);
+
+ protected:
+  // ---- the backend: memory
+  virtual void* alloc_impl(size_t bytes) = 0;
+  virtual void release_impl(void* p) = 0;
+  virtual int64_t memory_capacity() const { return 0; }  // MemoryStats::capacity
+  virtual void upload_impl(Tensor dst, const void* host_src) = 0;
+  virtual void download_impl(void* host_dst, Tensor src) = 0;
+  virtual void zero_impl(Tensor t) = 0;
+  virtual void convert_impl(Tensor dst, Tensor src) = 0;
+
+  // ---- the backend: each op after the front's checks, with the front's arguments
+  ANVIL_OP_IMPLS(virtual, = 0)
+  virtual void add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w,
+                                        float eps);
+
+  // ---- the backend: op timing. The front asks op_timed() before each op; when true it
+  // calls begin_op with the op's name and shape, and end_op when the op's call ends (also
+  // when it throws, so end_op must not).
+  virtual bool op_timed() const { return false; }
+  virtual void begin_op(const std::string& name) { (void)name; }
+  virtual void end_op() noexcept {}
+
+ private:
+  class OpScope;
+
+  std::unordered_map<void*, size_t> sizes_;  // live allocations, for memory_stats()
+  MemoryStats stats_;
 };
 
 // The fp32 CPU reference backend.

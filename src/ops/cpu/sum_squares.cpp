@@ -1,0 +1,22 @@
+// The CPU reference of sum_squares (ops.h): a chunked reduction in double.
+#include "ops/cpu/cpu_ops.h"
+
+#include "ops/cpu/cpu_math.h"
+
+namespace anvil {
+
+using cpu::chunked_reduce;
+using cpu::f32;
+
+void CpuOps::sum_squares_impl(Tensor out, Tensor x) {
+  const float* X = f32(x);
+  double s = 0;
+  chunked_reduce(x.numel(), 1 << 16, 1, &s, [&](int64_t b, int64_t e, double* acc) {
+    double a = 0;
+    for (int64_t i = b; i < e; ++i) a += static_cast<double>(X[i]) * X[i];
+    acc[0] += a;
+  });
+  f32(out)[0] += static_cast<float>(s);
+}
+
+}  // namespace anvil

@@ -1,0 +1,32 @@
+// The elementwise ops' dispatch (CudaOps, cuda_ops.h): dtype conversion and add, to the
+// kernels of elementwise.cu.
+#include "core/cuda/check.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/elementwise.h"
+
+namespace anvil {
+
+using cuda::nv_bf16;
+using cuda::p;
+
+void CudaOps::convert_impl(Tensor dst, Tensor src) {
+  const int64_t n = src.numel();
+  if (dst.dtype == src.dtype) {
+    if (dst.data != src.data && n)
+      CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+  } else if (dst.dtype == DType::kBF16) {  // from F32
+    cuda::convert_f32_to_bf16(p<nv_bf16>(dst), p<float>(src), n, stream_);
+  } else {  // BF16 to F32
+    cuda::convert_bf16_to_f32(p<float>(dst), p<nv_bf16>(src), n, stream_);
+  }
+}
+
+void CudaOps::add_impl(Tensor out, Tensor a, Tensor b) {
+  const int64_t n = out.numel();
+  if (out.dtype == DType::kBF16)
+    cuda::add_bf16(p<nv_bf16>(out), p<nv_bf16>(a), p<nv_bf16>(b), n, stream_);
+  else
+    cuda::add_f32(p<float>(out), p<float>(a), p<float>(b), n, stream_);
+}
+
+}  // namespace anvil
