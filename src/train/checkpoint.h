@@ -22,19 +22,13 @@
 
 #include "comm/comm.h"
 #include "core/json.h"
+#include "data/blocks.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/weights.h"
 #include "train/trainer.h"
 
 namespace anvil {
-
-// Where the data order stands after `step` steps: the epoch, and the blocks (summed over
-// ranks) already trained on in that epoch.
-struct DataPosition {
-  int64_t epoch = 0;
-  int64_t samples_in_epoch = 0;
-};
 
 struct SaveSettings {
   std::string ckpt_dir;
