@@ -15,7 +15,8 @@ void save(TrainRun& run, int64_t step) {
     run.copies->report_finished();
     run.save.pinned = run.copies->pinned();
   }
-  const SaveReport r = save_checkpoint(*run.trainer, run.base.comm.get(), run.save, run.order->after(step));
+  const SaveReport r = save_checkpoint(*run.trainer, run.base.comm.get(), run.config().checkpoint, run.save,
+                                     run.order->after(step));
   if (run.copies) run.copies->start(r.path);
 }
 

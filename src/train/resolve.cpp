@@ -26,6 +26,7 @@ void resolve_grad_dtype_of(ResolvedConfig& r, const RunFacts& f) {
 void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
   ParallelSection& p = r.config.parallel;
   const bool mode_auto = p.mode == ParallelMode::kAuto, recompute_auto = p.recompute == Recompute::kAuto;
+  std::string mode_why;
   if (f.capacity > 0) {
     const PlanInput pin = plan_input(*f.model, r.config, f.world, f.compute_dtype);
     const PlanAdvice adv = advise(pin, p.recompute, f.capacity);
@@ -35,8 +36,7 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
       const bool fsdp = f.comm ? f.comm->host_max(adv.mode == ParallelMode::kFsdp ? 1.0 : 0.0, "mode auto") > 0
                                : adv.mode == ParallelMode::kFsdp;
       p.mode = fsdp ? ParallelMode::kFsdp : ParallelMode::kDdp;
-      r.mode_reason = fsdp == (adv.mode == ParallelMode::kFsdp) ? "auto: " + adv.message
-                                                                : std::string("auto: another rank's GPU needs fsdp");
+      mode_why = fsdp == (adv.mode == ParallelMode::kFsdp) ? adv.message : "another rank's GPU needs fsdp";
     }
     const MemoryPlan& plan = p.mode == ParallelMode::kFsdp ? adv.fsdp : adv.ddp;
     ANVIL_ENSURE(plan_fits(plan, f.capacity), kOutOfMemory,
@@ -48,14 +48,16 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
   } else {
     if (mode_auto) {
       p.mode = ParallelMode::kDdp;
-      r.mode_reason = "auto: host memory is not planned, so ddp";
+      mode_why = "host memory is not planned, so ddp";
     }
     if (recompute_auto) {
       p.recompute = Recompute::kNone;
       r.reasons.push_back("recompute none: host memory is not planned");
     }
   }
-  if (mode_auto) r.reasons.push_back(cat("mode ", parallel_mode_name(p.mode), ": ", r.mode_reason.substr(6)));
+  if (!mode_auto) return;
+  r.mode_reason = "auto: " + mode_why;
+  r.reasons.push_back(cat("mode ", parallel_mode_name(p.mode), ": ", mode_why));
 }
 
 }  // namespace

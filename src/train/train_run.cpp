@@ -80,8 +80,6 @@ void open_outputs(TrainRun& run, bool resumed) {
     ANVIL_ENSURE(run.metrics.good(), kIo, c.log.metrics, ": cannot open for writing");
   }
   SaveSettings& save = run.save;
-  save.ckpt_dir = c.checkpoint.dir;
-  save.keep_last = c.checkpoint.keep_last;
   save.model_dir = b.model_dir;
   save.tokenizer_dir = c.data.tokenizer;
   save.train = train_record(c, b.world);
