@@ -98,8 +98,8 @@ void bind_train_flags(Args& a, TrainConfig& c) {
   bind_outputs(a, c);
 }
 
-Args& bind_mode(Args& a, ParallelMode* out, const std::string& help) {
-  return a.choice("--mode", {"auto", "ddp", "fsdp"}, help,
+Args& bind_mode(Args& a, ParallelMode* out, const std::string& help, std::vector<std::string> choices) {
+  return a.choice("--mode", std::move(choices), help,
                   [out](const std::string& v) { *out = parse_parallel_mode(v); },
                   [out] { return std::string(parallel_mode_name(*out)); });
 }
