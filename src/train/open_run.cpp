@@ -15,19 +15,19 @@ std::string resolve_device(const std::string& device) {
   return d;
 }
 
-OpenRun open_run(const ModelSection& spec) {
+OpenRun open_run(const ModelSection& m) {
   OpenRun run;
-  run.device = spec.device;
+  run.device = m.device;
   run.comm_options = comm_options_from_env();
   if (run.comm_options.joined) run.comm = make_comm(run.device == "cuda" ? Device::kCUDA : Device::kCPU, run.comm_options);
   run.world = run.comm ? run.comm->world() : 1;
   run.rank = run.comm ? run.comm->rank() : 0;
   if (run.rank != 0) log_set_level(LogLevel::kWarn);
-  if (!spec.model.empty()) {
-    run.model_dir = resolve_model_dir(spec.model);
+  if (!m.model.empty()) {
+    run.model_dir = resolve_model_dir(m.model);
     run.config = load_config(run.model_dir);
   } else {
-    run.config = preset_config(spec.preset);
+    run.config = preset_config(m.preset);
   }
   run.table = std::make_unique<ParamTable>(run.config, run.world);
   return run;
@@ -46,7 +46,6 @@ std::unique_ptr<Trainer> make_trainer(const ModelConfig& model, const UnitReader
   RunFacts f;
   f.model = &model;
   f.world = comm ? comm->world() : 1;
-  f.device_index = device_index;
   f.data_seq_len = data_seq_len;
   f.compute_dtype = ops->compute_dtype();
   f.capacity = ops->memory_stats().capacity;

@@ -81,7 +81,6 @@ ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
   ANVIL_ENSURE(c.data.grad_accum >= 1, kInternal, "grad_accum ", c.data.grad_accum);
   ResolvedConfig r;
   r.config = c;
-  r.device_index = f.device_index;
   if (c.data.seq_len == 0) {
     r.config.data.seq_len = f.data_seq_len;
     r.reasons.push_back(cat("seq_len ", f.data_seq_len, ": the data's blocks"));

@@ -19,7 +19,6 @@ struct ResolvedConfig {
   // No auto left: mode ddp|fsdp, recompute none|selective|full, grad dtype fp32|bf16,
   // data.seq_len the blocks' length, model.device cpu|cuda.
   TrainConfig config;
-  int device_index = 0;  // this rank's GPU
   std::string mode_reason = "as asked";  // "as asked", or "auto: " and the rule's reason
   std::vector<std::string> reasons;      // one line per auto, as "mode ddp: ..."
 };
@@ -28,7 +27,7 @@ struct ResolvedConfig {
 // block length and this rank's device (its compute dtype and memory; 0 on the CPU).
 struct RunFacts {
   const ModelConfig* model = nullptr;
-  int world = 1, device_index = 0;
+  int world = 1;
   int64_t data_seq_len = 0;
   DType compute_dtype = DType::kF32;
   int64_t capacity = 0;

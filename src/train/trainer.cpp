@@ -25,7 +25,7 @@ int64_t count_targets(const TokenBatch& b, int64_t seq_len) {
 Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const ResolvedConfig& settings, Comm* comm,
                  std::unique_ptr<Ops> ops)
     : config_(config), settings_(settings), comm_(comm), table_(config, comm ? comm->world() : 1),
-      ops_(ops ? std::move(ops) : make_ops(settings.config.model.device, settings.device_index)) {
+      ops_(std::move(ops)) {
   if (comm_) comm_->set_compute_stream(ops_->stream());
   const ParallelSection& p = settings_.config.parallel;
   const DataSection& d = settings_.config.data;

@@ -40,14 +40,12 @@ struct StepStats {
 
 class Trainer {
  public:
-  // settings: the run's config with every auto resolved (train/resolve.h).
-  // comm: null for a single process; otherwise this rank's group (ops on its device).
-  // weights: the masters, read unit by unit, each rank only what it owns.
-  // ops: this rank's device (null: made for settings' device).
-  Trainer(const ModelConfig& config, const UnitReader& weights, const ResolvedConfig& settings, Comm* comm = nullptr,
-          std::unique_ptr<Ops> ops = nullptr);
-  Trainer(const ModelConfig& config, const HostUnits& weights, const ResolvedConfig& settings, Comm* comm = nullptr)
-      : Trainer(config, host_units_reader(weights), settings, comm) {}
+  // settings: the run's config with every auto resolved (train/resolve.h; make_trainer in
+  // train/open_run.h resolves and builds). weights: the masters, read unit by unit, each rank
+  // only what it owns. comm: null for a single process; otherwise this rank's group (ops on
+  // its device). ops: this rank's device.
+  Trainer(const ModelConfig& config, const UnitReader& weights, const ResolvedConfig& settings, Comm* comm,
+          std::unique_ptr<Ops> ops);
   ~Trainer();
 
   StepStats step(const std::vector<TokenBatch>& micro_batches);
