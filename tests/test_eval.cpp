@@ -22,7 +22,7 @@
 #include "data/packing.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
-#include "train/trainer.h"
+#include "train/open_run.h"
 #include "testing.h"
 
 namespace anvil {
@@ -101,21 +101,23 @@ TEST(ForwardLoss, IsTheLossAndLeavesGradientsAlone) {
     SafetensorsFile gold(dir + "/golden_step0.safetensors");
     const SafeTensorInfo& ids = gold.get("input_ids");
     for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
-      TrainerSettings s;
-      s.mode = mode;
-      s.micro_batch = ids.shape[0];
-      s.seq_len = ids.shape[1];
+      TrainConfig c;
+      c.model.device = "cpu";
+      c.parallel.mode = mode;
+      c.data.micro_batch = ids.shape[0];
+      c.data.seq_len = ids.shape[1];
       ParamTable table(cfg, 1);
       HostUnits w = make_host_units(table);
       load_hf_weights(dir, table, w);
-      Trainer trainer(cfg, w, s);
+      const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+      Trainer& trainer = *t;
       TokenBatch b;
       b.ids = read_as_i64(ids);
       const double loss = trainer.loss_and_grads(b, nullptr);
       const HostUnits before = trainer.grads();
       const Trainer::LossSum e = trainer.forward_loss(b);
       EXPECT_EQ(e.sum / static_cast<double>(e.tokens), loss) << name;
-      EXPECT_EQ(e.tokens, static_cast<int64_t>(b.ids.size()) - s.micro_batch) << name;
+      EXPECT_EQ(e.tokens, static_cast<int64_t>(b.ids.size()) - c.data.micro_batch) << name;
       EXPECT_EQ(trainer.grads(), before) << name << ": forward_loss touched the gradients";
     }
   }

@@ -12,7 +12,7 @@
 #include "infer/decoder.h"
 #include "model/weights.h"
 #include "infer/generate.h"
-#include "train/trainer.h"
+#include "train/open_run.h"
 #include "testing.h"
 
 namespace anvil {
@@ -115,10 +115,11 @@ TEST_P(GenerateGolden, CacheEqualsRecomputation) {
     }
     dec.forward(rows, logits);
     for (size_t s = 0; s < 2; ++s) {
-      TrainerSettings ts;
-      ts.micro_batch = 1;
-      ts.seq_len = static_cast<int64_t>(seq[s].size());
-      Trainer full(cfg, host, ts);
+      TrainConfig tc;
+      tc.model.device = "cpu";
+      tc.data.seq_len = static_cast<int64_t>(seq[s].size());
+      const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(host), tc, tc.data.seq_len, nullptr, 0);
+      Trainer& full = *t;
       TokenBatch b;
       b.ids.assign(seq[s].begin(), seq[s].end());
       std::vector<float> all;

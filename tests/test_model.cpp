@@ -10,7 +10,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "train/trainer.h"
+#include "train/open_run.h"
 #include "testing.h"
 
 namespace anvil {
@@ -31,13 +31,15 @@ TEST_P(GoldenModel, Step0LogitsLossAndGradients) {
   const SafeTensorInfo& ids_t = gold.get("input_ids");
   TokenBatch batch;
   batch.ids = read_as_i64(ids_t);
-  TrainerSettings s;
-  s.micro_batch = ids_t.shape[0];
-  s.seq_len = ids_t.shape[1];
+  TrainConfig c;
+  c.model.device = "cpu";
+  c.data.micro_batch = ids_t.shape[0];
+  c.data.seq_len = ids_t.shape[1];
   ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);
   load_hf_weights(dir, table, w);
-  Trainer trainer(cfg, w, s);
+  const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+  Trainer& trainer = *t;
   std::vector<float> logits;
   const double loss = trainer.loss_and_grads(batch, &logits);
 
@@ -70,22 +72,24 @@ TEST_P(GoldenModel, EightAdamWSteps) {
   SafetensorsFile gold(dir + "/golden_adamw.safetensors");
   Json curve = json_read_file(dir + "/golden_curve.json");
   const Json& cc = curve["config"];
-  TrainerSettings s;
-  s.micro_batch = cc["batch"].get<int64_t>();
-  s.seq_len = cc["seq"].get<int64_t>();
-  s.optim.lr = cc["lr"].get<double>();
-  s.optim.beta1 = cc["betas"][0].get<double>();
-  s.optim.beta2 = cc["betas"][1].get<double>();
-  s.optim.eps = cc["eps"].get<double>();
-  s.optim.weight_decay = cc["weight_decay"].get<double>();
-  s.optim.max_grad_norm = cc["max_norm"].get<double>();
+  TrainConfig c;
+  c.model.device = "cpu";
+  c.data.micro_batch = cc["batch"].get<int64_t>();
+  c.data.seq_len = cc["seq"].get<int64_t>();
+  c.optim.schedule.lr = cc["lr"].get<double>();
+  c.optim.adamw.beta1 = cc["betas"][0].get<double>();
+  c.optim.adamw.beta2 = cc["betas"][1].get<double>();
+  c.optim.adamw.eps = cc["eps"].get<double>();
+  c.optim.adamw.weight_decay = cc["weight_decay"].get<double>();
+  c.optim.adamw.max_grad_norm = cc["max_norm"].get<double>();
   const int64_t steps = cc["steps"].get<int64_t>();
   double worst_loss = 0, worst_norm = 0, worst_param = 0;
-  s.total_steps = steps;
+  c.steps = steps;
   ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);
   load_hf_weights(dir, table, w);
-  Trainer trainer(cfg, w, s);
+  const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+  Trainer& trainer = *t;
   for (int64_t i = 0; i < steps; ++i) {
     TokenBatch b;
     b.ids = read_as_i64(gold.get("batch" + std::to_string(i)));

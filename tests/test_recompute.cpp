@@ -7,7 +7,7 @@
 #include "core/json.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
-#include "train/trainer.h"
+#include "train/open_run.h"
 #include "testing.h"
 
 namespace anvil {
@@ -32,13 +32,15 @@ TEST_P(Recomputation, SameBitsAsKeepingEverything) {
     std::vector<double> losses;
   };
   auto run = [&](Recompute r) {
-    TrainerSettings s;
-    s.micro_batch = ids.shape[0];
-    s.seq_len = ids.shape[1];
-    s.recompute = r;
-    s.optim.lr = 1e-3;
-    s.total_steps = 3;
-    Trainer trainer(cfg, w, s);
+    TrainConfig c;
+    c.model.device = "cpu";
+    c.data.micro_batch = ids.shape[0];
+    c.data.seq_len = ids.shape[1];
+    c.parallel.recompute = r;
+    c.optim.schedule.lr = 1e-3;
+    c.steps = 3;
+    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+    Trainer& trainer = *t;
     EXPECT_EQ(trainer.recompute(), r);
     Run out;
     out.loss = trainer.loss_and_grads(batch, nullptr);

@@ -87,6 +87,14 @@ Args::Spec& Args::add(const std::string& names) {
   return specs_.back();
 }
 
+Args::Spec& Args::add(const std::string& names, const std::string& metavar, const std::string& help, bool required) {
+  Spec& s = add(names);
+  s.metavar = metavar;
+  s.help = help;
+  s.required = required;
+  return s;
+}
+
 Args::Spec* Args::find(const std::string& name) {
   for (auto& s : specs_)
     for (auto& n : s.names)
@@ -95,20 +103,24 @@ Args::Spec* Args::find(const std::string& name) {
 }
 
 Args& Args::flag(const std::string& names, bool* out, const std::string& help) {
-  Spec& s = add(names);
+  return add_switch(names, out, help, true);
+}
+
+Args& Args::flag_off(const std::string& names, bool* out, const std::string& help) {
+  return add_switch(names, out, help, false);
+}
+
+Args& Args::add_switch(const std::string& names, bool* out, const std::string& help, bool given) {
+  Spec& s = add(names, "", help, false);
   s.takes_value = false;
-  s.help = help;
-  s.set = [out](const std::string&) { *out = true; };
-  s.toml = [out] { return std::string(*out ? "true" : "false"); };
+  s.set = [out, given](const std::string&) { *out = given; };
+  s.toml = [out, given] { return std::string(*out == given ? "true" : "false"); };
   return *this;
 }
 
 Args& Args::opt(const std::string& names, std::string* out, const std::string& metavar,
                 const std::string& help, bool required) {
-  Spec& s = add(names);
-  s.metavar = metavar;
-  s.help = help;
-  s.required = required;
+  Spec& s = add(names, metavar, help, required);
   s.default_text = *out;
   s.set = [out](const std::string& v) { *out = v; };
   s.toml = [out] { return toml_string(*out); };
@@ -117,10 +129,7 @@ Args& Args::opt(const std::string& names, std::string* out, const std::string& m
 
 Args& Args::opt(const std::string& names, int64_t* out, const std::string& metavar,
                 const std::string& help, bool required) {
-  Spec& s = add(names);
-  s.metavar = metavar;
-  s.help = help;
-  s.required = required;
+  Spec& s = add(names, metavar, help, required);
   s.default_text = std::to_string(*out);
   const std::string flag = s.names.back();
   s.set = [this, out, flag](const std::string& v) {
@@ -137,10 +146,7 @@ Args& Args::opt(const std::string& names, int64_t* out, const std::string& metav
 
 Args& Args::opt(const std::string& names, double* out, const std::string& metavar,
                 const std::string& help, bool required) {
-  Spec& s = add(names);
-  s.metavar = metavar;
-  s.help = help;
-  s.required = required;
+  Spec& s = add(names, metavar, help, required);
   std::ostringstream d;
   d << *out;
   s.default_text = d.str();
@@ -159,31 +165,28 @@ Args& Args::opt(const std::string& names, double* out, const std::string& metava
 
 Args& Args::choice(const std::string& names, std::string* out, std::vector<std::string> choices,
                    const std::string& help) {
-  Spec& s = add(names);
+  return choice(names, std::move(choices), help, [out](const std::string& v) { *out = v; }, [out] { return *out; });
+}
+
+Args& Args::choice(const std::string& names, std::vector<std::string> choices, const std::string& help,
+                   std::function<void(const std::string&)> set, std::function<std::string()> get) {
   std::string joined;
   for (auto& c : choices) joined += (joined.empty() ? "" : "|") + c;
-  s.metavar = joined;
-  s.help = help;
-  s.default_text = *out;
+  Spec& s = add(names, joined, help, false);
+  s.default_text = get();
   const std::string flag = s.names.back();
-  s.set = [this, out, flag, choices, joined](const std::string& v) {
-    for (auto& c : choices)
-      if (c == v) {
-        *out = v;
-        return;
-      }
-    usage_error(cat(flag, " must be one of ", joined, ", got '", v, "'"));
+  s.set = [this, set, flag, choices, joined](const std::string& v) {
+    if (std::find(choices.begin(), choices.end(), v) == choices.end())
+      usage_error(cat(flag, " must be one of ", joined, ", got '", v, "'"));
+    set(v);
   };
-  s.toml = [out] { return toml_string(*out); };
+  s.toml = [get] { return toml_string(get()); };
   return *this;
 }
 
 Args& Args::list(const std::string& names, std::vector<std::string>* out, const std::string& metavar,
                  const std::string& help, bool required) {
-  Spec& s = add(names);
-  s.metavar = metavar;
-  s.help = help;
-  s.required = required;
+  Spec& s = add(names, metavar, help, required);
   s.is_list = true;
   s.set = [out](const std::string& v) { out->push_back(v); };
   s.toml = [out] {

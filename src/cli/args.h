@@ -25,6 +25,8 @@ class Args {
   Args(std::string command, std::string summary);
 
   Args& flag(const std::string& names, bool* out, const std::string& help);
+  // A switch that turns *out off ("--no-shuffle" for shuffle = true); as TOML, !*out.
+  Args& flag_off(const std::string& names, bool* out, const std::string& help);
   Args& opt(const std::string& names, std::string* out, const std::string& metavar,
             const std::string& help, bool required = false);
   Args& opt(const std::string& names, int64_t* out, const std::string& metavar,
@@ -33,6 +35,9 @@ class Args {
             const std::string& help, bool required = false);
   Args& choice(const std::string& names, std::string* out, std::vector<std::string> choices,
                const std::string& help);
+  // A choice held in another type (an enum): `set` reads one of `choices`, `get` writes it back.
+  Args& choice(const std::string& names, std::vector<std::string> choices, const std::string& help,
+               std::function<void(const std::string&)> set, std::function<std::string()> get);
   // Repeatable; each occurrence may also carry several values ("--data a.jsonl b.jsonl").
   Args& list(const std::string& names, std::vector<std::string>* out, const std::string& metavar,
              const std::string& help, bool required = false);
@@ -60,6 +65,9 @@ class Args {
     std::function<std::string()> toml;  // the current value as a TOML literal
   };
   Spec& add(const std::string& names);
+  Spec& add(const std::string& names, const std::string& metavar, const std::string& help, bool required);
+  // A switch: giving it sets *out to `given`; as TOML, whether *out is `given`.
+  Args& add_switch(const std::string& names, bool* out, const std::string& help, bool given);
   Spec* find(const std::string& name);
   void apply_config_file(const std::string& file);
   [[noreturn]] void usage_error(const std::string& message) const;

@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
+#include "cli/train_flags.h"
 #include "comm/bench.h"
 #include "comm/device.h"
 #include "core/error.h"
@@ -53,43 +54,35 @@ void print_op_times(const Json& t) {
 
 namespace {
 
-// anvil bench step: flags -> BenchStepOptions -> run_bench_step (train/bench_step.h).
+// anvil bench step: flags -> BenchStepOptions (its config tree) -> run_bench_step (train/bench_step.h).
 int bench_step(int argc, char** argv) {
   BenchStepOptions o;
+  TrainConfig& c = o.config;
   LaunchFlags launch;
-  std::string mode = "ddp", reduce_dtype = "fp32", grad_dtype = "auto";
-  bool no_overlap = false;
-  std::string recompute = "none";
   Args a("bench step", "Training-step benchmark on random weights and tokens: one JSON line with tokens/s, MFU, the\n"
                        "step-time breakdown and peak memory beside the plan's.");
-  a.opt("--preset", &o.preset, "NAME", "model shape")
-      .opt("--model", &o.model, "DIR", "a model folder instead of the preset")
-      .opt("--seq-len", &o.seq_len, "T", "tokens per sequence")
-      .opt("--micro-batch", &o.micro_batch, "B", "sequences per micro-batch")
-      .opt("--grad-accum", &o.grad_accum, "K", "micro-batches per step")
-      .choice("--mode", &mode, {"auto", "ddp", "fsdp"}, "parallel mode (auto: ddp when the plan fits, else fsdp)")
-      .choice("--reduce-dtype", &reduce_dtype, {"fp32", "bf16"}, "gradient reduction dtype (see anvil train --help)")
-      .choice("--grad-dtype", &grad_dtype, {"auto", "fp32", "bf16"}, "the blocks' gradients (see anvil train --help)")
-      .choice("--recompute", &recompute, {"none", "selective", "full", "auto"},
-              "activation recomputation (auto: the fastest that fits)")
-      .opt("--steps", &o.steps, "N", "steps in all (then up to 3 more with the phases timed)")
+  a.opt("--preset", &c.model.preset, "NAME", "model shape")
+      .opt("--model", &c.model.model, "DIR", "a model folder instead of the preset")
+      .opt("--seq-len", &c.data.seq_len, "T", "tokens per sequence")
+      .opt("--micro-batch", &c.data.micro_batch, "B", "sequences per micro-batch")
+      .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per step");
+  bind_mode(a, &c.parallel.mode, "parallel mode (auto: ddp when the plan fits, else fsdp)");
+  bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (see anvil train --help)");
+  bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (see anvil train --help)");
+  bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)")
+      .opt("--steps", &c.steps, "N", "steps in all (then up to 3 more with the phases timed)")
       .opt("--warmup", &o.warmup, "N", "untimed first steps")
-      .opt("--device", &o.device, "cpu|cuda", "[default: cuda when a GPU is present]")
-      .flag("--no-overlap-optimizer", &no_overlap,
-            "run the optimizer alone after the backward instead of beside the next forward (the same results; "
-            "for comparison)")
+      .opt("--device", &c.model.device, "cpu|cuda", "[default: cuda when a GPU is present]")
+      .flag_off("--no-overlap-optimizer", &c.parallel.overlap_optimizer,
+                "run the optimizer alone after the backward instead of beside the next forward (the same results; "
+                "for comparison)")
       .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]")
       .flag("--op-times", &o.op_times,
             "then time every op of up to 3 more steps (main queue, device and host ms per step, by op and "
             "shape): a table on stderr and \"op_times\" in the JSON line");
   launch.declare(a);
   if (!a.parse(argc, argv)) return 0;
-  o.mode = parse_parallel_mode(mode);
-  o.reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
-  o.grad_dtype = parse_grad_dtype(grad_dtype);
-  o.overlap_optimizer = !no_overlap;
-  o.recompute = parse_recompute(recompute);
-  const bool on_gpu = o.device == "cuda" || (o.device.empty() && cuda_available());
+  const bool on_gpu = c.model.device == "cuda" || (c.model.device.empty() && cuda_available());
   if (launch_if_requested("bench", launch, on_gpu, argc + 1, argv - 1)) return 0;  // argv[-1] is "step"
   const Json j = run_bench_step(o);
   if (comm_options_from_env().rank != 0) return 0;

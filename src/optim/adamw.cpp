@@ -6,17 +6,6 @@
 
 namespace anvil {
 
-double lr_at(const OptimizerConfig& c, int64_t step, int64_t total_steps) {
-  if (c.warmup_steps > 0 && step <= c.warmup_steps)
-    return c.lr * static_cast<double>(step) / static_cast<double>(c.warmup_steps);
-  if (c.schedule == "cosine" && total_steps > c.warmup_steps) {
-    const double progress = static_cast<double>(step - c.warmup_steps) / static_cast<double>(total_steps - c.warmup_steps);
-    const double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
-    return c.lr * (c.min_lr_ratio + (1.0 - c.min_lr_ratio) * cosine);
-  }
-  return c.lr;
-}
-
 double grad_sum_squares(Ops& ops, const std::vector<Tensor>& grads, Tensor scratch) {
   ops.zero(scratch);
   for (const Tensor& g : grads) ops.sum_squares(scratch, g);

@@ -1,4 +1,4 @@
-// AdamW over flat units, global-norm clipping and the learning-rate schedule.
+// AdamW over flat units and global-norm clipping (the learning-rate schedule: optim/schedule.h).
 //
 // Numerics follow torch.optim.AdamW and torch.nn.utils.clip_grad_norm_: the pre-clip norm
 // is the L2 norm over every gradient element (across shards: the caller sums the squares
@@ -7,23 +7,18 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "ops/ops.h"
 
 namespace anvil {
 
+// AdamW's hyper-parameters and clipping (the learning rate comes from the schedule).
 struct OptimizerConfig {
-  double lr = 1e-5, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   double max_grad_norm = 1.0;  // <= 0: no clipping
-  int64_t warmup_steps = 0;
-  std::string schedule = "constant";  // constant | cosine (to min_lr_ratio * lr at the last step)
-  double min_lr_ratio = 0.0;
+  bool operator==(const OptimizerConfig&) const = default;
 };
-
-// The learning rate of 1-based step `step` of `total_steps`.
-double lr_at(const OptimizerConfig& c, int64_t step, int64_t total_steps);
 
 // Sum of squares of every gradient buffer, as a double on the host (one device sync).
 double grad_sum_squares(Ops& ops, const std::vector<Tensor>& grads, Tensor scratch);

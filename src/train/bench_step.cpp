@@ -68,97 +68,132 @@ Json time_ops(Trainer& trainer, const std::vector<std::vector<TokenBatch>>& batc
   return Json{{"steps", steps}, {"span_ms", span / n}, {"ops", ops}};
 }
 
-}  // namespace
-
-Json run_bench_step(const BenchStepOptions& o) {
-  ANVIL_ENSURE(o.steps > o.warmup && o.warmup >= 0, kUsage, "anvil bench step: --steps must exceed --warmup");
-  RunSpec spec;
-  spec.model = o.model;
-  spec.preset = o.model.empty() ? o.preset : "";
-  spec.device = o.device;
-  spec.mode = o.mode;
-  spec.reduce_dtype = o.reduce_dtype;
-  spec.recompute = o.recompute;
-  spec.micro_batch = o.micro_batch;
-  spec.grad_accum = o.grad_accum;
-  spec.grad_dtype = o.grad_dtype;
-  spec.total_steps = o.steps;
-  spec.overlap_optimizer = o.overlap_optimizer;
-  OpenRun run = open_run(spec);
-  const std::unique_ptr<Comm>& comm = run.comm;
-  const int world = run.world;
-  const ModelConfig& cfg = run.config;
-  std::unique_ptr<Trainer> trainer;
-  {
-    HostUnits fresh;
-    trainer = make_trainer(run, spec, o.seq_len, initial_weights(run, o.seed, fresh));  // checks the plan first
-  }
-
-  std::mt19937_64 rng(static_cast<uint64_t>(o.seed) + 17 * static_cast<uint64_t>(comm ? comm->rank() : 0));
-  std::uniform_int_distribution<int64_t> token(0, cfg.vocab_size - 1);
-  const int64_t phase_steps = std::min<int64_t>(3, o.steps - o.warmup);
-  std::vector<std::vector<TokenBatch>> batches(static_cast<size_t>(o.steps + (o.op_times ? 2 : 1) * phase_steps));
+// Random tokens for every step the benchmark runs, different on each rank.
+std::vector<std::vector<TokenBatch>> random_batches(const TrainConfig& c, int64_t vocab, int rank, size_t steps) {
+  std::mt19937_64 rng(static_cast<uint64_t>(c.seed) + 17 * static_cast<uint64_t>(rank));
+  std::uniform_int_distribution<int64_t> token(0, vocab - 1);
+  std::vector<std::vector<TokenBatch>> batches(steps);
   for (auto& micro : batches) {
-    micro.resize(static_cast<size_t>(o.grad_accum));
+    micro.resize(static_cast<size_t>(c.data.grad_accum));
     for (auto& b : micro) {
-      b.ids.resize(static_cast<size_t>(o.micro_batch * o.seq_len));
+      b.ids.resize(static_cast<size_t>(c.data.micro_batch * c.data.seq_len));
       for (auto& id : b.ids) id = token(rng);
     }
   }
-  // Throughput: the timed steps back to back, the device synchronised only around them.
-  size_t next = 0;
-  for (int64_t step = 1; step <= o.warmup; ++step) trainer->step(batches[next++]);
-  trainer->ops().synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t step = o.warmup + 1; step <= o.steps; ++step) trainer->step(batches[next++]);
-  trainer->ops().synchronize();
-  const double timed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int64_t timed_steps = o.steps - o.warmup;
-  // The breakdown: more steps with the device synchronised at each phase boundary.
-  trainer->enable_timing(true);
+  return batches;
+}
+
+// The sums of `steps` more steps' phases, with the device synchronised at each boundary.
+StepTiming time_phases(Trainer& trainer, const std::vector<std::vector<TokenBatch>>& batches, size_t& next,
+                       int64_t steps) {
+  trainer.enable_timing(true);
   StepTiming sum;
-  for (int64_t k = 0; k < phase_steps; ++k) {
-    trainer->step(batches[next++]);
-    const StepTiming& t = trainer->last_timing();
+  for (int64_t k = 0; k < steps; ++k) {
+    trainer.step(batches[next++]);
+    const StepTiming& t = trainer.last_timing();
     sum.forward += t.forward;
     sum.backward += t.backward;
     sum.communication += t.communication;
     sum.optimizer += t.optimizer;
   }
-  trainer->enable_timing(false);
-  const Json op_times = o.op_times ? time_ops(*trainer, batches, next, phase_steps) : Json(nullptr);
-  const double tokens = static_cast<double>(timed_steps * o.grad_accum * o.micro_batch * o.seq_len * world);
-  const double tps = tokens / timed;
-  const std::string dev_name = trainer->ops().name();
+  trainer.enable_timing(false);
+  return sum;
+}
+
+// What measure() timed: the throughput's steps, and the phases' sums over phase_steps.
+struct Timings {
+  double timed = 0;
+  int64_t timed_steps = 0, phase_steps = 0;
+  StepTiming phases;
+};
+
+// The JSON line of the run: tokens/s, the step and its phases in ms, MFU, memory.
+Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o, const Timings& t) {
+  const TrainConfig& c = trainer.settings().config;
+  const double tokens =
+      static_cast<double>(t.timed_steps * c.data.grad_accum * c.data.micro_batch * c.data.seq_len * run.world);
+  const double tps = tokens / t.timed;
+  const double n = static_cast<double>(t.timed_steps), np = static_cast<double>(std::max<int64_t>(t.phase_steps, 1));
+  const ModelConfig& cfg = run.config;
+  const std::string dev_name = trainer.ops().name();
   const double peak = o.peak_tflops > 0 ? o.peak_tflops : gpu_peak_tflops(dev_name);
-  const Ops::MemoryStats mem = trainer->ops().memory_stats();
-  const double n = static_cast<double>(timed_steps), np = static_cast<double>(std::max<int64_t>(phase_steps, 1));
+  const Ops::MemoryStats mem = trainer.ops().memory_stats();
+  const double flops = model_flops_per_token(cfg, c.data.seq_len);
   Json j = {{"bench", "step"},
-            {"model", o.model.empty() ? o.preset : o.model},
+            {"model", c.model.model.empty() ? c.model.preset : c.model.model},
             {"params", cfg.num_parameters()},
             {"device", dev_name},
-            {"world", world},
-            {"mode", parallel_mode_name(trainer->mode())},
-            {"reduce_dtype", o.reduce_dtype == DType::kBF16 ? "bf16" : "fp32"},
-            {"grad_dtype", trainer->grad_dtype() == DType::kBF16 ? "bf16" : "fp32"},
-            {"recompute", recompute_name(trainer->recompute())},
-            {"seq_len", o.seq_len},
-            {"micro_batch", o.micro_batch},
-            {"grad_accum", o.grad_accum},
-            {"overlap_optimizer", o.overlap_optimizer},
+            {"world", run.world},
+            {"mode", parallel_mode_name(trainer.mode())},
+            {"reduce_dtype", c.parallel.reduce_dtype == DType::kBF16 ? "bf16" : "fp32"},
+            {"grad_dtype", trainer.grad_dtype() == DType::kBF16 ? "bf16" : "fp32"},
+            {"recompute", recompute_name(trainer.recompute())},
+            {"seq_len", c.data.seq_len},
+            {"micro_batch", c.data.micro_batch},
+            {"grad_accum", c.data.grad_accum},
+            {"overlap_optimizer", c.parallel.overlap_optimizer},
             {"tokens_per_s", tps},
-            {"step_ms", 1e3 * timed / n},
-            {"forward_ms", 1e3 * sum.forward / np},
-            {"backward_ms", 1e3 * sum.backward / np},
-            {"communication_ms", 1e3 * sum.communication / np},
-            {"optimizer_ms", 1e3 * sum.optimizer / np},
-            {"flops_per_token", model_flops_per_token(cfg, o.seq_len)},
+            {"step_ms", 1e3 * t.timed / n},
+            {"forward_ms", 1e3 * t.phases.forward / np},
+            {"backward_ms", 1e3 * t.phases.backward / np},
+            {"communication_ms", 1e3 * t.phases.communication / np},
+            {"optimizer_ms", 1e3 * t.phases.optimizer / np},
+            {"flops_per_token", flops},
             {"peak_allocated_gib", static_cast<double>(mem.peak) / (1ll << 30)},
-            {"planned_gib", static_cast<double>(trainer->plan().total()) / (1ll << 30)}};
-  j["mfu"] = peak > 0 ? Json(tps * model_flops_per_token(cfg, o.seq_len) / world / (peak * 1e12)) : Json(nullptr);
+            {"planned_gib", static_cast<double>(trainer.plan().total()) / (1ll << 30)}};
+  j["mfu"] = peak > 0 ? Json(tps * flops / run.world / (peak * 1e12)) : Json(nullptr);
   j["peak_tflops"] = peak > 0 ? Json(peak) : Json(nullptr);
+  return j;
+}
+
+// Throughput (the timed steps back to back, the device synchronised only around them), the
+// phases of up to 3 more steps, and with op_times each op's time over up to 3 more.
+Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
+  const TrainConfig& c = trainer.settings().config;
+  const int64_t phase_steps = std::min<int64_t>(3, c.steps - o.warmup);
+  const auto batches = random_batches(c, run.config.vocab_size, run.comm ? run.comm->rank() : 0,
+                                      static_cast<size_t>(c.steps + (o.op_times ? 2 : 1) * phase_steps));
+  size_t next = 0;
+  for (int64_t step = 1; step <= o.warmup; ++step) trainer.step(batches[next++]);
+  trainer.ops().synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = o.warmup + 1; step <= c.steps; ++step) trainer.step(batches[next++]);
+  trainer.ops().synchronize();
+  Timings t;
+  t.timed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  t.timed_steps = c.steps - o.warmup;
+  t.phase_steps = phase_steps;
+  t.phases = time_phases(trainer, batches, next, phase_steps);
+  const Json op_times = o.op_times ? time_ops(trainer, batches, next, phase_steps) : Json(nullptr);
+  Json j = result_json(trainer, run, o, t);
   if (o.op_times) j["op_times"] = op_times;
   return j;
+}
+
+}  // namespace
+
+TrainConfig BenchStepOptions::bench_defaults() {
+  TrainConfig c;
+  c.model.preset = "qwen3-1.7b";
+  c.data.seq_len = 2048;
+  c.parallel.mode = ParallelMode::kDdp;
+  c.steps = 20;
+  return c;
+}
+
+Json run_bench_step(const BenchStepOptions& options) {
+  TrainConfig c = options.config;
+  ANVIL_ENSURE(c.steps > options.warmup && options.warmup >= 0, kUsage,
+               "anvil bench step: --steps must exceed --warmup");
+  if (!c.model.model.empty()) c.model.preset.clear();
+  c.model.device = resolve_device(c.model.device);
+  OpenRun run = open_run(c.model);
+  std::unique_ptr<Trainer> trainer;
+  {
+    HostUnits fresh;
+    trainer = make_trainer(run, c, c.data.seq_len, initial_weights(run, c.seed, fresh));  // checks the plan first
+  }
+  return measure(*trainer, run, options);
 }
 
 }  // namespace anvil

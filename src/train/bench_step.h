@@ -17,24 +17,19 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/transformer.h"
-#include "parallel/mode.h"
+#include "train/config.h"
 
 namespace anvil {
 
+// The run to time is a config tree (train/config.h) with the benchmark's defaults: the
+// qwen3-1.7b preset, 2048 tokens per sequence, ddp, 20 steps.
 struct BenchStepOptions {
-  std::string preset = "qwen3-1.7b";
-  std::string model;  // a folder instead of the preset (its weights are loaded)
-  std::string device;  // empty: cuda when a GPU is present
-  ParallelMode mode = ParallelMode::kDdp;
-  DType reduce_dtype = DType::kF32;
-  GradDType grad_dtype = GradDType::kAuto;
-  Recompute recompute = Recompute::kNone;
-  int64_t seq_len = 2048, micro_batch = 1, grad_accum = 1;
-  int64_t steps = 20, warmup = 5;  // steps in all (then up to 3 more, phases timed)
-  bool overlap_optimizer = true;
+  TrainConfig config = bench_defaults();
+  int64_t warmup = 5;      // untimed first steps (of config.steps; then up to 3 more, phases timed)
   double peak_tflops = 0;  // 0: the GPU's dense bf16 rate from its name
   bool op_times = false;   // then up to 3 more steps with every op timed (Ops::take_op_times)
-  int64_t seed = 0;
+
+  static TrainConfig bench_defaults();
 };
 
 // Model FLOPs per trained token: 6 x (parameters in matrix products) + 6 x layers x

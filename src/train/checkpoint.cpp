@@ -165,7 +165,8 @@ void copy_if_present(const std::vector<std::string>& dirs, const std::string& fi
 // Rank 0, once every shard is synced: meta.json, then the rename of the temporary folder
 // to step-<N> (the moment the checkpoint becomes complete), and the parent folder synced.
 void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const DataPosition& position,
-                       const Json& shards, const std::string& tmp_dir, const std::string& final_dir) {
+                       const Json& shards, const std::string& tmp_dir, const std::string& final_dir,
+                       const std::string& ckpt_dir) {
   const ParamStore& store = trainer.store();
   Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
                {"step", trainer.step_count()}, {"world", static_cast<int64_t>(shards.size())},
@@ -186,7 +187,7 @@ void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const Dat
   std::filesystem::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
   ANVIL_ENSURE(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, kIo, final_dir, ": rename from ", tmp_dir,
                " failed (", errno_text(), ")");
-  fsync_directory(settings.ckpt_dir);
+  fsync_directory(ckpt_dir);
 }
 
 // The first rank's error message (empty: none), on every rank.
@@ -204,8 +205,8 @@ std::string first_error(Comm* comm, const std::string& mine, std::string_view ta
 }
 
 // Why a save failed, what is left and what the run does: it stops.
-[[noreturn]] void save_failed(const SaveSettings& settings, int64_t step, const std::string& why) {
-  const std::vector<std::string> left = list_checkpoints(settings.ckpt_dir);
+[[noreturn]] void save_failed(const std::string& ckpt_dir, int64_t step, const std::string& why) {
+  const std::vector<std::string> left = list_checkpoints(ckpt_dir);
   raise(ErrorKind::kIo, "checkpoint ", checkpoint_name(step), " not saved: ", why, "; ",
         left.empty() ? std::string("no earlier checkpoint exists, the run stops with nothing saved")
                      : cat("the run stops; its last good checkpoint is ", left.front(), " (step ",
@@ -239,7 +240,7 @@ void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std
 std::vector<std::string> continuation_changes(const Json& was, const Json& now) {
   std::vector<std::string> out;
   for (const char* key : {"data", "seq_len", "assistant_only_loss", "seed", "shuffle", "global_batch", "steps", "lr",
-                          "warmup", "schedule", "weight_decay", "beta1", "beta2", "eps", "max_grad_norm"}) {
+                          "warmup", "schedule", "lr_min", "weight_decay", "beta1", "beta2", "eps", "max_grad_norm"}) {
     if (!was.contains(key) || !now.contains(key) || was[key] == now[key]) continue;
     // The step count shapes only a cosine schedule.
     if (std::string(key) == "steps" && was.value("schedule", "") == "constant" && now.value("schedule", "") == "constant")
@@ -249,26 +250,27 @@ std::vector<std::string> continuation_changes(const Json& was, const Json& now) 
   return out;
 }
 
-SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& settings, const DataPosition& position) {
+SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const CheckpointSection& where, const SaveSettings& settings,
+                           const DataPosition& position) {
   const auto t0 = Clock::now();
   const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
   const int64_t step = trainer.step_count();
   const ParamTable& table = trainer.table();
   ParamStore& store = trainer.store();
-  const std::string final_dir = path_join(settings.ckpt_dir, checkpoint_name(step));
-  const std::string tmp_dir = path_join(settings.ckpt_dir, ".tmp-" + checkpoint_name(step));
+  const std::string final_dir = path_join(where.dir, checkpoint_name(step));
+  const std::string tmp_dir = path_join(where.dir, ".tmp-" + checkpoint_name(step));
   std::string error;
   if (rank == 0) {
     try {
-      make_directories(settings.ckpt_dir);
-      remove_temporary_files(settings.ckpt_dir);
+      make_directories(where.dir);
+      remove_temporary_files(where.dir);
       make_directories(tmp_dir);
     } catch (const Error& e) {
       error = e.what();
     }
   }
   error = first_error(comm, error, "checkpoint folder");
-  if (!error.empty()) save_failed(settings, step, error);
+  if (!error.empty()) save_failed(where.dir, step, error);
 
   // Rank r's slice [r * shard, (r + 1) * shard) of every unit, wherever it is held.
   const size_t n_units = table.units().size();
@@ -298,7 +300,7 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
   if (!error.empty()) {
     std::error_code ec;
     if (rank == 0) std::filesystem::remove_all(tmp_dir, ec);
-    save_failed(settings, step, error);
+    save_failed(where.dir, step, error);
   }
 
   // Sizes and checksums to rank 0, which writes meta.json once every shard is synced.
@@ -323,7 +325,7 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
                           {"xxh64", std::string(w.xxh64, 16)}});
         total += w.bytes;
       }
-      commit_checkpoint(trainer, settings, position, shards, tmp_dir, final_dir);
+      commit_checkpoint(trainer, settings, position, shards, tmp_dir, final_dir, where.dir);
       report.gigabytes = static_cast<double>(total) / 1e9;
     } catch (const Error& e) {
       error = e.what();
@@ -332,7 +334,7 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
     }
   }
   error = first_error(comm, error, "checkpoint complete");
-  if (!error.empty()) save_failed(settings, step, error);
+  if (!error.empty()) save_failed(where.dir, step, error);
   if (rank == 0) {
     report.seconds = seconds_since(t0);
     char line[256];
@@ -342,7 +344,7 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& set
     log_info(line);
     std::vector<std::string> pinned = settings.pinned;
     pinned.push_back(final_dir);  // a resumed run behind newer checkpoints keeps its own
-    prune_checkpoints(settings.ckpt_dir, settings.keep_last, pinned);
+    prune_checkpoints(where.dir, where.keep_last, pinned);
   }
   return report;
 }

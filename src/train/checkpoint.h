@@ -22,23 +22,18 @@
 
 #include "comm/comm.h"
 #include "core/json.h"
+#include "data/blocks.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/weights.h"
+#include "train/config.h"
 #include "train/trainer.h"
 
 namespace anvil {
 
-// Where the data order stands after `step` steps: the epoch, and the blocks (summed over
-// ranks) already trained on in that epoch.
-struct DataPosition {
-  int64_t epoch = 0;
-  int64_t samples_in_epoch = 0;
-};
-
+// What a checkpoint records besides the state (where and how many: the run's
+// CheckpointSection, train/config.h).
 struct SaveSettings {
-  std::string ckpt_dir;
-  int64_t keep_last = 0;  // 0: keep every checkpoint
   // Recorded for export: where config, tokenizer and generation_config came from.
   std::string model_dir, tokenizer_dir;
   Json train = Json::object();  // the training settings, recorded as given
@@ -61,7 +56,8 @@ struct SaveReport {
 // rank (a full disk, a write error) throws the same kIo error on every rank, naming the
 // file and the bytes missing and the last good checkpoint, which stays untouched; the
 // temporary folder is removed.
-SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const SaveSettings& settings, const DataPosition& position);
+SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const CheckpointSection& where, const SaveSettings& settings,
+                           const DataPosition& position);
 
 // Removes what interrupted saves left in ckpt_dir (.tmp-step-<N> folders, *.tmp.<pid>).
 void remove_temporary_files(const std::string& ckpt_dir);

@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "io/hub.h"
 #include "io/safetensors.h"
-#include "train/trainer.h"
+#include "train/open_run.h"
 
 namespace anvil {
 
@@ -18,21 +18,23 @@ double run_grad(const GradOptions& o) {
   TokenBatch batch;
   batch.ids = read_as_i64(*ids);
 
-  TrainerSettings s;
-  s.device = o.device;
-  s.micro_batch = ids->shape[0];
-  s.seq_len = ids->shape[1];
+  TrainConfig c;
+  c.model.device = o.device;
+  c.parallel.mode = ParallelMode::kDdp;
+  c.data.micro_batch = ids->shape[0];
+  c.data.seq_len = ids->shape[1];
   ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);
   load_hf_weights(dir, table, w);
-  Trainer trainer(cfg, w, s);
+  const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+  Trainer& trainer = *t;
   std::vector<float> logits;
   const float loss = static_cast<float>(trainer.loss_and_grads(batch, &logits));
   const HostUnits grads = trainer.grads();
 
   SafetensorsWriter out;
   out.add("loss", DType::kF32, {1}, &loss);
-  out.add("logits", DType::kF32, {s.micro_batch, s.seq_len, cfg.vocab_size}, logits.data());
+  out.add("logits", DType::kF32, {c.data.micro_batch, c.data.seq_len, cfg.vocab_size}, logits.data());
   for (const ParamEntry& e : trainer.table().entries())
     out.add("grad." + e.name, DType::kF32, e.shape, grads[static_cast<size_t>(e.unit)].data() + e.offset);
   out.write(o.out);

@@ -1,3 +1,4 @@
+// Opening a run (device, group, model config, weights, Trainer): see train/open_run.h.
 #include "train/open_run.h"
 
 #include "core/error.h"
@@ -14,19 +15,19 @@ std::string resolve_device(const std::string& device) {
   return d;
 }
 
-OpenRun open_run(const RunSpec& spec) {
+OpenRun open_run(const ModelSection& m) {
   OpenRun run;
-  run.device = resolve_device(spec.device);
+  run.device = m.device;
   run.comm_options = comm_options_from_env();
   if (run.comm_options.joined) run.comm = make_comm(run.device == "cuda" ? Device::kCUDA : Device::kCPU, run.comm_options);
   run.world = run.comm ? run.comm->world() : 1;
   run.rank = run.comm ? run.comm->rank() : 0;
   if (run.rank != 0) log_set_level(LogLevel::kWarn);
-  if (!spec.model.empty()) {
-    run.model_dir = resolve_model_dir(spec.model);
+  if (!m.model.empty()) {
+    run.model_dir = resolve_model_dir(m.model);
     run.config = load_config(run.model_dir);
   } else {
-    run.config = preset_config(spec.preset);
+    run.config = preset_config(m.preset);
   }
   run.table = std::make_unique<ParamTable>(run.config, run.world);
   return run;
@@ -39,22 +40,22 @@ UnitReader initial_weights(const OpenRun& run, int64_t seed, HostUnits& fresh) {
   return host_units_reader(fresh);
 }
 
-std::unique_ptr<Trainer> make_trainer(OpenRun& run, const RunSpec& spec, int64_t seq_len, const UnitReader& weights) {
-  TrainerSettings s;
-  s.device = run.device;
-  s.device_index = run.comm_options.local_rank;
-  s.mode = spec.mode;
-  s.reduce_dtype = spec.reduce_dtype;
-  s.micro_batch = spec.micro_batch;
-  s.grad_accum = spec.grad_accum;
-  s.grad_dtype = spec.grad_dtype;
-  s.seq_len = seq_len;
-  s.recompute = spec.recompute;
-  s.overlap_optimizer = spec.overlap_optimizer;
-  s.fsdp_defer_sync = spec.fsdp_defer_sync;
-  s.optim = spec.optim;
-  s.total_steps = spec.total_steps;
-  return std::make_unique<Trainer>(run.config, weights, s, run.comm.get());
+std::unique_ptr<Trainer> make_trainer(const ModelConfig& model, const UnitReader& weights, const TrainConfig& config,
+                                      int64_t data_seq_len, Comm* comm, int device_index) {
+  std::unique_ptr<Ops> ops = make_ops(config.model.device, device_index);
+  RunFacts f;
+  f.model = &model;
+  f.world = comm ? comm->world() : 1;
+  f.data_seq_len = data_seq_len;
+  f.compute_dtype = ops->compute_dtype();
+  f.capacity = ops->memory_stats().capacity;
+  f.comm = comm;
+  return std::make_unique<Trainer>(model, weights, resolve_config(config, f), comm, std::move(ops));
+}
+
+std::unique_ptr<Trainer> make_trainer(OpenRun& run, const TrainConfig& config, int64_t data_seq_len,
+                                      const UnitReader& weights) {
+  return make_trainer(run.config, weights, config, data_seq_len, run.comm.get(), run.comm_options.local_rank);
 }
 
 }  // namespace anvil

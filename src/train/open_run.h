@@ -16,26 +16,10 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/weights.h"
-#include "optim/adamw.h"
-#include "parallel/mode.h"
+#include "train/config.h"
 #include "train/trainer.h"
 
 namespace anvil {
-
-// What a run is asked to train: the model and how.
-struct RunSpec {
-  std::string model, preset;  // exactly one: a folder or hub id, or a built-in shape
-  std::string device;         // cpu | cuda; empty: cuda when a GPU is present
-  ParallelMode mode = ParallelMode::kDdp;  // kAuto: the Trainer picks ddp when the plan fits, else fsdp
-  DType reduce_dtype = DType::kF32;        // gradient reduction: F32 or BF16
-  Recompute recompute = Recompute::kNone;  // kAuto: the fastest the plan fits
-  bool overlap_optimizer = true;  // the update overlaps the next forward
-  int64_t micro_batch = 1, grad_accum = 1;
-  GradDType grad_dtype = GradDType::kAuto;  // model/params.h
-  int64_t total_steps = 1;  // for the learning-rate schedule
-  bool fsdp_defer_sync = false;
-  OptimizerConfig optim;
-};
 
 // "cpu" or "cuda" from --device (empty: cuda when a GPU is present); throws kUsage on
 // anything else, kNoDevice when a GPU is asked for and none is there.
@@ -51,15 +35,20 @@ struct OpenRun {
   std::unique_ptr<ParamTable> table;
 };
 
-// The device, the process group (a worker of a launcher joins from RANK etc.), the model's
-// config and name table. No weight is read.
-OpenRun open_run(const RunSpec& spec);
+// On m.device (resolved: cpu or cuda), the process group (a worker of a launcher joins from
+// RANK etc.), the model's config and name table. No weight is read.
+OpenRun open_run(const ModelSection& m);
 // The starting weights as the Trainer reads them, unit by unit and each rank only what it
 // owns: the model folder's safetensors (mapped; pages dropped after use), or for a preset
 // fresh ones from `seed`, made whole in `fresh` (which must outlive the reader).
 UnitReader initial_weights(const OpenRun& run, int64_t seed, HostUnits& fresh);
-// The Trainer on this rank's device from `weights` (checks the memory plan before it
-// allocates).
-std::unique_ptr<Trainer> make_trainer(OpenRun& run, const RunSpec& spec, int64_t seq_len, const UnitReader& weights);
+// The Trainer of `config` on this rank's device (device_index) from `weights`: the device's
+// ops made, then every auto resolved (train/resolve.h, which checks the memory plan before
+// anything is allocated) against the data's blocks of data_seq_len tokens.
+std::unique_ptr<Trainer> make_trainer(const ModelConfig& model, const UnitReader& weights, const TrainConfig& config,
+                                      int64_t data_seq_len, Comm* comm, int device_index);
+// The same for an opened run.
+std::unique_ptr<Trainer> make_trainer(OpenRun& run, const TrainConfig& config, int64_t data_seq_len,
+                                      const UnitReader& weights);
 
 }  // namespace anvil

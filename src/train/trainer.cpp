@@ -8,63 +8,45 @@
 
 namespace anvil {
 
-Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const TrainerSettings& settings, Comm* comm)
+namespace {
+
+// Target tokens of a micro-batch: labels (ids without them) other than -100, past each
+// sequence's first position (position t predicts label t+1).
+int64_t count_targets(const TokenBatch& b, int64_t seq_len) {
+  const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
+  int64_t n = 0;
+  for (size_t i = 0; i < lab.size(); ++i)
+    if (static_cast<int64_t>(i % static_cast<size_t>(seq_len)) != 0 && lab[i] != -100) ++n;
+  return n;
+}
+
+}  // namespace
+
+Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const ResolvedConfig& settings, Comm* comm,
+                 std::unique_ptr<Ops> ops)
     : config_(config), settings_(settings), comm_(comm), table_(config, comm ? comm->world() : 1),
-      ops_(make_ops(settings.device, settings.device_index)) {
+      ops_(std::move(ops)) {
   if (comm_) comm_->set_compute_stream(ops_->stream());
-  ANVIL_ENSURE(settings.grad_accum >= 1, kInternal, "grad_accum ", settings.grad_accum);
-  grad_dtype_ = resolve_grad_dtype(settings.grad_dtype, ops_->compute_dtype(), table_.world(), settings.grad_accum);
-  // Memory is planned before anything is allocated: a run that cannot fit stops here with
-  // the plan and the advice, not with an out-of-memory error halfway through a step.
-  PlanInput pin;
-  pin.config = config_;
-  pin.world = table_.world();
-  pin.seq_len = settings.seq_len;
-  pin.micro_batch = settings.micro_batch;
-  pin.compute_dtype = ops_->compute_dtype();
-  pin.fsdp_defer_sync = settings.fsdp_defer_sync;
-  pin.reduce_dtype = settings.reduce_dtype;
-  pin.grad_dtype = grad_dtype_;
-  const int64_t capacity = ops_->memory_stats().capacity;
-  if (capacity > 0) {
-    const PlanAdvice adv = advise(pin, settings.recompute, capacity);
-    if (settings_.mode == ParallelMode::kAuto) {
-      ANVIL_ENSURE(adv.fits, kOutOfMemory, "--mode auto: neither mode fits in the GPU's memory; the plan per GPU:\n",
-                   plan_table(adv, pin, capacity));
-      // Every rank takes the same mode (their GPUs could differ): fsdp if any rank needs it.
-      const bool fsdp = comm_ ? comm_->host_max(adv.mode == ParallelMode::kFsdp ? 1.0 : 0.0, "mode auto") > 0
-                              : adv.mode == ParallelMode::kFsdp;
-      settings_.mode = fsdp ? ParallelMode::kFsdp : ParallelMode::kDdp;
-      mode_reason_ = fsdp == (adv.mode == ParallelMode::kFsdp) ? "auto: " + adv.message
-                                                               : std::string("auto: another rank's GPU needs fsdp");
-    }
-    const MemoryPlan& p = settings_.mode == ParallelMode::kFsdp ? adv.fsdp : adv.ddp;
-    ANVIL_ENSURE(plan_fits(p, capacity), kOutOfMemory, "this run does not fit in the GPU's memory; the plan per GPU:\n",
-                 plan_table(adv, pin, capacity));
-    settings_.recompute = p.recompute;
-  } else {
-    if (settings_.mode == ParallelMode::kAuto) {
-      settings_.mode = ParallelMode::kDdp;
-      mode_reason_ = "auto: host memory is not planned, so ddp";
-    }
-    if (settings.recompute == Recompute::kAuto) settings_.recompute = Recompute::kNone;  // host memory is not planned
-  }
-  pin.mode = settings_.mode;
-  pin.recompute = settings_.recompute;
-  plan_ = plan_memory(pin);
-  store_ = make_param_store(table_, *ops_, comm_, settings_.mode, grad_dtype_);
-  store_->set_defer_sync(settings.fsdp_defer_sync);
-  store_->set_reduce_dtype(settings.reduce_dtype);
-  store_->set_overlap_optimizer(settings.overlap_optimizer);
+  const ParallelSection& p = settings_.config.parallel;
+  const DataSection& d = settings_.config.data;
+  ANVIL_ENSURE(p.mode != ParallelMode::kAuto && p.recompute != Recompute::kAuto && p.grad_dtype != GradDType::kAuto &&
+                   d.seq_len > 0 && d.grad_accum >= 1,
+               kInternal, "the Trainer takes a resolved config (train/resolve.h)");
+  grad_dtype_ = p.grad_dtype == GradDType::kBF16 ? DType::kBF16 : DType::kF32;
+  // Memory was planned (resolve_config) before anything is allocated.
+  plan_ = plan_memory(plan_input(config_, settings_.config, table_.world(), ops_->compute_dtype()));
+  store_ = make_param_store(table_, *ops_, comm_, p.mode, grad_dtype_);
+  store_->set_defer_sync(p.fsdp_defer_sync);
+  store_->set_reduce_dtype(p.reduce_dtype);
+  store_->set_overlap_optimizer(p.overlap_optimizer);
   store_->load(weights);
-  model_ = std::make_unique<Transformer>(config_, table_, *ops_, settings.micro_batch, settings.seq_len,
-                                         settings_.recompute);
+  model_ = std::make_unique<Transformer>(config_, table_, *ops_, d.micro_batch, d.seq_len, p.recompute);
   model_->set_forward_done_hook([this] {
     if (timing_) timing_result_.forward += lap();
   });
-  const int64_t n = settings.micro_batch * settings.seq_len;
-  auto make = [&](Shape s, DType d) {
-    Tensor t(nullptr, d, s, ops_->device());
+  const int64_t n = d.micro_batch * d.seq_len;
+  auto make = [&](Shape s, DType dt) {
+    Tensor t(nullptr, dt, s, ops_->device());
     t.data = ops_->alloc(t.bytes());
     buffers_.push_back(t.data);
     return t;
@@ -80,14 +62,13 @@ Trainer::~Trainer() {
   for (void* p : buffers_) ops_->release(p);
 }
 
-int64_t Trainer::upload_batch(const TokenBatch& b) {
-  const int64_t B = settings_.micro_batch, T = settings_.seq_len, n = B * T;
+void Trainer::upload_batch(const TokenBatch& b) {
+  const int64_t B = settings_.config.data.micro_batch, T = settings_.config.data.seq_len, n = B * T;
   ANVIL_ENSURE(static_cast<int64_t>(b.ids.size()) == n, kInvalidInput, "a micro-batch holds ", b.ids.size(),
                " tokens, expected ", B, " x ", T);
   ANVIL_ENSURE(b.labels.empty() || b.labels.size() == b.ids.size(), kInvalidInput, "labels and ids differ in length");
   const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
   std::vector<int32_t> ids(static_cast<size_t>(n)), tgt(static_cast<size_t>(n));
-  int64_t count = 0;
   for (int64_t s = 0; s < B; ++s)
     for (int64_t t = 0; t < T; ++t) {
       const size_t i = static_cast<size_t>(s * T + t);
@@ -99,25 +80,19 @@ int64_t Trainer::upload_batch(const TokenBatch& b) {
       ANVIL_ENSURE(y == -100 || (y >= 0 && y < config_.vocab_size), kInvalidInput, "label ", y,
                    " is outside the vocabulary");
       tgt[i] = static_cast<int32_t>(y);
-      count += y != -100;
     }
   ops_->upload(ids_, ids.data());
   ops_->upload(targets_, tgt.data());
-  return count;
 }
 
 StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
-  ANVIL_ENSURE(static_cast<int64_t>(micro_batches.size()) == settings_.grad_accum, kInternal, "a step of ",
-               micro_batches.size(), " micro-batches; the trainer was set up for ", settings_.grad_accum);
+  const TrainConfig& c = settings_.config;
+  ANVIL_ENSURE(static_cast<int64_t>(micro_batches.size()) == c.data.grad_accum, kInternal, "a step of ",
+               micro_batches.size(), " micro-batches; the trainer was set up for ", c.data.grad_accum);
   // The loss is normalised by the step's whole count of target tokens, so accumulation
   // gives the gradient of the mean over the step, not a mean of means.
   int64_t total = 0;
-  for (const TokenBatch& b : micro_batches) {
-    const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
-    const int64_t T = settings_.seq_len;
-    for (size_t i = 0; i < lab.size(); ++i)
-      if (static_cast<int64_t>(i % static_cast<size_t>(T)) != 0 && lab[i] != -100) ++total;
-  }
+  for (const TokenBatch& b : micro_batches) total += count_targets(b, c.data.seq_len);
   if (comm_) comm_->set_step(step_ + 1);  // named by any collective's error from here on
   total = global_sum(total, "target tokens");
   ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1, " has no target tokens (every label is -100)");
@@ -146,8 +121,8 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   ANVIL_ENSURE(std::isfinite(s.loss), kNumerics, "loss is ", s.loss, " at step ", step_ + 1,
                ": stopping before the update");
   ++step_;
-  s.lr = lr_at(settings_.optim, step_, settings_.total_steps);
-  s.grad_norm = store_->optimizer_step(settings_.optim, step_, s.lr);  // zeroes the gradients
+  s.lr = lr_at(c.optim.schedule, step_, c.steps);
+  s.grad_norm = store_->optimizer_step(c.optim.adamw, step_, s.lr);  // zeroes the gradients
   if (timing_) timing_result_.optimizer = lap();
   return s;
 }
@@ -167,12 +142,14 @@ int64_t Trainer::global_sum(int64_t local, const char* what) {
 double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logits) {
   store_->zero_grads();
   ops_->zero(loss_sum_);
-  const int64_t count = global_sum(upload_batch(batch), "target tokens");
+  upload_batch(batch);
+  const int64_t count = global_sum(count_targets(batch, settings_.config.data.seq_len), "target tokens");
   ANVIL_ENSURE(count > 0, kInvalidInput, "the batch has no target tokens");
   Tensor lg;
   void* lg_buf = nullptr;
   if (logits) {
-    lg = Tensor(nullptr, DType::kF32, {settings_.micro_batch * settings_.seq_len, config_.vocab_size}, ops_->device());
+    const DataSection& d = settings_.config.data;
+    lg = Tensor(nullptr, DType::kF32, {d.micro_batch * d.seq_len, config_.vocab_size}, ops_->device());
     lg_buf = lg.data = ops_->alloc(lg.bytes());
   }
   model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(count), loss_sum_, lg);
@@ -188,7 +165,8 @@ double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logi
 
 Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
   LossSum r;
-  r.tokens = upload_batch(batch);
+  upload_batch(batch);
+  r.tokens = count_targets(batch, settings_.config.data.seq_len);
   ops_->zero(loss_sum_);
   model_->forward_loss(*store_, ids_, targets_, loss_sum_);
   store_->drop_kept_unit();  // no backward follows

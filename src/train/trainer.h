@@ -13,38 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "data/blocks.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/transformer.h"
 #include "model/weights.h"
-#include "optim/adamw.h"
 #include "ops/ops.h"
 #include "parallel/param_store.h"
 #include "plan/memory_plan.h"
+#include "train/resolve.h"
 
 namespace anvil {
-
-// Token blocks of one micro-batch: ids (B*T) and, optionally, labels (B*T, -100 where no
-// loss is wanted; empty: labels = ids). Position t is trained to predict label t+1.
-struct TokenBatch {
-  std::vector<int64_t> ids;
-  std::vector<int64_t> labels;
-};
-
-struct TrainerSettings {
-  std::string device = "cpu";  // cpu | cuda
-  int device_index = 0;
-  ParallelMode mode = ParallelMode::kDdp;  // kAuto: ddp when the plan fits, else fsdp
-  int64_t micro_batch = 1, seq_len = 2048;
-  Recompute recompute = Recompute::kNone;  // kAuto: the fastest the plan fits in the GPU's memory
-  bool fsdp_defer_sync = false;  // FSDP: reduce-scatter once per step, not per micro-batch
-  DType reduce_dtype = DType::kF32;  // gradient all-reduce / reduce-scatter in F32 or BF16
-  bool overlap_optimizer = true;  // the update overlaps the next forward (parallel/param_store.h)
-  int64_t grad_accum = 1;  // micro-batches per step (each step() call must pass this many)
-  GradDType grad_dtype = GradDType::kAuto;  // model/params.h
-  OptimizerConfig optim;
-  int64_t total_steps = 1;  // for the LR schedule
-};
 
 // Seconds per phase of the last step, with the device synchronised at each boundary (only
 // when timing is enabled: the step benchmark).
@@ -61,12 +40,12 @@ struct StepStats {
 
 class Trainer {
  public:
-  // comm: null for a single process; otherwise this rank's group (ops on its device).
-  // weights: the masters, read unit by unit, each rank only what it owns.
-  Trainer(const ModelConfig& config, const UnitReader& weights, const TrainerSettings& settings,
-          Comm* comm = nullptr);
-  Trainer(const ModelConfig& config, const HostUnits& weights, const TrainerSettings& settings, Comm* comm = nullptr)
-      : Trainer(config, host_units_reader(weights), settings, comm) {}
+  // settings: the run's config with every auto resolved (train/resolve.h; make_trainer in
+  // train/open_run.h resolves and builds). weights: the masters, read unit by unit, each rank
+  // only what it owns. comm: null for a single process; otherwise this rank's group (ops on
+  // its device). ops: this rank's device.
+  Trainer(const ModelConfig& config, const UnitReader& weights, const ResolvedConfig& settings, Comm* comm,
+          std::unique_ptr<Ops> ops);
   ~Trainer();
 
   StepStats step(const std::vector<TokenBatch>& micro_batches);
@@ -82,11 +61,10 @@ class Trainer {
 
   // The memory plan of this rank (checked against the GPU's memory before any allocation).
   const MemoryPlan& plan() const { return plan_; }
-  Recompute recompute() const { return settings_.recompute; }  // resolved: never kAuto
-  ParallelMode mode() const { return settings_.mode; }  // resolved (never kAuto)
-  DType grad_dtype() const { return grad_dtype_; }      // resolved: F32 or BF16
-  // Why this mode: "as asked", or the rule's reason when the mode was auto.
-  const std::string& mode_reason() const { return mode_reason_; }
+  const ResolvedConfig& settings() const { return settings_; }
+  Recompute recompute() const { return settings_.config.parallel.recompute; }  // never kAuto
+  ParallelMode mode() const { return settings_.config.parallel.mode; }         // never kAuto
+  DType grad_dtype() const { return grad_dtype_; }                             // F32 or BF16
 
   void enable_timing(bool on) { timing_ = on; }
   const StepTiming& last_timing() const { return timing_result_; }
@@ -101,17 +79,16 @@ class Trainer {
   HostUnits grads() const;
 
  private:
-  // Uploads ids/targets of a micro-batch; returns its count of target tokens.
-  int64_t upload_batch(const TokenBatch& b);
+  // Uploads ids/targets of a micro-batch (checked against the vocabulary).
+  void upload_batch(const TokenBatch& b);
   int64_t global_sum(int64_t local, const char* what);
 
   ModelConfig config_;
-  TrainerSettings settings_;
+  ResolvedConfig settings_;
   Comm* comm_;
   ParamTable table_;
   std::unique_ptr<Ops> ops_;
   MemoryPlan plan_;
-  std::string mode_reason_ = "as asked";
   DType grad_dtype_ = DType::kF32;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Transformer> model_;

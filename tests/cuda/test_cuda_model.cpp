@@ -11,7 +11,7 @@
 #include "io/safetensors.h"
 #include "model/weights.h"
 #include "ops/ops.h"
-#include "train/trainer.h"
+#include "train/open_run.h"
 #include "../testing.h"
 
 namespace anvil {
@@ -48,12 +48,14 @@ TEST_P(GpuGolden, LossAndGradients) {
   load_hf_weights(dir, table, w);
   std::vector<HostUnits> grads;
   for (GradDType gd : {GradDType::kF32, GradDType::kBF16}) {
-    TrainerSettings s;
-    s.device = "cuda";
-    s.micro_batch = ids.shape[0];
-    s.seq_len = ids.shape[1];
-    s.grad_dtype = gd;
-    Trainer trainer(cfg, w, s);
+    TrainConfig c;
+    c.model.device = "cuda";
+    c.parallel.mode = ParallelMode::kDdp;
+    c.data.micro_batch = ids.shape[0];
+    c.data.seq_len = ids.shape[1];
+    c.parallel.grad_dtype = gd;
+    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+    Trainer& trainer = *t;
     TokenBatch b;
     b.ids = read_as_i64(ids);
     std::vector<float> logits;
@@ -93,22 +95,23 @@ TEST_P(GpuGolden, ForwardLossLeavesGradientsAlone) {
   SafetensorsFile gold(dir + "/golden_step0.safetensors");
   const SafeTensorInfo& ids = gold.get("input_ids");
   for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
-    TrainerSettings s;
-    s.device = "cuda";
-    s.mode = mode;
-    s.micro_batch = ids.shape[0];
-    s.seq_len = ids.shape[1];
+    TrainConfig c;
+    c.model.device = "cuda";
+    c.parallel.mode = mode;
+    c.data.micro_batch = ids.shape[0];
+    c.data.seq_len = ids.shape[1];
     ParamTable table(cfg, 1);
     HostUnits w = make_host_units(table);
     load_hf_weights(dir, table, w);
-    Trainer trainer(cfg, w, s);
+    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+    Trainer& trainer = *t;
     TokenBatch b;
     b.ids = read_as_i64(ids);
     const double loss = trainer.loss_and_grads(b, nullptr);
     const HostUnits before = trainer.grads();
     const Trainer::LossSum e = trainer.forward_loss(b);
     EXPECT_EQ(e.sum / static_cast<double>(e.tokens), loss) << GetParam();
-    EXPECT_EQ(e.tokens, static_cast<int64_t>(b.ids.size()) - s.micro_batch) << GetParam();
+    EXPECT_EQ(e.tokens, static_cast<int64_t>(b.ids.size()) - c.data.micro_batch) << GetParam();
     EXPECT_EQ(trainer.grads(), before) << GetParam() << ": forward_loss touched the gradients";
   }
 }
@@ -142,20 +145,20 @@ AdamwDeviation run_adamw_on_gpu(const std::string& dir, ParallelMode mode, doubl
   SafetensorsFile gold(dir + "/golden_adamw.safetensors");
   Json curve = json_read_file(dir + "/golden_curve.json");
   const Json& cc = curve["config"];
-  TrainerSettings s;
-  s.device = "cuda";
-  s.mode = mode;
-  s.grad_dtype = grad_dtype;
-  s.micro_batch = cc["batch"].get<int64_t>();
-  s.seq_len = cc["seq"].get<int64_t>();
-  s.optim.lr = cc["lr"].get<double>() * lr_scale;
-  s.optim.beta1 = cc["betas"][0].get<double>();
-  s.optim.beta2 = cc["betas"][1].get<double>();
-  s.optim.eps = cc["eps"].get<double>();
-  s.optim.weight_decay = cc["weight_decay"].get<double>();
-  s.optim.max_grad_norm = cc["max_norm"].get<double>();
+  TrainConfig c;
+  c.model.device = "cuda";
+  c.parallel.mode = mode;
+  c.parallel.grad_dtype = grad_dtype;
+  c.data.micro_batch = cc["batch"].get<int64_t>();
+  c.data.seq_len = cc["seq"].get<int64_t>();
+  c.optim.schedule.lr = cc["lr"].get<double>() * lr_scale;
+  c.optim.adamw.beta1 = cc["betas"][0].get<double>();
+  c.optim.adamw.beta2 = cc["betas"][1].get<double>();
+  c.optim.adamw.eps = cc["eps"].get<double>();
+  c.optim.adamw.weight_decay = cc["weight_decay"].get<double>();
+  c.optim.adamw.max_grad_norm = cc["max_norm"].get<double>();
   const int steps = cc["steps"].get<int>();
-  s.total_steps = steps;
+  c.steps = steps;
   AdamwDeviation d;
   const Json& bf16 = curve["bf16_autocast_fp32_master"];
   EXPECT_EQ(static_cast<int>(bf16.size()), steps) << dir << ": golden_curve.json has no bf16 curve to derive tolerances from";
@@ -168,7 +171,8 @@ AdamwDeviation run_adamw_on_gpu(const std::string& dir, ParallelMode mode, doubl
   ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);
   load_hf_weights(dir, table, w);
-  Trainer trainer(cfg, w, s);
+  const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+  Trainer& trainer = *t;
   for (int i = 0; i < steps; ++i) {
     TokenBatch b;
     b.ids = read_as_i64(gold.get("batch" + std::to_string(i)));

@@ -10,7 +10,7 @@
 
 #include "model/weights.h"
 #include "ops/ops.h"
-#include "train/trainer.h"
+#include "train/open_run.h"
 #include "../testing.h"
 
 namespace anvil {
@@ -64,17 +64,19 @@ struct Result {
 };
 
 Result train(const Model& model, ParallelMode mode, bool overlap, Recompute recompute, int steps) {
-  TrainerSettings s;
-  s.device = "cuda";
-  s.mode = mode;
-  s.micro_batch = model.batch;
-  s.seq_len = model.seq;
-  s.recompute = recompute;
-  s.overlap_optimizer = overlap;
-  s.optim.lr = 1e-3;
-  s.optim.weight_decay = 0.1;
-  s.total_steps = steps;
-  Trainer trainer(model.config, model.weights, s);
+  TrainConfig c;
+  c.model.device = "cuda";
+  c.parallel.mode = mode;
+  c.data.micro_batch = model.batch;
+  c.data.seq_len = model.seq;
+  c.parallel.recompute = recompute;
+  c.parallel.overlap_optimizer = overlap;
+  c.optim.schedule.lr = 1e-3;
+  c.optim.adamw.weight_decay = 0.1;
+  c.steps = steps;
+  const std::unique_ptr<Trainer> t =
+      make_trainer(model.config, host_units_reader(model.weights), c, c.data.seq_len, nullptr, 0);
+  Trainer& trainer = *t;
   std::mt19937_64 rng(11);
   Result r;
   for (int i = 0; i < steps; ++i) {

@@ -1,0 +1,103 @@
+// Block sources and the order the steps read them in: see data/blocks.h.
+#include "data/blocks.h"
+
+#include <algorithm>
+
+#include "core/env.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "data/source.h"
+
+namespace anvil {
+
+DataKind data_kind(const std::string& source) {
+  if (source.size() > 12 && source.compare(source.size() - 12, 12, ".safetensors") == 0) return DataKind::kSafetensors;
+  if (is_packed_dataset(source)) return DataKind::kPacked;
+  return DataKind::kRows;  // JSONL, Parquet, a folder of them, a hub dataset id (data/source.h)
+}
+
+std::string data_cache_dir(const DataSection& d) {
+  return !d.cache.empty() ? d.cache
+         : !env_str("XDG_CACHE_HOME", "").empty() ? path_join(env_str("XDG_CACHE_HOME", ""), "anvil")
+                                                   : path_join(env_str("HOME", "."), ".cache/anvil");
+}
+
+BlockSource::BlockSource(const DataSection& d, const std::string& source, const std::string& split,
+                         const std::string& model_dir, const PrepareTurn& turn) {
+  if (data_kind(source) == DataKind::kSafetensors) {
+    open_safetensors(source);
+    return;
+  }
+  if (data_kind(source) == DataKind::kPacked) {
+    packed_ = std::make_unique<PackedDataset>(PackedDataset::open(source));
+  } else {
+    PrepareOptions p;
+    p.tokenizer = !d.tokenizer.empty() ? d.tokenizer : model_dir;
+    p.data = resolve_data_source(source, split.empty() ? d.split : split, d.config);
+    p.seq_len = d.seq_len;
+    p.assistant_only_loss = d.assistant_only_loss;
+    p.skip_bad_rows = d.skip_bad_rows;
+    const std::string cache = data_cache_dir(d);
+    // The first process prepares; the others open what it wrote.
+    if (turn.first) packed_ = std::make_unique<PackedDataset>(prepare_cached(p, cache));
+    if (turn.barrier) turn.barrier();
+    if (!packed_) packed_ = std::make_unique<PackedDataset>(prepare_cached(p, cache));
+  }
+  n_ = packed_->num_blocks();
+  t_ = packed_->seq_len();
+  ANVIL_ENSURE(n_ >= 1, kInvalidInput, source, ": no complete block of ", t_, " tokens");
+}
+
+void BlockSource::open_safetensors(const std::string& source) {
+  file_ = std::make_unique<SafetensorsFile>(source);
+  const SafeTensorInfo* ids = file_->find("input_ids");
+  ANVIL_ENSURE(ids, kNotFound, source, ": no tensor input_ids");
+  ANVIL_ENSURE(ids->shape.ndim == 2 && ids->shape[1] >= 2 && ids->shape[0] >= 1, kInvalidInput, source,
+               ": input_ids has shape ", ids->shape.str(), ", expected [N, T] with T >= 2");
+  ids_ = read_as_i64(*ids);
+  n_ = ids->shape[0];
+  t_ = ids->shape[1];
+}
+
+void BlockSource::append(int64_t block, TokenBatch& b) const {
+  if (!packed_) {
+    auto first = ids_.begin() + block * t_;
+    b.ids.insert(b.ids.end(), first, first + t_);
+    return;
+  }
+  const int32_t* ids = packed_->input_ids(block);
+  b.ids.insert(b.ids.end(), ids, ids + t_);
+  if (packed_->has_labels()) {
+    const int32_t* lab = packed_->labels(block);
+    b.labels.insert(b.labels.end(), lab, lab + t_);
+  }
+}
+
+BatchOrder::BatchOrder(const DataSection& d, int64_t seed, int64_t blocks, int world, int rank)
+    : sampler_(blocks, world, rank, static_cast<uint64_t>(seed), d.shuffle, true),
+      world_(world),
+      per_step_(d.micro_batch * d.grad_accum),
+      epoch_len_(sampler_.num_samples() / per_step_ * per_step_) {}
+
+void BatchOrder::resume_at(const DataPosition& p, int64_t step) {
+  first_index_ = p.epoch * epoch_len_ + std::min(p.samples_in_epoch / world_, epoch_len_);
+  start_ = step;
+}
+
+int64_t BatchOrder::block(int64_t step, int64_t i) {
+  const int64_t index = first_index_ + (step - start_ - 1) * per_step_ + i;
+  const int64_t e = index / epoch_len_;
+  if (e != epoch_) {
+    epoch_ = e;
+    sampler_.set_epoch(e);
+    mine_ = sampler_.indices();
+  }
+  return mine_[static_cast<size_t>(index % epoch_len_)];
+}
+
+DataPosition BatchOrder::after(int64_t step) const {
+  const int64_t next = first_index_ + (step - start_) * per_step_;
+  return {next / epoch_len_, (next % epoch_len_) * world_};
+}
+
+}  // namespace anvil

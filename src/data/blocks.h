@@ -1,0 +1,106 @@
+// The blocks a run trains on: the data section of the run's config, the sources of token
+// blocks (BlockSource), the order the steps read them in (BatchOrder) and where that order
+// stands (DataPosition, what a checkpoint records).
+//
+// A source is token ids [N, T] from a safetensors file (input_ids), a packed block file made
+// by `anvil prepare`, or rows (JSONL, Parquet, a folder, a hub dataset id: data/source.h)
+// prepared on the fly into the cache.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/packing.h"
+#include "data/sampler.h"
+#include "io/safetensors.h"
+
+namespace anvil {
+
+// The data section: what the steps read, how rows are packed and how much each step takes.
+struct DataSection {
+  std::string source;           // --data: safetensors, a prepared block file/folder, or rows
+  std::string split = "train";  // hub dataset ids: the split and config read
+  std::string config;
+  std::string tokenizer;  // for rows: folder with tokenizer.json (default: the model's)
+  std::string cache;      // where rows are prepared (default: ~/.cache/anvil)
+  int64_t seq_len = 0;    // tokens per block; 0: from the data
+  int64_t micro_batch = 1, grad_accum = 1;  // sequences per micro-batch, micro-batches per step
+  bool shuffle = true;
+  bool assistant_only_loss = false;
+  bool skip_bad_rows = false;
+  bool operator==(const DataSection&) const = default;
+};
+
+enum class DataKind { kSafetensors, kPacked, kRows };
+DataKind data_kind(const std::string& source);
+// Where rows are prepared: --data-cache, else $XDG_CACHE_HOME/anvil, else ~/.cache/anvil.
+std::string data_cache_dir(const DataSection& d);
+
+// Token blocks of one micro-batch: ids (B*T) and, optionally, labels (B*T, -100 where no
+// loss is wanted; empty: labels = ids). Position t is trained to predict label t+1.
+struct TokenBatch {
+  std::vector<int64_t> ids;
+  std::vector<int64_t> labels;
+};
+
+// Who prepares rows in a group of processes: the `first` one prepares, then `barrier`
+// (empty for a single process) lets the others open what it wrote.
+struct PrepareTurn {
+  bool first = true;
+  std::function<void()> barrier;
+};
+
+// The blocks of `source` (rows packed into blocks of d.seq_len with d's tokenizer and
+// options; `split` empty: d.split).
+class BlockSource {
+ public:
+  BlockSource(const DataSection& d, const std::string& source, const std::string& split, const std::string& model_dir,
+              const PrepareTurn& turn);
+
+  int64_t size() const { return n_; }
+  int64_t seq_len() const { return t_; }
+  void append(int64_t block, TokenBatch& b) const;
+
+ private:
+  void open_safetensors(const std::string& source);
+
+  std::unique_ptr<SafetensorsFile> file_;
+  std::vector<int64_t> ids_;
+  std::unique_ptr<PackedDataset> packed_;
+  int64_t n_ = 0, t_ = 0;
+};
+
+// Where the data order stands after `step` steps: the epoch, and the blocks (summed over
+// ranks) already trained on in that epoch.
+struct DataPosition {
+  int64_t epoch = 0;
+  int64_t samples_in_epoch = 0;
+};
+
+// The blocks each step reads on this rank: PyTorch's DistributedSampler with set_epoch; an
+// epoch ends when a whole step no longer fits, as a DataLoader with drop_last does. A
+// checkpoint records the epoch and the blocks (all ranks) trained on in it, so a resumed
+// run skips them, with any number of ranks.
+class BatchOrder {
+ public:
+  BatchOrder(const DataSection& d, int64_t seed, int64_t blocks, int world, int rank);
+
+  // Continue after a checkpoint's data position.
+  void resume_at(const DataPosition& p, int64_t step);
+  // The i-th block of step `step` (1-based) on this rank.
+  int64_t block(int64_t step, int64_t i);
+  // Where the data stands after `step` steps (what a checkpoint records).
+  DataPosition after(int64_t step) const;
+
+ private:
+  DistributedSampler sampler_;
+  int world_;
+  int64_t per_step_, epoch_len_;
+  int64_t first_index_ = 0, start_ = 0, epoch_ = -1;
+  std::vector<int64_t> mine_;
+};
+
+}  // namespace anvil

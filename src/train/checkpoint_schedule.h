@@ -1,0 +1,24 @@
+// When a training run writes checkpoints: every --save-every steps, on a stop asked by
+// SIGINT or SIGTERM (with the command that resumes), and the --on-save copies waited for at
+// the end (keep_last then applies to what they pinned).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "train/train_run.h"
+
+namespace anvil {
+
+// The checkpoint of `step` when --save-every says so.
+void save_if_due(TrainRun& run, int64_t step);
+// A stop asked by signal `sig` after `step`: the checkpoint (unless this step's was just
+// written) and what to run to go on.
+void stop_at(TrainRun& run, int64_t step, int sig);
+// Waits for the copies off the machine, then prunes beyond keep_last.
+void finish_copies(TrainRun& run);
+
+// The same command line without --resume: it resumes from the newest checkpoint.
+std::string resume_command(const TrainCommand& command);
+
+}  // namespace anvil

@@ -1,0 +1,92 @@
+// The run's config: one tree, one documented struct per concern (as torchtitan's
+// job_config), each section's struct in the lowest layer that reads it: the data's in
+// data/blocks.h, the optimizer's in optim/schedule.h, the rest here. The flags of anvil
+// train and anvil bench step bind to these fields (cli/train_flags.h), and so do the keys of
+// --config FILE.toml and of the anvil_config.toml a run writes. Every `auto` is resolved
+// once, by resolve_config (train/resolve.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "core/tensor.h"
+#include "data/blocks.h"
+#include "model/params.h"
+#include "model/transformer.h"
+#include "optim/schedule.h"
+
+namespace anvil {
+
+// What is trained: exactly one of a model folder (or hub id) and a built-in shape.
+struct ModelSection {
+  std::string model;   // folder or hub id
+  std::string preset;  // or a built-in shape with fresh weights (benchmarks, the demo)
+  std::string device;  // cpu | cuda; empty: cuda when a GPU is present, else cpu
+  bool operator==(const ModelSection&) const = default;
+};
+
+// How the ranks share the model and its gradients, and what each keeps in memory.
+struct ParallelSection {
+  ParallelMode mode = ParallelMode::kAuto;  // auto: ddp when the plan fits, else fsdp
+  DType reduce_dtype = DType::kF32;         // gradient reduction: F32 or BF16
+  GradDType grad_dtype = GradDType::kAuto;  // the blocks' gradients (model/params.h)
+  Recompute recompute = Recompute::kNone;   // auto: the fastest the plan fits
+  bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
+  bool fsdp_defer_sync = false;   // FSDP: reduce-scatter once per step, not per micro-batch
+  bool operator==(const ParallelSection&) const = default;
+};
+
+// Checkpoints (train/checkpoint.h): every save_every steps into dir, keeping the newest
+// keep_last (0: all). A run resumes from `resume`, else from the newest complete checkpoint
+// in dir.
+struct CheckpointSection {
+  int64_t save_every = 0;
+  std::string dir;
+  int64_t keep_last = 0;
+  std::string resume;
+  std::string on_save;  // run in the background on each complete checkpoint (train/save_copies.h)
+  bool operator==(const CheckpointSection&) const = default;
+};
+
+// Held-out blocks (any source --data takes, packed the same way): evaluated every `every`
+// steps (0: only at the end) and at the end. split: for hub dataset ids.
+struct EvalSection {
+  std::string data, split;
+  int64_t every = 0;
+  bool operator==(const EvalSection&) const = default;
+};
+
+struct LogSection {
+  int64_t every = 10;   // the loss line every N steps (and the first and the last)
+  std::string metrics;  // JSON lines, one per logged step
+  bool operator==(const LogSection&) const = default;
+};
+
+// A Hugging Face model folder written at the end.
+struct ExportSection {
+  std::string dir;
+  std::string dtype = "bf16";  // bf16 | fp32
+  bool operator==(const ExportSection&) const = default;
+};
+
+struct TrainConfig {
+  ModelSection model;
+  DataSection data;
+  ParallelSection parallel;
+  OptimSection optim;
+  CheckpointSection checkpoint;
+  EvalSection eval;
+  LogSection log;
+  ExportSection export_;
+  int64_t steps = 40;  // optimizer steps (the schedule's length)
+  int64_t seed = 0;    // of the data order and of fresh weights
+  bool operator==(const TrainConfig&) const = default;
+};
+
+// The training settings recorded in a checkpoint's meta.json ("train"), from the resolved
+// config (its seq_len is the data's) on `world` ranks: what continuation_changes compares.
+Json train_record(const TrainConfig& c, int world);
+
+}  // namespace anvil

@@ -1,0 +1,123 @@
+// Progress bar, step lines, metrics and the summary lines: see train/progress.h.
+#include "train/progress.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "core/duration.h"
+#include "core/log.h"
+#include "train/bench_step.h"
+
+namespace anvil {
+namespace {
+
+// MFU: model FLOPs per token (no recomputation counted) over the GPU's dense bf16 rate.
+Json mfu_of(const TrainRun& run, double tokens_per_s) {
+  const double peak_tflops = run.base.device == "cuda" ? gpu_peak_tflops(run.trainer->ops().name()) : 0;
+  const double flops = model_flops_per_token(run.base.config, run.data->seq_len());
+  return peak_tflops > 0 ? Json(tokens_per_s * flops / run.base.world / (peak_tflops * 1e12)) : Json(nullptr);
+}
+
+double peak_mem_gib(const TrainRun& run) {
+  return run.base.device == "cuda" ? static_cast<double>(run.trainer->ops().memory_stats().peak) / (1ll << 30)
+                                   : peak_rss_gib();
+}
+
+void write_metrics(TrainRun& run, int64_t step, const StepStats& st, double tps, double elapsed,
+                   const Json& eval_loss) {
+  // The plan of the device's memory; on the CPU, whose memory is not planned, none.
+  const Json planned = run.base.device == "cuda"
+                           ? Json(static_cast<double>(run.trainer->plan().total()) / (1ll << 30)) : Json(nullptr);
+  Json m = {{"step", step}, {"loss", st.loss}, {"grad_norm", st.grad_norm}, {"lr", st.lr},
+            {"tokens_per_s", tps}, {"mfu", mfu_of(run, tps)}, {"peak_mem_gib", peak_mem_gib(run)},
+            {"planned_mem_gib", planned}, {"elapsed_s", elapsed}};
+  if (!eval_loss.is_null()) m["eval_loss"] = eval_loss;
+  run.metrics << m.dump() << "\n";
+  run.metrics.flush();
+}
+
+}  // namespace
+
+Progress::Progress(bool on) : on_(on && ::isatty(2)) {}
+
+void Progress::clear() {
+  if (on_ && drawn_) std::fputs("\r\033[K", stderr);
+  drawn_ = false;
+}
+
+void Progress::draw(int64_t step, int64_t steps, double loss, double seconds_left) {
+  if (!on_) return;
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(kWidth * step / std::max<int64_t>(steps, 1));
+  const int64_t eta = static_cast<int64_t>(seconds_left);
+  std::fprintf(stderr, "\r\033[K[%.*s%.*s] %lld/%lld  loss %.4f  ETA %lld:%02lld:%02lld", filled,
+               "##############################", kWidth - filled, "..............................",
+               static_cast<long long>(step), static_cast<long long>(steps), loss, static_cast<long long>(eta / 3600),
+               static_cast<long long>(eta / 60 % 60), static_cast<long long>(eta % 60));
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+double peak_rss_gib() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0);
+}
+
+void log_step(TrainRun& run, int64_t step, const StepStats& st, double seconds, double elapsed, double eta,
+              const Json& eval_loss) {
+  const TrainConfig& c = run.config();
+  if (run.base.rank != 0 || !(step % c.log.every == 0 || step == c.steps || step == 1 || !eval_loss.is_null())) return;
+  const double tps = static_cast<double>(run.per_step * run.base.world * run.data->seq_len()) / seconds;
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f tok/s  ETA %s",
+                static_cast<long long>(step), static_cast<long long>(c.steps), st.loss, st.grad_norm, st.lr, tps,
+                format_hms(eta).c_str());
+  log_info(line);
+  if (run.metrics.is_open()) write_metrics(run, step, st, tps, elapsed, eval_loss);
+}
+
+void log_done(const TrainRun& run, const TrainSummary& summary) {
+  const int64_t steps = run.config().steps;
+  char done[256];
+  std::snprintf(done, sizeof done, "done: %lld steps, %.0f tokens/s%s", static_cast<long long>(steps),
+                summary.tokens_per_s, steps > 10 ? " (first 10 steps excluded)" : "");
+  std::string tail;
+  if (run.base.device == "cuda") {
+    const Json mfu = mfu_of(run, summary.tokens_per_s);
+    const Ops::MemoryStats mem = run.trainer->ops().memory_stats();
+    char m[200];
+    if (!mfu.is_null()) {
+      std::snprintf(m, sizeof m, ", MFU %.1f%%", 100.0 * mfu.get<double>());
+      tail += m;
+    }
+    std::snprintf(m, sizeof m, ", peak GPU memory %.2f GiB allocated (planned %.2f GiB, recompute %s)",
+                  static_cast<double>(mem.peak) / (1ll << 30),
+                  static_cast<double>(run.trainer->plan().total()) / (1ll << 30),
+                  recompute_name(run.trainer->recompute()));
+    tail += m;
+  }
+  char host[64];
+  std::snprintf(host, sizeof host, ", peak host memory %.2f GiB", summary.peak_host_gib);
+  log_info(done, tail, host);
+}
+
+void log_last_line(const TrainConfig& c, const TrainSummary& summary, double seconds) {
+  std::string last = "finished";
+  char part[160];
+  if (!summary.losses.empty()) {
+    std::snprintf(part, sizeof part, ": final loss %.4f", summary.losses.back());
+    last += part;
+    if (!summary.eval_losses.empty()) {
+      std::snprintf(part, sizeof part, ", eval loss %.4f", summary.eval_losses.back());
+      last += part;
+    }
+  }
+  last += (summary.losses.empty() ? ": " : ", ") + std::string("elapsed ") + format_hms(seconds);
+  last += c.export_.dir.empty() ? ", no export (--export DIR writes one)" : ", model exported to " + c.export_.dir;
+  log_info(last);
+}
+
+}  // namespace anvil

@@ -1,0 +1,93 @@
+// The one resolution of the config's autos: see train/resolve.h.
+#include "train/resolve.h"
+
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+// The blocks' gradients: bf16 only on a bf16 device, with one process and one micro-batch.
+void resolve_grad_dtype_of(ResolvedConfig& r, const RunFacts& f) {
+  ParallelSection& p = r.config.parallel;
+  const int64_t accum = r.config.data.grad_accum;
+  const DType g = resolve_grad_dtype(p.grad_dtype, f.compute_dtype, f.world, accum);
+  if (p.grad_dtype == GradDType::kAuto) {
+    const std::string why = g == DType::kBF16 ? "one process, one micro-batch per step, a bf16 device (a GPU)"
+                            : f.compute_dtype != DType::kBF16 ? "an fp32 device (the CPU)"
+                            : f.world > 1 ? cat(f.world, " processes sum their gradients in fp32")
+                                          : cat("--grad-accum ", accum, " sums micro-batches in fp32");
+    r.reasons.push_back(cat("grad dtype ", g == DType::kBF16 ? "bf16" : "fp32", ": ", why));
+  }
+  p.grad_dtype = g == DType::kBF16 ? GradDType::kBF16 : GradDType::kF32;
+}
+
+// Mode and recomputation from the memory plan: ddp when it fits, else fsdp; recompute auto:
+// the fastest setting that fits. The CPU's (host) memory is not planned: ddp, no recompute.
+void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
+  ParallelSection& p = r.config.parallel;
+  const bool mode_auto = p.mode == ParallelMode::kAuto, recompute_auto = p.recompute == Recompute::kAuto;
+  std::string mode_why;
+  if (f.capacity > 0) {
+    const PlanInput pin = plan_input(*f.model, r.config, f.world, f.compute_dtype);
+    const PlanAdvice adv = advise(pin, p.recompute, f.capacity);
+    if (mode_auto) {
+      ANVIL_ENSURE(adv.fits, kOutOfMemory, "--mode auto: neither mode fits in the GPU's memory; the plan per GPU:\n",
+                   plan_table(adv, pin, f.capacity));
+      const bool fsdp = f.comm ? f.comm->host_max(adv.mode == ParallelMode::kFsdp ? 1.0 : 0.0, "mode auto") > 0
+                               : adv.mode == ParallelMode::kFsdp;
+      p.mode = fsdp ? ParallelMode::kFsdp : ParallelMode::kDdp;
+      mode_why = fsdp == (adv.mode == ParallelMode::kFsdp) ? adv.message : "another rank's GPU needs fsdp";
+    }
+    const MemoryPlan& plan = p.mode == ParallelMode::kFsdp ? adv.fsdp : adv.ddp;
+    ANVIL_ENSURE(plan_fits(plan, f.capacity), kOutOfMemory,
+                 "this run does not fit in the GPU's memory; the plan per GPU:\n", plan_table(adv, pin, f.capacity));
+    p.recompute = plan.recompute;
+    if (recompute_auto)
+      r.reasons.push_back(cat("recompute ", recompute_name(p.recompute), ": the fastest setting whose plan fits in ",
+                              static_cast<double>(f.capacity) / (1ll << 30), " GiB"));
+  } else {
+    if (mode_auto) {
+      p.mode = ParallelMode::kDdp;
+      mode_why = "host memory is not planned, so ddp";
+    }
+    if (recompute_auto) {
+      p.recompute = Recompute::kNone;
+      r.reasons.push_back("recompute none: host memory is not planned");
+    }
+  }
+  if (!mode_auto) return;
+  r.mode_reason = "auto: " + mode_why;
+  r.reasons.push_back(cat("mode ", parallel_mode_name(p.mode), ": ", mode_why));
+}
+
+}  // namespace
+
+PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int world, DType compute_dtype) {
+  PlanInput pin;
+  pin.config = model;
+  pin.world = world;
+  pin.seq_len = resolved.data.seq_len;
+  pin.micro_batch = resolved.data.micro_batch;
+  pin.compute_dtype = compute_dtype;
+  pin.fsdp_defer_sync = resolved.parallel.fsdp_defer_sync;
+  pin.reduce_dtype = resolved.parallel.reduce_dtype;
+  pin.grad_dtype = resolved.parallel.grad_dtype == GradDType::kBF16 ? DType::kBF16 : DType::kF32;
+  pin.mode = resolved.parallel.mode;
+  pin.recompute = resolved.parallel.recompute;
+  return pin;
+}
+
+ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
+  ANVIL_ENSURE(c.data.grad_accum >= 1, kInternal, "grad_accum ", c.data.grad_accum);
+  ResolvedConfig r;
+  r.config = c;
+  if (c.data.seq_len == 0) {
+    r.config.data.seq_len = f.data_seq_len;
+    r.reasons.push_back(cat("seq_len ", f.data_seq_len, ": the data's blocks"));
+  }
+  resolve_grad_dtype_of(r, f);
+  resolve_memory(r, f);
+  return r;
+}
+
+}  // namespace anvil

@@ -1,0 +1,108 @@
+// Opening a training run: see train/train_run.h.
+#include "train/train_run.h"
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace anvil {
+namespace {
+
+// The group, the model's config, the training data and the eval data (packed as it).
+void open_data(const TrainConfig& c, TrainRun& run) {
+  run.base = open_run(c.model);
+  const OpenRun& b = run.base;
+  Comm* comm = b.comm.get();
+  PrepareTurn turn;
+  turn.first = b.rank == 0;
+  if (comm) turn.barrier = [comm] { comm->barrier("data preparation"); };
+  run.data = std::make_unique<BlockSource>(c.data, c.data.source, "", b.model_dir, turn);
+  const BlockSource& data = *run.data;
+  ANVIL_ENSURE(c.data.seq_len == 0 || c.data.seq_len == data.seq_len(), kUsage, "anvil train: --seq-len ",
+               c.data.seq_len, " differs from the ", data.seq_len(), " tokens per block of ", c.data.source);
+  if (!c.eval.data.empty()) {
+    DataSection packed_as = c.data;
+    packed_as.seq_len = data.seq_len();
+    run.eval_data = std::make_unique<BlockSource>(packed_as, c.eval.data, c.eval.split, b.model_dir, turn);
+    ANVIL_ENSURE(run.eval_data->seq_len() == data.seq_len(), kUsage, "anvil train: --eval-data ", c.eval.data,
+                 " holds blocks of ", run.eval_data->seq_len(), " tokens, the training data ", data.seq_len());
+  }
+  run.per_step = c.data.micro_batch * c.data.grad_accum;
+  ANVIL_ENSURE(data.size() / b.world >= run.per_step, kInvalidInput, c.data.source, " holds ", data.size(),
+               " blocks, fewer than one step's ", run.per_step * b.world, " (micro-batch x grad-accum x ranks)");
+}
+
+// The Trainer from the checkpoint's masters (`resume`) or the model's own weights; then the
+// checkpoint's optimizer state.
+void open_trainer(const TrainConfig& c, TrainRun& run, const std::string& resume) {
+  const OpenRun& b = run.base;
+  {
+    // The Trainer reads the weights unit by unit, each rank only what it owns (a preset's
+    // fresh weights are made whole first).
+    HostUnits fresh;
+    UnitReader weights;
+    if (!resume.empty()) {
+      run.point = open_checkpoint(resume, *b.table, b.comm.get());
+      weights = checkpoint_masters_reader(run.point, *b.table);
+    } else {
+      weights = initial_weights(b, c.seed, fresh);
+    }
+    run.trainer = make_trainer(run.base, c, run.data->seq_len(), weights);  // checks the memory plan first
+  }
+  if (!resume.empty()) restore_optimizer(run.point, *run.trainer);
+}
+
+// The start lines (rank 0): what is trained, where and how, and why for each auto.
+void log_start(const TrainRun& run) {
+  const OpenRun& b = run.base;
+  const TrainConfig& c = run.config();
+  const BlockSource& data = *run.data;
+  for (const std::string& reason : run.trainer->settings().reasons) log_info("resolved ", reason);
+  log_info("training ", b.config.architecture, " (", b.table->total_numel(), " parameters) on ", b.world, " x ",
+           b.device, " (", parallel_mode_name(run.trainer->mode()), ", ", run.trainer->settings().mode_reason,
+           c.parallel.reduce_dtype == DType::kBF16 ? "; gradients reduced in bf16" : "",
+           run.trainer->grad_dtype() == DType::kBF16 ? "; the blocks' gradients in bf16" : "", "): ", data.size(),
+           " blocks of ", data.seq_len(), " tokens, ", c.steps, " steps of ", run.per_step * b.world, " sequences");
+}
+
+// The data order (after the checkpoint's position), the metrics file, the checkpoints'
+// settings (and a warning when the checkpoint was trained with other ones), the copies.
+void open_outputs(TrainRun& run, bool resumed) {
+  const OpenRun& b = run.base;
+  const TrainConfig& c = run.config();
+  run.order = std::make_unique<BatchOrder>(c.data, c.seed, run.data->size(), b.world, b.rank);
+  if (resumed) {
+    run.order->resume_at(run.point.position, run.point.step);
+    if (run.point.step >= c.steps)
+      log_info("the checkpoint is at step ", run.point.step, " of --steps ", c.steps, ": nothing to train");
+  }
+  if (!c.log.metrics.empty()) {
+    run.metrics.open(c.log.metrics, std::ios::app);
+    ANVIL_ENSURE(run.metrics.good(), kIo, c.log.metrics, ": cannot open for writing");
+  }
+  SaveSettings& save = run.save;
+  save.model_dir = b.model_dir;
+  save.tokenizer_dir = c.data.tokenizer;
+  save.train = train_record(c, b.world);
+  save.config_toml = run.command.config_toml;
+  if (resumed) {
+    std::string changed;
+    for (const std::string& ch : continuation_changes(run.point.meta.value("train", Json::object()), save.train))
+      changed += (changed.empty() ? "" : ", ") + ch;
+    if (!changed.empty())
+      log_warn("the checkpoint was trained with other settings (", changed,
+               "): the run does not continue as an uninterrupted one would");
+  }
+  if (!c.checkpoint.on_save.empty() && b.rank == 0) run.copies = std::make_unique<SaveCopies>(c.checkpoint.on_save);
+}
+
+}  // namespace
+
+void open_train(const TrainConfig& c, TrainRun& run) {
+  open_data(c, run);
+  const std::string resume = find_resume_checkpoint(c.checkpoint.dir, c.checkpoint.resume);
+  open_trainer(c, run, resume);
+  log_start(run);
+  open_outputs(run, !resume.empty());
+}
+
+}  // namespace anvil
