@@ -14,8 +14,9 @@
 #include "core/tensor.h"
 #include "data/blocks.h"
 #include "model/params.h"
-#include "model/transformer.h"
+#include "model/activations.h"
 #include "optim/schedule.h"
+#include "parallel/mode.h"
 
 namespace anvil {
 
