@@ -3,10 +3,10 @@
 // and 4 ranks, with and without accumulation, reach the same losses and parameters (within
 // 1e-5 relative) as one process, also as two launchers acting as two nodes and as Slurm
 // tasks; gradients reduced in bf16 stay within bf16 noise of fp32; and a worker killed
-// mid-run is named by the launcher within seconds.
+// mid-run (once the run's first step is logged) is named by the launcher.
 #include <gtest/gtest.h>
+#include <signal.h>
 
-#include <chrono>
 #include <fstream>
 #include <map>
 #include <random>
@@ -221,19 +221,24 @@ TEST_F(Parallel, SameRunSameBits) {
 }
 
 TEST_F(Parallel, KilledWorkerIsNamed) {
-  // Rank 1 is killed while the run is under way: the launcher must stop rank 0 and name rank 1.
-  // The worker is found by pid: the launcher's child whose environment says RANK=1.
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = testing::run_command(
-      "( " + testing::shell_quote(testing::anvil_binary()) + " train --device cpu --model " +
+  // Rank 1 is killed once step 1 is logged (both workers are up and training): the launcher
+  // must stop rank 0 and name rank 1. The worker is found by pid: the launcher's child whose
+  // environment says RANK=1.
+  testing::Background launcher(
+      "exec " + testing::shell_quote(testing::anvil_binary()) + " train --device cpu --model " +
       testing::shell_quote(testing::shared_dir() + "/fixtures/tiny-qwen3") + " --data " +
-      testing::shell_quote(*dir_ + "/blocks.safetensors") + " --steps 100000 --nproc-per-node 2 & launcher=$!; " +
-      "sleep 2; for c in $(cat /proc/$launcher/task/*/children); do "
-      "if tr '\\0' '\\n' < /proc/$c/environ | grep -qx RANK=1; then kill -KILL $c; fi; done; wait $launcher )");
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(s, 20.0) << "the launcher returned within seconds";
+      testing::shell_quote(*dir_ + "/blocks.safetensors") + " --steps 100000 --nproc-per-node 2");
+  ASSERT_TRUE(launcher.wait_for_line("step 1/")) << launcher.finish().out;
+  const size_t logged = launcher.out().size();
+  const pid_t rank1 = testing::child_with_env(launcher.pid(), "RANK=1");
+  ASSERT_GT(rank1, 0) << "no worker with RANK=1 under the launcher " << launcher.pid();
+  ASSERT_EQ(::kill(rank1, SIGKILL), 0);
+  const testing::RunResult r = launcher.finish();
   EXPECT_NE(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("rank 1"), std::string::npos) << r.out;
+  const size_t named = r.out.find("rank 1 (pid " + std::to_string(rank1) + ") was killed by signal 9");
+  ASSERT_NE(named, std::string::npos) << r.out;
+  EXPECT_GE(named, logged) << "the error follows the step line\n" << r.out;
+  EXPECT_TRUE(r.out.find("The other 1 worker(s) were stopped", named) != std::string::npos) << r.out;
 }
 
 }  // namespace
