@@ -36,17 +36,6 @@ class Parallel : public ::testing::Test {
     SafetensorsWriter w;
     w.add("input_ids", DType::kI64, {40, 37}, ids.data());
     w.write(*dir_ + "/blocks.safetensors");
-    // The fixture's 8 golden batches of 2 rows, in order: read unshuffled by 2 ranks of one
-    // row each, step i takes golden batch i.
-    SafetensorsFile gold(testing::shared_dir() + "/fixtures/tiny-qwen3/golden_adamw.safetensors");
-    std::vector<int64_t> golden;
-    for (int b = 0; b < 8; ++b) {
-      const auto v = read_as_i64(gold.get("batch" + std::to_string(b)));
-      golden.insert(golden.end(), v.begin(), v.end());
-    }
-    SafetensorsWriter g;
-    g.add("input_ids", DType::kI64, {16, 37}, golden.data());
-    g.write(*dir_ + "/golden.safetensors");
   }
 
   static std::vector<std::string> train_args(const std::string& out, const std::string& mode, int micro, int accum,
@@ -115,6 +104,17 @@ TEST_F(Parallel, TwoRanksFollowTheFloat64GoldenRun) {
   const std::string fx = testing::shared_dir() + "/fixtures/tiny-qwen3";
   const Json curve = json_read_file(fx + "/golden_curve.json");
   SafetensorsFile gold(fx + "/golden_adamw.safetensors");
+  // The fixture's 8 golden batches of 2 rows, in order: read unshuffled by 2 ranks of one
+  // row each, step i takes golden batch i. (Written here, not in SetUpTestSuite: a missing
+  // fixture there would have gtest, and ctest with it, report every test as skipped.)
+  std::vector<int64_t> golden;
+  for (int b = 0; b < 8; ++b) {
+    const auto v = read_as_i64(gold.get("batch" + std::to_string(b)));
+    golden.insert(golden.end(), v.begin(), v.end());
+  }
+  SafetensorsWriter g;
+  g.add("input_ids", DType::kI64, {16, 37}, golden.data());
+  g.write(*dir_ + "/golden.safetensors");
   for (const char* mode : {"ddp", "fsdp"}) {
     // golden_curve.json's settings: lr 1e-3, no weight decay, clipping at 1, 8 steps of 2 rows.
     const TrainRun run = train(std::string("golden_") + mode, mode, 2, 1, 1, false, {}, "golden", 8);
