@@ -53,7 +53,10 @@ TEST(Bench, BusBandwidthFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bench_bus_factor(BenchCollective::kAllReduce, 4), 1.5);
   EXPECT_DOUBLE_EQ(bench_bus_factor(BenchCollective::kAllReduce, 8), 1.75);
   EXPECT_DOUBLE_EQ(bench_bus_factor(BenchCollective::kAllReduce, 1), 0.0);
+  EXPECT_DOUBLE_EQ(bench_bus_factor(BenchCollective::kAllReduce, 3), 4.0 / 3.0);
   EXPECT_DOUBLE_EQ(bench_bus_factor(BenchCollective::kAllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(bench_bus_factor(BenchCollective::kAllGather, 3), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(bench_bus_factor(BenchCollective::kReduceScatter, 2), 0.5);
   EXPECT_DOUBLE_EQ(bench_bus_factor(BenchCollective::kReduceScatter, 8), 0.875);
   EXPECT_DOUBLE_EQ(bench_bus_factor(BenchCollective::kBroadcast, 8), 1.0);
 }
@@ -131,6 +134,18 @@ std::vector<BenchReport> bench_on_ranks(int n, const BenchOptions& o) {
   return reports;
 }
 
+// nccl-tests' bus-bandwidth factors for n = 3 ranks, written out (not bench_bus_factor):
+// all_reduce 2(n-1)/n = 4/3, all_gather and reduce_scatter (n-1)/n = 2/3, broadcast 1.
+double bus_factor_of_3_ranks(BenchCollective c) {
+  switch (c) {
+    case BenchCollective::kAllReduce: return 4.0 / 3.0;
+    case BenchCollective::kAllGather:
+    case BenchCollective::kReduceScatter: return 2.0 / 3.0;
+    case BenchCollective::kBroadcast: return 1.0;
+  }
+  return 0;
+}
+
 TEST(Bench, EveryCollectiveVerifiesOnCpuRanks) {
   for (BenchCollective c : {BenchCollective::kAllReduce, BenchCollective::kAllGather, BenchCollective::kReduceScatter,
                             BenchCollective::kBroadcast})
@@ -151,7 +166,7 @@ TEST(Bench, EveryCollectiveVerifiesOnCpuRanks) {
         EXPECT_GT(row.time_us, 0);
         EXPECT_EQ(row.count * static_cast<int64_t>(dtype_size(dtype)), row.bytes);
         EXPECT_DOUBLE_EQ(row.algbw_gbps, static_cast<double>(row.bytes) / (row.time_us * 1e-6) / 1e9);
-        EXPECT_DOUBLE_EQ(row.busbw_gbps, row.algbw_gbps * bench_bus_factor(c, 3));
+        EXPECT_DOUBLE_EQ(row.busbw_gbps, row.algbw_gbps * bus_factor_of_3_ranks(c));
       }
       // Every rank reports the same (slowest-rank) times.
       for (const BenchReport& other : reports)

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -225,31 +226,38 @@ TEST(Comm, ReductionIsRankOrderedAndIdenticalOnEveryRank) {
   expect_no_errors(errors);
 }
 
+// Rank 1 never joins the all_reduce but stays alive (its comm open) until rank 0's call has
+// ended; it gives up after 60 times the timeout, which then fails the test on the message (a
+// closed connection, not a timeout) instead of hanging.
 TEST(Comm, TimeoutNamesCollectiveRankStepAndTag) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double timeout_s = 1.0;
+  std::promise<void> rank0_done;
+  std::shared_future<void> done = rank0_done.get_future().share();
   auto errors = run_ranks(
       2,
-      [](Comm& c) {
-        if (c.rank() == 1) {  // never joins the all_reduce, but stays alive past the timeout
-          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      [&](Comm& c) {
+        if (c.rank() == 1) {
+          done.wait_for(std::chrono::duration<double>(60 * timeout_s));
           return;
         }
+        struct Done {
+          std::promise<void>& p;
+          ~Done() { p.set_value(); }
+        } signal_done{rank0_done};
         std::vector<float> v(10, 1.0f);
         c.set_step(7);
         c.all_reduce(Tensor(v.data(), DType::kF32, {10}), ReduceOp::kAvg, "layers.3");
       },
-      1.0);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      timeout_s);
   EXPECT_EQ(errors[1], "");
   EXPECT_NE(errors[0].find("[timeout]"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("all_reduce on rank 0 of 2 (step 7, tag 'layers.3')"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("waiting for data from rank(s) 1"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("ANVIL_COMM_TIMEOUT_S"), std::string::npos) << errors[0];
-  EXPECT_LT(s, 5.0);
 }
 
+// "At once": the survivors see the closed connection, not their 30 s timeout.
 TEST(Comm, DeadPeerIsNamedAtOnce) {
-  const auto t0 = std::chrono::steady_clock::now();
   auto errors = run_ranks(
       3,
       [](Comm& c) {
@@ -258,7 +266,6 @@ TEST(Comm, DeadPeerIsNamedAtOnce) {
         c.all_gather(Tensor(v.data(), DType::kF32, {3072}), Tensor(v.data() + c.rank() * 1024, DType::kF32, {1024}));
       },
       30.0);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // The first survivor to notice names rank 2; the other may instead see that survivor go.
   int named = 0;
   for (int r : {0, 1}) {
@@ -266,10 +273,10 @@ TEST(Comm, DeadPeerIsNamedAtOnce) {
     EXPECT_NE(e.find("[communication]"), std::string::npos) << e;
     EXPECT_NE(e.find("all_gather on rank " + std::to_string(r) + " of 3"), std::string::npos) << e;
     EXPECT_NE(e.find("closed its connection (did it exit or crash?)"), std::string::npos) << e;
+    EXPECT_EQ(e.find("[timeout]"), std::string::npos) << e;
     named += e.find("rank 2 closed its connection") != std::string::npos;
   }
   EXPECT_GE(named, 1) << errors[0] << "\n" << errors[1];
-  EXPECT_LT(s, 10.0);  // far below the 30 s timeout
 }
 
 TEST(Comm, MismatchedCollectivesAreReported) {
@@ -285,6 +292,8 @@ TEST(Comm, MismatchedCollectivesAreReported) {
 }
 
 // Rank 1 starts 300 ms before rank 0 listens: it waits and connects, and the two exchange.
+// The delay makes rank 0 late (it kills and signals nothing); rank 1 waits within its 10 s
+// timeout, or fails with an error the test reports.
 TEST(Comm, RendezvousWaitsForALateRankZero) {
   const int port = net::free_tcp_port();
   int64_t sums[2] = {-1, -1};
@@ -318,7 +327,6 @@ TEST(Comm, RendezvousWaitsForALateRankZero) {
   EXPECT_EQ(sums[0], 30);
   EXPECT_EQ(sums[1], 30);
   EXPECT_GE(waited, 0.3) << "rank 1 returned before rank 0 existed";
-  EXPECT_LT(waited, 5.0);
 }
 
 TEST(Comm, RejectsWrongSizesAndDtypes) {

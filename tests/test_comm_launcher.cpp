@@ -1,7 +1,11 @@
 // The launcher (launch/launcher.h) with shell workers: environment, output relaying with rank
-// prefixes, a killed worker named within seconds, exit codes, SIGTERM-deaf workers, and
-// SIGINT forwarding.
+// prefixes, a killed worker named and the others stopped, exit codes, SIGTERM-deaf workers
+// killed after the grace, and SIGINT forwarding. The tests wait for events (a worker's line
+// through a FIFO, the launcher's return), never for a number of seconds; a worker left
+// running would print "slept" after its minute, which the tests rule out.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +24,14 @@ struct Captured {
   ErrorKind kind = ErrorKind::kInternal;
   double seconds = 0;
 };
+
+// A FIFO for the workers and the test to meet at (`echo ready > $fifo` blocks until a
+// reader opens it, `read x < $fifo` until a writer does).
+std::string make_fifo() {
+  const std::string path = testing::temp_dir("launcher-fifo") + "/fifo";
+  EXPECT_EQ(::mkfifo(path.c_str(), 0600), 0) << path;
+  return path;
+}
 
 Captured launch_shell(int nproc, const std::string& script, double grace_s = 5.0) {
   const std::string dir = testing::temp_dir("launcher");
@@ -65,49 +77,67 @@ TEST(Launcher, SetsTheEnvironmentAndPrefixesLines) {
   EXPECT_FALSE(has(c.err, "[r1] [r1]")) << c.err;
 }
 
-TEST(Launcher, AKilledWorkerIsNamedAndTheOthersStopWithinSeconds) {
+TEST(Launcher, AKilledWorkerIsNamedAndTheOthersAreStopped) {
   Captured c = launch_shell(4,
-                            "if [ $RANK = 2 ]; then echo \"about to die\"; sleep 0.2; kill -9 $$; fi; "
-                            "echo waiting; sleep 60");
+                            "if [ $RANK = 2 ]; then echo \"about to die\"; kill -9 $$; fi; "
+                            "echo waiting; sleep 60; echo slept");
   EXPECT_EQ(c.kind, ErrorKind::kComm);
   EXPECT_TRUE(has(c.error, "rank 2 (pid ")) << c.error;
   EXPECT_TRUE(has(c.error, "killed by signal 9")) << c.error;
   EXPECT_TRUE(has(c.error, "its last line: 'about to die'")) << c.error;
   EXPECT_TRUE(has(c.error, "other 3 worker(s) were stopped")) << c.error;
-  EXPECT_LT(c.seconds, 5.0);
+  EXPECT_FALSE(has(c.out, "slept")) << "a worker ran to its end instead of being stopped\n" << c.out;
 }
 
 TEST(Launcher, AFailedExitCodeIsReportedWithTheLastLine) {
-  Captured c = launch_shell(2, "if [ $RANK = 1 ]; then echo 'error: no GPU' >&2; exit 3; fi; sleep 60");
+  Captured c = launch_shell(2, "if [ $RANK = 1 ]; then echo 'error: no GPU' >&2; exit 3; fi; sleep 60; echo slept");
   EXPECT_EQ(c.kind, ErrorKind::kNoDevice);
   EXPECT_TRUE(has(c.error, "rank 1 (pid ")) << c.error;
   EXPECT_TRUE(has(c.error, "exited with code 3; its last line: 'error: no GPU'")) << c.error;
-  EXPECT_LT(c.seconds, 5.0);
+  EXPECT_FALSE(has(c.out, "slept")) << "rank 0 ran to its end instead of being stopped\n" << c.out;
 }
 
+// Rank 1 ignores SIGTERM (its sleep inherits the ignored signal) and says so through the
+// FIFO before rank 0 fails: only the SIGKILL after the grace can end it, so the launcher
+// returns no sooner than the grace after rank 0's exit.
 TEST(Launcher, WorkersDeafToSigtermAreKilledAfterTheGrace) {
-  Captured c = launch_shell(2, "trap '' TERM; if [ $RANK = 0 ]; then sleep 0.3; exit 1; fi; sleep 60", 0.5);
+  const std::string fifo = testing::shell_quote(make_fifo());
+  const double grace_s = 0.5;
+  Captured c = launch_shell(2,
+                            "trap '' TERM; if [ $RANK = 0 ]; then read deaf < " + fifo + "; exit 1; fi; "
+                            "echo deaf > " + fifo + "; sleep 60; echo slept",
+                            grace_s);
   EXPECT_TRUE(has(c.error, "rank 0 (pid ")) << c.error;
   EXPECT_TRUE(has(c.error, "exited with code 1")) << c.error;
-  EXPECT_GE(c.seconds, 0.8);  // 0.3 s, then the 0.5 s grace before SIGKILL
-  EXPECT_LT(c.seconds, 4.0);
+  EXPECT_FALSE(has(c.out, "slept")) << c.out;
+  EXPECT_GE(c.seconds, grace_s) << "rank 1 was gone before the grace ran out";
 }
 
+// The test raises SIGINT once a worker is up (its line through the FIFO), so the launcher is
+// in its loop with the handlers installed; the workers would otherwise run a minute and end
+// with exit 0.
 TEST(Launcher, ForwardsSigint) {
-  std::thread interrupter([] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    ::kill(::getpid(), SIGINT);
+  const std::string fifo = make_fifo();
+  const int fd = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);  // read-write: never blocks, never sees EOF
+  ASSERT_GE(fd, 0) << fifo;
+  std::thread interrupter([fd] {
+    char line[16] = {};
+    if (::read(fd, line, sizeof line - 1) > 0 && std::string(line).rfind("started", 0) == 0) ::kill(::getpid(), SIGINT);
   });
-  Captured c = launch_shell(2, "echo started; sleep 60");
+  Captured c = launch_shell(2, "echo started > " + testing::shell_quote(fifo) + "; sleep 60; echo slept");
+  if (::write(fd, "returned\n", 9) < 0) ADD_FAILURE() << "cannot wake the interrupter";  // when no worker started
   interrupter.join();
-  EXPECT_TRUE(has(c.error, "interrupted by Interrupt")) << c.error;
-  EXPECT_LT(c.seconds, 5.0);
+  ::close(fd);
+  EXPECT_EQ(c.kind, ErrorKind::kInterrupted) << c.error;
+  EXPECT_TRUE(has(c.error, "interrupted by Interrupt: the signal was forwarded to all 2 workers")) << c.error;
+  EXPECT_FALSE(has(c.out, "slept")) << c.out;
 }
 
 TEST(Launcher, AllWorkersSucceeding) {
-  Captured c = launch_shell(2, "exit 0");
+  Captured c = launch_shell(2, "echo \"done $RANK\"; exit 0");
   EXPECT_EQ(c.error, "");
-  EXPECT_LT(c.seconds, 3.0);
+  EXPECT_TRUE(has(c.out, "done 0\n")) << c.out;
+  EXPECT_TRUE(has(c.out, "[r1] done 1\n")) << c.out;
 }
 
 }  // namespace

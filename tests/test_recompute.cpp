@@ -1,8 +1,11 @@
 // Recomputation changes what is kept, not what is computed: on the CPU reference, selective
 // and full recomputation give bit for bit the gradients of keeping everything (the same
 // ops on the same inputs), on every golden fixture, and the same losses and weights after
-// three AdamW steps.
+// three AdamW steps. The step benchmark's peak memory under each policy matches the
+// activation sizes written out by hand.
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include "core/json.h"
 #include "io/safetensors.h"
@@ -62,23 +65,53 @@ TEST_P(Recomputation, SameBitsAsKeepingEverything) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Recomputation, ::testing::ValuesIn(testing::golden_models()),
                          [](const ::testing::TestParamInfo<std::string>& p) { return testing::test_suffix(p.param); });
 
+// `anvil bench step` on the CPU with the tiny preset, 2 sequences of 32 tokens: its JSON.
+Json bench_step(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "32"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const testing::RunResult r = testing::run_anvil(args);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  const size_t json = r.out.rfind('{');
+  return json == std::string::npos ? Json::object() : json_parse(r.out.substr(json), "bench step");
+}
+
 // The step benchmark takes the new settings and says what it ran.
 TEST(RecomputeCommand, BenchStep) {
-  auto r = testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "32",
-                               "--micro-batch", "2", "--recompute", "selective", "--steps", "3", "--warmup", "1"});
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  const Json j = json_parse(r.out.substr(r.out.rfind('{')), "bench step");
+  const Json j = bench_step({"--micro-batch", "2", "--recompute", "selective", "--steps", "3", "--warmup", "1"});
+  ASSERT_TRUE(j.contains("recompute")) << j.dump();
   EXPECT_EQ(j["recompute"], "selective");
   EXPECT_TRUE(j["overlap_optimizer"].get<bool>());
   EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
   EXPECT_GT(j["optimizer_ms"].get<double>(), 0) << "the breakdown steps ran";
-  auto off = testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "32",
-                                 "--recompute", "auto", "--no-overlap-optimizer", "--steps", "2", "--warmup", "1"});
-  ASSERT_EQ(off.exit_code, 0) << off.out;
-  const Json k = json_parse(off.out.substr(off.out.rfind('{')), "bench step");
+  const Json k = bench_step({"--recompute", "auto", "--no-overlap-optimizer", "--steps", "2", "--warmup", "1"});
+  ASSERT_TRUE(k.contains("recompute")) << k.dump();
   EXPECT_EQ(k["recompute"], "none") << "auto on the CPU: host memory is not planned";
   EXPECT_FALSE(k["overlap_optimizer"].get<bool>());
   EXPECT_EQ(testing::run_anvil({"bench", "step", "--device", "cpu", "--recompute", "some"}).exit_code, 2);
+}
+
+// What each policy keeps, measured (the CPU backend's peak of allocated bytes) and planned,
+// against the activation sizes written out for the tiny preset: C = 128, I = 384, 4 layers,
+// 4 heads and 2 KV heads of 32 (the packed qkv Q = 256 wide, q 128), N = 2 x 32 = 64 tokens,
+// fp32 (4 bytes). Per block, selective recomputes h1, qkv and h2 into one shared set:
+// 4 * 64 * (128 + 256 + 128) = 131072 bytes. None keeps all of a block:
+// 4 * 64 * (C + qkv_raw Q + qkv Q + att 128 + x_mid C + h2 C + gate_up 2I) = 458752 bytes
+// plus the fp32 statistics 4 * (rstd1 64 + rstd2 64 + rstd_qk 64 * 6 + lse 2 * 4 * 32)
+// = 3072: 461824 bytes; full keeps one such set for all blocks. So none - selective =
+// 3 * 131072 = 393216 and selective - full = 3 * (461824 - 131072) = 992256 bytes.
+TEST(RecomputeCommand, BenchStepPeakMemoryFollowsThePolicy) {
+  std::map<std::string, double> peak, planned;
+  for (const char* r : {"none", "selective", "full"}) {
+    const Json j = bench_step({"--micro-batch", "2", "--recompute", r, "--steps", "2", "--warmup", "1"});
+    ASSERT_TRUE(j.contains("recompute")) << r;
+    ASSERT_EQ(j["recompute"], r);
+    peak[r] = j["peak_allocated_gib"].get<double>() * (1ll << 30);
+    planned[r] = j["planned_gib"].get<double>() * (1ll << 30);
+  }
+  EXPECT_EQ(peak["none"] - peak["selective"], 393216.0) << "measured: the element-wise outputs of 3 blocks";
+  EXPECT_EQ(peak["selective"] - peak["full"], 992256.0) << "measured: the rest of 3 blocks' activations";
+  EXPECT_EQ(planned["none"] - planned["selective"], 393216.0) << "planned";
+  EXPECT_EQ(planned["selective"] - planned["full"], 992256.0) << "planned";
 }
 
 // --op-times adds its steps and a table; the CPU backend does not time its ops and says so

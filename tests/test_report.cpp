@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <regex>
 
@@ -78,11 +77,9 @@ std::string find_chromium() {
 
 TEST(Report, ChromiumRendersEveryChartWithItsPoints) {
   const std::string chromium = find_chromium();
-  if (chromium.empty()) {
-    const char* ci = std::getenv("CI");
-    if (ci && std::string(ci) == "true") FAIL() << "chromium is not installed (tools/setup.sh installs it)";
-    GTEST_SKIP() << "chromium is not installed: apt-get install chromium (tools/setup.sh does)";
-  }
+  if (chromium.empty())
+    ANVIL_SKIP_UNLESS_REQUIRED(testing::in_ci(), "chromium is not installed (CI=true needs it): apt-get install "
+                                                 "chromium (tools/setup.sh does)");
   const Fixture f;
   const std::string html = f.dir + "/report.html";
   auto r = testing::run_anvil({"report", f.file, "--out", html});

@@ -1,12 +1,16 @@
 #include "testing.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 namespace anvil::testing {
@@ -62,6 +66,10 @@ std::string test_suffix(const std::string& name) {
   return n;
 }
 
+namespace {
+int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+}  // namespace
+
 RunResult run_command(const std::string& shell_command) {
   RunResult r;
   FILE* p = ::popen((shell_command + " 2>&1").c_str(), "r");
@@ -69,8 +77,7 @@ RunResult run_command(const std::string& shell_command) {
   char buf[4096];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = exit_code_of(::pclose(p));
   return r;
 }
 
@@ -83,6 +90,84 @@ std::string shell_quote(const std::string& text) {
   }
   q.push_back('\'');
   return q;
+}
+
+Background::Background(const std::string& shell_command) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    const int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, 0);
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::execl("/bin/sh", "sh", "-c", shell_command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  fd_ = fds[0];
+}
+
+Background::~Background() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool Background::read_more() {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = fd_ < 0 ? 0 : ::read(fd_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    out_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+}
+
+bool Background::wait_for_line(const std::string& marker) {
+  for (;;) {
+    const size_t at = out_.find(marker, seen_);
+    const size_t end = at == std::string::npos ? std::string::npos : out_.find('\n', at);
+    if (end != std::string::npos) {
+      seen_ = end + 1;
+      return true;
+    }
+    if (!read_more()) return false;
+  }
+}
+
+RunResult Background::finish() {
+  while (read_more()) {
+  }
+  RunResult r;
+  r.out = out_;
+  if (pid_ > 0) {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    r.exit_code = exit_code_of(status);
+    pid_ = -1;
+  }
+  return r;
+}
+
+pid_t child_with_env(pid_t parent, const std::string& entry) {
+  const std::string task = "/proc/" + std::to_string(parent) + "/task";
+  for (const auto& t : std::filesystem::directory_iterator(task)) {
+    std::ifstream children(t.path() / "children");
+    pid_t child;
+    while (children >> child) {
+      std::ifstream env("/proc/" + std::to_string(child) + "/environ");
+      std::string e;
+      while (std::getline(env, e, '\0'))
+        if (e == entry) return child;
+    }
+  }
+  return -1;
 }
 
 RunResult run_anvil(const std::vector<std::string>& args) {
@@ -130,6 +215,11 @@ RunResult run_oracle(const std::string& name, const std::vector<std::string>& ar
 bool in_ci() {
   const char* ci = std::getenv("CI");
   return ci && (std::string(ci) == "true" || std::string(ci) == "1");
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
 }
 
 double rel_l2(const double* a, const double* b, size_t n) {

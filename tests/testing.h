@@ -1,8 +1,10 @@
 // Test helpers: fixture paths, tensor comparison with useful failure messages, running the
-// anvil binary, temporary folders.
+// anvil binary (to its end, or in the background while the test waits for lines of its
+// output), temporary folders, and skips that say why and fail where the thing is expected.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
 #include <string>
 #include <vector>
@@ -28,6 +30,36 @@ RunResult run_anvil(const std::vector<std::string>& args);
 RunResult run_command(const std::string& shell_command);
 std::string shell_quote(const std::string& text);  // single-quoted for sh
 
+// A shell command (sh -c) running in the background, its stdout and stderr read through one
+// pipe: the test waits for a line of its output (an event), not for a number of seconds.
+// Start the command with `exec` to make pid() the program's own. The destructor kills
+// (SIGKILL) and reaps a process still running.
+class Background {
+ public:
+  explicit Background(const std::string& shell_command);
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  ~Background();
+
+  pid_t pid() const { return pid_; }
+  // Reads output until a line holding `marker` has arrived after the last line found so far:
+  // true then; false when the output ends without one.
+  bool wait_for_line(const std::string& marker);
+  // Reads the output to its end and reaps the process: its exit code (128 + the signal when
+  // killed) and all its output.
+  RunResult finish();
+  const std::string& out() const { return out_; }
+
+ private:
+  bool read_more();  // false at the end of the output
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string out_;
+  size_t seen_ = 0;  // output before this offset is searched already
+};
+// The child of `parent` whose environment holds the entry `entry` (e.g. "RANK=1"); -1 if none.
+pid_t child_with_env(pid_t parent, const std::string& entry);
+
 // The Python test oracles: the virtualenv tools/setup.sh makes (transformers and PyTorch on
 // the CPU, tokenizers, jinja2, safetensors, pyarrow at the versions pinned in
 // tools/requirements-test.txt) and the scripts in tests/oracle.
@@ -42,16 +74,24 @@ const std::string& oracle_missing();
 std::string oracle_script(const std::string& name);
 RunResult run_oracle(const std::string& name, const std::vector<std::string>& args);
 bool in_ci();  // env CI is "true" (or "1"): a missing oracle is then a failure, not a skip
+bool env_flag(const char* name);  // env `name` is set to something other than "" or "0"
+
+// Where a test cannot run: fails when `required` (the thing is expected here: CI=true for the
+// oracles and chromium, ANVIL_REQUIRE_CUDNN on the device machine), else skips; both say why.
+#define ANVIL_SKIP_UNLESS_REQUIRED(required, why)                                     \
+  do {                                                                                \
+    if (required) FAIL() << "required here but missing: " << (why);                   \
+    GTEST_SKIP() << (why) << " (skipped: not required here)";                         \
+  } while (0)
 
 // The first statement of every test that needs the Python oracles: when they are missing the
 // test fails under CI=true and is skipped elsewhere, saying why in both cases.
-#define ANVIL_REQUIRE_ORACLE()                                                                   \
-  do {                                                                                           \
-    const std::string& anvil_oracle_why_ = ::anvil::testing::oracle_missing();                   \
-    if (!anvil_oracle_why_.empty()) {                                                            \
-      if (::anvil::testing::in_ci()) FAIL() << "oracle missing under CI=true: " << anvil_oracle_why_; \
-      GTEST_SKIP() << "oracle missing (skipped outside CI): " << anvil_oracle_why_;              \
-    }                                                                                            \
+#define ANVIL_REQUIRE_ORACLE()                                                        \
+  do {                                                                                \
+    const std::string& anvil_oracle_why_ = ::anvil::testing::oracle_missing();        \
+    if (!anvil_oracle_why_.empty())                                                   \
+      ANVIL_SKIP_UNLESS_REQUIRED(::anvil::testing::in_ci(),                           \
+                                 "oracle missing (CI=true needs it): " + anvil_oracle_why_); \
   } while (0)
 
 // Relative L2 error ||a - b|| / ||b||; b is the reference.

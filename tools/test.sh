@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds anvil (tools/setup.sh) and runs every CPU test. GPU tests (label "gpu") run where a
-# GPU is present: tools/test.sh --gpu.
+# Builds anvil (tools/setup.sh) and runs every CPU test, the include-layer check
+# (tools/check_layers.py) among them. GPU tests (label "gpu") run where a GPU is present:
+# tools/test.sh --gpu; with ANVIL_REQUIRE_CUDNN=1 (a build with cuDNN on a Hopper or newer GPU)
+# the cuDNN attention tests fail where cuDNN cannot run, instead of skipping.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh

@@ -507,18 +507,31 @@ Ops& gpu_attention(const std::string& impl) {
   return *ops;
 }
 
-// cuDNN must run attention (the counts must move) where it is built in and the GPU is a
-// Hopper or newer: a silent fall back to the kernel would make the cuDNN tests test nothing.
-bool cudnn_expected() {
+// Why cuDNN's attention cannot run here, or "" where it must: built in, a Hopper or newer GPU
+// and libcudnn.so.9 loaded. Where it must, cuDNN runs attention (the counts move): a silent
+// fall back to the kernel would make the cuDNN tests test nothing.
+std::string cudnn_missing() {
+  if (!cuda::cudnn_attention_built()) return "this build has no cuDNN (ANVIL_HAVE_CUDNN unset)";
   cudaDeviceProp prop{};
-  return cuda::cudnn_attention_built() && cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major >= 9;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "the properties of GPU 0 cannot be read";
+  if (prop.major < 9)
+    return cat("GPU 0 (", prop.name, ") is sm_", prop.major, prop.minor, ": cuDNN attention runs on sm_90 or newer");
+  if (cuda::cudnn_version().empty()) return "libcudnn.so.9 cannot be loaded";
+  return "";
 }
+
+// The first statement of a cuDNN attention test, after REQUIRE_GPU: without cuDNN the test
+// says why and skips; with ANVIL_REQUIRE_CUDNN set (the device machine, where cuDNN is
+// expected) or under CI=true, it fails instead.
+#define REQUIRE_CUDNN()                                                                              \
+  if (const std::string why_ = cudnn_missing(); !why_.empty())                                       \
+  ANVIL_SKIP_UNLESS_REQUIRED(testing::env_flag("ANVIL_REQUIRE_CUDNN") || testing::in_ci(),           \
+                             "cuDNN attention cannot run here, the kernel would stand in for it: " + why_)
 
 // Forward and backward on `dev` against the CPU reference, on causal GQA shapes: odd
 // lengths, several batches, head_dim 16 to 128, the goal's 16/8 and 32/8 head groups.
 void attention_vs_cpu(const std::string& impl) {
   Ops& dev = gpu_attention(impl);
-  const bool want_cudnn = impl != "kernel" && cudnn_expected();
   struct Case { int64_t b, t; int h, kv; int64_t hd; };
   for (const Case& cs : {Case{1, 64, 2, 1, 64}, Case{2, 37, 4, 2, 128}, Case{1, 200, 6, 2, 128}, Case{2, 130, 2, 2, 64},
                          Case{1, 1, 2, 1, 128}, Case{1, 300, 8, 1, 128}, Case{2, 37, 4, 2, 32},
@@ -554,7 +567,7 @@ void attention_vs_cpu(const std::string& impl) {
                 bwd_cudnn ? "cudnn" : "kernel");
     if (impl == "kernel") {
       EXPECT_FALSE(fwd_cudnn || bwd_cudnn) << tag;
-    } else if (want_cudnn && cs.hd == 128 && cs.t > 1) {  // the production head size
+    } else if (cs.hd == 128 && cs.t > 1) {  // the production head size
       EXPECT_TRUE(fwd_cudnn) << tag << ": cuDNN did not run the forward (see the log for why)";
       // At lengths not a multiple of 128, cuDNN up to 9.15 needs the frontend's workaround,
       // which loads libcudart.so: where that fails the kernel runs, correctly, and the log
@@ -598,12 +611,14 @@ void attention_vs_cpu(const std::string& impl) {
 // cuDNN's fused attention (the default path; the kernel where cuDNN cannot run a shape).
 TEST(CudaOps, Attention) {
   REQUIRE_GPU();
+  REQUIRE_CUDNN();
   attention_vs_cpu("cudnn");
 }
 
 // cuDNN's forward with the kernel's backward, which reads cuDNN's out and lse.
 TEST(CudaOps, AttentionCudnnForward) {
   REQUIRE_GPU();
+  REQUIRE_CUDNN();
   attention_vs_cpu("cudnn-forward");
 }
 
@@ -859,32 +874,40 @@ TEST(CudaOps, SumSquares) {
 }
 
 // Attention forward and backward give identical bits when run again on the same inputs, on
-// each path (cuDNN's deterministic backward, the kernel), at a goal shape.
-TEST(CudaOps, AttentionDeterministic) {
-  REQUIRE_GPU();
+// one path (cuDNN's deterministic backward, the kernel), at a goal shape.
+void attention_deterministic(const std::string& impl) {
   const int64_t B = 2, T = 1024, H = 16, KV = 8, hd = 128, heads = H + 2 * KV;
   Buf qkv({B, T, heads, hd}, DType::kBF16, randn(B * T * heads * hd, 81));
   Buf dout({B, T, H, hd}, DType::kBF16, randn(B * T * H * hd, 82));
-  for (const std::string impl : {"cudnn", "kernel"}) {
-    Ops& dev = gpu_attention(impl);
-    std::vector<double> first[3];
-    for (int run = 0; run < 3; ++run) {
-      Buf out({B, T, H, hd}, DType::kBF16, nans(B * T * H * hd)), lse({B, H, T}, DType::kF32, nans(B * H * T));
-      Buf dqkv({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd));
-      dev.attention_forward(out.g(), lse.g(), qkv.g(), H, KV);
-      dev.attention_backward(dqkv.g(), dout.g(), qkv.g(), out.g(), lse.g(), H, KV);
-      dev.synchronize();
-      if (run == 0) {
-        first[0] = out.got();
-        first[1] = lse.got();
-        first[2] = dqkv.got();
-      } else {
-        EXPECT_TRUE(first[0] == out.got()) << impl << " attention_forward out, run " << run;
-        EXPECT_TRUE(first[1] == lse.got()) << impl << " attention_forward lse, run " << run;
-        EXPECT_TRUE(first[2] == dqkv.got()) << impl << " attention_backward dqkv, run " << run;
-      }
+  Ops& dev = gpu_attention(impl);
+  std::vector<double> first[3];
+  for (int run = 0; run < 3; ++run) {
+    Buf out({B, T, H, hd}, DType::kBF16, nans(B * T * H * hd)), lse({B, H, T}, DType::kF32, nans(B * H * T));
+    Buf dqkv({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd));
+    dev.attention_forward(out.g(), lse.g(), qkv.g(), H, KV);
+    dev.attention_backward(dqkv.g(), dout.g(), qkv.g(), out.g(), lse.g(), H, KV);
+    dev.synchronize();
+    if (run == 0) {
+      first[0] = out.got();
+      first[1] = lse.got();
+      first[2] = dqkv.got();
+    } else {
+      EXPECT_TRUE(first[0] == out.got()) << impl << " attention_forward out, run " << run;
+      EXPECT_TRUE(first[1] == lse.got()) << impl << " attention_forward lse, run " << run;
+      EXPECT_TRUE(first[2] == dqkv.got()) << impl << " attention_backward dqkv, run " << run;
     }
   }
+}
+
+TEST(CudaOps, AttentionDeterministicCudnn) {
+  REQUIRE_GPU();
+  REQUIRE_CUDNN();
+  attention_deterministic("cudnn");
+}
+
+TEST(CudaOps, AttentionDeterministicKernel) {
+  REQUIRE_GPU();
+  attention_deterministic("kernel");
 }
 
 // The ops that reduce (dw sums, embedding scatter, attention backward, cross-entropy) give
