@@ -64,7 +64,7 @@ ChatTemplate::ChatTemplate(const std::string& source, jinja::Dict special_tokens
       template_(source, "chat_template"),
       special_tokens_(std::move(special_tokens)),
       eos_token_(std::move(eos_token)) {
-  Hasher h;
+  Xxh64 h;
   h.update(source_);
   for (const auto& [k, v] : special_tokens_) {
     h.update(k);

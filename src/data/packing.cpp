@@ -194,7 +194,7 @@ namespace {
 
 // The cache key, and each data file's hash on the way (hashing reads the whole file: once).
 std::string key_and_data_hashes(const PrepareOptions& o, std::vector<std::string>* data_hashes) {
-  Hasher h;
+  Xxh64 h;
   h.update(kFormat);
   const std::string tok_file = is_directory(o.tokenizer) ? path_join(o.tokenizer, "tokenizer.json") : o.tokenizer;
   h.update(hash_file(tok_file));
