@@ -580,7 +580,7 @@ void finish_train(const TrainOptions& o, TrainRun& run, TrainSummary& summary) {
       ex.dtype = o.export_dtype == "fp32" ? DType::kF32 : DType::kBF16;
       ex.source_dirs = {run.base.model_dir, o.tokenizer};
       ex.config_toml = o.config_toml;
-      export_hf_folder(run.base.config, *run.base.table, final_w, ex);
+      export_model(run.base.config, *run.base.table, final_w, ex);
     }
   }
   finish_copies(o, run);
