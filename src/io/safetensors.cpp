@@ -178,34 +178,35 @@ void convert_to_f32(const void* src, DType dtype, size_t n, float* out) {
   }
 }
 
-std::vector<double> read_as_f64(const SafeTensorInfo& t) {
+namespace {
+
+// The values of t, stored as From, converted to To.
+template <class To, class From>
+std::vector<To> converted(const SafeTensorInfo& t) {
   const size_t n = static_cast<size_t>(t.shape.numel());
+  const From* s = reinterpret_cast<const From*>(t.data);
+  std::vector<To> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<To>(s[i]);
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> read_as_f64(const SafeTensorInfo& t) {
+  if (t.dtype == DType::kF64) return converted<double, double>(t);
+  if (t.dtype == DType::kI64) return converted<double, int64_t>(t);
+  const size_t n = static_cast<size_t>(t.shape.numel());
+  std::vector<float> f(n);
+  convert_to_f32(t.data, t.dtype, n, f.data());
   std::vector<double> out(n);
-  if (t.dtype == DType::kF64) {
-    std::memcpy(out.data(), t.data, n * 8);
-  } else if (t.dtype == DType::kI64) {
-    const int64_t* s = reinterpret_cast<const int64_t*>(t.data);
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(s[i]);
-  } else {
-    std::vector<float> f(n);
-    convert_to_f32(t.data, t.dtype, n, f.data());
-    for (size_t i = 0; i < n; ++i) out[i] = f[i];
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = f[i];
   return out;
 }
 
 std::vector<int64_t> read_as_i64(const SafeTensorInfo& t) {
-  const size_t n = static_cast<size_t>(t.shape.numel());
-  std::vector<int64_t> out(n);
-  if (t.dtype == DType::kI64) {
-    std::memcpy(out.data(), t.data, n * 8);
-  } else if (t.dtype == DType::kI32) {
-    const int32_t* s = reinterpret_cast<const int32_t*>(t.data);
-    for (size_t i = 0; i < n; ++i) out[i] = s[i];
-  } else {
-    raise(ErrorKind::kInvalidInput, "tensor ", t.name, " is ", dtype_name(t.dtype), ", expected I64 or I32");
-  }
-  return out;
+  if (t.dtype == DType::kI64) return converted<int64_t, int64_t>(t);
+  if (t.dtype == DType::kI32) return converted<int64_t, int32_t>(t);
+  raise(ErrorKind::kInvalidInput, "tensor ", t.name, " is ", dtype_name(t.dtype), ", expected I64 or I32");
 }
 
 void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape, const void* data) {
@@ -236,33 +237,11 @@ void SafetensorsWriter::write(const std::string& path) const {
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');  // data starts 8-byte aligned
   const uint64_t len = text.size();
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ANVIL_ENSURE(fd >= 0, kIo, tmp, ": cannot create (", errno_text(), ")");
-  auto put = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      ssize_t w = ::write(fd, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        std::string why = errno_text();
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        raise(ErrorKind::kIo, path, ": write failed (", why, ")");
-      }
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
-  put(&len, 8);
-  put(text.data(), text.size());
-  for (auto& e : entries_) put(e.data, static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    raise(ErrorKind::kIo, path, ": sync failed (", why, ")");
-  }
-  ANVIL_ENSURE(::rename(tmp.c_str(), path.c_str()) == 0, kIo, path, ": rename failed (", errno_text(), ")");
+  AtomicFileWriter file(path);
+  file.write(&len, 8);
+  file.write(text.data(), text.size());
+  for (auto& e : entries_) file.write(e.data, static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
+  file.commit();
 }
 
 }  // namespace anvil
