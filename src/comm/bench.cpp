@@ -10,6 +10,7 @@
 
 #include "comm/device.h"
 #include "core/bf16.h"
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -101,24 +102,17 @@ double time_collective(Comm& comm, BenchCollective c, BenchBuffer& in, BenchBuff
 
 }  // namespace
 
-const char* bench_collective_name(BenchCollective c) {
-  switch (c) {
-    case BenchCollective::kAllReduce: return "all_reduce";
-    case BenchCollective::kAllGather: return "all_gather";
-    case BenchCollective::kReduceScatter: return "reduce_scatter";
-    case BenchCollective::kBroadcast: return "broadcast";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<BenchCollective> kCollectiveNames[] = {{BenchCollective::kAllReduce, "all_reduce"},
+                                                          {BenchCollective::kAllGather, "all_gather"},
+                                                          {BenchCollective::kReduceScatter, "reduce_scatter"},
+                                                          {BenchCollective::kBroadcast, "broadcast"}};
+}  // namespace
+
+const char* bench_collective_name(BenchCollective c) { return enum_name(kCollectiveNames, c); }
 
 bool bench_collective_from_name(const std::string& name, BenchCollective* out) {
-  for (BenchCollective c : {BenchCollective::kAllReduce, BenchCollective::kAllGather, BenchCollective::kReduceScatter,
-                            BenchCollective::kBroadcast})
-    if (name == bench_collective_name(c)) {
-      *out = c;
-      return true;
-    }
-  return false;
+  return enum_from_name(kCollectiveNames, name, out);
 }
 
 double bench_bus_factor(BenchCollective c, int world) {

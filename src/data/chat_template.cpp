@@ -83,16 +83,8 @@ std::string ChatTemplate::render(const OrderedJson& messages, bool add_generatio
   vars.emplace_back("documents", jinja::Value::none());
   vars.emplace_back("add_generation_prompt", jinja::Value(add_generation_prompt));
   if (extra.is_object())
-    for (auto it = extra.begin(); it != extra.end(); ++it) {
-      auto v = jinja::Value::from_json(it.value());
-      bool replaced = false;
-      for (auto& [k, old] : vars)
-        if (k == it.key()) {
-          old = v;
-          replaced = true;
-        }
-      if (!replaced) vars.emplace_back(it.key(), std::move(v));
-    }
+    for (auto it = extra.begin(); it != extra.end(); ++it)
+      jinja::dict_set(vars, it.key(), jinja::Value::from_json(it.value()));
   return template_.render(vars);
 }
 

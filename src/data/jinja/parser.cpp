@@ -1,6 +1,8 @@
 // The Jinja parser (see jinja_internal.h): recursive descent over the tokens with jinja2's
 // operator precedence, into the AST.
 #include <algorithm>
+#include <initializer_list>
+#include <string>
 
 #include "core/error.h"
 #include "data/jinja/internal.h"
@@ -241,22 +243,25 @@ class Parser {
     e->kids.push_back(std::move(r));
     return e;
   }
-  ExprPtr parse_or() {
-    ExprPtr l = parse_and();
-    while (is_name("or")) {
+  // A left-associative chain of operands joined by any of ops: keywords for kOr and kAnd (the
+  // Expr unnamed), operator tokens for kBinary (the Expr named by its operator).
+  template <class Operand>
+  ExprPtr left_chain(ExprType type, std::initializer_list<const char*> ops, Operand&& operand) {
+    const bool keyword = type != ExprType::kBinary;
+    const auto at_op = [&] {
+      for (const char* op : ops)
+        if (keyword ? is_name(op) : is_op(op)) return true;
+      return false;
+    };
+    ExprPtr l = operand();
+    while (at_op()) {
       const Token& t = next_tok();
-      l = binary(ExprType::kOr, t, std::move(l), parse_and());
+      l = binary(type, t, std::move(l), operand(), keyword ? std::string() : t.text);
     }
     return l;
   }
-  ExprPtr parse_and() {
-    ExprPtr l = parse_not();
-    while (is_name("and")) {
-      const Token& t = next_tok();
-      l = binary(ExprType::kAnd, t, std::move(l), parse_not());
-    }
-    return l;
-  }
+  ExprPtr parse_or() { return left_chain(ExprType::kOr, {"or"}, [this] { return parse_and(); }); }
+  ExprPtr parse_and() { return left_chain(ExprType::kAnd, {"and"}, [this] { return parse_not(); }); }
   ExprPtr parse_not() {
     if (is_name("not")) {
       const Token& t = next_tok();
@@ -296,38 +301,12 @@ class Parser {
     }
     return chain ? std::move(chain) : std::move(first);
   }
-  ExprPtr parse_math1() {
-    ExprPtr l = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      const Token& t = next_tok();
-      l = binary(ExprType::kBinary, t, std::move(l), parse_concat(), t.text);
-    }
-    return l;
-  }
-  ExprPtr parse_concat() {
-    ExprPtr l = parse_math2();
-    while (is_op("~")) {
-      const Token& t = next_tok();
-      l = binary(ExprType::kBinary, t, std::move(l), parse_math2(), "~");
-    }
-    return l;
-  }
+  ExprPtr parse_math1() { return left_chain(ExprType::kBinary, {"+", "-"}, [this] { return parse_concat(); }); }
+  ExprPtr parse_concat() { return left_chain(ExprType::kBinary, {"~"}, [this] { return parse_math2(); }); }
   ExprPtr parse_math2() {
-    ExprPtr l = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const Token& t = next_tok();
-      l = binary(ExprType::kBinary, t, std::move(l), parse_pow(), t.text);
-    }
-    return l;
+    return left_chain(ExprType::kBinary, {"*", "/", "//", "%"}, [this] { return parse_pow(); });
   }
-  ExprPtr parse_pow() {
-    ExprPtr l = parse_unary(true);
-    while (is_op("**")) {
-      const Token& t = next_tok();
-      l = binary(ExprType::kBinary, t, std::move(l), parse_unary(true), "**");
-    }
-    return l;
-  }
+  ExprPtr parse_pow() { return left_chain(ExprType::kBinary, {"**"}, [this] { return parse_unary(true); }); }
   ExprPtr parse_unary(bool with_filter) {
     ExprPtr node;
     if (is_op("-") || is_op("+")) {

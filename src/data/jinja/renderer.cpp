@@ -360,14 +360,7 @@ class Renderer {
         for (size_t k = 0; k + 1 < e.kids.size(); k += 2) {
           const Value key = eval(*e.kids[k]);
           if (!key.is_string()) fail(e.line, e.col, "dict keys must be strings here");
-          Value v = eval(*e.kids[k + 1]);
-          bool replaced = false;
-          for (auto& [kk, vv] : out)
-            if (kk == key.str()) {
-              vv = v;
-              replaced = true;
-            }
-          if (!replaced) out.emplace_back(key.str(), std::move(v));
+          dict_set(out, key.str(), eval(*e.kids[k + 1]));
         }
         return Value(std::move(out));
       }
