@@ -19,12 +19,12 @@ void write_file_atomic(const std::string& path, const std::string& contents);
 // removes the temporary file, as does destruction before commit().
 class AtomicFileWriter {
  public:
-  explicit AtomicFileWriter(const std::string& path);
+  explicit AtomicFileWriter(const std::string& path);  // creates the temporary file
+  void write(const void* data, size_t n);
+  void commit();
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
-  void write(const void* data, size_t n);
-  void commit();
 
  private:
   [[noreturn]] void fail(const char* what);  // closes, removes the temporary file, throws kIo

@@ -321,6 +321,19 @@ class Parser {
     if (with_filter) node = parse_filter_expr(std::move(node));
     return node;
   }
+  // The items of a list or dict literal up to `close` (consumed), comma separated, a trailing
+  // comma allowed: expressions, or key: value pairs when `pairs`.
+  void parse_items(Expr& e, const char* close, bool pairs) {
+    while (!is_op(close)) {
+      e.kids.push_back(parse_expr());
+      if (pairs) {
+        expect_op(":");
+        e.kids.push_back(parse_expr());
+      }
+      if (!is_op(close)) expect_op(",");
+    }
+    ++i_;
+  }
   ExprPtr parse_primary() {
     const Token& t = cur();
     auto e = at<Expr>(t);
@@ -371,23 +384,13 @@ class Parser {
         if (t.text == "[") {
           ++i_;
           e->type = ExprType::kList;
-          while (!is_op("]")) {
-            e->kids.push_back(parse_expr());
-            if (!is_op("]")) expect_op(",");
-          }
-          ++i_;
+          parse_items(*e, "]", false);
           return e;
         }
         if (t.text == "{") {
           ++i_;
           e->type = ExprType::kDict;
-          while (!is_op("}")) {
-            e->kids.push_back(parse_expr());
-            expect_op(":");
-            e->kids.push_back(parse_expr());
-            if (!is_op("}")) expect_op(",");
-          }
-          ++i_;
+          parse_items(*e, "}", true);
           return e;
         }
         break;
@@ -409,6 +412,14 @@ class Parser {
       if (!is_op(")")) expect_op(",");
     }
     ++i_;
+  }
+  // callee(args...), the call placed at token t.
+  ExprPtr parse_call(const Token& t, ExprPtr callee) {
+    auto e = at<Expr>(t);
+    e->type = ExprType::kCall;
+    e->kids.push_back(std::move(callee));
+    parse_call_args(*e);
+    return e;
   }
   ExprPtr parse_postfix(ExprPtr node) {
     for (;;) {
@@ -458,11 +469,7 @@ class Parser {
         }
         node = std::move(e);
       } else if (is_op("(")) {
-        auto e = at<Expr>(t);
-        e->type = ExprType::kCall;
-        e->kids.push_back(std::move(node));
-        parse_call_args(*e);
-        node = std::move(e);
+        node = parse_call(t, std::move(node));
       } else {
         return node;
       }
@@ -501,12 +508,7 @@ class Parser {
         }
         node = std::move(e);
       } else if (is_op("(")) {
-        const Token& t = cur();
-        auto e = at<Expr>(t);
-        e->type = ExprType::kCall;
-        e->kids.push_back(std::move(node));
-        parse_call_args(*e);
-        node = std::move(e);
+        node = parse_call(cur(), std::move(node));
       } else {
         return node;
       }
