@@ -1,3 +1,4 @@
+// File helpers: reads, atomic writes, paths, and write checks (see fs.h).
 #include "core/fs.h"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// Element types (sizes, names) and tensor views (see tensor.h).
 #include "core/tensor.h"
 
 #include "core/enum_names.h"

@@ -1,3 +1,4 @@
+// Checkpoint files: shard writing, meta.json, validation and discovery (see checkpoint_files.h).
 #include "io/checkpoint_files.h"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// safetensors: the mapped reader, dtype conversions and the writer (see safetensors.h).
 #include "io/safetensors.h"
 
 #include <fcntl.h>
