@@ -234,7 +234,7 @@ TEST(Xxh64, MatchesXxhsum) {
 TEST(Xxh64, FileDigestIsTheBytesDigest) {
   std::string bytes;
   for (int i = 0; i < (3 << 20) + 5; ++i) bytes.push_back(static_cast<char>((i * 131) % 251));
-  const std::string path = temp_dir("hash") + "/bytes.bin";
+  const std::string path = testing::temp_dir("hash") + "/bytes.bin";
   write_file_atomic(path, bytes);
   EXPECT_EQ(hash_file(path), hash_hex(bytes));
   EXPECT_EQ(hash_hex("abc"), "44bc2cf5ad770999");
