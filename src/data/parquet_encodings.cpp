@@ -104,7 +104,9 @@ void decode_hybrid(Cursor& c, int w, size_t n, uint64_t max_value, const char* w
         dst = tmp.data();
       }
       unpack(c.p, w, count, dst);
-      if (!tmp.empty()) std::copy(tmp.begin(), tmp.begin() + static_cast<std::ptrdiff_t>(n - k), out.begin() + static_cast<std::ptrdiff_t>(k));
+      if (!tmp.empty())
+        std::copy(tmp.begin(), tmp.begin() + static_cast<std::ptrdiff_t>(n - k),
+                  out.begin() + static_cast<std::ptrdiff_t>(k));
       c.p += bytes;
       k = std::min(n, k + count);
     } else {
@@ -115,7 +117,8 @@ void decode_hybrid(Cursor& c, int w, size_t n, uint64_t max_value, const char* w
       for (size_t b = 0; b < bytes; ++b) v |= static_cast<uint64_t>(c.p[b]) << (8 * b);
       c.p += bytes;
       if (count == 0) c.fail(cat("empty RLE run in ", what));
-      std::fill(out.begin() + static_cast<std::ptrdiff_t>(k), out.begin() + static_cast<std::ptrdiff_t>(std::min(n, k + count)), v);
+      std::fill(out.begin() + static_cast<std::ptrdiff_t>(k),
+                out.begin() + static_cast<std::ptrdiff_t>(std::min(n, k + count)), v);
       k = std::min(n, k + count);
     }
   }

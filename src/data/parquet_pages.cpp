@@ -157,7 +157,8 @@ class ChunkDecoder {
     } else {
       if (h.rep_len < 0 || h.def_len < 0 || static_cast<int64_t>(h.rep_len) + h.def_len > std::min(h.csize, h.usize))
         fail("page v2 level lengths exceed the page");
-      Cursor rc{payload, payload + h.rep_len, fail_fn_}, dc{payload + h.rep_len, payload + h.rep_len + h.def_len, fail_fn_};
+      Cursor rc{payload, payload + h.rep_len, fail_fn_};
+      Cursor dc{payload + h.rep_len, payload + h.rep_len + h.def_len, fail_fn_};
       if (node_.max_rep > 0) decode_levels(rc, node_.max_rep, n, "repetition level", out_.rep);
       if (node_.max_def > 0) decode_levels(dc, node_.max_def, n, "definition level", out_.def);
       const uint8_t* values = dc.end;
@@ -169,13 +170,15 @@ class ChunkDecoder {
     }
     out_.num_entries += h.num_values;
     // Values exist where the definition level is the maximum.
-    const size_t present = node_.max_def == 0 ? n
-                                              : static_cast<size_t>(std::count(out_.def.begin() + static_cast<std::ptrdiff_t>(first),
-                                                                               out_.def.end(), static_cast<uint8_t>(node_.max_def)));
+    const size_t present =
+        node_.max_def == 0 ? n
+                           : static_cast<size_t>(std::count(out_.def.begin() + static_cast<std::ptrdiff_t>(first),
+                                                            out_.def.end(), static_cast<uint8_t>(node_.max_def)));
     decode_values(c, h.encoding, present);
   }
 
-  void prefixed_levels(Cursor& c, int32_t encoding, int max_level, size_t n, const char* what, std::vector<uint8_t>& out) {
+  void prefixed_levels(Cursor& c, int32_t encoding, int max_level, size_t n, const char* what,
+                       std::vector<uint8_t>& out) {
     if (encoding != 3) unsupported(cat(what, " encoding ", encoding_name(encoding)));
     const uint32_t len = c.u32le();
     c.need(len, what);
@@ -197,7 +200,8 @@ class ChunkDecoder {
         const uint64_t dict_size = dict_offsets_.size() - 1;
         if (n > 0 && dict_size == 0) fail("dictionary indices into an empty dictionary");
         decode_hybrid(c, w, n, dict_size - 1, "dictionary index", indices_);
-        for (uint64_t i : indices_) s.add(dict_bytes_.data() + dict_offsets_[i], dict_offsets_[i + 1] - dict_offsets_[i]);
+        for (uint64_t i : indices_)
+          s.add(dict_bytes_.data() + dict_offsets_[i], dict_offsets_[i + 1] - dict_offsets_[i]);
         return;
       }
       case 6: decode_delta_length(c, n, s); return;
