@@ -15,6 +15,41 @@
 
 namespace anvil {
 
+namespace {
+
+// One tensor's header entry, checked against the supported dtypes, its shape and the data's size
+// (data: the first byte after the header).
+SafeTensorInfo parse_entry(const std::string& path, const std::string& name, const Json& v, const uint8_t* data,
+                           size_t data_size) {
+  SafeTensorInfo t;
+  t.name = name;
+  ANVIL_ENSURE(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+               kInvalidInput, path, ": tensor ", name, ": header entry lacks dtype, shape or data_offsets");
+  const std::string dt = v["dtype"].get<std::string>();
+  ANVIL_ENSURE(dtype_from_name(dt, &t.dtype), kUnsupported, path, ": tensor ", name, ": dtype ", dt,
+               " is not supported");
+  const auto& shape = v["shape"];
+  ANVIL_ENSURE(shape.is_array() && shape.size() <= Shape::kMaxDims, kUnsupported, path, ": tensor ", name,
+               ": rank ", shape.size(), " is not supported");
+  for (auto& d : shape) {
+    ANVIL_ENSURE(d.is_number_integer() && d.get<int64_t>() >= 0, kInvalidInput, path, ": tensor ", name,
+                 ": bad shape ", shape.dump());
+    t.shape.dims[static_cast<size_t>(t.shape.ndim++)] = d.get<int64_t>();
+  }
+  const auto& off = v["data_offsets"];
+  ANVIL_ENSURE(off.is_array() && off.size() == 2, kInvalidInput, path, ": tensor ", name, ": bad data_offsets");
+  const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+  t.bytes = static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype);
+  ANVIL_ENSURE(b <= e && e - b == t.bytes, kInvalidInput, path, ": tensor ", name, ": data_offsets [", b, ", ",
+               e, "] do not match ", dt, " ", t.shape.str());
+  ANVIL_ENSURE(e <= data_size, kInvalidInput, path, ": tensor ", name, " ends at byte ", e,
+               " past the end of the data (", data_size, " bytes): the file is truncated");
+  t.data = data + b;
+  return t;
+}
+
+}  // namespace
+
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   ANVIL_ENSURE(fd >= 0, kNotFound, path, ": cannot open (", errno_text(), ")");
@@ -50,30 +85,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       metadata_ = v;
       continue;
     }
-    SafeTensorInfo t;
-    t.name = name;
-    ANVIL_ENSURE(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
-                 kInvalidInput, path, ": tensor ", name, ": header entry lacks dtype, shape or data_offsets");
-    const std::string dt = v["dtype"].get<std::string>();
-    ANVIL_ENSURE(dtype_from_name(dt, &t.dtype), kUnsupported, path, ": tensor ", name, ": dtype ", dt,
-                 " is not supported");
-    const auto& shape = v["shape"];
-    ANVIL_ENSURE(shape.is_array() && shape.size() <= Shape::kMaxDims, kUnsupported, path, ": tensor ", name,
-                 ": rank ", shape.size(), " is not supported");
-    for (auto& d : shape) {
-      ANVIL_ENSURE(d.is_number_integer() && d.get<int64_t>() >= 0, kInvalidInput, path, ": tensor ", name,
-                   ": bad shape ", shape.dump());
-      t.shape.dims[static_cast<size_t>(t.shape.ndim++)] = d.get<int64_t>();
-    }
-    const auto& off = v["data_offsets"];
-    ANVIL_ENSURE(off.is_array() && off.size() == 2, kInvalidInput, path, ": tensor ", name, ": bad data_offsets");
-    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    t.bytes = static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype);
-    ANVIL_ENSURE(b <= e && e - b == t.bytes, kInvalidInput, path, ": tensor ", name, ": data_offsets [", b, ", ",
-                 e, "] do not match ", dt, " ", t.shape.str());
-    ANVIL_ENSURE(e <= data_size, kInvalidInput, path, ": tensor ", name, " ends at byte ", e,
-                 " past the end of the data (", data_size, " bytes): the file is truncated");
-    t.data = base + data_start + b;
+    SafeTensorInfo t = parse_entry(path, name, v, base + data_start, data_size);
     index_[name] = tensors_.size();
     tensors_.push_back(std::move(t));
   }
