@@ -117,86 +117,13 @@ class Parser {
     ++i_;
     auto n = at<Node>(begin);
     if (k == "if") {
-      n->type = NodeType::kIf;
-      ExprPtr cond = parse_expr();
-      expect_block_end();
-      for (;;) {
-        Body b = parse_body({"elif", "else", "endif"});
-        n->branches.emplace_back(std::move(cond), std::move(b));
-        ++i_;  // {%
-        const std::string which = take_name();
-        if (which == "elif") {
-          cond = parse_expr();
-          expect_block_end();
-          continue;
-        }
-        expect_block_end();
-        if (which == "else") {
-          n->else_body = parse_body({"endif"});
-          end_tag("endif");
-        }
-        break;
-      }
+      parse_if(*n);
     } else if (k == "for") {
-      n->type = NodeType::kFor;
-      n->targets.push_back(take_name());
-      while (is_op(",")) {
-        ++i_;
-        n->targets.push_back(take_name());
-      }
-      expect_name("in");
-      n->expr = parse_or_expr(/*no_cond=*/true);
-      if (is_name("if")) {
-        ++i_;
-        n->filter = parse_expr();
-      }
-      if (is_name("recursive")) unsupported(cur(), "'recursive' for loops");
-      expect_block_end();
-      n->body = parse_body({"else", "endfor"});
-      ++i_;
-      const std::string which = take_name();
-      expect_block_end();
-      if (which == "else") {
-        n->else_body = parse_body({"endfor"});
-        end_tag("endfor");
-      }
+      parse_for(*n);
     } else if (k == "set") {
-      n->text = take_name();
-      if (is_op(".")) {
-        ++i_;
-        n->attr = take_name();
-      }
-      if (is_op(",")) unsupported(cur(), "'set' with several targets");
-      if (cur().type == Tok::kBlockEnd) {
-        if (!n->attr.empty()) fail(cur(), "a block 'set' takes a plain name");
-        ++i_;
-        n->type = NodeType::kSetBlock;
-        n->body = parse_body({"endset"});
-        end_tag("endset");
-      } else {
-        n->type = NodeType::kSet;
-        expect_op("=");
-        n->expr = parse_expr();
-        expect_block_end();
-      }
+      parse_set(*n);
     } else if (k == "macro") {
-      n->type = NodeType::kMacro;
-      n->text = take_name();
-      expect_op("(");
-      while (!is_op(")")) {
-        n->params.push_back(take_name());
-        if (is_op("=")) {
-          ++i_;
-          n->defaults.push_back(parse_expr());
-        } else {
-          n->defaults.push_back(nullptr);
-        }
-        if (!is_op(")")) expect_op(",");
-      }
-      ++i_;
-      expect_block_end();
-      n->body = parse_body({"endmacro"});
-      end_tag("endmacro");
+      parse_macro(*n);
     } else if (k == "break" || k == "continue") {
       n->type = k == "break" ? NodeType::kBreak : NodeType::kContinue;
       expect_block_end();
@@ -211,6 +138,99 @@ class Parser {
       unsupported(begin, "the statement '{% " + k + " %}'");
     }
     return n;
+  }
+
+  // {% if %} ... {% elif %} ... {% else %} ... {% endif %}, from the condition on.
+  void parse_if(Node& n) {
+    n.type = NodeType::kIf;
+    ExprPtr cond = parse_expr();
+    expect_block_end();
+    for (;;) {
+      Body b = parse_body({"elif", "else", "endif"});
+      n.branches.emplace_back(std::move(cond), std::move(b));
+      ++i_;  // {%
+      const std::string which = take_name();
+      if (which == "elif") {
+        cond = parse_expr();
+        expect_block_end();
+        continue;
+      }
+      expect_block_end();
+      if (which == "else") {
+        n.else_body = parse_body({"endif"});
+        end_tag("endif");
+      }
+      break;
+    }
+  }
+
+  // {% for targets in expr [if filter] %} ... {% else %} ... {% endfor %}, from the targets on.
+  void parse_for(Node& n) {
+    n.type = NodeType::kFor;
+    n.targets.push_back(take_name());
+    while (is_op(",")) {
+      ++i_;
+      n.targets.push_back(take_name());
+    }
+    expect_name("in");
+    n.expr = parse_or_expr(/*no_cond=*/true);
+    if (is_name("if")) {
+      ++i_;
+      n.filter = parse_expr();
+    }
+    if (is_name("recursive")) unsupported(cur(), "'recursive' for loops");
+    expect_block_end();
+    n.body = parse_body({"else", "endfor"});
+    ++i_;
+    const std::string which = take_name();
+    expect_block_end();
+    if (which == "else") {
+      n.else_body = parse_body({"endfor"});
+      end_tag("endfor");
+    }
+  }
+
+  // {% set name[.attr] = expr %} or the block {% set name %} ... {% endset %}, from the name on.
+  void parse_set(Node& n) {
+    n.text = take_name();
+    if (is_op(".")) {
+      ++i_;
+      n.attr = take_name();
+    }
+    if (is_op(",")) unsupported(cur(), "'set' with several targets");
+    if (cur().type == Tok::kBlockEnd) {
+      if (!n.attr.empty()) fail(cur(), "a block 'set' takes a plain name");
+      ++i_;
+      n.type = NodeType::kSetBlock;
+      n.body = parse_body({"endset"});
+      end_tag("endset");
+    } else {
+      n.type = NodeType::kSet;
+      expect_op("=");
+      n.expr = parse_expr();
+      expect_block_end();
+    }
+  }
+
+  // {% macro name(params, with = defaults) %} ... {% endmacro %}, from the name on.
+  void parse_macro(Node& n) {
+    n.type = NodeType::kMacro;
+    n.text = take_name();
+    expect_op("(");
+    while (!is_op(")")) {
+      n.params.push_back(take_name());
+      if (is_op("=")) {
+        ++i_;
+        n.defaults.push_back(parse_expr());
+      } else {
+        n.defaults.push_back(nullptr);
+      }
+      if (!is_op(")")) expect_op(",");
+    }
+    ++i_;
+    expect_block_end();
+    n.body = parse_body({"endmacro"});
+    end_tag("endmacro");
   }
 
   // Expressions, in jinja2's precedence order.
