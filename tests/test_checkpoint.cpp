@@ -124,27 +124,6 @@ class Checkpoint : public ::testing::Test {
 };
 std::string* Checkpoint::dir_ = nullptr;
 
-TEST(Xxh64, MatchesXxhsum) {
-  auto hex = [](const std::string& s) {
-    Xxh64 h;
-    h.update(s.data(), s.size());
-    return h.hex();
-  };
-  // Digests printed by xxhsum -H1 (xxHash 0.8).
-  EXPECT_EQ(hex(""), "ef46db3751d8e999");
-  EXPECT_EQ(hex("a"), "d24ec4f1a98c6e5b");
-  EXPECT_EQ(hex("abc"), "44bc2cf5ad770999");
-  EXPECT_EQ(hex("Nobody inspects the spammish repetition"), "fbcea83c8a378bf1");
-  std::string long_text;
-  for (int i = 0; i < 1000; ++i) long_text.push_back(static_cast<char>(33 + (i * 7) % 90));
-  EXPECT_EQ(hex(long_text), "2a73ce7fe6ddf4f1");
-  // Streaming in uneven pieces gives the same digest.
-  Xxh64 h;
-  for (size_t at = 0, n = 1; at < long_text.size(); at += n, n = n * 3 % 37 + 1)
-    h.update(long_text.data() + at, std::min(n, long_text.size() - at));
-  EXPECT_EQ(h.hex(), "2a73ce7fe6ddf4f1");
-}
-
 TEST_F(Checkpoint, SameRanksResumeIsBitIdentical) {
   const TrainRun& b = base();
   ASSERT_EQ(b.exit_code, 0) << b.out;

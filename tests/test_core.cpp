@@ -1,6 +1,7 @@
-// core: bf16 rounding on every bit pattern and the fp32 edge cases, fp16, errors, tensors.
+// core: bf16 rounding on every bit pattern and the fp32 edge cases, fp16, errors, tensors, the XXH64 hash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -8,6 +9,8 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/fs.h"
+#include "core/hash.h"
 #include "core/json.h"
 #include "core/tensor.h"
 #include "ops/ops.h"
@@ -206,6 +209,37 @@ TEST(Json, ParseErrorsNameTheSource) {
     EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos);
   }
 }
+
+TEST(Xxh64, MatchesXxhsum) {
+  auto hex = [](const std::string& s) {
+    Xxh64 h;
+    h.update(s.data(), s.size());
+    return h.hex();
+  };
+  // Digests printed by xxhsum -H1 (xxHash 0.8).
+  EXPECT_EQ(hex(""), "ef46db3751d8e999");
+  EXPECT_EQ(hex("a"), "d24ec4f1a98c6e5b");
+  EXPECT_EQ(hex("abc"), "44bc2cf5ad770999");
+  EXPECT_EQ(hex("Nobody inspects the spammish repetition"), "fbcea83c8a378bf1");
+  std::string long_text;
+  for (int i = 0; i < 1000; ++i) long_text.push_back(static_cast<char>(33 + (i * 7) % 90));
+  EXPECT_EQ(hex(long_text), "2a73ce7fe6ddf4f1");
+  // Streaming in uneven pieces gives the same digest.
+  Xxh64 h;
+  for (size_t at = 0, n = 1; at < long_text.size(); at += n, n = n * 3 % 37 + 1)
+    h.update(long_text.data() + at, std::min(n, long_text.size() - at));
+  EXPECT_EQ(h.hex(), "2a73ce7fe6ddf4f1");
+}
+
+TEST(Xxh64, FileDigestIsTheBytesDigest) {
+  std::string bytes;
+  for (int i = 0; i < (3 << 20) + 5; ++i) bytes.push_back(static_cast<char>((i * 131) % 251));
+  const std::string path = testing::temp_dir("hash") + "/bytes.bin";
+  write_file_atomic(path, bytes);
+  EXPECT_EQ(hash_file(path), hash_hex(bytes));
+  EXPECT_EQ(hash_hex("abc"), "44bc2cf5ad770999");
+}
+
 
 }  // namespace
 }  // namespace anvil

@@ -1,11 +1,13 @@
 // Model I/O: config.json in both transformers forms and its refusals; safetensors read
-// (single, sharded, F32/BF16/F16), write, and its errors; the parameter table's layout.
+// (single, sharded, F32/BF16/F16), write, and its errors; the parameter table's layout; the
+// Hugging Face export folder (shards, index, generation config, files of the source folders).
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "core/bf16.h"
 #include "core/fs.h"
+#include "io/hf_export.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -199,6 +201,73 @@ TEST(Safetensors, TruncatedAndBadHeadersNameTheFile) {
   write_file_atomic(dir + "/tiny.safetensors", "abc");
   EXPECT_NE(error_of([&] { SafetensorsFile f(dir + "/tiny.safetensors"); }).find("tiny.safetensors"), std::string::npos);
   EXPECT_EQ(error_of([&] { SafetensorsFile f(dir + "/good.safetensors"); }), "");
+}
+
+TEST(HfExport, Bf16ShardsIndexAndGenerationConfig) {
+  const std::string dir = testing::temp_dir("hf-export");
+  const std::string out = dir + "/out";
+  make_directories(out);
+  write_file_atomic(out + "/model-00001-of-00003.safetensors", "stale");
+  std::vector<float> a(6), b(4);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 1.0f / 3.0f + 0.1f * static_cast<float>(i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -2.7f + static_cast<float>(i);
+  HfExportSettings s;
+  s.out_dir = out;
+  s.max_shard_bytes = 12;  // bf16: a (12 bytes) fills the first shard, b goes to a second
+  export_hf_folder({{"model_type", "qwen3"}, {"eos_token_id", 7}, {"bos_token_id", nullptr}},
+                   {{"a.weight", {2, 3}, a.data()}, {"b.weight", {4}, b.data()}}, s);
+
+  EXPECT_FALSE(path_exists(out + "/model-00001-of-00003.safetensors")) << "an earlier export's shard is left";
+  EXPECT_FALSE(path_exists(out + "/model.safetensors"));
+  const Json config = json_read_file(out + "/config.json");
+  EXPECT_EQ(config["model_type"], "qwen3");
+  EXPECT_EQ(config["dtype"], "bfloat16");
+  const Json index = json_read_file(out + "/model.safetensors.index.json");
+  EXPECT_EQ(index["metadata"]["total_size"], 20);
+  EXPECT_EQ(index["weight_map"]["a.weight"], "model-00001-of-00002.safetensors");
+  EXPECT_EQ(index["weight_map"]["b.weight"], "model-00002-of-00002.safetensors");
+  const std::pair<const char*, const std::vector<float>*> files[] = {{"model-00001-of-00002.safetensors", &a},
+                                                                      {"model-00002-of-00002.safetensors", &b}};
+  for (const auto& [file, values] : files) {
+    SafetensorsFile f(out + "/" + file);
+    ASSERT_EQ(f.tensors().size(), 1u) << file;
+    const SafeTensorInfo& t = f.tensors()[0];
+    EXPECT_EQ(f.metadata()["format"], "pt");
+    EXPECT_EQ(t.dtype, DType::kBF16);
+    EXPECT_EQ(static_cast<size_t>(t.shape.numel()), values->size());
+    const auto* bits = reinterpret_cast<const uint16_t*>(t.data);
+    for (size_t i = 0; i < values->size(); ++i) EXPECT_EQ(bits[i], f32_to_bf16_bits((*values)[i])) << file << i;
+  }
+  EXPECT_EQ(json_read_file(out + "/generation_config.json"), Json({{"_from_model_config", true}, {"eos_token_id", 7}}));
+  EXPECT_FALSE(path_exists(out + "/tokenizer.json"));
+  EXPECT_FALSE(path_exists(out + "/anvil_config.toml"));
+}
+
+TEST(HfExport, Fp32FileAndTheSourceFoldersFiles) {
+  const std::string dir = testing::temp_dir("hf-export-src");
+  for (const char* d : {"/first", "/second"}) make_directories(dir + d);
+  write_file_atomic(dir + "/first/tokenizer.json", "first tokenizer");
+  write_file_atomic(dir + "/second/tokenizer.json", "second tokenizer");
+  write_file_atomic(dir + "/second/merges.txt", "a b");
+  write_file_atomic(dir + "/second/generation_config.json", R"({"temperature": 0.6})");
+  const std::vector<float> w = {1.5f, -0.1f, 3.25f};
+  HfExportSettings s;
+  s.out_dir = dir + "/out";
+  s.dtype = DType::kF32;
+  s.source_dirs = {"", dir + "/first", dir + "/second"};
+  s.config_toml = "lr = 1e-5\n";
+  export_hf_folder({{"eos_token_id", 7}}, {{"w", {3}, w.data()}}, s);
+
+  EXPECT_EQ(json_read_file(s.out_dir + "/config.json")["dtype"], "float32");
+  EXPECT_FALSE(path_exists(s.out_dir + "/model.safetensors.index.json"));
+  SafetensorsFile f(s.out_dir + "/model.safetensors");
+  EXPECT_EQ(f.get("w").dtype, DType::kF32);
+  EXPECT_EQ(std::memcmp(f.get("w").data, w.data(), w.size() * sizeof(float)), 0);
+  EXPECT_EQ(read_file(s.out_dir + "/tokenizer.json"), "first tokenizer");
+  EXPECT_EQ(read_file(s.out_dir + "/merges.txt"), "a b");
+  EXPECT_EQ(read_file(s.out_dir + "/generation_config.json"), R"({"temperature": 0.6})");
+  EXPECT_EQ(read_file(s.out_dir + "/anvil_config.toml"), "lr = 1e-5\n");
+  EXPECT_FALSE(path_exists(s.out_dir + "/vocab.json"));
 }
 
 TEST(Weights, MissingTensorNamesFileAndTensor) {

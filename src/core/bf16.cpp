@@ -1,3 +1,4 @@
+// bf16 and fp16 conversions on the host (see bf16.h).
 #include "core/bf16.h"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// check_failed: the message and the throw behind the CUDA, cuBLAS and NCCL checks (see check.h).
 #include "core/check.h"
 
 #include "core/log.h"

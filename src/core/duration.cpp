@@ -1,3 +1,4 @@
+// format_hms: durations as people read them (see duration.h).
 #include "core/duration.h"
 
 #include <cstdint>

@@ -1,3 +1,4 @@
+// env_int, env_str: an environment variable read as a number or text (see env.h).
 #include "core/env.h"
 
 #include <cstdlib>

@@ -1,3 +1,4 @@
+// Error kinds, their exit codes and names, and Status (see error.h).
 #include "core/error.h"
 
 namespace anvil {

@@ -1,3 +1,4 @@
+// The fault-injection points and the ANVIL_FAULT parser (see fault.h).
 #include "core/fault.h"
 
 #include <cstdlib>

@@ -1,3 +1,4 @@
+// FileLock: flock on a file held for the object's life (see file_lock.h).
 #include "core/file_lock.h"
 
 #include <fcntl.h>

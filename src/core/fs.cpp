@@ -1,3 +1,4 @@
+// File helpers: reads, atomic writes, paths, and write checks (see fs.h).
 #include "core/fs.h"
 
 #include <fcntl.h>
@@ -44,33 +45,59 @@ std::string read_file(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ANVIL_ENSURE(fd >= 0, kIo, tmp, ": cannot create (", errno_text(), ")");
-  const char* p = contents.data();
-  size_t left = contents.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::string why = errno_text();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      raise(ErrorKind::kIo, path, ": write failed (", why, ")");
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
+  AtomicFileWriter file(path);
+  file.write(contents.data(), contents.size());
+  file.commit();
+}
+
+AtomicFileWriter::AtomicFileWriter(const std::string& path)
+    : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ANVIL_ENSURE(fd_ >= 0, kIo, tmp_, ": cannot create (", errno_text(), ")");
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::fail(const char* what) {
+  const std::string why = errno_text();
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  raise(ErrorKind::kIo, path_, ": ", what, " failed (", why, ")");
+}
+
+void AtomicFileWriter::write(const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("write");
+    p += w;
+    n -= static_cast<size_t>(w);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    raise(ErrorKind::kIo, path, ": sync failed (", why, ")");
+}
+
+void AtomicFileWriter::commit() {
+  const int fd = fd_;
+  fd_ = -1;  // closed below, whatever happens
+  if (::fsync(fd) != 0 || ::close(fd) != 0) fail("sync");
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail("rename");
+}
+
+int open_read_only(const std::string& path, size_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ANVIL_ENSURE(fd >= 0, kNotFound, path, ": cannot open (", errno_text(), ")");
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    raise(ErrorKind::kIo, path, ": stat failed (", errno_text(), ")");
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    raise(ErrorKind::kIo, path, ": rename failed (", why, ")");
-  }
+  *size = static_cast<size_t>(st.st_size);
+  return fd;
 }
 
 bool path_exists(const std::string& path) {

@@ -1,6 +1,7 @@
 // Small file helpers that report errors with the path and the system's reason.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,26 @@ std::string read_file(const std::string& path);
 void read_file_chunks(const std::string& path, const std::function<void(std::string_view)>& fn);
 // Writes to path.tmp.<pid>, fsyncs and renames: readers never see half a file.
 void write_file_atomic(const std::string& path, const std::string& contents);
+// The same in pieces: the temporary file is created at construction, written in order, and
+// renamed over path by commit() once synced. Every error names path and the system's reason and
+// removes the temporary file, as does destruction before commit().
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);  // creates the temporary file
+  void write(const void* data, size_t n);
+  void commit();
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+ private:
+  [[noreturn]] void fail(const char* what);  // closes, removes the temporary file, throws kIo
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+// Opens path read-only for the caller to close, *size its size in bytes. Throws kNotFound
+// "<path>: cannot open (...)" or kIo "<path>: stat failed (...)".
+int open_read_only(const std::string& path, size_t* size);
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
 void make_directories(const std::string& path);

@@ -1,78 +1,107 @@
-// Hasher: 8-byte words folded with a multiply-xorshift mixer (see hash.h).
+// Xxh64: the XXH64 algorithm (xxHash spec, seed 0), streamed in 32-byte stripes (see hash.h).
 #include "core/hash.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
-#include "core/error.h"
 #include "core/fs.h"
 
 namespace anvil {
 
 namespace {
-uint64_t fmix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xFF51AFD7ED558CCDull;
-  x ^= x >> 33;
-  x *= 0xC4CEB9FE1A85EC53ull;
-  x ^= x >> 33;
-  return x;
+
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full, kP3 = 0x165667B19E3779F9ull,
+                   kP4 = 0x85EBCA77C2B2AE63ull, kP5 = 0x27D4EB2F165667C5ull;
+
+inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t read64(const unsigned char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);  // little-endian hosts only (x86-64, aarch64)
+  return v;
 }
-uint64_t load_le(const unsigned char* p) {
-  uint64_t w = 0;
-  for (int k = 7; k >= 0; --k) w = (w << 8) | p[k];
-  return w;
+inline uint32_t read32(const unsigned char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
 }
+inline uint64_t xround(uint64_t acc, uint64_t input) { return rotl(acc + input * kP2, 31) * kP1; }
+inline uint64_t merge(uint64_t h, uint64_t v) { return (h ^ xround(0, v)) * kP1 + kP4; }
+
 }  // namespace
 
-void Hasher::mix(uint64_t word) { state_ = fmix(state_ ^ (word * 0x9DDFEA08EB382D69ull)) + 0x632BE59BD9B4E019ull; }
-
-void Hasher::update(std::string_view bytes) {
-  length_ += bytes.size();
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  size_t n = bytes.size();
-  if (tail_len_ > 0) {  // top up the partial word left by the previous update
-    const size_t take = std::min(n, 8 - tail_len_);
-    std::memcpy(tail_ + tail_len_, p, take);
-    tail_len_ += take;
+void Xxh64::update(const void* data, size_t n) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  if (!started_) {
+    acc_[0] = kP1 + kP2;
+    acc_[1] = kP2;
+    acc_[2] = 0;
+    acc_[3] = 0 - kP1;
+    started_ = true;
+  }
+  total_ += n;
+  if (buf_len_ > 0) {
+    const size_t take = std::min(n, 32 - buf_len_);
+    std::memcpy(buf_ + buf_len_, p, take);
+    buf_len_ += take;
     p += take;
     n -= take;
-    if (tail_len_ < 8) return;
-    mix(load_le(tail_));
-    tail_len_ = 0;
+    if (buf_len_ < 32) return;
+    for (int i = 0; i < 4; ++i) acc_[i] = xround(acc_[i], read64(buf_ + 8 * i));
+    buf_len_ = 0;
   }
-  for (; n >= 8; n -= 8, p += 8) mix(load_le(p));
-  if (n > 0) {  // here tail_len_ == 0 and n < 8
-    std::memcpy(tail_, p, n);
-    tail_len_ = n;
+  uint64_t a0 = acc_[0], a1 = acc_[1], a2 = acc_[2], a3 = acc_[3];
+  for (; n >= 32; p += 32, n -= 32) {
+    a0 = xround(a0, read64(p));
+    a1 = xround(a1, read64(p + 8));
+    a2 = xround(a2, read64(p + 16));
+    a3 = xround(a3, read64(p + 24));
   }
+  acc_[0] = a0, acc_[1] = a1, acc_[2] = a2, acc_[3] = a3;
+  std::memcpy(buf_, p, n);
+  buf_len_ = n;
 }
 
-uint64_t Hasher::digest() const {
-  Hasher h = *this;
-  unsigned char last[8] = {};
-  std::memcpy(last, h.tail_, h.tail_len_);
-  h.mix(load_le(last));
-  h.mix(length_);
-  return fmix(h.state_);
+uint64_t Xxh64::digest() const {
+  uint64_t h;
+  if (total_ >= 32) {
+    h = rotl(acc_[0], 1) + rotl(acc_[1], 7) + rotl(acc_[2], 12) + rotl(acc_[3], 18);
+    for (uint64_t a : acc_) h = merge(h, a);
+  } else {
+    h = kP5;
+  }
+  h += total_;
+  const unsigned char* p = buf_;
+  size_t n = buf_len_;
+  for (; n >= 8; p += 8, n -= 8) h = rotl(h ^ xround(0, read64(p)), 27) * kP1 + kP4;
+  if (n >= 4) {
+    h = rotl(h ^ (static_cast<uint64_t>(read32(p)) * kP1), 23) * kP2 + kP3;
+    p += 4;
+    n -= 4;
+  }
+  for (; n > 0; ++p, --n) h = rotl(h ^ (*p * kP5), 11) * kP1;
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  h ^= h >> 32;
+  return h;
 }
 
-std::string Hasher::hex() const {
-  static const char* digits = "0123456789abcdef";
-  uint64_t d = digest();
-  std::string out(16, '0');
-  for (int k = 15; k >= 0; --k, d >>= 4) out[static_cast<size_t>(k)] = digits[d & 15];
-  return out;
+std::string Xxh64::hex() const {
+  char s[17];
+  std::snprintf(s, sizeof s, "%016llx", static_cast<unsigned long long>(digest()));
+  return s;
 }
 
 std::string hash_hex(std::string_view bytes) {
-  Hasher h;
+  Xxh64 h;
   h.update(bytes);
   return h.hex();
 }
 
 std::string hash_file(const std::string& path) {
-  Hasher h;
+  Xxh64 h;
   read_file_chunks(path, [&](std::string_view chunk) { h.update(chunk); });
   return h.hex();
 }

@@ -1,3 +1,4 @@
+// JSON readers that name the file and position of a parse error (see json.h).
 #include "core/json.h"
 
 #include "core/error.h"

@@ -1,3 +1,4 @@
+// Logging with a rank prefix (see log.h).
 #include "core/log.h"
 
 #include <unistd.h>

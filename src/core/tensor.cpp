@@ -1,4 +1,7 @@
+// Element types (sizes, names) and tensor views (see tensor.h).
 #include "core/tensor.h"
+
+#include "core/enum_names.h"
 
 namespace anvil {
 
@@ -12,31 +15,15 @@ size_t dtype_size(DType dtype) {
   return 0;
 }
 
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kF64: return "F64";
-    case DType::kI64: return "I64";
-    case DType::kI32: return "I32";
-    case DType::kU8: return "U8";
-    case DType::kBool: return "BOOL";
-    case DType::kI16: return "I16";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumName<DType> kDTypeNames[] = {{DType::kF32, "F32"}, {DType::kBF16, "BF16"}, {DType::kF16, "F16"},
+                                           {DType::kF64, "F64"}, {DType::kI64, "I64"},   {DType::kI32, "I32"},
+                                           {DType::kU8, "U8"},   {DType::kBool, "BOOL"}, {DType::kI16, "I16"}};
+}  // namespace
 
-bool dtype_from_name(const std::string& name, DType* out) {
-  for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kF64, DType::kI64, DType::kI32,
-                  DType::kU8, DType::kBool, DType::kI16}) {
-    if (name == dtype_name(d)) {
-      *out = d;
-      return true;
-    }
-  }
-  return false;
-}
+const char* dtype_name(DType dtype) { return enum_name(kDTypeNames, dtype); }
+
+bool dtype_from_name(const std::string& name, DType* out) { return enum_from_name(kDTypeNames, name, out); }
 
 Shape::Shape(std::initializer_list<int64_t> d) {
   ANVIL_ENSURE(d.size() <= kMaxDims, kInternal, "tensor rank ", d.size(), " exceeds ", kMaxDims);

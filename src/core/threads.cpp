@@ -1,3 +1,4 @@
+// parallel_for on the machine's cores (see threads.h).
 #include "core/threads.h"
 
 #include <algorithm>

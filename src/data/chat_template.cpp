@@ -64,7 +64,7 @@ ChatTemplate::ChatTemplate(const std::string& source, jinja::Dict special_tokens
       template_(source, "chat_template"),
       special_tokens_(std::move(special_tokens)),
       eos_token_(std::move(eos_token)) {
-  Hasher h;
+  Xxh64 h;
   h.update(source_);
   for (const auto& [k, v] : special_tokens_) {
     h.update(k);
@@ -83,16 +83,8 @@ std::string ChatTemplate::render(const OrderedJson& messages, bool add_generatio
   vars.emplace_back("documents", jinja::Value::none());
   vars.emplace_back("add_generation_prompt", jinja::Value(add_generation_prompt));
   if (extra.is_object())
-    for (auto it = extra.begin(); it != extra.end(); ++it) {
-      auto v = jinja::Value::from_json(it.value());
-      bool replaced = false;
-      for (auto& [k, old] : vars)
-        if (k == it.key()) {
-          old = v;
-          replaced = true;
-        }
-      if (!replaced) vars.emplace_back(it.key(), std::move(v));
-    }
+    for (auto it = extra.begin(); it != extra.end(); ++it)
+      jinja::dict_set(vars, it.key(), jinja::Value::from_json(it.value()));
   return template_.render(vars);
 }
 

@@ -118,14 +118,8 @@ PackedDataset PackedDataset::open(const std::string& path) {
   const std::string file = is_directory(path) ? path_join(path, "packed.bin") : path;
   PackedDataset d;
   d.path_ = file;
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  ANVIL_ENSURE(fd >= 0, kNotFound, file, ": cannot open (", errno_text(), ")");
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    raise(ErrorKind::kIo, file, ": stat failed (", errno_text(), ")");
-  }
-  const auto size = static_cast<size_t>(st.st_size);
+  size_t size = 0;
+  const int fd = open_read_only(file, &size);
   if (size < 16) {
     ::close(fd);
     raise(ErrorKind::kInvalidInput, file, ": not an anvil packed file (too short)");
@@ -194,7 +188,7 @@ namespace {
 
 // The cache key, and each data file's hash on the way (hashing reads the whole file: once).
 std::string key_and_data_hashes(const PrepareOptions& o, std::vector<std::string>* data_hashes) {
-  Hasher h;
+  Xxh64 h;
   h.update(kFormat);
   const std::string tok_file = is_directory(o.tokenizer) ? path_join(o.tokenizer, "tokenizer.json") : o.tokenizer;
   h.update(hash_file(tok_file));

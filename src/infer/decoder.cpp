@@ -1,3 +1,4 @@
+// The inference forward with a KV cache (see decoder.h).
 #include "infer/decoder.h"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// anvil generate: the model loaded for inference, token sampling, and the rows of prompts (see generate.h).
 #include "infer/generate.h"
 
 #include <algorithm>

@@ -14,7 +14,7 @@
 // complete; validation still checks every file's size and checksum before a byte is used.
 // The checksum is XXH64 (seed 0) of the whole file, written as 16 lowercase hex digits:
 // fast enough (several GB/s per core) not to slow the save, and standard enough to
-// recompute with xxhsum -H1.
+// recompute with xxhsum -H1 (core/hash.h: Xxh64, hash_file).
 #pragma once
 
 #include <cstdint>
@@ -30,22 +30,6 @@ namespace anvil {
 
 constexpr const char* kCheckpointFormat = "anvil-checkpoint";
 constexpr int kCheckpointVersion = 1;
-
-// Streaming XXH64 (seed 0).
-class Xxh64 {
- public:
-  void update(const void* data, size_t n);
-  uint64_t digest() const;
-  std::string hex() const;
-
- private:
-  uint64_t acc_[4] = {};
-  bool started_ = false;
-  uint64_t total_ = 0;
-  unsigned char buf_[32] = {};
-  size_t buf_len_ = 0;
-};
-std::string xxh64_file(const std::string& path);  // hex digest of a file's bytes
 
 std::string shard_file_name(int rank);          // "rank-00003.safetensors"
 std::string checkpoint_name(int64_t step);      // "step-12"

@@ -1,3 +1,4 @@
+// Resolving hub ids in the local Hugging Face cache (see hub.h).
 #include "io/hub.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// safetensors: the mapped reader, dtype conversions and the writer (see safetensors.h).
 #include "io/safetensors.h"
 
 #include <fcntl.h>
@@ -13,6 +14,41 @@
 #include "core/fs.h"
 
 namespace anvil {
+
+namespace {
+
+// One tensor's header entry, checked against the supported dtypes, its shape and the data's size
+// (data: the first byte after the header).
+SafeTensorInfo parse_entry(const std::string& path, const std::string& name, const Json& v, const uint8_t* data,
+                           size_t data_size) {
+  SafeTensorInfo t;
+  t.name = name;
+  ANVIL_ENSURE(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+               kInvalidInput, path, ": tensor ", name, ": header entry lacks dtype, shape or data_offsets");
+  const std::string dt = v["dtype"].get<std::string>();
+  ANVIL_ENSURE(dtype_from_name(dt, &t.dtype), kUnsupported, path, ": tensor ", name, ": dtype ", dt,
+               " is not supported");
+  const auto& shape = v["shape"];
+  ANVIL_ENSURE(shape.is_array() && shape.size() <= Shape::kMaxDims, kUnsupported, path, ": tensor ", name,
+               ": rank ", shape.size(), " is not supported");
+  for (auto& d : shape) {
+    ANVIL_ENSURE(d.is_number_integer() && d.get<int64_t>() >= 0, kInvalidInput, path, ": tensor ", name,
+                 ": bad shape ", shape.dump());
+    t.shape.dims[static_cast<size_t>(t.shape.ndim++)] = d.get<int64_t>();
+  }
+  const auto& off = v["data_offsets"];
+  ANVIL_ENSURE(off.is_array() && off.size() == 2, kInvalidInput, path, ": tensor ", name, ": bad data_offsets");
+  const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+  t.bytes = static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype);
+  ANVIL_ENSURE(b <= e && e - b == t.bytes, kInvalidInput, path, ": tensor ", name, ": data_offsets [", b, ", ",
+               e, "] do not match ", dt, " ", t.shape.str());
+  ANVIL_ENSURE(e <= data_size, kInvalidInput, path, ": tensor ", name, " ends at byte ", e,
+               " past the end of the data (", data_size, " bytes): the file is truncated");
+  t.data = data + b;
+  return t;
+}
+
+}  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -49,30 +85,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       metadata_ = v;
       continue;
     }
-    SafeTensorInfo t;
-    t.name = name;
-    ANVIL_ENSURE(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
-                 kInvalidInput, path, ": tensor ", name, ": header entry lacks dtype, shape or data_offsets");
-    const std::string dt = v["dtype"].get<std::string>();
-    ANVIL_ENSURE(dtype_from_name(dt, &t.dtype), kUnsupported, path, ": tensor ", name, ": dtype ", dt,
-                 " is not supported");
-    const auto& shape = v["shape"];
-    ANVIL_ENSURE(shape.is_array() && shape.size() <= Shape::kMaxDims, kUnsupported, path, ": tensor ", name,
-                 ": rank ", shape.size(), " is not supported");
-    for (auto& d : shape) {
-      ANVIL_ENSURE(d.is_number_integer() && d.get<int64_t>() >= 0, kInvalidInput, path, ": tensor ", name,
-                   ": bad shape ", shape.dump());
-      t.shape.dims[static_cast<size_t>(t.shape.ndim++)] = d.get<int64_t>();
-    }
-    const auto& off = v["data_offsets"];
-    ANVIL_ENSURE(off.is_array() && off.size() == 2, kInvalidInput, path, ": tensor ", name, ": bad data_offsets");
-    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    t.bytes = static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype);
-    ANVIL_ENSURE(b <= e && e - b == t.bytes, kInvalidInput, path, ": tensor ", name, ": data_offsets [", b, ", ",
-                 e, "] do not match ", dt, " ", t.shape.str());
-    ANVIL_ENSURE(e <= data_size, kInvalidInput, path, ": tensor ", name, " ends at byte ", e,
-                 " past the end of the data (", data_size, " bytes): the file is truncated");
-    t.data = base + data_start + b;
+    SafeTensorInfo t = parse_entry(path, name, v, base + data_start, data_size);
     index_[name] = tensors_.size();
     tensors_.push_back(std::move(t));
   }
@@ -178,34 +191,35 @@ void convert_to_f32(const void* src, DType dtype, size_t n, float* out) {
   }
 }
 
-std::vector<double> read_as_f64(const SafeTensorInfo& t) {
+namespace {
+
+// The values of t, stored as From, converted to To.
+template <class To, class From>
+std::vector<To> converted(const SafeTensorInfo& t) {
   const size_t n = static_cast<size_t>(t.shape.numel());
+  const From* s = reinterpret_cast<const From*>(t.data);
+  std::vector<To> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<To>(s[i]);
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> read_as_f64(const SafeTensorInfo& t) {
+  if (t.dtype == DType::kF64) return converted<double, double>(t);
+  if (t.dtype == DType::kI64) return converted<double, int64_t>(t);
+  const size_t n = static_cast<size_t>(t.shape.numel());
+  std::vector<float> f(n);
+  convert_to_f32(t.data, t.dtype, n, f.data());
   std::vector<double> out(n);
-  if (t.dtype == DType::kF64) {
-    std::memcpy(out.data(), t.data, n * 8);
-  } else if (t.dtype == DType::kI64) {
-    const int64_t* s = reinterpret_cast<const int64_t*>(t.data);
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(s[i]);
-  } else {
-    std::vector<float> f(n);
-    convert_to_f32(t.data, t.dtype, n, f.data());
-    for (size_t i = 0; i < n; ++i) out[i] = f[i];
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = f[i];
   return out;
 }
 
 std::vector<int64_t> read_as_i64(const SafeTensorInfo& t) {
-  const size_t n = static_cast<size_t>(t.shape.numel());
-  std::vector<int64_t> out(n);
-  if (t.dtype == DType::kI64) {
-    std::memcpy(out.data(), t.data, n * 8);
-  } else if (t.dtype == DType::kI32) {
-    const int32_t* s = reinterpret_cast<const int32_t*>(t.data);
-    for (size_t i = 0; i < n; ++i) out[i] = s[i];
-  } else {
-    raise(ErrorKind::kInvalidInput, "tensor ", t.name, " is ", dtype_name(t.dtype), ", expected I64 or I32");
-  }
-  return out;
+  if (t.dtype == DType::kI64) return converted<int64_t, int64_t>(t);
+  if (t.dtype == DType::kI32) return converted<int64_t, int32_t>(t);
+  raise(ErrorKind::kInvalidInput, "tensor ", t.name, " is ", dtype_name(t.dtype), ", expected I64 or I32");
 }
 
 void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape, const void* data) {
@@ -236,33 +250,11 @@ void SafetensorsWriter::write(const std::string& path) const {
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');  // data starts 8-byte aligned
   const uint64_t len = text.size();
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ANVIL_ENSURE(fd >= 0, kIo, tmp, ": cannot create (", errno_text(), ")");
-  auto put = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      ssize_t w = ::write(fd, c, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        std::string why = errno_text();
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        raise(ErrorKind::kIo, path, ": write failed (", why, ")");
-      }
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
-  put(&len, 8);
-  put(text.data(), text.size());
-  for (auto& e : entries_) put(e.data, static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    raise(ErrorKind::kIo, path, ": sync failed (", why, ")");
-  }
-  ANVIL_ENSURE(::rename(tmp.c_str(), path.c_str()) == 0, kIo, path, ": rename failed (", errno_text(), ")");
+  AtomicFileWriter file(path);
+  file.write(&len, 8);
+  file.write(text.data(), text.size());
+  for (auto& e : entries_) file.write(e.data, static_cast<size_t>(e.shape.numel()) * dtype_size(e.dtype));
+  file.commit();
 }
 
 }  // namespace anvil

@@ -2,7 +2,7 @@
 #include "model/activations.h"
 
 #include "core/error.h"
-#include "model/enum_names.h"
+#include "core/enum_names.h"
 
 namespace anvil {
 namespace {

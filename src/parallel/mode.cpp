@@ -1,7 +1,7 @@
 // The parallel mode's names (parallel/mode.h), from one table.
 #include "parallel/mode.h"
 
-#include "model/enum_names.h"
+#include "core/enum_names.h"
 
 namespace anvil {
 namespace {

@@ -1,3 +1,4 @@
+// anvil report: metrics lines into the HTML page and the terminal summary (see report.h).
 #include "report/report.h"
 
 #include <algorithm>

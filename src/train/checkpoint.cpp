@@ -10,7 +10,6 @@
 #include <map>
 #include <memory>
 
-#include "core/bf16.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/fault.h"
@@ -154,14 +153,6 @@ void log_peak_host_memory() {
   log_info(line);
 }
 
-void copy_if_present(const std::vector<std::string>& dirs, const std::string& file, const std::string& out_dir) {
-  for (const std::string& d : dirs)
-    if (!d.empty() && path_exists(path_join(d, file))) {
-      write_file_atomic(path_join(out_dir, file), read_file(path_join(d, file)));
-      return;
-    }
-}
-
 // Rank 0, once every shard is synced: meta.json, then the rename of the temporary folder
 // to step-<N> (the moment the checkpoint becomes complete), and the parent folder synced.
 void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const DataPosition& position,
@@ -175,7 +166,7 @@ void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const Dat
                {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
                {"train", settings.train}};
   const ModelConfig& cfg = trainer.config();
-  meta["config"] = cfg.raw.is_object() ? cfg.raw : config_to_json(cfg);
+  meta["config"] = hf_config_json(cfg);
   const Json t = table_json(trainer.table());
   meta["units"] = t["units"];
   meta["tensors"] = t["tensors"];
@@ -431,77 +422,18 @@ void restore_optimizer(ResumePoint& point, Trainer& trainer) {
   log_info(line);
 }
 
-void export_hf_folder(const ModelConfig& config, const ParamTable& table, const HostUnits& units,
-                      const HfExportSettings& s) {
-  ANVIL_ENSURE(s.dtype == DType::kF32 || s.dtype == DType::kBF16, kUnsupported, "export dtype ", dtype_name(s.dtype));
-  make_directories(s.out_dir);
-  // Remove the weights of an earlier export so that no stale shard or index is left beside the new ones.
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(s.out_dir, ec)) {
-    const std::string n = entry.path().filename().string();
-    if (n == "model.safetensors" || n == "model.safetensors.index.json" ||
-        (n.rfind("model-", 0) == 0 && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0))
-      std::filesystem::remove(entry.path(), ec);
-  }
-  Json j = config.raw.is_object() ? config.raw : config_to_json(config);
-  j["dtype"] = s.dtype == DType::kF32 ? "float32" : "bfloat16";
-  json_write_file(path_join(s.out_dir, "config.json"), j);
+Json hf_config_json(const ModelConfig& config) { return config.raw.is_object() ? config.raw : config_to_json(config); }
 
-  // Shards of consecutive tensors up to max_shard_bytes each (a larger tensor alone).
-  const size_t esize = dtype_size(s.dtype);
-  std::vector<std::vector<const ParamEntry*>> shards(1);
-  int64_t in_shard = 0, total = 0;
-  for (const ParamEntry& e : table.entries()) {
-    const int64_t bytes = e.numel() * static_cast<int64_t>(esize);
-    if (!shards.back().empty() && in_shard + bytes > s.max_shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    shards.back().push_back(&e);
-    in_shard += bytes;
-    total += bytes;
-  }
-  Json weight_map = Json::object();
-  for (size_t k = 0; k < shards.size(); ++k) {
-    char name[64];
-    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-    const std::string file = shards.size() == 1 ? "model.safetensors" : name;
-    std::vector<std::vector<uint16_t>> bf16;
-    SafetensorsWriter w;
-    w.set_metadata("format", "pt");
-    for (const ParamEntry* e : shards[k]) {
-      const float* p = units[static_cast<size_t>(e->unit)].data() + e->offset;
-      if (s.dtype == DType::kF32) {
-        w.add(e->name, s.dtype, e->shape, p);
-      } else {
-        bf16.emplace_back(static_cast<size_t>(e->numel()));
-        for (int64_t i = 0; i < e->numel(); ++i) bf16.back()[static_cast<size_t>(i)] = f32_to_bf16_bits(p[i]);
-        w.add(e->name, s.dtype, e->shape, bf16.back().data());
-      }
-      weight_map[e->name] = file;
-    }
-    w.write(path_join(s.out_dir, file));
-  }
-  if (shards.size() > 1)
-    json_write_file(path_join(s.out_dir, "model.safetensors.index.json"),
-                    {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+std::vector<HfTensor> hf_tensors(const ParamTable& table, const HostUnits& units) {
+  std::vector<HfTensor> tensors;
+  for (const ParamEntry& e : table.entries())
+    tensors.push_back({e.name, e.shape, units[static_cast<size_t>(e.unit)].data() + e.offset});
+  return tensors;
+}
 
-  bool have_generation = false;
-  for (const std::string& d : s.source_dirs) have_generation |= !d.empty() && path_exists(path_join(d, "generation_config.json"));
-  if (have_generation) {
-    copy_if_present(s.source_dirs, "generation_config.json", s.out_dir);
-  } else {
-    Json g = {{"_from_model_config", true}};
-    for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
-      if (j.contains(k) && !j[k].is_null()) g[k] = j[k];
-    json_write_file(path_join(s.out_dir, "generation_config.json"), g);
-  }
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                        "merges.txt", "chat_template.jinja"})
-    copy_if_present(s.source_dirs, f, s.out_dir);
-  if (!s.config_toml.empty()) write_file_atomic(path_join(s.out_dir, "anvil_config.toml"), s.config_toml);
-  log_info("exported ", s.out_dir, " (", s.dtype == DType::kF32 ? "fp32" : "bf16", ", ", shards.size(),
-           shards.size() == 1 ? " file" : " shards", ", ", static_cast<double>(total) / 1e9, " GB)");
+void export_model(const ModelConfig& config, const ParamTable& table, const HostUnits& units,
+                  const HfExportSettings& settings) {
+  export_hf_folder(hf_config_json(config), hf_tensors(table, units), settings);
 }
 
 void run_export(const ExportOptions& o) {
@@ -533,7 +465,7 @@ void run_export(const ExportOptions& o) {
     const Json& src = meta.value("source", Json::object());
     s.source_dirs = {src.value("model_dir", ""), src.value("tokenizer_dir", "")};
     if (path_exists(path_join(o.ckpt, "anvil_config.toml"))) s.config_toml = read_file(path_join(o.ckpt, "anvil_config.toml"));
-    export_hf_folder(cfg, table, masters, s);
+    export_model(cfg, table, masters, s);
     log_peak_host_memory();
     return;
   }

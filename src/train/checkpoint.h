@@ -11,9 +11,8 @@
 // tensor name through the ParamTable, so any world size and either mode can load any
 // checkpoint of the same model: with the same world size the bytes land where they were
 // and the run continues bit for bit.
-// Export: the weights by Hugging Face name, F32 or BF16, one model.safetensors or shards
-// with model.safetensors.index.json past max_shard_bytes, config.json,
-// generation_config.json and the tokenizer files of the source model folder.
+// Export: the model's config and its weights by Hugging Face name handed to io/hf_export.h,
+// which writes the folder.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +22,7 @@
 #include "comm/comm.h"
 #include "core/json.h"
 #include "data/blocks.h"
+#include "io/hf_export.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/weights.h"
@@ -89,16 +89,13 @@ UnitReader checkpoint_masters_reader(ResumePoint& point, const ParamTable& table
 // rank owns are read) and the step counter; logs this rank's load speed.
 void restore_optimizer(ResumePoint& point, Trainer& trainer);
 
-struct HfExportSettings {
-  std::string out_dir;
-  DType dtype = DType::kBF16;
-  int64_t max_shard_bytes = int64_t{5} << 30;
-  std::vector<std::string> source_dirs;  // searched in order for tokenizer and generation files
-  std::string config_toml;               // the run's settings: anvil_config.toml when not empty
-};
+// config.json of the model: as it was read, or made from `config` for a model built without one.
+Json hf_config_json(const ModelConfig& config);
+// Every entry of `table` as an export tensor, its values read from `units` (which must outlive the list).
+std::vector<HfTensor> hf_tensors(const ParamTable& table, const HostUnits& units);
 // Writes a Hugging Face model folder from host units laid out for `table`.
-void export_hf_folder(const ModelConfig& config, const ParamTable& table, const HostUnits& units,
-                      const HfExportSettings& settings);
+void export_model(const ModelConfig& config, const ParamTable& table, const HostUnits& units,
+                  const HfExportSettings& settings);
 
 struct ExportOptions {
   std::string ckpt;

@@ -114,7 +114,7 @@ void export_final(TrainRun& run) {
   ex.dtype = c.export_.dtype == "fp32" ? DType::kF32 : DType::kBF16;
   ex.source_dirs = {run.base.model_dir, c.data.tokenizer};
   ex.config_toml = run.command.config_toml;
-  export_hf_folder(run.base.config, *run.base.table, final_w, ex);
+  export_model(run.base.config, *run.base.table, final_w, ex);
 }
 
 // 4. Finish: the summary line, the export, the copies off the machine.

@@ -80,6 +80,9 @@ class Value {
   std::shared_ptr<Function> fn_;
 };
 
+// d[key] = v as a Python dict does it: the value of an existing key replaced in place, else appended.
+void dict_set(Dict& d, const std::string& key, Value v);
+
 // str(v) as Python prints it ("None", "True", "2.5", "[1, 'a']"); undefined prints "".
 std::string to_output(const Value& v);
 // json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: none), key order kept.

@@ -1,6 +1,8 @@
 // The Jinja parser (see jinja_internal.h): recursive descent over the tokens with jinja2's
 // operator precedence, into the AST.
 #include <algorithm>
+#include <initializer_list>
+#include <string>
 
 #include "core/error.h"
 #include "data/jinja/internal.h"
@@ -115,86 +117,13 @@ class Parser {
     ++i_;
     auto n = at<Node>(begin);
     if (k == "if") {
-      n->type = NodeType::kIf;
-      ExprPtr cond = parse_expr();
-      expect_block_end();
-      for (;;) {
-        Body b = parse_body({"elif", "else", "endif"});
-        n->branches.emplace_back(std::move(cond), std::move(b));
-        ++i_;  // {%
-        const std::string which = take_name();
-        if (which == "elif") {
-          cond = parse_expr();
-          expect_block_end();
-          continue;
-        }
-        expect_block_end();
-        if (which == "else") {
-          n->else_body = parse_body({"endif"});
-          end_tag("endif");
-        }
-        break;
-      }
+      parse_if(*n);
     } else if (k == "for") {
-      n->type = NodeType::kFor;
-      n->targets.push_back(take_name());
-      while (is_op(",")) {
-        ++i_;
-        n->targets.push_back(take_name());
-      }
-      expect_name("in");
-      n->expr = parse_or_expr(/*no_cond=*/true);
-      if (is_name("if")) {
-        ++i_;
-        n->filter = parse_expr();
-      }
-      if (is_name("recursive")) unsupported(cur(), "'recursive' for loops");
-      expect_block_end();
-      n->body = parse_body({"else", "endfor"});
-      ++i_;
-      const std::string which = take_name();
-      expect_block_end();
-      if (which == "else") {
-        n->else_body = parse_body({"endfor"});
-        end_tag("endfor");
-      }
+      parse_for(*n);
     } else if (k == "set") {
-      n->text = take_name();
-      if (is_op(".")) {
-        ++i_;
-        n->attr = take_name();
-      }
-      if (is_op(",")) unsupported(cur(), "'set' with several targets");
-      if (cur().type == Tok::kBlockEnd) {
-        if (!n->attr.empty()) fail(cur(), "a block 'set' takes a plain name");
-        ++i_;
-        n->type = NodeType::kSetBlock;
-        n->body = parse_body({"endset"});
-        end_tag("endset");
-      } else {
-        n->type = NodeType::kSet;
-        expect_op("=");
-        n->expr = parse_expr();
-        expect_block_end();
-      }
+      parse_set(*n);
     } else if (k == "macro") {
-      n->type = NodeType::kMacro;
-      n->text = take_name();
-      expect_op("(");
-      while (!is_op(")")) {
-        n->params.push_back(take_name());
-        if (is_op("=")) {
-          ++i_;
-          n->defaults.push_back(parse_expr());
-        } else {
-          n->defaults.push_back(nullptr);
-        }
-        if (!is_op(")")) expect_op(",");
-      }
-      ++i_;
-      expect_block_end();
-      n->body = parse_body({"endmacro"});
-      end_tag("endmacro");
+      parse_macro(*n);
     } else if (k == "break" || k == "continue") {
       n->type = k == "break" ? NodeType::kBreak : NodeType::kContinue;
       expect_block_end();
@@ -209,6 +138,99 @@ class Parser {
       unsupported(begin, "the statement '{% " + k + " %}'");
     }
     return n;
+  }
+
+  // {% if %} ... {% elif %} ... {% else %} ... {% endif %}, from the condition on.
+  void parse_if(Node& n) {
+    n.type = NodeType::kIf;
+    ExprPtr cond = parse_expr();
+    expect_block_end();
+    for (;;) {
+      Body b = parse_body({"elif", "else", "endif"});
+      n.branches.emplace_back(std::move(cond), std::move(b));
+      ++i_;  // {%
+      const std::string which = take_name();
+      if (which == "elif") {
+        cond = parse_expr();
+        expect_block_end();
+        continue;
+      }
+      expect_block_end();
+      if (which == "else") {
+        n.else_body = parse_body({"endif"});
+        end_tag("endif");
+      }
+      break;
+    }
+  }
+
+  // {% for targets in expr [if filter] %} ... {% else %} ... {% endfor %}, from the targets on.
+  void parse_for(Node& n) {
+    n.type = NodeType::kFor;
+    n.targets.push_back(take_name());
+    while (is_op(",")) {
+      ++i_;
+      n.targets.push_back(take_name());
+    }
+    expect_name("in");
+    n.expr = parse_or_expr(/*no_cond=*/true);
+    if (is_name("if")) {
+      ++i_;
+      n.filter = parse_expr();
+    }
+    if (is_name("recursive")) unsupported(cur(), "'recursive' for loops");
+    expect_block_end();
+    n.body = parse_body({"else", "endfor"});
+    ++i_;
+    const std::string which = take_name();
+    expect_block_end();
+    if (which == "else") {
+      n.else_body = parse_body({"endfor"});
+      end_tag("endfor");
+    }
+  }
+
+  // {% set name[.attr] = expr %} or the block {% set name %} ... {% endset %}, from the name on.
+  void parse_set(Node& n) {
+    n.text = take_name();
+    if (is_op(".")) {
+      ++i_;
+      n.attr = take_name();
+    }
+    if (is_op(",")) unsupported(cur(), "'set' with several targets");
+    if (cur().type == Tok::kBlockEnd) {
+      if (!n.attr.empty()) fail(cur(), "a block 'set' takes a plain name");
+      ++i_;
+      n.type = NodeType::kSetBlock;
+      n.body = parse_body({"endset"});
+      end_tag("endset");
+    } else {
+      n.type = NodeType::kSet;
+      expect_op("=");
+      n.expr = parse_expr();
+      expect_block_end();
+    }
+  }
+
+  // {% macro name(params, with = defaults) %} ... {% endmacro %}, from the name on.
+  void parse_macro(Node& n) {
+    n.type = NodeType::kMacro;
+    n.text = take_name();
+    expect_op("(");
+    while (!is_op(")")) {
+      n.params.push_back(take_name());
+      if (is_op("=")) {
+        ++i_;
+        n.defaults.push_back(parse_expr());
+      } else {
+        n.defaults.push_back(nullptr);
+      }
+      if (!is_op(")")) expect_op(",");
+    }
+    ++i_;
+    expect_block_end();
+    n.body = parse_body({"endmacro"});
+    end_tag("endmacro");
   }
 
   // Expressions, in jinja2's precedence order.
@@ -241,22 +263,25 @@ class Parser {
     e->kids.push_back(std::move(r));
     return e;
   }
-  ExprPtr parse_or() {
-    ExprPtr l = parse_and();
-    while (is_name("or")) {
+  // A left-associative chain of operands joined by any of ops: keywords for kOr and kAnd (the
+  // Expr unnamed), operator tokens for kBinary (the Expr named by its operator).
+  template <class Operand>
+  ExprPtr left_chain(ExprType type, std::initializer_list<const char*> ops, Operand&& operand) {
+    const bool keyword = type != ExprType::kBinary;
+    const auto at_op = [&] {
+      for (const char* op : ops)
+        if (keyword ? is_name(op) : is_op(op)) return true;
+      return false;
+    };
+    ExprPtr l = operand();
+    while (at_op()) {
       const Token& t = next_tok();
-      l = binary(ExprType::kOr, t, std::move(l), parse_and());
+      l = binary(type, t, std::move(l), operand(), keyword ? std::string() : t.text);
     }
     return l;
   }
-  ExprPtr parse_and() {
-    ExprPtr l = parse_not();
-    while (is_name("and")) {
-      const Token& t = next_tok();
-      l = binary(ExprType::kAnd, t, std::move(l), parse_not());
-    }
-    return l;
-  }
+  ExprPtr parse_or() { return left_chain(ExprType::kOr, {"or"}, [this] { return parse_and(); }); }
+  ExprPtr parse_and() { return left_chain(ExprType::kAnd, {"and"}, [this] { return parse_not(); }); }
   ExprPtr parse_not() {
     if (is_name("not")) {
       const Token& t = next_tok();
@@ -296,38 +321,12 @@ class Parser {
     }
     return chain ? std::move(chain) : std::move(first);
   }
-  ExprPtr parse_math1() {
-    ExprPtr l = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      const Token& t = next_tok();
-      l = binary(ExprType::kBinary, t, std::move(l), parse_concat(), t.text);
-    }
-    return l;
-  }
-  ExprPtr parse_concat() {
-    ExprPtr l = parse_math2();
-    while (is_op("~")) {
-      const Token& t = next_tok();
-      l = binary(ExprType::kBinary, t, std::move(l), parse_math2(), "~");
-    }
-    return l;
-  }
+  ExprPtr parse_math1() { return left_chain(ExprType::kBinary, {"+", "-"}, [this] { return parse_concat(); }); }
+  ExprPtr parse_concat() { return left_chain(ExprType::kBinary, {"~"}, [this] { return parse_math2(); }); }
   ExprPtr parse_math2() {
-    ExprPtr l = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const Token& t = next_tok();
-      l = binary(ExprType::kBinary, t, std::move(l), parse_pow(), t.text);
-    }
-    return l;
+    return left_chain(ExprType::kBinary, {"*", "/", "//", "%"}, [this] { return parse_pow(); });
   }
-  ExprPtr parse_pow() {
-    ExprPtr l = parse_unary(true);
-    while (is_op("**")) {
-      const Token& t = next_tok();
-      l = binary(ExprType::kBinary, t, std::move(l), parse_unary(true), "**");
-    }
-    return l;
-  }
+  ExprPtr parse_pow() { return left_chain(ExprType::kBinary, {"**"}, [this] { return parse_unary(true); }); }
   ExprPtr parse_unary(bool with_filter) {
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
@@ -341,6 +340,19 @@ class Parser {
     node = parse_postfix(std::move(node));
     if (with_filter) node = parse_filter_expr(std::move(node));
     return node;
+  }
+  // The items of a list or dict literal up to `close` (consumed), comma separated, a trailing
+  // comma allowed: expressions, or key: value pairs when `pairs`.
+  void parse_items(Expr& e, const char* close, bool pairs) {
+    while (!is_op(close)) {
+      e.kids.push_back(parse_expr());
+      if (pairs) {
+        expect_op(":");
+        e.kids.push_back(parse_expr());
+      }
+      if (!is_op(close)) expect_op(",");
+    }
+    ++i_;
   }
   ExprPtr parse_primary() {
     const Token& t = cur();
@@ -392,23 +404,13 @@ class Parser {
         if (t.text == "[") {
           ++i_;
           e->type = ExprType::kList;
-          while (!is_op("]")) {
-            e->kids.push_back(parse_expr());
-            if (!is_op("]")) expect_op(",");
-          }
-          ++i_;
+          parse_items(*e, "]", false);
           return e;
         }
         if (t.text == "{") {
           ++i_;
           e->type = ExprType::kDict;
-          while (!is_op("}")) {
-            e->kids.push_back(parse_expr());
-            expect_op(":");
-            e->kids.push_back(parse_expr());
-            if (!is_op("}")) expect_op(",");
-          }
-          ++i_;
+          parse_items(*e, "}", true);
           return e;
         }
         break;
@@ -430,6 +432,14 @@ class Parser {
       if (!is_op(")")) expect_op(",");
     }
     ++i_;
+  }
+  // callee(args...), the call placed at token t.
+  ExprPtr parse_call(const Token& t, ExprPtr callee) {
+    auto e = at<Expr>(t);
+    e->type = ExprType::kCall;
+    e->kids.push_back(std::move(callee));
+    parse_call_args(*e);
+    return e;
   }
   ExprPtr parse_postfix(ExprPtr node) {
     for (;;) {
@@ -479,11 +489,7 @@ class Parser {
         }
         node = std::move(e);
       } else if (is_op("(")) {
-        auto e = at<Expr>(t);
-        e->type = ExprType::kCall;
-        e->kids.push_back(std::move(node));
-        parse_call_args(*e);
-        node = std::move(e);
+        node = parse_call(t, std::move(node));
       } else {
         return node;
       }
@@ -522,12 +528,7 @@ class Parser {
         }
         node = std::move(e);
       } else if (is_op("(")) {
-        const Token& t = cur();
-        auto e = at<Expr>(t);
-        e->type = ExprType::kCall;
-        e->kids.push_back(std::move(node));
-        parse_call_args(*e);
-        node = std::move(e);
+        node = parse_call(cur(), std::move(node));
       } else {
         return node;
       }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <optional>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -360,14 +361,7 @@ class Renderer {
         for (size_t k = 0; k + 1 < e.kids.size(); k += 2) {
           const Value key = eval(*e.kids[k]);
           if (!key.is_string()) fail(e.line, e.col, "dict keys must be strings here");
-          Value v = eval(*e.kids[k + 1]);
-          bool replaced = false;
-          for (auto& [kk, vv] : out)
-            if (kk == key.str()) {
-              vv = v;
-              replaced = true;
-            }
-          if (!replaced) out.emplace_back(key.str(), std::move(v));
+          dict_set(out, key.str(), eval(*e.kids[k + 1]));
         }
         return Value(std::move(out));
       }
@@ -608,6 +602,19 @@ class Renderer {
       if (v.is_undefined() || (boolean && !v.truthy())) return arg(a, kw, 0, "default_value", Value(std::string()));
       return v;
     }
+    if (f == "replace") {
+      const Value from = arg(a, kw, 0, "old", Value()), to = arg(a, kw, 1, "new", Value());
+      return Value(py_replace(to_output(v), to_output(from), to_output(to), inum(arg(a, kw, 2, "count", Value(int64_t{-1})))));
+    }
+    if (std::optional<Value> r = sequence_filter(f, v, a, kw, e)) return *r;
+    if (std::optional<Value> r = attribute_filter(f, v, a, kw, e)) return *r;
+    if (std::optional<Value> r = number_filter(f, v, a, kw, e)) return *r;
+    unsupported(e.line, e.col, "the filter '" + f + "'");
+  }
+
+  // first, last, list, reverse, join, items; nullopt for another filter.
+  std::optional<Value> sequence_filter(const std::string& f, const Value& v, const List& a, const Dict& kw,
+                                       const Expr& e) {
     if (f == "first" || f == "last") {
       const List items = iterate(v, e.line, e.col);
       if (items.empty()) return Value();
@@ -636,34 +643,6 @@ class Renderer {
       }
       return Value(std::move(out));
     }
-    if (f == "replace") {
-      const Value from = arg(a, kw, 0, "old", Value()), to = arg(a, kw, 1, "new", Value());
-      return Value(py_replace(to_output(v), to_output(from), to_output(to), inum(arg(a, kw, 2, "count", Value(int64_t{-1})))));
-    }
-    if (f == "int") {
-      if (is_number(v)) return Value(v.kind() == Kind::kFloat ? static_cast<int64_t>(v.as_float()) : inum(v));
-      if (v.is_string()) {
-        try {
-          return Value(static_cast<int64_t>(std::stoll(py_strip(v.str(), Value::none(), true, true))));
-        } catch (const std::exception&) {
-        }
-      }
-      return arg(a, kw, 0, "default", Value(int64_t{0}));
-    }
-    if (f == "float") {
-      if (is_number(v)) return Value(num(v));
-      if (v.is_string()) {
-        try {
-          return Value(std::stod(v.str()));
-        } catch (const std::exception&) {
-        }
-      }
-      return arg(a, kw, 0, "default", Value(0.0));
-    }
-    if (f == "abs") {
-      if (!is_number(v)) fail(e.line, e.col, "abs of a " + type_name(v));
-      return v.kind() == Kind::kFloat ? Value(std::fabs(v.as_float())) : Value(static_cast<int64_t>(std::llabs(inum(v))));
-    }
     if (f == "items") {
       if (v.is_undefined()) return Value(List{});
       if (!v.is_dict()) fail(e.line, e.col, "items of a " + type_name(v));
@@ -671,6 +650,12 @@ class Renderer {
       for (const auto& [k, x] : v.dict()) out.emplace_back(List{Value(k), x});
       return Value(std::move(out));
     }
+    return std::nullopt;
+  }
+
+  // selectattr, rejectattr, map; nullopt for another filter.
+  std::optional<Value> attribute_filter(const std::string& f, const Value& v, const List& a, const Dict& kw,
+                                        const Expr& e) {
     if (f == "selectattr" || f == "rejectattr") {
       const Value attr = arg(a, kw, 0, "attr", Value());
       List out;
@@ -696,7 +681,37 @@ class Renderer {
       }
       return Value(std::move(out));
     }
-    unsupported(e.line, e.col, "the filter '" + f + "'");
+    return std::nullopt;
+  }
+
+  // int, float, abs; nullopt for another filter.
+  std::optional<Value> number_filter(const std::string& f, const Value& v, const List& a, const Dict& kw,
+                                     const Expr& e) {
+    if (f == "int") {
+      if (is_number(v)) return Value(v.kind() == Kind::kFloat ? static_cast<int64_t>(v.as_float()) : inum(v));
+      if (v.is_string()) {
+        try {
+          return Value(static_cast<int64_t>(std::stoll(py_strip(v.str(), Value::none(), true, true))));
+        } catch (const std::exception&) {
+        }
+      }
+      return arg(a, kw, 0, "default", Value(int64_t{0}));
+    }
+    if (f == "float") {
+      if (is_number(v)) return Value(num(v));
+      if (v.is_string()) {
+        try {
+          return Value(std::stod(v.str()));
+        } catch (const std::exception&) {
+        }
+      }
+      return arg(a, kw, 0, "default", Value(0.0));
+    }
+    if (f == "abs") {
+      if (!is_number(v)) fail(e.line, e.col, "abs of a " + type_name(v));
+      return v.kind() == Kind::kFloat ? Value(std::fabs(v.as_float())) : Value(static_cast<int64_t>(std::llabs(inum(v))));
+    }
+    return std::nullopt;
   }
 
   bool apply_test(const std::string& t, const Value& v, const List& a, const Expr& e) {

@@ -251,6 +251,16 @@ void json_dump(std::string& out, const Value& v, int indent, int depth) {
 
 }  // namespace
 
+void dict_set(Dict& d, const std::string& key, Value v) {
+  bool replaced = false;
+  for (auto& [k, old] : d)
+    if (k == key) {
+      old = v;
+      replaced = true;
+    }
+  if (!replaced) d.emplace_back(key, std::move(v));
+}
+
 std::string to_output(const Value& v) {
   switch (v.kind()) {
     case Kind::kUndefined: return "";

@@ -1,0 +1,122 @@
+// export_hf_folder: config, sharded weights, index, generation config and tokenizer files (see hf_export.h).
+#include "io/hf_export.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "io/safetensors.h"
+
+namespace anvil {
+namespace {
+
+// Removes the weights of an earlier export so that no stale shard or index is left beside the new ones.
+void remove_old_weights(const std::string& out_dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (n == "model.safetensors" || n == "model.safetensors.index.json" ||
+        (n.rfind("model-", 0) == 0 && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0))
+      std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+// Shards of consecutive tensors up to max_shard_bytes each (a larger tensor alone); *total: all their bytes.
+std::vector<std::vector<const HfTensor*>> plan_shards(const std::vector<HfTensor>& tensors, size_t esize,
+                                                      int64_t max_shard_bytes, int64_t* total) {
+  std::vector<std::vector<const HfTensor*>> shards(1);
+  int64_t in_shard = 0;
+  *total = 0;
+  for (const HfTensor& t : tensors) {
+    const int64_t bytes = t.shape.numel() * static_cast<int64_t>(esize);
+    if (!shards.back().empty() && in_shard + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&t);
+    in_shard += bytes;
+    *total += bytes;
+  }
+  return shards;
+}
+
+// Writes one shard file (bf16 values rounded from fp32 here) and records its tensors in weight_map.
+void write_weight_file(const std::string& path, const std::vector<const HfTensor*>& shard, DType dtype,
+                       const std::string& file, Json& weight_map) {
+  std::vector<std::vector<uint16_t>> bf16;
+  SafetensorsWriter w;
+  w.set_metadata("format", "pt");
+  for (const HfTensor* t : shard) {
+    if (dtype == DType::kF32) {
+      w.add(t->name, dtype, t->shape, t->data);
+    } else {
+      const int64_t n = t->shape.numel();
+      bf16.emplace_back(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) bf16.back()[static_cast<size_t>(i)] = f32_to_bf16_bits(t->data[i]);
+      w.add(t->name, dtype, t->shape, bf16.back().data());
+    }
+    weight_map[t->name] = file;
+  }
+  w.write(path);
+}
+
+void copy_if_present(const std::vector<std::string>& dirs, const std::string& file, const std::string& out_dir) {
+  for (const std::string& d : dirs)
+    if (!d.empty() && path_exists(path_join(d, file))) {
+      write_file_atomic(path_join(out_dir, file), read_file(path_join(d, file)));
+      return;
+    }
+}
+
+// generation_config.json from the first source folder that has one, else made from config's token ids.
+void write_generation_config(const std::vector<std::string>& source_dirs, const Json& config,
+                             const std::string& out_dir) {
+  bool have_generation = false;
+  for (const std::string& d : source_dirs)
+    have_generation |= !d.empty() && path_exists(path_join(d, "generation_config.json"));
+  if (have_generation) {
+    copy_if_present(source_dirs, "generation_config.json", out_dir);
+    return;
+  }
+  Json g = {{"_from_model_config", true}};
+  for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (config.contains(k) && !config[k].is_null()) g[k] = config[k];
+  json_write_file(path_join(out_dir, "generation_config.json"), g);
+}
+
+}  // namespace
+
+void export_hf_folder(const Json& config, const std::vector<HfTensor>& tensors, const HfExportSettings& s) {
+  ANVIL_ENSURE(s.dtype == DType::kF32 || s.dtype == DType::kBF16, kUnsupported, "export dtype ", dtype_name(s.dtype));
+  make_directories(s.out_dir);
+  remove_old_weights(s.out_dir);
+  Json j = config;
+  j["dtype"] = s.dtype == DType::kF32 ? "float32" : "bfloat16";
+  json_write_file(path_join(s.out_dir, "config.json"), j);
+
+  int64_t total = 0;
+  const auto shards = plan_shards(tensors, dtype_size(s.dtype), s.max_shard_bytes, &total);
+  Json weight_map = Json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    const std::string file = shards.size() == 1 ? "model.safetensors" : name;
+    write_weight_file(path_join(s.out_dir, file), shards[k], s.dtype, file, weight_map);
+  }
+  if (shards.size() > 1)
+    json_write_file(path_join(s.out_dir, "model.safetensors.index.json"),
+                    {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+
+  write_generation_config(s.source_dirs, j, s.out_dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                        "merges.txt", "chat_template.jinja"})
+    copy_if_present(s.source_dirs, f, s.out_dir);
+  if (!s.config_toml.empty()) write_file_atomic(path_join(s.out_dir, "anvil_config.toml"), s.config_toml);
+  log_info("exported ", s.out_dir, " (", s.dtype == DType::kF32 ? "fp32" : "bf16", ", ", shards.size(),
+           shards.size() == 1 ? " file" : " shards", ", ", static_cast<double>(total) / 1e9, " GB)");
+}
+
+}  // namespace anvil
