@@ -1,18 +1,22 @@
 // The launcher (launch/launcher.h) with shell workers: environment, output relaying with rank
-// prefixes, a killed worker named and the others stopped, exit codes, SIGTERM-deaf workers
-// killed after the grace, and SIGINT forwarding. The tests wait for events (a worker's line
+// prefixes, a killed worker named and the others stopped (also when a peer's error exit is
+// reaped first), the blame rule itself, exit codes, SIGTERM-deaf workers killed after the
+// grace, and SIGINT forwarding. The tests wait for events (a worker's line
 // through a FIFO, the launcher's return), never for a number of seconds; a worker left
 // running would print "slept" after its minute, which the tests rule out.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <regex>
 #include <thread>
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "launch/blame.h"
 #include "launch/launcher.h"
 #include "testing.h"
 
@@ -89,6 +93,23 @@ TEST(Launcher, AKilledWorkerIsNamedAndTheOthersAreStopped) {
   EXPECT_FALSE(has(c.out, "slept")) << "a worker ran to its end instead of being stopped\n" << c.out;
 }
 
+// The order a killed worker's race produces under load, made certain: rank 0 exits with an
+// error once rank 1 is up, and rank 1 is killed by SIGKILL only when the launcher, having
+// reaped rank 0, sends it SIGTERM. The killed rank is still the one named.
+TEST(Launcher, AKilledWorkerIsNamedWhenAPeerErrorIsReapedFirst) {
+  const std::string fifo = testing::shell_quote(make_fifo());
+  Captured c = launch_shell(2,
+                            "if [ $RANK = 0 ]; then read up < " + fifo + "; echo 'peer closed' >&2; exit 1; fi; "
+                            "trap 'kill -9 $$' TERM; echo up > " + fifo +
+                                "; sleep 60 & wait $!; echo slept");
+  EXPECT_EQ(c.kind, ErrorKind::kComm);
+  // Its last line depends on whether the shell reports its sleep's SIGTERM ('Terminated').
+  const std::regex named(R"(rank 1 \(pid [0-9]+\) was killed by signal 9 \(Killed\); its last line: .*\. )"
+                         R"(The other 1 worker\(s\) were stopped)");
+  EXPECT_TRUE(std::regex_match(c.error, named)) << c.error;
+  EXPECT_FALSE(has(c.out, "slept")) << c.out;
+}
+
 TEST(Launcher, AFailedExitCodeIsReportedWithTheLastLine) {
   Captured c = launch_shell(2, "if [ $RANK = 1 ]; then echo 'error: no GPU' >&2; exit 3; fi; sleep 60; echo slept");
   EXPECT_EQ(c.kind, ErrorKind::kNoDevice);
@@ -131,6 +152,29 @@ TEST(Launcher, ForwardsSigint) {
   EXPECT_EQ(c.kind, ErrorKind::kInterrupted) << c.error;
   EXPECT_TRUE(has(c.error, "interrupted by Interrupt: the signal was forwarded to all 2 workers")) << c.error;
   EXPECT_FALSE(has(c.out, "slept")) << c.out;
+}
+
+int exited(int code) { return W_EXITCODE(code, 0); }
+int killed(int sig) { return W_EXITCODE(0, sig); }
+
+TEST(LauncherBlame, NobodyWhenEveryWorkerSucceeded) {
+  EXPECT_EQ(worker_to_blame({}), -1);
+  EXPECT_EQ(worker_to_blame({{0, exited(0)}, {1, exited(0)}}), -1);
+}
+
+TEST(LauncherBlame, TheFirstErrorReapedWhenNoneWasKilled) {
+  EXPECT_EQ(worker_to_blame({{0, exited(0)}, {2, exited(1)}}), 2);
+  EXPECT_EQ(worker_to_blame({{3, exited(1)}, {0, exited(3)}, {1, exited(1)}}), 3);
+}
+
+TEST(LauncherBlame, AWorkerKilledFromOutsideBeatsAnEarlierError) {
+  EXPECT_EQ(worker_to_blame({{0, exited(1)}, {1, killed(SIGKILL)}}), 1);
+  EXPECT_EQ(worker_to_blame({{2, exited(1)}, {0, exited(0)}, {3, killed(SIGSEGV)}, {1, killed(SIGKILL)}}), 3);
+}
+
+TEST(LauncherBlame, NotAWorkerKilledByTheLaunchersOwnSignal) {
+  EXPECT_EQ(worker_to_blame({{0, exited(1)}, {1, killed(SIGTERM), true}}), 0);
+  EXPECT_EQ(worker_to_blame({{1, exited(2)}, {0, killed(SIGKILL), true}, {2, killed(SIGABRT)}}), 2);
 }
 
 TEST(Launcher, AllWorkersSucceeding) {

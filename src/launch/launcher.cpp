@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bitset>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -17,6 +18,7 @@
 
 #include "comm/socket.h"
 #include "core/error.h"
+#include "launch/blame.h"
 
 extern char** environ;
 
@@ -205,6 +207,7 @@ class Launch {
   }
 
   void signal_all(int sig) {
+    sent_.set(static_cast<size_t>(sig));
     for (Worker& w : workers_)
       if (w.running) ::kill(-w.pid, sig);
   }
@@ -216,10 +219,11 @@ class Launch {
     signal_all(SIGTERM);
   }
 
-  // Several workers can be found dead in one pass (the others fail as soon as their peer
-  // vanishes): blame one killed by a signal first, else the lowest rank.
+  // Every exit is kept, in the order reaped: whom to blame is chosen once all are in (see
+  // launch/blame.h), since a worker failing on a dead peer's connection can be reaped first.
+  // The first failure, unless the workers were already being stopped, stops the others.
   void reap(Clock::time_point now) {
-    int blamed = -1;
+    bool failed = false;
     for (Worker& w : workers_) {
       if (!w.running) continue;
       int status = 0;
@@ -229,12 +233,13 @@ class Launch {
       w.status = status;
       // Whatever the worker's own children still hold goes with it.
       ::kill(-w.pid, SIGKILL);
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && !stopping_ && (blamed < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(workers_[static_cast<size_t>(blamed)].status))))
-        blamed = static_cast<int>(&w - workers_.data());  // an index: ranks start at node_rank * nproc
+      const bool ours = WIFSIGNALED(status) && sent_.test(static_cast<size_t>(WTERMSIG(status)));
+      const int index = static_cast<int>(&w - workers_.data());  // ranks start at node_rank * nproc
+      exits_.push_back({index, status, ours});
+      failed |= !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
-    if (blamed >= 0) {
-      failed_ = blamed;
+    if (failed && !stopping_) {
+      failing_ = true;
       stop_others(now);
     }
   }
@@ -294,8 +299,9 @@ class Launch {
         ::close(w.fds[s]);
         w.fds[s] = -1;
       }
-    if (failed_ >= 0) {
-      const Worker& w = workers_[static_cast<size_t>(failed_)];
+    const int blamed = failing_ ? worker_to_blame(exits_) : -1;
+    if (blamed >= 0) {
+      const Worker& w = workers_[static_cast<size_t>(blamed)];
       const bool no_device = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 3;
       raise(no_device ? ErrorKind::kNoDevice : ErrorKind::kComm, "rank ", w.rank, " (pid ", w.pid, ") ",
             describe_exit(w.status), "; its last line: ", w.last_line.empty() ? "(no output)" : "'" + w.last_line + "'",
@@ -317,7 +323,9 @@ class Launch {
   std::vector<Worker> workers_;
   bool stopping_ = false, killed_ = false;
   Clock::time_point kill_at_{};
-  int failed_ = -1;
+  std::bitset<NSIG> sent_;         // the signals sent to the workers so far
+  std::vector<WorkerExit> exits_;  // in the order reaped
+  bool failing_ = false;           // a worker failed before any stop: one is blamed
   int interrupted_ = 0;
 };
 

@@ -9,9 +9,13 @@
 //    table, --json), every other line gets a "[rN] " prefix unless the worker already
 //    wrote one (core/log.h does), so interleaved lines always say whose they are.
 //  - Failure. When a worker exits non-zero or is killed, the others are sent SIGTERM, then
-//    SIGKILL after grace_s; the call throws an Error naming that rank, how it ended and its
-//    last output line. Workers run in their own process groups (their children are
-//    stopped with them) and get SIGKILL if the launcher itself dies (PR_SET_PDEATHSIG).
+//    SIGKILL after grace_s. Once every worker is reaped (within grace_s of that first exit),
+//    the call throws an Error naming one rank, how it ended and its last output line: the
+//    first killed by a signal the launcher did not send, else the first that exited non-zero
+//    (launch/blame.h), so a rank killed from outside is named even when a peer failing on its
+//    closed connection is reaped first. Workers run in their own process groups (their
+//    children are stopped with them) and get SIGKILL if the launcher itself dies
+//    (PR_SET_PDEATHSIG).
 //  - Signals. SIGINT and SIGTERM sent to the launcher are forwarded to every worker; the
 //    call then waits for them (no deadline: anvil train finishes its step and saves; a
 //    second signal, forwarded too, stops them at once) and throws kInterrupted (SIGINT,
