@@ -1,7 +1,7 @@
-// The Jinja subset's internals (see jinja.h), shared by its four files: the lexer
-// (jinja_lexer.cpp, jinja2's whitespace rules), the parser (jinja_parser.cpp, recursive
-// descent with jinja2's precedence, building the AST below), the values (jinja_values.cpp,
-// Python semantics) and the renderer (jinja_renderer.cpp, a tree walk).
+// The Jinja subset's internals (see jinja.h), shared by its five files: the lexer
+// (lexer.cpp, jinja2's whitespace rules), the parser (parser.cpp, recursive descent with
+// jinja2's precedence, building the AST below), the values (values.cpp, Python semantics),
+// the builtin functions (builtins.cpp) and the renderer (renderer.cpp, a tree walk).
 #pragma once
 
 #include <cstdint>
@@ -85,7 +85,7 @@ Body parse(std::vector<Token> tokens, const std::string& name);
 // ---------------------------------------------------------------------------------------
 // Values
 
-// Python semantics of values, for the renderer (jinja_values.cpp).
+// Python semantics of values, for the renderer (values.cpp).
 std::string type_name(const Value& v);
 bool is_number(const Value& v);
 double num(const Value& v);
@@ -111,5 +111,12 @@ bool py_has_affix(const std::string& s, const Value& affixes, bool prefix);
 // str.find (in code points; -1 when absent) and str.count.
 int64_t py_find(const std::string& s, const std::string& sub);
 int64_t py_count(const std::string& s, const std::string& sub);
+
+// ---------------------------------------------------------------------------------------
+// Builtins
+
+// The global functions templates may call (builtins.cpp): range, namespace, dict,
+// raise_exception, strftime_now.
+Dict builtin_functions();
 
 }  // namespace anvil::jinja::detail

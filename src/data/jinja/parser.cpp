@@ -1,4 +1,4 @@
-// The Jinja parser (see jinja_internal.h): recursive descent over the tokens with jinja2's
+// The Jinja parser (see internal.h): recursive descent over the tokens with jinja2's
 // operator precedence, into the AST.
 #include <algorithm>
 #include <initializer_list>

@@ -3,7 +3,6 @@
 // chat templates use.
 #include <algorithm>
 #include <cmath>
-#include <ctime>
 #include <optional>
 #include <unordered_map>
 
@@ -48,44 +47,11 @@ class Renderer {
           " is not supported by anvil's chat-template renderer");
   }
 
+  // The builtin functions, each unless the caller's globals give that name.
   void install_builtins() {
     auto& g = frames_[0].vars;
-    auto set_default = [&](const std::string& k, Value v) {
+    for (auto& [k, v] : builtin_functions())
       if (!g.count(k)) g[k] = std::move(v);
-    };
-    set_default("range", Value::function([](const List& a, const Dict&) {
-      int64_t b = 0, e = 0, s = 1;
-      ANVIL_ENSURE(!a.empty() && a.size() <= 3, kInvalidInput, "range() takes 1 to 3 arguments");
-      if (a.size() == 1) e = inum(a[0]);
-      else {
-        b = inum(a[0]);
-        e = inum(a[1]);
-        if (a.size() == 3) s = inum(a[2]);
-      }
-      ANVIL_ENSURE(s != 0, kInvalidInput, "range() step cannot be zero");
-      List out;
-      for (int64_t k = b; s > 0 ? k < e : k > e; k += s) out.emplace_back(k);
-      return Value(std::move(out));
-    }));
-    set_default("namespace", Value::function([](const List& a, const Dict& kw) {
-      Dict d;
-      if (!a.empty() && a[0].is_dict()) d = a[0].dict();
-      for (const auto& [k, v] : kw) d.emplace_back(k, v);
-      return Value::make_namespace(std::move(d));
-    }));
-    set_default("dict", Value::function([](const List&, const Dict& kw) { return Value(kw); }));
-    set_default("raise_exception", Value::function([](const List& a, const Dict&) -> Value {
-      raise(ErrorKind::kInvalidInput, "chat template raised an exception: ", a.empty() ? "" : to_output(a[0]));
-    }));
-    set_default("strftime_now", Value::function([](const List& a, const Dict&) {
-      ANVIL_ENSURE(a.size() == 1 && a[0].is_string(), kInvalidInput, "strftime_now(format) takes one string");
-      const std::time_t now = std::time(nullptr);
-      std::tm tm{};
-      localtime_r(&now, &tm);
-      char buf[256];
-      const size_t n = std::strftime(buf, sizeof buf, a[0].str().c_str(), &tm);
-      return Value(std::string(buf, n));
-    }));
   }
 
   Value lookup(const std::string& name) const {

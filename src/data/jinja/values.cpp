@@ -1,5 +1,5 @@
 // Jinja values (see jinja.h): construction, truth, str() and repr() and json.dumps as
-// Python prints them, and the Python semantics the renderer uses (jinja_internal.h).
+// Python prints them, and the Python semantics the renderer uses (internal.h).
 #include <algorithm>
 #include <charconv>
 #include <cmath>
