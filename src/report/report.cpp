@@ -98,6 +98,57 @@ std::string value_text(double v) {
 
 constexpr double kW = 640, kH = 300, kLeft = 72, kRight = 20, kTop = 16, kBottom = 46;
 
+// The plotting area of a chart: its axes, and where a data point lands in the SVG.
+struct Plot {
+  Axis ax, ay;
+  double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
+  double px(double x) const { return kLeft + (x - ax.lo) / (ax.hi - ax.lo) * pw; }
+  double py(double y) const { return kTop + (ay.hi - y) / (ay.hi - ay.lo) * ph; }
+};
+
+// The grid, the ticks and their labels, the x axis and the axis labels.
+std::string plot_axes(const Plot& p, const std::string& y_label) {
+  const Axis &ax = p.ax, &ay = p.ay;
+  const double pw = p.pw, ph = p.ph;
+  std::string svg;
+  for (double y = ay.lo; y <= ay.hi + ay.step * 1e-6; y += ay.step) {
+    svg += "<line class=\"grid\" x1=\"" + fmt("%.1f", kLeft) + "\" x2=\"" + fmt("%.1f", kLeft + pw) + "\" y1=\"" +
+           fmt("%.1f", p.py(y)) + "\" y2=\"" + fmt("%.1f", p.py(y)) + "\"/>";
+    svg += "<text class=\"tick\" x=\"" + fmt("%.1f", kLeft - 8) + "\" y=\"" + fmt("%.1f", p.py(y) + 4) +
+           "\" text-anchor=\"end\">" + tick_label(y, ay.step) + "</text>";
+  }
+  for (double x = ax.lo; x <= ax.hi + ax.step * 1e-6; x += ax.step) {
+    svg += "<line class=\"xtick\" x1=\"" + fmt("%.1f", p.px(x)) + "\" x2=\"" + fmt("%.1f", p.px(x)) + "\" y1=\"" +
+           fmt("%.1f", kTop + ph) + "\" y2=\"" + fmt("%.1f", kTop + ph + 5) + "\"/>";
+    svg += "<text class=\"tick\" x=\"" + fmt("%.1f", p.px(x)) + "\" y=\"" + fmt("%.1f", kTop + ph + 19) +
+           "\" text-anchor=\"middle\">" + tick_label(x, std::max(ax.step, 1.0)) + "</text>";
+  }
+  svg += "<line class=\"axis\" x1=\"" + fmt("%.1f", kLeft) + "\" x2=\"" + fmt("%.1f", kLeft + pw) + "\" y1=\"" +
+         fmt("%.1f", kTop + ph) + "\" y2=\"" + fmt("%.1f", kTop + ph) + "\"/>";
+  svg += "<text class=\"label\" x=\"" + fmt("%.1f", kLeft + pw / 2) + "\" y=\"" + fmt("%.1f", kH - 6) +
+         "\" text-anchor=\"middle\">step</text>";
+  svg += "<text class=\"label\" transform=\"translate(16 " + fmt("%.1f", kTop + ph / 2) +
+         ") rotate(-90)\" text-anchor=\"middle\">" + escape_html(y_label) + "</text>";
+  return svg;
+}
+
+// One series: its line, and a circle per point carrying the value as a tooltip (markers
+// are drawn where they stay readable).
+std::string plot_series(const Plot& p, const Series& s) {
+  std::string svg = "<g class=\"series\" data-series=\"" + s.name + "\" data-count=\"" +
+                    std::to_string(s.points.size()) + "\"><polyline fill=\"none\" stroke=\"" + s.color +
+                    "\" stroke-width=\"2\" stroke-linejoin=\"round\"" + (s.dashed ? " stroke-dasharray=\"6 4\"" : "") +
+                    " points=\"";
+  for (auto [x, y] : s.points) svg += fmt("%.2f", p.px(x)) + "," + fmt("%.2f", p.py(y)) + " ";
+  svg += "\"/>";
+  const bool dots = s.markers || (!s.dashed && s.points.size() <= 60);
+  for (auto [x, y] : s.points)
+    svg += "<circle cx=\"" + fmt("%.2f", p.px(x)) + "\" cy=\"" + fmt("%.2f", p.py(y)) + "\" r=\"" +
+           (dots ? "3" : "6") + "\" fill=\"" + (dots ? s.color : "transparent") + "\"><title>" +
+           escape_html(s.label) + " at step " + fmt("%.0f", x) + ": " + value_text(y) + "</title></circle>";
+  return svg + "</g>";
+}
+
 std::string chart(const std::string& id, const std::string& title, const std::string& y_label,
                   const std::vector<Series>& series, bool from_zero, const std::string& empty_note) {
   std::string legend;
@@ -115,42 +166,9 @@ std::string chart(const std::string& id, const std::string& title, const std::st
     svg += "<text class=\"empty\" x=\"" + fmt("%.0f", kW / 2) + "\" y=\"" + fmt("%.0f", kH / 2) +
            "\" text-anchor=\"middle\">" + escape_html(empty_note) + "</text>";
   } else {
-    const Axis ax = nice_axis(x0, x1, false, 6), ay = nice_axis(y0, y1, from_zero);
-    const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
-    auto px = [&](double x) { return kLeft + (x - ax.lo) / (ax.hi - ax.lo) * pw; };
-    auto py = [&](double y) { return kTop + (ay.hi - y) / (ay.hi - ay.lo) * ph; };
-    for (double y = ay.lo; y <= ay.hi + ay.step * 1e-6; y += ay.step) {
-      svg += "<line class=\"grid\" x1=\"" + fmt("%.1f", kLeft) + "\" x2=\"" + fmt("%.1f", kLeft + pw) + "\" y1=\"" +
-             fmt("%.1f", py(y)) + "\" y2=\"" + fmt("%.1f", py(y)) + "\"/>";
-      svg += "<text class=\"tick\" x=\"" + fmt("%.1f", kLeft - 8) + "\" y=\"" + fmt("%.1f", py(y) + 4) +
-             "\" text-anchor=\"end\">" + tick_label(y, ay.step) + "</text>";
-    }
-    for (double x = ax.lo; x <= ax.hi + ax.step * 1e-6; x += ax.step) {
-      svg += "<line class=\"xtick\" x1=\"" + fmt("%.1f", px(x)) + "\" x2=\"" + fmt("%.1f", px(x)) + "\" y1=\"" +
-             fmt("%.1f", kTop + ph) + "\" y2=\"" + fmt("%.1f", kTop + ph + 5) + "\"/>";
-      svg += "<text class=\"tick\" x=\"" + fmt("%.1f", px(x)) + "\" y=\"" + fmt("%.1f", kTop + ph + 19) +
-             "\" text-anchor=\"middle\">" + tick_label(x, std::max(ax.step, 1.0)) + "</text>";
-    }
-    svg += "<line class=\"axis\" x1=\"" + fmt("%.1f", kLeft) + "\" x2=\"" + fmt("%.1f", kLeft + pw) + "\" y1=\"" +
-           fmt("%.1f", kTop + ph) + "\" y2=\"" + fmt("%.1f", kTop + ph) + "\"/>";
-    svg += "<text class=\"label\" x=\"" + fmt("%.1f", kLeft + pw / 2) + "\" y=\"" + fmt("%.1f", kH - 6) +
-           "\" text-anchor=\"middle\">step</text>";
-    svg += "<text class=\"label\" transform=\"translate(16 " + fmt("%.1f", kTop + ph / 2) +
-           ") rotate(-90)\" text-anchor=\"middle\">" + escape_html(y_label) + "</text>";
-    for (const Series& s : series) {
-      svg += "<g class=\"series\" data-series=\"" + s.name + "\" data-count=\"" + std::to_string(s.points.size()) +
-             "\"><polyline fill=\"none\" stroke=\"" + s.color + "\" stroke-width=\"2\" stroke-linejoin=\"round\"" +
-             (s.dashed ? " stroke-dasharray=\"6 4\"" : "") + " points=\"";
-      for (auto [x, y] : s.points) svg += fmt("%.2f", px(x)) + "," + fmt("%.2f", py(y)) + " ";
-      svg += "\"/>";
-      // Every point carries its value as a tooltip; markers are drawn where they stay readable.
-      const bool dots = s.markers || (!s.dashed && s.points.size() <= 60);
-      for (auto [x, y] : s.points)
-        svg += "<circle cx=\"" + fmt("%.2f", px(x)) + "\" cy=\"" + fmt("%.2f", py(y)) + "\" r=\"" +
-               (dots ? "3" : "6") + "\" fill=\"" + (dots ? s.color : "transparent") + "\"><title>" +
-               escape_html(s.label) + " at step " + fmt("%.0f", x) + ": " + value_text(y) + "</title></circle>";
-      svg += "</g>";
-    }
+    const Plot p{nice_axis(x0, x1, false, 6), nice_axis(y0, y1, from_zero)};
+    svg += plot_axes(p, y_label);
+    for (const Series& s : series) svg += plot_series(p, s);
   }
   svg += "</svg>";
   return "<figure class=\"chart\" id=\"" + id + "\"><figcaption><h2>" + escape_html(title) +
