@@ -195,11 +195,30 @@ void json_string(std::string& out, const std::string& s) {
   out.push_back('"');
 }
 
+void json_newline(std::string& out, int indent, int depth) {
+  out.push_back('\n');
+  out.append(static_cast<size_t>(indent * depth), ' ');
+}
+
+// A JSON array or object of n items (`item` writes item k): with indent >= 0, one item a
+// line at depth + 1; else on one line, as json.dumps separates them.
+template <class Item>
+void json_dump_items(std::string& out, char open, char close, size_t n, int indent, int depth, const Item& item) {
+  out.push_back(open);
+  if (n == 0) {
+    out.push_back(close);
+    return;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    if (k) out += indent >= 0 ? "," : ", ";
+    if (indent >= 0) json_newline(out, indent, depth + 1);
+    item(k);
+  }
+  if (indent >= 0) json_newline(out, indent, depth);
+  out.push_back(close);
+}
+
 void json_dump(std::string& out, const Value& v, int indent, int depth) {
-  const auto newline = [&](int d) {
-    out.push_back('\n');
-    out.append(static_cast<size_t>(indent * d), ' ');
-  };
   switch (v.kind()) {
     case Kind::kNone: out += "null"; return;
     case Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
@@ -211,38 +230,19 @@ void json_dump(std::string& out, const Value& v, int indent, int depth) {
     }
     case Kind::kString: json_string(out, v.str()); return;
     case Kind::kList: {
-      if (v.list().empty()) {
-        out += "[]";
-        return;
-      }
-      out.push_back('[');
-      for (size_t k = 0; k < v.list().size(); ++k) {
-        if (k) out += indent >= 0 ? "," : ", ";
-        if (indent >= 0) newline(depth + 1);
-        json_dump(out, v.list()[k], indent, depth + 1);
-      }
-      if (indent >= 0) newline(depth);
-      out.push_back(']');
+      const List& l = v.list();
+      json_dump_items(out, '[', ']', l.size(), indent, depth,
+                      [&](size_t k) { json_dump(out, l[k], indent, depth + 1); });
       return;
     }
     case Kind::kDict:
     case Kind::kNamespace: {
-      if (v.dict().empty()) {
-        out += "{}";
-        return;
-      }
-      out.push_back('{');
-      bool first = true;
-      for (const auto& [key, val] : v.dict()) {
-        if (!first) out += indent >= 0 ? "," : ", ";
-        first = false;
-        if (indent >= 0) newline(depth + 1);
-        json_string(out, key);
+      const Dict& d = v.dict();
+      json_dump_items(out, '{', '}', d.size(), indent, depth, [&](size_t k) {
+        json_string(out, d[k].first);
         out += ": ";
-        json_dump(out, val, indent, depth + 1);
-      }
-      if (indent >= 0) newline(depth);
-      out.push_back('}');
+        json_dump(out, d[k].second, indent, depth + 1);
+      });
       return;
     }
     case Kind::kUndefined: raise(ErrorKind::kInvalidInput, "tojson: an undefined value is not JSON serializable");
