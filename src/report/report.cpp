@@ -315,14 +315,11 @@ std::string summary_text(const ReportSummary& s) {
   return t;
 }
 
-std::string render_report_html(const Metrics& m) {
-  const ReportSummary s = summarize(m);
-  std::string h = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                  "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                  "<title>anvil report: " + escape_html(m.source) + "</title><style>" + kStyle +
-                  "</style></head>\n<body>\n<header><h1>Training report</h1><p class=\"src\">" +
-                  escape_html(m.source) + (m.runs > 1 ? " &middot; " + std::to_string(m.runs) + " runs" : "") +
-                  "</p></header>\n<section class=\"cards\">";
+namespace {
+
+// The cards atop the report: steps, loss, eval loss, throughput, MFU, memory and time.
+std::string summary_cards(const ReportSummary& s) {
+  std::string h;
   h += card("Steps", std::to_string(s.last_step), std::to_string(s.logged) + " logged");
   if (s.final_loss)
     h += card("Loss", fmt("%.4f", *s.final_loss), "best " + fmt("%.4f", *s.best_loss) + " at step " +
@@ -338,8 +335,12 @@ std::string render_report_html(const Metrics& m) {
     h += card("Peak memory", fmt("%.2f", *s.peak_mem_gib) + " GiB",
               s.planned_mem_gib ? "planned " + fmt("%.2f", *s.planned_mem_gib) + " GiB" : std::string("host (not planned)"));
   h += card("Time", s.elapsed_s > 0 ? format_hms(s.elapsed_s) : "-", s.elapsed_s > 0 ? "training" : "not recorded");
-  h += "</section>\n<section class=\"grid\">\n";
+  return h;
+}
 
+// The charts of the report, one per logged quantity (losses together, memory with its plan).
+std::string report_charts(const Metrics& m) {
+  std::string h;
   Series loss = series_of(m, "loss", "train loss", "#2563eb", &MetricsRow::loss);
   Series eval = series_of(m, "eval_loss", "eval loss", "#ea580c", &MetricsRow::eval_loss);
   eval.markers = true;
@@ -363,6 +364,22 @@ std::string render_report_html(const Metrics& m) {
   if (!plan.points.empty()) mem.push_back(plan);
   h += chart("chart-memory", plan.points.empty() ? "Peak memory (host; the plan covers GPUs)" : "Peak memory against the plan",
              "GiB", mem, true, "no memory logged");
+  return h;
+}
+
+}  // namespace
+
+std::string render_report_html(const Metrics& m) {
+  const ReportSummary s = summarize(m);
+  std::string h = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                  "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+                  "<title>anvil report: " + escape_html(m.source) + "</title><style>" + kStyle +
+                  "</style></head>\n<body>\n<header><h1>Training report</h1><p class=\"src\">" +
+                  escape_html(m.source) + (m.runs > 1 ? " &middot; " + std::to_string(m.runs) + " runs" : "") +
+                  "</p></header>\n<section class=\"cards\">";
+  h += summary_cards(s);
+  h += "</section>\n<section class=\"grid\">\n";
+  h += report_charts(m);
   h += "</section>\n<footer>anvil report &middot; " + std::to_string(s.logged) +
        " logged steps &middot; hover a point for its value</footer>\n</body></html>\n";
   return h;
