@@ -64,6 +64,13 @@ struct Transfer {
   bool finished() const { return done == sizeof(Header) + bytes; }
 };
 
+// What one poll of a phase waits on: per socket, the transfer (index into the phase's
+// transfers, or -1) that sends and the one that receives on it.
+struct PollSet {
+  std::vector<pollfd> fds;
+  std::vector<int> send_of, recv_of;
+};
+
 int64_t chunk_begin(int64_t n_elems, int world, int j) {
   return n_elems * static_cast<int64_t>(j) / world;
 }
@@ -233,6 +240,11 @@ class CpuComm final : public Comm {
 
   void connect_mesh();
   void exchange(std::vector<Transfer>& ts, Op coll, std::string_view tag);
+  void poll_set_for(const std::vector<Transfer>& ts, PollSet& ps) const;
+  [[noreturn]] void exchange_timed_out(const std::vector<Transfer>& ts, Op coll, std::string_view tag) const;
+  void check_header(const Transfer& t, Op coll, std::string_view tag, uint64_t seq) const;
+  void receive_ready(Transfer& t, int fd, Op coll, std::string_view tag, uint64_t seq) const;
+  void send_ready(Transfer& t, int fd, Op coll, std::string_view tag) const;
   [[noreturn]] void peer_failed(Op coll, std::string_view tag, int peer, bool closed) const;
 
   std::vector<net::Socket> peers_;  // index p: the connection to rank p (none to self)
@@ -282,91 +294,113 @@ void CpuComm::peer_failed(Op coll, std::string_view tag, int peer, bool closed) 
         std::strerror(errno));
 }
 
-void CpuComm::exchange(std::vector<Transfer>& ts, Op coll, std::string_view tag) {
-  const uint64_t seq = ++seq_;
+// Fills the headers of the transfers that send: the phase number, the collective and the payload size.
+void stamp_headers(std::vector<Transfer>& ts, Op coll, uint64_t seq) {
   for (Transfer& t : ts)
     if (t.send) {
       t.header.seq = seq;
       t.header.op = static_cast<uint32_t>(coll);
       t.header.bytes = t.bytes;
     }
+}
+
+// The peers' sockets one poll waits on (each once), and per socket the transfer that
+// sends or receives on it.
+void CpuComm::poll_set_for(const std::vector<Transfer>& ts, PollSet& ps) const {
+  ps.fds.clear();
+  ps.send_of.clear();
+  ps.recv_of.clear();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].finished()) continue;
+    size_t k = 0;
+    while (k < ps.fds.size() && ps.fds[k].fd != peers_[static_cast<size_t>(ts[i].peer)].fd()) ++k;
+    if (k == ps.fds.size()) {
+      ps.fds.push_back(pollfd{peers_[static_cast<size_t>(ts[i].peer)].fd(), 0, 0});
+      ps.send_of.push_back(-1);
+      ps.recv_of.push_back(-1);
+    }
+    ps.fds[k].events |= ts[i].send ? POLLOUT : POLLIN;
+    (ts[i].send ? ps.send_of : ps.recv_of)[k] = static_cast<int>(i);
+  }
+}
+
+// The phase's deadline passed: says which peers it still waits on.
+void CpuComm::exchange_timed_out(const std::vector<Transfer>& ts, Op coll, std::string_view tag) const {
+  std::string silent, stuck;
+  for (const Transfer& t : ts) {
+    if (t.finished()) continue;
+    std::string& list = t.send ? stuck : silent;
+    list += cat(list.empty() ? "" : ", ", t.peer);
+  }
+  raise(ErrorKind::kTimeout, where(op_name(coll), tag), ": did not finish within ", timeout_s(),
+        " s (ANVIL_COMM_TIMEOUT_S)", silent.empty() ? "" : cat("; waiting for data from rank(s) ", silent),
+        stuck.empty() ? "" : cat("; rank(s) ", stuck, " not reading"),
+        ". A rank is stuck, slow or calling a different collective");
+}
+
+// A received header must name this phase, its collective and its size: else the ranks
+// called different collectives.
+void CpuComm::check_header(const Transfer& t, Op coll, std::string_view tag, uint64_t seq) const {
+  const Header& h = t.header;
+  const bool ok =
+      h.magic == Header{}.magic && h.seq == seq && h.op == static_cast<uint32_t>(coll) && h.bytes == t.bytes;
+  if (!ok)
+    raise(ErrorKind::kComm, where(op_name(coll), tag), ": collective mismatch: this rank expects ", op_name(coll), " #",
+          seq, " with ", t.bytes, " bytes from rank ", t.peer, ", which sent ",
+          h.magic == Header{}.magic ? op_name(static_cast<Op>(h.op)) : "garbage", " #", h.seq, " with ", h.bytes,
+          " bytes; every rank must call the same collectives in the same order and sizes");
+}
+
+// Receives what the socket has of the transfer's header and payload, without blocking.
+void CpuComm::receive_ready(Transfer& t, int fd, Op coll, std::string_view tag, uint64_t seq) const {
+  while (!t.finished()) {
+    const bool in_header = t.done < sizeof(Header);
+    char* p = in_header ? reinterpret_cast<char*>(&t.header) + t.done : t.data + (t.done - sizeof(Header));
+    size_t want = in_header ? sizeof(Header) - t.done : t.bytes - (t.done - sizeof(Header));
+    ssize_t got = ::recv(fd, p, want, MSG_DONTWAIT);
+    if (got == 0) peer_failed(coll, tag, t.peer, true);
+    if (got < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      peer_failed(coll, tag, t.peer, errno == ECONNRESET);
+    }
+    t.done += static_cast<size_t>(got);
+    if (in_header && t.done == sizeof(Header)) check_header(t, coll, tag, seq);
+  }
+}
+
+// Sends what the socket takes of the transfer's header and payload, without blocking.
+void CpuComm::send_ready(Transfer& t, int fd, Op coll, std::string_view tag) const {
+  while (!t.finished()) {
+    const bool in_header = t.done < sizeof(Header);
+    const char* p = in_header ? reinterpret_cast<const char*>(&t.header) + t.done : t.data + (t.done - sizeof(Header));
+    size_t want = in_header ? sizeof(Header) - t.done : t.bytes - (t.done - sizeof(Header));
+    ssize_t put = ::send(fd, p, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (put < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      peer_failed(coll, tag, t.peer, errno == EPIPE || errno == ECONNRESET);
+    }
+    t.done += static_cast<size_t>(put);
+  }
+}
+
+void CpuComm::exchange(std::vector<Transfer>& ts, Op coll, std::string_view tag) {
+  const uint64_t seq = ++seq_;
+  stamp_headers(ts, coll, seq);
   const auto deadline = net::Deadline::after(timeout_s());
-  std::vector<pollfd> fds;
-  std::vector<int> send_of, recv_of;  // per pollfd: index into ts, or -1
+  PollSet ps;
   for (;;) {
-    fds.clear();
-    send_of.clear();
-    recv_of.clear();
-    for (size_t i = 0; i < ts.size(); ++i) {
-      if (ts[i].finished()) continue;
-      size_t k = 0;
-      while (k < fds.size() && fds[k].fd != peers_[static_cast<size_t>(ts[i].peer)].fd()) ++k;
-      if (k == fds.size()) {
-        fds.push_back(pollfd{peers_[static_cast<size_t>(ts[i].peer)].fd(), 0, 0});
-        send_of.push_back(-1);
-        recv_of.push_back(-1);
-      }
-      fds[k].events |= ts[i].send ? POLLOUT : POLLIN;
-      (ts[i].send ? send_of : recv_of)[k] = static_cast<int>(i);
-    }
-    if (fds.empty()) return;
-    int r = ::poll(fds.data(), fds.size(), deadline.remaining_ms());
+    poll_set_for(ts, ps);
+    if (ps.fds.empty()) return;
+    int r = ::poll(ps.fds.data(), ps.fds.size(), deadline.remaining_ms());
     if (r < 0 && errno == EINTR) continue;
-    if (r == 0 && deadline.expired()) {
-      std::string silent, stuck;
-      for (const Transfer& t : ts) {
-        if (t.finished()) continue;
-        std::string& list = t.send ? stuck : silent;
-        list += cat(list.empty() ? "" : ", ", t.peer);
-      }
-      raise(ErrorKind::kTimeout, where(op_name(coll), tag), ": did not finish within ", timeout_s(),
-            " s (ANVIL_COMM_TIMEOUT_S)", silent.empty() ? "" : cat("; waiting for data from rank(s) ", silent),
-            stuck.empty() ? "" : cat("; rank(s) ", stuck, " not reading"),
-            ". A rank is stuck, slow or calling a different collective");
-    }
-    for (size_t k = 0; k < fds.size(); ++k) {
-      const short ev = fds[k].revents;
+    if (r == 0 && deadline.expired()) exchange_timed_out(ts, coll, tag);
+    for (size_t k = 0; k < ps.fds.size(); ++k) {
+      const short ev = ps.fds[k].revents;
       if (ev == 0) continue;
-      if (recv_of[k] >= 0 && (ev & (POLLIN | POLLHUP | POLLERR))) {
-        Transfer& t = ts[static_cast<size_t>(recv_of[k])];
-        while (!t.finished()) {
-          const bool in_header = t.done < sizeof(Header);
-          char* p = in_header ? reinterpret_cast<char*>(&t.header) + t.done : t.data + (t.done - sizeof(Header));
-          size_t want = in_header ? sizeof(Header) - t.done : t.bytes - (t.done - sizeof(Header));
-          ssize_t got = ::recv(fds[k].fd, p, want, MSG_DONTWAIT);
-          if (got == 0) peer_failed(coll, tag, t.peer, true);
-          if (got < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-            peer_failed(coll, tag, t.peer, errno == ECONNRESET);
-          }
-          t.done += static_cast<size_t>(got);
-          if (in_header && t.done == sizeof(Header)) {
-            const Header& h = t.header;
-            const bool ok = h.magic == Header{}.magic && h.seq == seq && h.op == static_cast<uint32_t>(coll) &&
-                            h.bytes == t.bytes;
-            if (!ok)
-              raise(ErrorKind::kComm, where(op_name(coll), tag), ": collective mismatch: this rank expects ",
-                    op_name(coll), " #", seq, " with ", t.bytes, " bytes from rank ", t.peer, ", which sent ",
-                    h.magic == Header{}.magic ? op_name(static_cast<Op>(h.op)) : "garbage", " #", h.seq, " with ",
-                    h.bytes, " bytes; every rank must call the same collectives in the same order and sizes");
-          }
-        }
-      }
-      if (send_of[k] >= 0 && (ev & (POLLOUT | POLLHUP | POLLERR))) {
-        Transfer& t = ts[static_cast<size_t>(send_of[k])];
-        while (!t.finished()) {
-          const bool in_header = t.done < sizeof(Header);
-          const char* p = in_header ? reinterpret_cast<const char*>(&t.header) + t.done
-                                    : t.data + (t.done - sizeof(Header));
-          size_t want = in_header ? sizeof(Header) - t.done : t.bytes - (t.done - sizeof(Header));
-          ssize_t put = ::send(fds[k].fd, p, want, MSG_NOSIGNAL | MSG_DONTWAIT);
-          if (put < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-            peer_failed(coll, tag, t.peer, errno == EPIPE || errno == ECONNRESET);
-          }
-          t.done += static_cast<size_t>(put);
-        }
-      }
+      if (ps.recv_of[k] >= 0 && (ev & (POLLIN | POLLHUP | POLLERR)))
+        receive_ready(ts[static_cast<size_t>(ps.recv_of[k])], ps.fds[k].fd, coll, tag, seq);
+      if (ps.send_of[k] >= 0 && (ev & (POLLOUT | POLLHUP | POLLERR)))
+        send_ready(ts[static_cast<size_t>(ps.send_of[k])], ps.fds[k].fd, coll, tag);
     }
   }
 }

@@ -205,6 +205,158 @@ std::string key_and_data_hashes(const PrepareOptions& o, std::vector<std::string
   return h.hex();
 }
 
+// Rows' tokens, cut into blocks of seq_len as they come and written to the file; what is
+// left over waits for the next row. With labels, a block is its ids then its labels.
+class BlockWriter {
+ public:
+  BlockWriter(int fd, const std::string& path, int64_t seq_len, bool with_labels)
+      : fd_(fd), path_(path), seq_(static_cast<size_t>(seq_len)), with_labels_(with_labels) {}
+
+  void append(const TokenizedRow& row) {
+    carry_ids_.insert(carry_ids_.end(), row.ids.begin(), row.ids.end());
+    if (with_labels_) carry_labels_.insert(carry_labels_.end(), row.labels.begin(), row.labels.end());
+    write_full_blocks();
+  }
+
+  int64_t blocks() const { return blocks_; }
+
+ private:
+  void write_full_blocks() {
+    size_t used = 0;
+    while (carry_ids_.size() - used >= seq_) {
+      block_.assign(carry_ids_.begin() + static_cast<std::ptrdiff_t>(used),
+                    carry_ids_.begin() + static_cast<std::ptrdiff_t>(used + seq_));
+      if (with_labels_)
+        block_.insert(block_.end(), carry_labels_.begin() + static_cast<std::ptrdiff_t>(used),
+                      carry_labels_.begin() + static_cast<std::ptrdiff_t>(used + seq_));
+      write_all(fd_, block_.data(), block_.size() * sizeof(int32_t), path_);
+      used += seq_;
+      ++blocks_;
+    }
+    carry_ids_.erase(carry_ids_.begin(), carry_ids_.begin() + static_cast<std::ptrdiff_t>(used));
+    if (with_labels_)
+      carry_labels_.erase(carry_labels_.begin(), carry_labels_.begin() + static_cast<std::ptrdiff_t>(used));
+  }
+
+  int fd_;
+  const std::string& path_;
+  size_t seq_;
+  bool with_labels_;
+  std::vector<int32_t> carry_ids_, carry_labels_, block_;
+  int64_t blocks_ = 0;
+};
+
+// What packing counted: each data file's entry for the header, and the totals.
+struct PackTally {
+  Json files = Json::array();
+  int64_t rows = 0, bad_rows = 0, total_tokens = 0;
+};
+
+// Encodes a batch's rows on the pool's threads: row k's tokens in results[k], or its error in errors[k].
+void encode_batch(const RowEncoder& encoder, const RowBatch& batch, WorkerPool& pool,
+                  std::vector<TokenizedRow>& results, std::vector<std::string>& errors) {
+  const size_t n = batch.size();
+  results.resize(n);
+  errors.assign(n, std::string());
+  pool.run(static_cast<int64_t>(n), [&](int64_t i) {
+    const auto k = static_cast<size_t>(i);
+    try {
+      encoder.encode_row(batch.row(k), results[k]);
+    } catch (const std::exception& e) {
+      errors[k] = e.what();
+    }
+  });
+}
+
+// Encodes every data file's rows, in order, into the blocks. A bad row stops the run, or with
+// --skip-bad-rows is counted (the first few of each file said).
+PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& data_hashes, const RowEncoder& encoder,
+                     BlockWriter& out) {
+  WorkerPool pool(hardware_threads());
+  PackTally tally;
+  constexpr size_t kBatchRows = 4096, kBatchBytes = 16u << 20;
+  std::vector<TokenizedRow> results;
+  std::vector<std::string> errors;
+  for (size_t f = 0; f < o.data.size(); ++f) {
+    const std::string& file = o.data[f];
+    const std::unique_ptr<RowReader> reader = RowReader::open(file);
+    int64_t file_rows = 0, file_bad = 0;
+    while (const std::unique_ptr<RowBatch> batch = reader->next(kBatchRows, kBatchBytes)) {
+      encode_batch(encoder, *batch, pool, results, errors);
+      for (size_t k = 0; k < batch->size(); ++k) {
+        if (!errors[k].empty()) {
+          ANVIL_ENSURE(o.skip_bad_rows, kUsage, batch->where(k), ": bad row: ", errors[k],
+                       " (--skip-bad-rows skips and counts such rows)");
+          if (file_bad < 3) log_warn(batch->where(k), ": skipping bad row: ", errors[k]);
+          ++file_bad;
+          continue;
+        }
+        ++file_rows;
+        tally.total_tokens += static_cast<int64_t>(results[k].ids.size());
+        out.append(results[k]);
+      }
+    }
+    if (file_bad > 0) log_warn(file, ": skipped ", file_bad, " bad rows");
+    tally.files.push_back({{"path", file}, {"hash", data_hashes[f]}, {"rows", file_rows}, {"bad_rows", file_bad}});
+    tally.rows += file_rows;
+    tally.bad_rows += file_bad;
+  }
+  return tally;
+}
+
+// Room for the header (fixed part plus the data file entries), rounded up to a page: where the blocks start.
+size_t data_offset_for(const PrepareOptions& o) {
+  size_t header_room = 2048;
+  for (const auto& f : o.data) header_room += 128 + 2 * f.size();
+  return (header_room + kPage - 1) / kPage * kPage;
+}
+
+// What the header records, gathered: the options, the tokenizer and template, and what packing made.
+struct PackedHeaderInputs {
+  const PrepareOptions& o;
+  const Tokenizer& tokenizer;
+  const ChatTemplate* tmpl;
+  const PackTally& tally;
+  int64_t blocks;
+  size_t data_offset;
+  const std::string& key;
+};
+
+Json packed_header(const PackedHeaderInputs& in) {
+  const int64_t seq = in.o.seq_len;
+  return {{"format", kFormat},
+          {"seq_len", seq},
+          {"num_blocks", in.blocks},
+          {"has_labels", in.o.assistant_only_loss},
+          {"block_stride", seq * (in.o.assistant_only_loss ? 2 : 1)},
+          {"dtype", "int32"},
+          {"data_offset", in.data_offset},
+          {"assistant_only_loss", in.o.assistant_only_loss},
+          {"skip_bad_rows", in.o.skip_bad_rows},
+          {"tokenizer_hash", in.tokenizer.hash()},
+          {"template_hash", in.tmpl ? Json(in.tmpl->hash()) : Json()},
+          {"vocab_size", in.tokenizer.vocab_size()},
+          {"data", in.tally.files},
+          {"rows", in.tally.rows},
+          {"bad_rows", in.tally.bad_rows},
+          {"total_tokens", in.tally.total_tokens},
+          {"dropped_tokens", in.tally.total_tokens - in.blocks * seq},
+          {"key", in.key}};
+}
+
+// Writes the magic, the header's length (8 bytes, little-endian) and the header at the file's start.
+void write_header(int fd, const std::string& path, const Json& header, size_t data_offset) {
+  const std::string text = header.dump();
+  ANVIL_ENSURE(16 + text.size() <= data_offset, kInternal, "prepare: header larger than its reserved room");
+  char prefix[16];
+  std::memcpy(prefix, kMagic, 8);
+  uint64_t len = text.size();
+  for (int k = 0; k < 8; ++k) prefix[8 + k] = static_cast<char>((len >> (8 * k)) & 0xFF);
+  ANVIL_ENSURE(::lseek(fd, 0, SEEK_SET) == 0, kIo, path, ": seek failed (", errno_text(), ")");
+  write_all(fd, prefix, 16, path);
+  write_all(fd, text.data(), text.size(), path);
+}
+
 }  // namespace
 
 std::string prepare_key(const PrepareOptions& o) {
@@ -224,108 +376,19 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
   make_directories(out_dir);
   const std::string path = path_join(out_dir, "packed.bin");
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-
-  // Room for the header: fixed part plus the data file entries.
-  size_t header_room = 2048;
-  for (const auto& f : o.data) header_room += 128 + 2 * f.size();
-  const size_t data_offset = (header_room + kPage - 1) / kPage * kPage;
+  const size_t data_offset = data_offset_for(o);
 
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ANVIL_ENSURE(fd >= 0, kIo, tmp, ": cannot create (", errno_text(), ")");
   try {
     std::vector<char> zeros(data_offset, ' ');
     write_all(fd, zeros.data(), zeros.size(), tmp);
-
-    const int64_t seq = o.seq_len;
-    std::vector<int32_t> carry_ids, carry_labels, block;
-    int64_t blocks = 0, total_tokens = 0, rows = 0, bad_rows = 0;
-    const auto flush_blocks = [&] {
-      size_t used = 0;
-      while (carry_ids.size() - used >= static_cast<size_t>(seq)) {
-        block.assign(carry_ids.begin() + static_cast<std::ptrdiff_t>(used),
-                     carry_ids.begin() + static_cast<std::ptrdiff_t>(used + static_cast<size_t>(seq)));
-        if (o.assistant_only_loss)
-          block.insert(block.end(), carry_labels.begin() + static_cast<std::ptrdiff_t>(used),
-                       carry_labels.begin() + static_cast<std::ptrdiff_t>(used + static_cast<size_t>(seq)));
-        write_all(fd, block.data(), block.size() * sizeof(int32_t), tmp);
-        used += static_cast<size_t>(seq);
-        ++blocks;
-      }
-      carry_ids.erase(carry_ids.begin(), carry_ids.begin() + static_cast<std::ptrdiff_t>(used));
-      if (o.assistant_only_loss) carry_labels.erase(carry_labels.begin(), carry_labels.begin() + static_cast<std::ptrdiff_t>(used));
-    };
-
-    WorkerPool pool(hardware_threads());
-    Json files = Json::array();
-    constexpr size_t kBatchRows = 4096, kBatchBytes = 16u << 20;
-    std::vector<TokenizedRow> results;
-    std::vector<std::string> errors;
-    for (size_t f = 0; f < o.data.size(); ++f) {
-      const std::string& file = o.data[f];
-      const std::unique_ptr<RowReader> reader = RowReader::open(file);
-      int64_t file_rows = 0, file_bad = 0;
-      while (const std::unique_ptr<RowBatch> batch = reader->next(kBatchRows, kBatchBytes)) {
-        const size_t n = batch->size();
-        results.resize(n);
-        errors.assign(n, std::string());
-        pool.run(static_cast<int64_t>(n), [&](int64_t i) {
-          const auto k = static_cast<size_t>(i);
-          try {
-            encoder.encode_row(batch->row(k), results[k]);
-          } catch (const std::exception& e) {
-            errors[k] = e.what();
-          }
-        });
-        for (size_t k = 0; k < n; ++k) {
-          if (!errors[k].empty()) {
-            ANVIL_ENSURE(o.skip_bad_rows, kUsage, batch->where(k), ": bad row: ", errors[k],
-                         " (--skip-bad-rows skips and counts such rows)");
-            if (file_bad < 3) log_warn(batch->where(k), ": skipping bad row: ", errors[k]);
-            ++file_bad;
-            continue;
-          }
-          ++file_rows;
-          total_tokens += static_cast<int64_t>(results[k].ids.size());
-          carry_ids.insert(carry_ids.end(), results[k].ids.begin(), results[k].ids.end());
-          if (o.assistant_only_loss) carry_labels.insert(carry_labels.end(), results[k].labels.begin(), results[k].labels.end());
-          flush_blocks();
-        }
-      }
-      if (file_bad > 0) log_warn(file, ": skipped ", file_bad, " bad rows");
-      files.push_back({{"path", file}, {"hash", data_hashes[f]}, {"rows", file_rows}, {"bad_rows", file_bad}});
-      rows += file_rows;
-      bad_rows += file_bad;
-    }
-    ANVIL_ENSURE(blocks > 0, kInvalidInput, "prepare: ", total_tokens, " tokens make no block of --seq-len ", seq,
-                 " (more data or a shorter --seq-len)");
-
-    Json header = {{"format", kFormat},
-                   {"seq_len", seq},
-                   {"num_blocks", blocks},
-                   {"has_labels", o.assistant_only_loss},
-                   {"block_stride", seq * (o.assistant_only_loss ? 2 : 1)},
-                   {"dtype", "int32"},
-                   {"data_offset", data_offset},
-                   {"assistant_only_loss", o.assistant_only_loss},
-                   {"skip_bad_rows", o.skip_bad_rows},
-                   {"tokenizer_hash", tokenizer.hash()},
-                   {"template_hash", tmpl ? Json(tmpl->hash()) : Json()},
-                   {"vocab_size", tokenizer.vocab_size()},
-                   {"data", files},
-                   {"rows", rows},
-                   {"bad_rows", bad_rows},
-                   {"total_tokens", total_tokens},
-                   {"dropped_tokens", total_tokens - blocks * seq},
-                   {"key", key}};
-    const std::string text = header.dump();
-    ANVIL_ENSURE(16 + text.size() <= data_offset, kInternal, "prepare: header larger than its reserved room");
-    char prefix[16];
-    std::memcpy(prefix, kMagic, 8);
-    uint64_t len = text.size();
-    for (int k = 0; k < 8; ++k) prefix[8 + k] = static_cast<char>((len >> (8 * k)) & 0xFF);
-    ANVIL_ENSURE(::lseek(fd, 0, SEEK_SET) == 0, kIo, tmp, ": seek failed (", errno_text(), ")");
-    write_all(fd, prefix, 16, tmp);
-    write_all(fd, text.data(), text.size(), tmp);
+    BlockWriter blocks(fd, tmp, o.seq_len, o.assistant_only_loss);
+    const PackTally tally = pack_files(o, data_hashes, encoder, blocks);
+    ANVIL_ENSURE(blocks.blocks() > 0, kInvalidInput, "prepare: ", tally.total_tokens,
+                 " tokens make no block of --seq-len ", o.seq_len, " (more data or a shorter --seq-len)");
+    const Json header = packed_header({o, tokenizer, tmpl.get(), tally, blocks.blocks(), data_offset, key});
+    write_header(fd, tmp, header, data_offset);
     ANVIL_ENSURE(::fsync(fd) == 0, kIo, tmp, ": sync failed (", errno_text(), ")");
     ::close(fd);
     ANVIL_ENSURE(::rename(tmp.c_str(), path.c_str()) == 0, kIo, path, ": rename failed (", errno_text(), ")");

@@ -135,6 +135,99 @@ struct Generator::Impl {
   }
 
   bool is_eos(int32_t id) const { return std::binary_search(eos.begin(), eos.end(), id); }
+
+  struct Run;
+};
+
+// One generate() call: its prompts, sampling and outputs, the buffers its steps reuse, and
+// the group of prompts in flight (decoded together, at most `batch` of them).
+struct Generator::Impl::Run {
+  Run(Impl& impl, const std::vector<std::vector<int32_t>>& prompts_in, const SamplingOptions& sampling,
+      uint64_t first, const std::function<void(size_t, int32_t)>& on_token_in)
+      : m(impl), prompts(prompts_in), s(sampling), first_index(first), on_token(on_token_in),
+        ctx(impl.config.max_position_embeddings), V(impl.config.vocab_size), greedy(sampling.temperature <= 0),
+        out(prompts_in.size()) {}
+
+  Impl& m;
+  const std::vector<std::vector<int32_t>>& prompts;
+  const SamplingOptions& s;
+  uint64_t first_index;
+  const std::function<void(size_t, int32_t)>& on_token;
+  int64_t ctx, V;
+  bool greedy;
+  std::vector<std::vector<int32_t>> out;
+  std::vector<float> logits;
+  std::vector<int32_t> picked;  // greedy: the argmax of each output row, found on the device
+  DecodeRows rows;
+  size_t g0 = 0, n = 0;  // the group in flight: prompts g0 .. g0 + n - 1
+  std::vector<std::mt19937_64> rng;
+  std::vector<bool> done;
+
+  void forward() {
+    if (greedy) m.decoder->forward_greedy(rows, picked);
+    else m.decoder->forward(rows, logits);
+  }
+
+  // Appends sequence i's next token (from output row `row`); marks the sequence done when it stops.
+  void choose(size_t i, size_t row) {
+    const int32_t id = greedy ? picked[row] : pick_token(logits.data() + row * static_cast<size_t>(V), V, s,
+                                                         uniform(rng[i]));
+    std::vector<int32_t>& seq = out[g0 + i];
+    seq.push_back(id);
+    if (on_token) on_token(g0 + i, id);
+    const int64_t length = static_cast<int64_t>(prompts[g0 + i].size() + seq.size());
+    done[i] = m.is_eos(id) || static_cast<int64_t>(seq.size()) >= s.max_new_tokens || length >= ctx;
+  }
+
+  void run_group(size_t first, size_t count) {
+    g0 = first;
+    n = count;
+    int64_t longest = 0;
+    for (size_t i = 0; i < n; ++i) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[g0 + i].size()));
+    m.decoder->reserve_cache(static_cast<int64_t>(n), std::min(ctx, longest + s.max_new_tokens));
+    rng.clear();
+    done.assign(n, false);
+    prefill();
+    decode();
+  }
+
+  // Prefill: every prompt token of the group, packed; logits of each prompt's last token.
+  void prefill() {
+    rows.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const std::vector<int32_t>& p = prompts[g0 + i];
+      for (size_t t = 0; t < p.size(); ++t) rows.add(p[t], static_cast<int32_t>(i), static_cast<int32_t>(t));
+      rows.outputs.push_back(static_cast<int32_t>(rows.ids.size() - 1));
+      rng.emplace_back(prompt_seed(s.seed, first_index + g0 + i));
+    }
+    const double t0 = now_seconds();
+    forward();
+    m.timing.prefill_seconds += now_seconds() - t0;
+    m.timing.prefill_tokens += static_cast<int64_t>(rows.ids.size());
+    for (size_t i = 0; i < n; ++i) choose(i, i);
+  }
+
+  // Decode: one row per sequence of the group (a fixed shape, so the step can be replayed);
+  // a finished sequence's row recomputes a harmless token at position 0 of its own slot.
+  void decode() {
+    const double t0 = now_seconds();
+    while (std::find(done.begin(), done.end(), false) != done.end()) {
+      rows.clear();
+      int64_t active = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const std::vector<int32_t>& seq = out[g0 + i];
+        const int32_t pos = static_cast<int32_t>(prompts[g0 + i].size() + seq.size() - 1);
+        rows.add(seq.back(), static_cast<int32_t>(i), done[i] ? 0 : pos);
+        rows.outputs.push_back(static_cast<int32_t>(i));
+        active += !done[i];
+      }
+      forward();
+      m.timing.decode_tokens += active;
+      for (size_t i = 0; i < n; ++i)
+        if (!done[i]) choose(i, i);
+    }
+    m.timing.decode_seconds += now_seconds() - t0;
+  }
 };
 
 Generator::Generator(const std::string& model_dir, const std::string& device)
@@ -148,8 +241,7 @@ void Generator::set_cuda_graphs(bool on) { impl_->decoder->set_recording(on); }
 std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vector<int32_t>>& prompts,
                                                       const SamplingOptions& s, int64_t batch, uint64_t first_index,
                                                       const std::function<void(size_t, int32_t)>& on_token) {
-  Impl& m = *impl_;
-  const int64_t ctx = m.config.max_position_embeddings, V = m.config.vocab_size;
+  const int64_t ctx = impl_->config.max_position_embeddings;
   ANVIL_ENSURE(batch >= 1 && s.max_new_tokens >= 1, kUsage, "batch and max-new-tokens must be at least 1");
   for (size_t i = 0; i < prompts.size(); ++i) {
     const int64_t len = static_cast<int64_t>(prompts[i].size());
@@ -158,68 +250,10 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
                  " tokens: longer than the model's context allows (max_position_embeddings ", ctx,
                  ", and one position is needed for a new token)");
   }
-  std::vector<std::vector<int32_t>> out(prompts.size());
-  std::vector<float> logits;
-  std::vector<int32_t> picked;  // greedy: the argmax of each output row, found on the device
-  const bool greedy = s.temperature <= 0;
-  auto forward = [&](const DecodeRows& r) {
-    if (greedy) m.decoder->forward_greedy(r, picked);
-    else m.decoder->forward(r, logits);
-  };
-  DecodeRows rows;
-  for (size_t g0 = 0; g0 < prompts.size(); g0 += static_cast<size_t>(batch)) {
-    const size_t n = std::min(prompts.size() - g0, static_cast<size_t>(batch));
-    int64_t longest = 0;
-    for (size_t i = 0; i < n; ++i) longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[g0 + i].size()));
-    m.decoder->reserve_cache(static_cast<int64_t>(n), std::min(ctx, longest + s.max_new_tokens));
-    std::vector<std::mt19937_64> rng;
-    std::vector<bool> done(n, false);
-    // Appends sequence i's next token (from output row `row`); marks the sequence done when it stops.
-    auto choose = [&](size_t i, size_t row) {
-      const int32_t id = greedy ? picked[row] : pick_token(logits.data() + row * static_cast<size_t>(V), V, s,
-                                                           uniform(rng[i]));
-      std::vector<int32_t>& seq = out[g0 + i];
-      seq.push_back(id);
-      if (on_token) on_token(g0 + i, id);
-      const int64_t length = static_cast<int64_t>(prompts[g0 + i].size() + seq.size());
-      done[i] = m.is_eos(id) || static_cast<int64_t>(seq.size()) >= s.max_new_tokens || length >= ctx;
-    };
-
-    // Prefill: every prompt token of the batch, packed; logits of each prompt's last token.
-    rows.clear();
-    for (size_t i = 0; i < n; ++i) {
-      const std::vector<int32_t>& p = prompts[g0 + i];
-      for (size_t t = 0; t < p.size(); ++t) rows.add(p[t], static_cast<int32_t>(i), static_cast<int32_t>(t));
-      rows.outputs.push_back(static_cast<int32_t>(rows.ids.size() - 1));
-      rng.emplace_back(prompt_seed(s.seed, first_index + g0 + i));
-    }
-    double t0 = now_seconds();
-    forward(rows);
-    m.timing.prefill_seconds += now_seconds() - t0;
-    m.timing.prefill_tokens += static_cast<int64_t>(rows.ids.size());
-    for (size_t i = 0; i < n; ++i) choose(i, i);
-
-    // Decode: one row per sequence of the batch (a fixed shape, so the step can be replayed);
-    // a finished sequence's row recomputes a harmless token at position 0 of its own slot.
-    t0 = now_seconds();
-    while (std::find(done.begin(), done.end(), false) != done.end()) {
-      rows.clear();
-      int64_t active = 0;
-      for (size_t i = 0; i < n; ++i) {
-        const std::vector<int32_t>& seq = out[g0 + i];
-        const int32_t pos = static_cast<int32_t>(prompts[g0 + i].size() + seq.size() - 1);
-        rows.add(seq.back(), static_cast<int32_t>(i), done[i] ? 0 : pos);
-        rows.outputs.push_back(static_cast<int32_t>(i));
-        active += !done[i];
-      }
-      forward(rows);
-      m.timing.decode_tokens += active;
-      for (size_t i = 0; i < n; ++i)
-        if (!done[i]) choose(i, i);
-    }
-    m.timing.decode_seconds += now_seconds() - t0;
-  }
-  return out;
+  Impl::Run run(*impl_, prompts, s, first_index, on_token);
+  for (size_t g0 = 0; g0 < prompts.size(); g0 += static_cast<size_t>(batch))
+    run.run_group(g0, std::min(prompts.size() - g0, static_cast<size_t>(batch)));
+  return std::move(run.out);
 }
 
 // ---- the command

@@ -27,6 +27,81 @@ uint64_t file_size(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
+// The safetensors header of a shard of F32 tensors, padded with blanks to a multiple of 8
+// bytes; data_bytes: the size of the tensors' data after it.
+std::string shard_header_text(const std::vector<ShardTensor>& tensors, uint64_t* data_bytes) {
+  Json header = Json::object();
+  uint64_t offset = 0;
+  for (const ShardTensor& t : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(t.numel) * 4;
+    header[t.name] = {{"dtype", "F32"}, {"shape", {t.numel}}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  std::string text = header.dump();
+  while (text.size() % 8 != 0) text.push_back(' ');
+  *data_bytes = offset;
+  return text;
+}
+
+// Writes a shard's bytes to its open file, hashing them on the way, and counts them in the
+// record. The fault-injection point of the writer (core/fault.h): halfway through the file,
+// exit (a crash) or fail as a full disk does.
+class ShardWriter {
+ public:
+  ShardWriter(int fd, const std::string& path, uint64_t total, Fault fault, ShardRecord& rec)
+      : fd_(fd), path_(path), total_(total), halfway_(fault == Fault::kNone ? total : total / 2), fault_(fault),
+        rec_(rec) {}
+
+  void put(const void* p, size_t n) {
+    hash_.update(p, n);
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const size_t want = std::min<size_t>({n, size_t{1} << 30, static_cast<size_t>(halfway_ - rec_.bytes)});
+      ssize_t w = want > 0 ? ::write(fd_, c, want) : 0;
+      if (w < 0 && errno == EINTR) continue;
+      if (want == 0 && fault_ == Fault::kDieInSave) {
+        log_error("fault ", fault_name(fault_), " (ANVIL_FAULT): exiting halfway through ", path_);
+        std::_Exit(86);
+      }
+      if (want == 0) errno = ENOSPC, w = -1;
+      ANVIL_ENSURE(w > 0, kIo, path_, ": write failed (", errno_text(), "): ", total_ - rec_.bytes, " of its ",
+                   total_, " bytes missing");
+      c += w;
+      n -= static_cast<size_t>(w);
+      rec_.bytes += static_cast<uint64_t>(w);
+    }
+  }
+
+  std::string hash_hex() const { return hash_.hex(); }
+
+ private:
+  int fd_;
+  const std::string& path_;
+  uint64_t total_, halfway_;
+  Fault fault_;
+  ShardRecord& rec_;
+  Xxh64 hash_;
+};
+
+// The tensors' data, in chunks of at most 64 MiB: while one is hashed and written on a second
+// thread, the next is filled (downloaded from the device) into the other buffer.
+void write_tensor_data(const std::vector<ShardTensor>& tensors, const ShardFill& fill, ShardWriter& out) {
+  constexpr int64_t kChunk = int64_t{16} << 20;  // floats
+  std::vector<float> bufs[2] = {std::vector<float>(kChunk), std::vector<float>(kChunk)};
+  std::future<void> pending;  // joined before an exception leaves
+  int turn = 0;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    for (int64_t begin = 0; begin < tensors[i].numel; begin += kChunk, turn ^= 1) {
+      const int64_t n = std::min(kChunk, tensors[i].numel - begin);
+      float* buf = bufs[turn].data();
+      fill(i, begin, n, buf);
+      if (pending.valid()) pending.get();
+      pending = std::async(std::launch::async, [&out, buf, n] { out.put(buf, static_cast<size_t>(n) * 4); });
+    }
+  if (pending.valid()) pending.get();
+}
+
 }  // namespace
 
 std::string shard_file_name(int rank) {
@@ -39,65 +114,21 @@ std::string checkpoint_name(int64_t step) { return cat("step-", step); }
 
 ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors, const ShardFill& fill,
                         Fault fault) {
-  Json header = Json::object();
-  uint64_t offset = 0;
-  for (const ShardTensor& t : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(t.numel) * 4;
-    header[t.name] = {{"dtype", "F32"}, {"shape", {t.numel}}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  header["__metadata__"] = {{"format", "pt"}};
-  std::string text = header.dump();
-  while (text.size() % 8 != 0) text.push_back(' ');
+  uint64_t data_bytes = 0;
+  const std::string text = shard_header_text(tensors, &data_bytes);
   const uint64_t len = text.size();
-  const uint64_t total = 8 + len + offset;
+  const uint64_t total = 8 + len + data_bytes;
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ANVIL_ENSURE(fd >= 0, kIo, tmp, ": cannot create (", errno_text(), ")");
   ShardRecord rec;
   rec.file = std::filesystem::path(path).filename().string();
-  Xxh64 hash;
+  ShardWriter out(fd, path, total, fault, rec);
   try {
-    // The fault-injection point of the writer (core/fault.h): halfway through the file,
-    // exit (a crash) or fail as a full disk does.
-    const uint64_t halfway = fault == Fault::kNone ? total : total / 2;
-    auto put = [&](const void* p, size_t n) {
-      hash.update(p, n);
-      const char* c = static_cast<const char*>(p);
-      while (n > 0) {
-        const size_t want = std::min<size_t>({n, size_t{1} << 30, static_cast<size_t>(halfway - rec.bytes)});
-        ssize_t w = want > 0 ? ::write(fd, c, want) : 0;
-        if (w < 0 && errno == EINTR) continue;
-        if (want == 0 && fault == Fault::kDieInSave) {
-          log_error("fault ", fault_name(fault), " (ANVIL_FAULT): exiting halfway through ", path);
-          std::_Exit(86);
-        }
-        if (want == 0) errno = ENOSPC, w = -1;
-        ANVIL_ENSURE(w > 0, kIo, path, ": write failed (", errno_text(), "): ", total - rec.bytes, " of its ",
-                     total, " bytes missing");
-        c += w;
-        n -= static_cast<size_t>(w);
-        rec.bytes += static_cast<uint64_t>(w);
-      }
-    };
-    put(&len, 8);
-    put(text.data(), text.size());
-    // Chunks of at most 64 MiB: while one is hashed and written on a second thread, the
-    // next is filled (downloaded from the device) into the other buffer.
-    constexpr int64_t kChunk = int64_t{16} << 20;  // floats
-    std::vector<float> bufs[2] = {std::vector<float>(kChunk), std::vector<float>(kChunk)};
-    std::future<void> pending;  // joined before the handler below runs
-    int turn = 0;
-    for (size_t i = 0; i < tensors.size(); ++i)
-      for (int64_t begin = 0; begin < tensors[i].numel; begin += kChunk, turn ^= 1) {
-        const int64_t n = std::min(kChunk, tensors[i].numel - begin);
-        float* buf = bufs[turn].data();
-        fill(i, begin, n, buf);
-        if (pending.valid()) pending.get();
-        pending = std::async(std::launch::async, [&put, buf, n] { put(buf, static_cast<size_t>(n) * 4); });
-      }
-    if (pending.valid()) pending.get();
+    out.put(&len, 8);
+    out.put(text.data(), text.size());
+    write_tensor_data(tensors, fill, out);
     ANVIL_ENSURE(::fsync(fd) == 0, kIo, path, ": sync failed (", errno_text(), ")");
   } catch (...) {
     ::close(fd);
@@ -106,7 +137,7 @@ ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>&
   }
   ANVIL_ENSURE(::close(fd) == 0, kIo, path, ": close failed (", errno_text(), ")");
   ANVIL_ENSURE(::rename(tmp.c_str(), path.c_str()) == 0, kIo, path, ": rename failed (", errno_text(), ")");
-  rec.xxh64 = hash.hex();
+  rec.xxh64 = out.hash_hex();
   return rec;
 }
 

@@ -98,6 +98,57 @@ std::string value_text(double v) {
 
 constexpr double kW = 640, kH = 300, kLeft = 72, kRight = 20, kTop = 16, kBottom = 46;
 
+// The plotting area of a chart: its axes, and where a data point lands in the SVG.
+struct Plot {
+  Axis ax, ay;
+  double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
+  double px(double x) const { return kLeft + (x - ax.lo) / (ax.hi - ax.lo) * pw; }
+  double py(double y) const { return kTop + (ay.hi - y) / (ay.hi - ay.lo) * ph; }
+};
+
+// The grid, the ticks and their labels, the x axis and the axis labels.
+std::string plot_axes(const Plot& p, const std::string& y_label) {
+  const Axis &ax = p.ax, &ay = p.ay;
+  const double pw = p.pw, ph = p.ph;
+  std::string svg;
+  for (double y = ay.lo; y <= ay.hi + ay.step * 1e-6; y += ay.step) {
+    svg += "<line class=\"grid\" x1=\"" + fmt("%.1f", kLeft) + "\" x2=\"" + fmt("%.1f", kLeft + pw) + "\" y1=\"" +
+           fmt("%.1f", p.py(y)) + "\" y2=\"" + fmt("%.1f", p.py(y)) + "\"/>";
+    svg += "<text class=\"tick\" x=\"" + fmt("%.1f", kLeft - 8) + "\" y=\"" + fmt("%.1f", p.py(y) + 4) +
+           "\" text-anchor=\"end\">" + tick_label(y, ay.step) + "</text>";
+  }
+  for (double x = ax.lo; x <= ax.hi + ax.step * 1e-6; x += ax.step) {
+    svg += "<line class=\"xtick\" x1=\"" + fmt("%.1f", p.px(x)) + "\" x2=\"" + fmt("%.1f", p.px(x)) + "\" y1=\"" +
+           fmt("%.1f", kTop + ph) + "\" y2=\"" + fmt("%.1f", kTop + ph + 5) + "\"/>";
+    svg += "<text class=\"tick\" x=\"" + fmt("%.1f", p.px(x)) + "\" y=\"" + fmt("%.1f", kTop + ph + 19) +
+           "\" text-anchor=\"middle\">" + tick_label(x, std::max(ax.step, 1.0)) + "</text>";
+  }
+  svg += "<line class=\"axis\" x1=\"" + fmt("%.1f", kLeft) + "\" x2=\"" + fmt("%.1f", kLeft + pw) + "\" y1=\"" +
+         fmt("%.1f", kTop + ph) + "\" y2=\"" + fmt("%.1f", kTop + ph) + "\"/>";
+  svg += "<text class=\"label\" x=\"" + fmt("%.1f", kLeft + pw / 2) + "\" y=\"" + fmt("%.1f", kH - 6) +
+         "\" text-anchor=\"middle\">step</text>";
+  svg += "<text class=\"label\" transform=\"translate(16 " + fmt("%.1f", kTop + ph / 2) +
+         ") rotate(-90)\" text-anchor=\"middle\">" + escape_html(y_label) + "</text>";
+  return svg;
+}
+
+// One series: its line, and a circle per point carrying the value as a tooltip (markers
+// are drawn where they stay readable).
+std::string plot_series(const Plot& p, const Series& s) {
+  std::string svg = "<g class=\"series\" data-series=\"" + s.name + "\" data-count=\"" +
+                    std::to_string(s.points.size()) + "\"><polyline fill=\"none\" stroke=\"" + s.color +
+                    "\" stroke-width=\"2\" stroke-linejoin=\"round\"" + (s.dashed ? " stroke-dasharray=\"6 4\"" : "") +
+                    " points=\"";
+  for (auto [x, y] : s.points) svg += fmt("%.2f", p.px(x)) + "," + fmt("%.2f", p.py(y)) + " ";
+  svg += "\"/>";
+  const bool dots = s.markers || (!s.dashed && s.points.size() <= 60);
+  for (auto [x, y] : s.points)
+    svg += "<circle cx=\"" + fmt("%.2f", p.px(x)) + "\" cy=\"" + fmt("%.2f", p.py(y)) + "\" r=\"" +
+           (dots ? "3" : "6") + "\" fill=\"" + (dots ? s.color : "transparent") + "\"><title>" +
+           escape_html(s.label) + " at step " + fmt("%.0f", x) + ": " + value_text(y) + "</title></circle>";
+  return svg + "</g>";
+}
+
 std::string chart(const std::string& id, const std::string& title, const std::string& y_label,
                   const std::vector<Series>& series, bool from_zero, const std::string& empty_note) {
   std::string legend;
@@ -115,42 +166,9 @@ std::string chart(const std::string& id, const std::string& title, const std::st
     svg += "<text class=\"empty\" x=\"" + fmt("%.0f", kW / 2) + "\" y=\"" + fmt("%.0f", kH / 2) +
            "\" text-anchor=\"middle\">" + escape_html(empty_note) + "</text>";
   } else {
-    const Axis ax = nice_axis(x0, x1, false, 6), ay = nice_axis(y0, y1, from_zero);
-    const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
-    auto px = [&](double x) { return kLeft + (x - ax.lo) / (ax.hi - ax.lo) * pw; };
-    auto py = [&](double y) { return kTop + (ay.hi - y) / (ay.hi - ay.lo) * ph; };
-    for (double y = ay.lo; y <= ay.hi + ay.step * 1e-6; y += ay.step) {
-      svg += "<line class=\"grid\" x1=\"" + fmt("%.1f", kLeft) + "\" x2=\"" + fmt("%.1f", kLeft + pw) + "\" y1=\"" +
-             fmt("%.1f", py(y)) + "\" y2=\"" + fmt("%.1f", py(y)) + "\"/>";
-      svg += "<text class=\"tick\" x=\"" + fmt("%.1f", kLeft - 8) + "\" y=\"" + fmt("%.1f", py(y) + 4) +
-             "\" text-anchor=\"end\">" + tick_label(y, ay.step) + "</text>";
-    }
-    for (double x = ax.lo; x <= ax.hi + ax.step * 1e-6; x += ax.step) {
-      svg += "<line class=\"xtick\" x1=\"" + fmt("%.1f", px(x)) + "\" x2=\"" + fmt("%.1f", px(x)) + "\" y1=\"" +
-             fmt("%.1f", kTop + ph) + "\" y2=\"" + fmt("%.1f", kTop + ph + 5) + "\"/>";
-      svg += "<text class=\"tick\" x=\"" + fmt("%.1f", px(x)) + "\" y=\"" + fmt("%.1f", kTop + ph + 19) +
-             "\" text-anchor=\"middle\">" + tick_label(x, std::max(ax.step, 1.0)) + "</text>";
-    }
-    svg += "<line class=\"axis\" x1=\"" + fmt("%.1f", kLeft) + "\" x2=\"" + fmt("%.1f", kLeft + pw) + "\" y1=\"" +
-           fmt("%.1f", kTop + ph) + "\" y2=\"" + fmt("%.1f", kTop + ph) + "\"/>";
-    svg += "<text class=\"label\" x=\"" + fmt("%.1f", kLeft + pw / 2) + "\" y=\"" + fmt("%.1f", kH - 6) +
-           "\" text-anchor=\"middle\">step</text>";
-    svg += "<text class=\"label\" transform=\"translate(16 " + fmt("%.1f", kTop + ph / 2) +
-           ") rotate(-90)\" text-anchor=\"middle\">" + escape_html(y_label) + "</text>";
-    for (const Series& s : series) {
-      svg += "<g class=\"series\" data-series=\"" + s.name + "\" data-count=\"" + std::to_string(s.points.size()) +
-             "\"><polyline fill=\"none\" stroke=\"" + s.color + "\" stroke-width=\"2\" stroke-linejoin=\"round\"" +
-             (s.dashed ? " stroke-dasharray=\"6 4\"" : "") + " points=\"";
-      for (auto [x, y] : s.points) svg += fmt("%.2f", px(x)) + "," + fmt("%.2f", py(y)) + " ";
-      svg += "\"/>";
-      // Every point carries its value as a tooltip; markers are drawn where they stay readable.
-      const bool dots = s.markers || (!s.dashed && s.points.size() <= 60);
-      for (auto [x, y] : s.points)
-        svg += "<circle cx=\"" + fmt("%.2f", px(x)) + "\" cy=\"" + fmt("%.2f", py(y)) + "\" r=\"" +
-               (dots ? "3" : "6") + "\" fill=\"" + (dots ? s.color : "transparent") + "\"><title>" +
-               escape_html(s.label) + " at step " + fmt("%.0f", x) + ": " + value_text(y) + "</title></circle>";
-      svg += "</g>";
-    }
+    const Plot p{nice_axis(x0, x1, false, 6), nice_axis(y0, y1, from_zero)};
+    svg += plot_axes(p, y_label);
+    for (const Series& s : series) svg += plot_series(p, s);
   }
   svg += "</svg>";
   return "<figure class=\"chart\" id=\"" + id + "\"><figcaption><h2>" + escape_html(title) +
@@ -297,14 +315,11 @@ std::string summary_text(const ReportSummary& s) {
   return t;
 }
 
-std::string render_report_html(const Metrics& m) {
-  const ReportSummary s = summarize(m);
-  std::string h = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                  "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                  "<title>anvil report: " + escape_html(m.source) + "</title><style>" + kStyle +
-                  "</style></head>\n<body>\n<header><h1>Training report</h1><p class=\"src\">" +
-                  escape_html(m.source) + (m.runs > 1 ? " &middot; " + std::to_string(m.runs) + " runs" : "") +
-                  "</p></header>\n<section class=\"cards\">";
+namespace {
+
+// The cards atop the report: steps, loss, eval loss, throughput, MFU, memory and time.
+std::string summary_cards(const ReportSummary& s) {
+  std::string h;
   h += card("Steps", std::to_string(s.last_step), std::to_string(s.logged) + " logged");
   if (s.final_loss)
     h += card("Loss", fmt("%.4f", *s.final_loss), "best " + fmt("%.4f", *s.best_loss) + " at step " +
@@ -320,8 +335,12 @@ std::string render_report_html(const Metrics& m) {
     h += card("Peak memory", fmt("%.2f", *s.peak_mem_gib) + " GiB",
               s.planned_mem_gib ? "planned " + fmt("%.2f", *s.planned_mem_gib) + " GiB" : std::string("host (not planned)"));
   h += card("Time", s.elapsed_s > 0 ? format_hms(s.elapsed_s) : "-", s.elapsed_s > 0 ? "training" : "not recorded");
-  h += "</section>\n<section class=\"grid\">\n";
+  return h;
+}
 
+// The charts of the report, one per logged quantity (losses together, memory with its plan).
+std::string report_charts(const Metrics& m) {
+  std::string h;
   Series loss = series_of(m, "loss", "train loss", "#2563eb", &MetricsRow::loss);
   Series eval = series_of(m, "eval_loss", "eval loss", "#ea580c", &MetricsRow::eval_loss);
   eval.markers = true;
@@ -345,6 +364,22 @@ std::string render_report_html(const Metrics& m) {
   if (!plan.points.empty()) mem.push_back(plan);
   h += chart("chart-memory", plan.points.empty() ? "Peak memory (host; the plan covers GPUs)" : "Peak memory against the plan",
              "GiB", mem, true, "no memory logged");
+  return h;
+}
+
+}  // namespace
+
+std::string render_report_html(const Metrics& m) {
+  const ReportSummary s = summarize(m);
+  std::string h = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                  "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+                  "<title>anvil report: " + escape_html(m.source) + "</title><style>" + kStyle +
+                  "</style></head>\n<body>\n<header><h1>Training report</h1><p class=\"src\">" +
+                  escape_html(m.source) + (m.runs > 1 ? " &middot; " + std::to_string(m.runs) + " runs" : "") +
+                  "</p></header>\n<section class=\"cards\">";
+  h += summary_cards(s);
+  h += "</section>\n<section class=\"grid\">\n";
+  h += report_charts(m);
   h += "</section>\n<footer>anvil report &middot; " + std::to_string(s.logged) +
        " logged steps &middot; hover a point for its value</footer>\n</body></html>\n";
   return h;

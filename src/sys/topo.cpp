@@ -141,23 +141,27 @@ Json topo_answers_to_json(const TopoAnswers& a) {
           {"common_ancestor", a.common_ancestor}, {"p2p_status", a.p2p_status}};
 }
 
-Topology build_topology(const TopoAnswers& a) {
-  Topology t;
-  t.answers = a;
-  const int n = t.gpus = static_cast<int>(a.gpus.size());
-  const size_t un = static_cast<size_t>(n);
-  t.nvlinks.assign(un, std::vector<int>(un, 0));
-  t.link.assign(un, std::vector<std::string>(un, "X"));
-  t.p2p.assign(un, std::vector<std::string>(un, "X"));
-  std::vector<int> switch_links(un, 0);
+namespace {
+
+// Each GPU's links to an NVSwitch, and the newest NVLink version seen.
+struct SwitchLinks {
+  std::vector<int> per_gpu;
   unsigned version = 0;
+};
+
+// Counts the NVLinks joining each pair of GPUs directly, and the most links of any GPU.
+SwitchLinks count_direct_nvlinks(Topology& t) {
+  const TopoAnswers& a = t.answers;
+  const size_t un = a.gpus.size();
+  SwitchLinks sw;
+  sw.per_gpu.assign(un, 0);
   for (size_t i = 0; i < un; ++i) {
     const TopoGpu& g = a.gpus[i];
     t.nvlinks_per_gpu = std::max(t.nvlinks_per_gpu, static_cast<int>(g.links.size()));
     for (const TopoLink& l : g.links) {
-      version = std::max(version, l.version);
+      sw.version = std::max(sw.version, l.version);
       if (l.remote == NvLinkRemote::kSwitch) {
-        ++switch_links[i];
+        ++sw.per_gpu[i];
         continue;
       }
       const std::string remote = normalize_bus_id(l.remote_bus_id);
@@ -165,95 +169,133 @@ Topology build_topology(const TopoAnswers& a) {
         if (j != i && normalize_bus_id(a.gpus[j].bus_id) == remote) ++t.nvlinks[i][j];
     }
   }
+  return sw;
+}
+
+// Each pair's link (its NVLinks, through an NVSwitch too, else its PCIe level) and P2P status, and the NVLink
+// generation.
+void fill_pair_links(Topology& t, const SwitchLinks& sw) {
+  const size_t un = static_cast<size_t>(t.gpus);
   for (size_t i = 0; i < un; ++i)
     for (size_t j = 0; j < un; ++j) {
       if (i == j) continue;
-      if (switch_links[i] > 0 && switch_links[j] > 0) {
+      if (sw.per_gpu[i] > 0 && sw.per_gpu[j] > 0) {
         t.nvswitch = true;
-        t.nvlinks[i][j] += std::min(switch_links[i], switch_links[j]);
+        t.nvlinks[i][j] += std::min(sw.per_gpu[i], sw.per_gpu[j]);
       }
-      t.link[i][j] = t.nvlinks[i][j] > 0 ? cat("NV", t.nvlinks[i][j]) : level_name(a.common_ancestor[i][j]);
-      t.p2p[i][j] = p2p_name(a.p2p_status[i][j]);
+      t.link[i][j] = t.nvlinks[i][j] > 0 ? cat("NV", t.nvlinks[i][j]) : level_name(t.answers.common_ancestor[i][j]);
+      t.p2p[i][j] = p2p_name(t.answers.p2p_status[i][j]);
     }
-  if (version > 0) {
-    const Generation gen = nvlink_generation(version);
+  if (sw.version > 0) {
+    const Generation gen = nvlink_generation(sw.version);
     t.nvlink_generation = gen.name;
     t.nvlink_gbps_per_link = gen.gbps;
   }
+}
 
-  // The reading.
-  int worst = -1, nv_pairs = 0, pairs = 0;
+// What the pairs of GPUs add up to: how many NVLink joins, the first pair across sockets, the first without P2P.
+struct PairSummary {
+  int nv_pairs = 0, pairs = 0;
   std::string sys_pair, no_p2p;
+};
+
+// Sums up the pairs, and sets the slowest link of any pair.
+PairSummary summarize_pairs(Topology& t) {
+  const size_t un = static_cast<size_t>(t.gpus);
+  PairSummary p;
+  int worst = -1;
   for (size_t i = 0; i < un; ++i)
     for (size_t j = i + 1; j < un; ++j) {
-      ++pairs;
-      nv_pairs += t.nvlinks[i][j] > 0;
+      ++p.pairs;
+      p.nv_pairs += t.nvlinks[i][j] > 0;
       const int r = link_rank(t.link[i][j], t.nvlinks[i][j]);
       if (r > worst) {
         worst = r;
         t.worst_link = t.link[i][j];
       }
-      if (t.link[i][j] == "SYS" && sys_pair.empty()) sys_pair = cat("GPU", i, " and GPU", j);
-      if (t.p2p[i][j] != "OK" && no_p2p.empty()) no_p2p = cat("GPU", i, " and GPU", j, " (", t.p2p[i][j], ")");
+      if (t.link[i][j] == "SYS" && p.sys_pair.empty()) p.sys_pair = cat("GPU", i, " and GPU", j);
+      if (t.p2p[i][j] != "OK" && p.no_p2p.empty()) p.no_p2p = cat("GPU", i, " and GPU", j, " (", t.p2p[i][j], ")");
     }
-  auto& r = t.reading;
+  return p;
+}
+
+// The reading of the links between GPUs: which parallel mode suits them.
+std::string read_links(const Topology& t, const PairSummary& p) {
   const std::string pcie_advice =
       "prefer DDP with gradient accumulation: it all-reduces the gradients once per optimizer step (no_sync on the "
       "other micro-batches), while FSDP gathers every unit's weights again in each micro-batch's forward and backward. "
       "Use FSDP only for models whose weights, gradients and AdamW state (16 bytes per parameter under DDP) do not "
       "fit one GPU.";
-  if (n == 0) {
-    r.push_back("No GPU: nothing to link. Train with --device cpu.");
-  } else if (n == 1) {
-    r.push_back("One GPU: there is nobody to communicate with. DDP and FSDP both run at world size 1 (FSDP shards "
-                "nothing); anvil bench measures device copy bandwidth. Data parallelism needs a machine with more GPUs.");
-  } else if (nv_pairs == pairs) {
-    r.push_back(cat("NVLink joins every pair (", t.worst_link, ", NVLink ", t.nvlink_generation,
-                    t.nvswitch ? " through NVSwitch" : "", ": about ", fixed0(t.nvlinks_per_gpu * t.nvlink_gbps_per_link),
-                    " GB/s per direction per GPU). FSDP's extra traffic is cheap here: per step it moves about as many "
-                    "bytes as DDP (bf16 weights gathered for forward and backward, fp32 gradients reduce-scattered, "
-                    "against DDP's fp32 all-reduce), overlapped with compute, and NVLink absorbs the re-gathering of "
-                    "each micro-batch. Choose FSDP whenever DDP's full copy of weights, gradients and AdamW state does "
-                    "not fit; expect both modes near the same speed."));
-  } else if (nv_pairs == 0) {
-    r.push_back(cat("PCIe only (slowest path between two GPUs: ", t.worst_link, "): every collective crosses PCIe; ",
-                    pcie_advice));
-  } else {
-    r.push_back(cat("NVLink joins only some pairs (", nv_pairs, " of ", pairs, "; slowest path: ", t.worst_link,
-                    "): ring collectives run at the speed of their slowest hop, so this machine is PCIe-bound for "
-                    "collectives over all GPUs; ", pcie_advice,
-                    " A job on only the NVLink-joined GPUs (CUDA_VISIBLE_DEVICES) behaves like an NVLink machine."));
-  }
+  if (t.gpus == 0) return "No GPU: nothing to link. Train with --device cpu.";
+  if (t.gpus == 1)
+    return "One GPU: there is nobody to communicate with. DDP and FSDP both run at world size 1 (FSDP shards "
+           "nothing); anvil bench measures device copy bandwidth. Data parallelism needs a machine with more GPUs.";
+  if (p.nv_pairs == p.pairs)
+    return cat("NVLink joins every pair (", t.worst_link, ", NVLink ", t.nvlink_generation,
+               t.nvswitch ? " through NVSwitch" : "", ": about ", fixed0(t.nvlinks_per_gpu * t.nvlink_gbps_per_link),
+               " GB/s per direction per GPU). FSDP's extra traffic is cheap here: per step it moves about as many "
+               "bytes as DDP (bf16 weights gathered for forward and backward, fp32 gradients reduce-scattered, "
+               "against DDP's fp32 all-reduce), overlapped with compute, and NVLink absorbs the re-gathering of "
+               "each micro-batch. Choose FSDP whenever DDP's full copy of weights, gradients and AdamW state does "
+               "not fit; expect both modes near the same speed.");
+  if (p.nv_pairs == 0)
+    return cat("PCIe only (slowest path between two GPUs: ", t.worst_link, "): every collective crosses PCIe; ",
+               pcie_advice);
+  return cat("NVLink joins only some pairs (", p.nv_pairs, " of ", p.pairs, "; slowest path: ", t.worst_link,
+             "): ring collectives run at the speed of their slowest hop, so this machine is PCIe-bound for "
+             "collectives over all GPUs; ", pcie_advice,
+             " A job on only the NVLink-joined GPUs (CUDA_VISIBLE_DEVICES) behaves like an NVLink machine.");
+}
+
+// The reading of where the GPUs sit: across sockets or NUMA nodes, and without P2P.
+void read_placement(Topology& t, const PairSummary& p) {
+  auto& r = t.reading;
   std::vector<int> nodes;
-  for (const TopoGpu& g : a.gpus)
+  for (const TopoGpu& g : t.answers.gpus)
     if (g.numa_node >= 0 && std::find(nodes.begin(), nodes.end(), g.numa_node) == nodes.end()) nodes.push_back(g.numa_node);
   const std::string numa_advice = "Each worker's CPU threads belong on its GPU's NUMA node (the NUMA Affinity column; "
                                   "numactl --cpunodebind), or its host-side work crosses sockets too.";
-  if (!sys_pair.empty())
-    r.push_back(cat("The GPUs sit under different CPU sockets (", sys_pair, ": SYS): traffic between them crosses the "
-                    "inter-socket link, the slowest path of the machine. ", numa_advice));
+  if (!p.sys_pair.empty())
+    r.push_back(cat("The GPUs sit under different CPU sockets (", p.sys_pair, ": SYS): traffic between them crosses "
+                    "the inter-socket link, the slowest path of the machine. ", numa_advice));
   else if (nodes.size() > 1)
     r.push_back(cat("The GPUs hang off ", nodes.size(), " NUMA nodes, though GPU traffic does not cross sockets. ",
                     numa_advice));
-  if (!no_p2p.empty())
-    r.push_back(cat("Peer-to-peer access is unavailable between ", no_p2p, ": NCCL stages that traffic through host "
+  if (!p.no_p2p.empty())
+    r.push_back(cat("Peer-to-peer access is unavailable between ", p.no_p2p, ": NCCL stages that traffic through host "
                     "memory. If that is unexpected, check the host's IOMMU and PCIe ACS settings."));
+}
+
+}  // namespace
+
+Topology build_topology(const TopoAnswers& a) {
+  Topology t;
+  t.answers = a;
+  t.gpus = static_cast<int>(a.gpus.size());
+  const size_t un = a.gpus.size();
+  t.nvlinks.assign(un, std::vector<int>(un, 0));
+  t.link.assign(un, std::vector<std::string>(un, "X"));
+  t.p2p.assign(un, std::vector<std::string>(un, "X"));
+  fill_pair_links(t, count_direct_nvlinks(t));
+  const PairSummary pairs = summarize_pairs(t);
+  t.reading.push_back(read_links(t, pairs));
+  read_placement(t, pairs);
   return t;
 }
 
 namespace {
+
 std::string gib(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
   return buf;
 }
 std::string cell(const std::string& s, size_t width) { return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' '); }
-}  // namespace
 
-std::string topo_text(const Topology& t) {
+// The heading, and one row per GPU: its name, memory, bus id, NUMA node and CPUs.
+void write_gpu_table(std::ostringstream& s, const Topology& t) {
   const auto& a = t.answers;
   const size_t n = static_cast<size_t>(t.gpus);
-  std::ostringstream s;
   s << "anvil topo: " << n << " GPU" << (n == 1 ? "" : "s");
   if (!a.driver_version.empty()) s << ", driver " << a.driver_version;
   if (!a.source.empty() && a.source != "nvml") s << " (answers: " << a.source << ")";
@@ -265,13 +307,18 @@ std::string topo_text(const Topology& t) {
       << cell(g.numa_node >= 0 ? std::to_string(g.numa_node) : "N/A", 6) << (g.cpu_affinity.empty() ? "N/A" : g.cpu_affinity)
       << "\n";
   }
+}
+
+// The link matrix as nvidia-smi topo -m prints it, with its legend.
+void write_link_matrix(std::ostringstream& s, const Topology& t) {
+  const size_t n = static_cast<size_t>(t.gpus);
   s << "\nLinks (as nvidia-smi topo -m):\n" << cell("", 8);
   for (size_t j = 0; j < n; ++j) s << cell(cat("GPU", j), 8);
   s << cell("CPU Affinity", 16) << "NUMA Affinity\n";
   for (size_t i = 0; i < n; ++i) {
     s << cell(cat("GPU", i), 8);
     for (size_t j = 0; j < n; ++j) s << cell(i == j ? " X" : t.link[i][j], 8);
-    const TopoGpu& g = a.gpus[i];
+    const TopoGpu& g = t.answers.gpus[i];
     s << cell(g.cpu_affinity.empty() ? "N/A" : g.cpu_affinity, 16) << (g.numa_node >= 0 ? std::to_string(g.numa_node) : "N/A")
       << "\n";
   }
@@ -282,6 +329,11 @@ std::string topo_text(const Topology& t) {
        "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
        "  PIX  = Connection traversing at most a single PCIe bridge\n"
        "  NV#  = Connection traversing a bonded set of # NVLinks\n";
+}
+
+// The peer-to-peer matrix as nvidia-smi topo -p2p p prints it, with its legend, and the NVLink line.
+void write_p2p_and_nvlink(std::ostringstream& s, const Topology& t) {
+  const size_t n = static_cast<size_t>(t.gpus);
   s << "\nPeer-to-peer (as nvidia-smi topo -p2p p):\n" << cell("", 8);
   for (size_t j = 0; j < n; ++j) s << cell(cat("GPU", j), 8);
   s << "\n";
@@ -301,10 +353,11 @@ std::string topo_text(const Topology& t) {
       << " GB/s per link per direction: " << fixed0(t.nvlinks_per_gpu * t.nvlink_gbps_per_link)
       << " GB/s per direction per GPU\n";
   }
-  s << "\nReading:\n";
-  for (const std::string& line : t.reading) s << "  - " << line << "\n";
-  // Padded cells leave trailing blanks at the ends of rows: drop them.
-  std::string text = s.str(), out;
+}
+
+// Padded cells leave trailing blanks at the ends of rows: drop them.
+std::string drop_trailing_blanks(const std::string& text) {
+  std::string out;
   size_t start = 0;
   while (start < text.size()) {
     size_t nl = text.find('\n', start);
@@ -314,6 +367,18 @@ std::string topo_text(const Topology& t) {
     start = nl + 1;
   }
   return out;
+}
+
+}  // namespace
+
+std::string topo_text(const Topology& t) {
+  std::ostringstream s;
+  write_gpu_table(s, t);
+  write_link_matrix(s, t);
+  write_p2p_and_nvlink(s, t);
+  s << "\nReading:\n";
+  for (const std::string& line : t.reading) s << "  - " << line << "\n";
+  return drop_trailing_blanks(s.str());
 }
 
 Json topo_json(const Topology& t) {

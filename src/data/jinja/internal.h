@@ -1,11 +1,12 @@
-// The Jinja subset's internals (see jinja.h), shared by its four files: the lexer
-// (jinja_lexer.cpp, jinja2's whitespace rules), the parser (jinja_parser.cpp, recursive
-// descent with jinja2's precedence, building the AST below), the values (jinja_values.cpp,
-// Python semantics) and the renderer (jinja_renderer.cpp, a tree walk).
+// The Jinja subset's internals (see jinja.h), shared by its five files: the lexer
+// (lexer.cpp, jinja2's whitespace rules), the parser (parser.cpp, recursive descent with
+// jinja2's precedence, building the AST below), the values (values.cpp, Python semantics),
+// the builtin functions (builtins.cpp) and the renderer (renderer.cpp, a tree walk).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,7 +85,7 @@ Body parse(std::vector<Token> tokens, const std::string& name);
 // ---------------------------------------------------------------------------------------
 // Values
 
-// Python semantics of values, for the renderer (jinja_values.cpp).
+// Python semantics of values, for the renderer (values.cpp).
 std::string type_name(const Value& v);
 bool is_number(const Value& v);
 double num(const Value& v);
@@ -99,5 +100,23 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
 List py_split(const std::string& s, const Value& sep, int64_t maxsplit);
 std::string map_case(const std::string& s, int mode);  // 0 lower, 1 upper, 2 title, 3 capitalize
 std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count);
+// seq[start:stop:step] of a list or a string.
+Value py_slice(const Value& seq, const Value& start, const Value& stop, const Value& step);
+// + and * on strings and lists (concatenation, repetition); nullopt for other operands.
+std::optional<Value> py_sequence_op(const std::string& op, const Value& l, const Value& r);
+// + - * / // % ** on two numbers (the divisor of / // % not zero): ints stay ints, except /.
+Value py_arithmetic(const std::string& op, const Value& l, const Value& r);
+// str.startswith (prefix) or str.endswith: affixes is a string or a list of them (others never match).
+bool py_has_affix(const std::string& s, const Value& affixes, bool prefix);
+// str.find (in code points; -1 when absent) and str.count.
+int64_t py_find(const std::string& s, const std::string& sub);
+int64_t py_count(const std::string& s, const std::string& sub);
+
+// ---------------------------------------------------------------------------------------
+// Builtins
+
+// The global functions templates may call (builtins.cpp): range, namespace, dict,
+// raise_exception, strftime_now.
+Dict builtin_functions();
 
 }  // namespace anvil::jinja::detail

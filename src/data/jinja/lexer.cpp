@@ -1,4 +1,4 @@
-// The Jinja lexer (see jinja_internal.h): text, tags and expression tokens, with jinja2's
+// The Jinja lexer (see internal.h): text, tags and expression tokens, with jinja2's
 // whitespace control (trim_blocks, lstrip_blocks, - and +).
 #include <algorithm>
 #include <charconv>

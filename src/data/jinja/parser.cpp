@@ -1,4 +1,4 @@
-// The Jinja parser (see jinja_internal.h): recursive descent over the tokens with jinja2's
+// The Jinja parser (see internal.h): recursive descent over the tokens with jinja2's
 // operator precedence, into the AST.
 #include <algorithm>
 #include <initializer_list>
@@ -354,6 +354,29 @@ class Parser {
     }
     ++i_;
   }
+  // What follows "(" (consumed), up to its ")": an expression, or a tuple (a list for our
+  // purposes) into e.
+  ExprPtr parse_parenthesized(ExprPtr e) {
+    if (is_op(")")) {
+      ++i_;
+      e->type = ExprType::kList;
+      return e;
+    }
+    ExprPtr inner = parse_expr();
+    if (!is_op(",")) {
+      expect_op(")");
+      return inner;
+    }
+    e->type = ExprType::kList;
+    e->kids.push_back(std::move(inner));
+    while (is_op(",")) {
+      ++i_;
+      if (is_op(")")) break;
+      e->kids.push_back(parse_expr());
+    }
+    expect_op(")");
+    return e;
+  }
   ExprPtr parse_primary() {
     const Token& t = cur();
     auto e = at<Expr>(t);
@@ -381,25 +404,7 @@ class Parser {
       case Tok::kOp:
         if (t.text == "(") {
           ++i_;
-          if (is_op(")")) {
-            ++i_;
-            e->type = ExprType::kList;
-            return e;
-          }
-          ExprPtr inner = parse_expr();
-          if (is_op(",")) {  // a tuple: a list for our purposes
-            e->type = ExprType::kList;
-            e->kids.push_back(std::move(inner));
-            while (is_op(",")) {
-              ++i_;
-              if (is_op(")")) break;
-              e->kids.push_back(parse_expr());
-            }
-            expect_op(")");
-            return e;
-          }
-          expect_op(")");
-          return inner;
+          return parse_parenthesized(std::move(e));
         }
         if (t.text == "[") {
           ++i_;

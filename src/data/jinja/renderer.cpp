@@ -3,7 +3,6 @@
 // chat templates use.
 #include <algorithm>
 #include <cmath>
-#include <ctime>
 #include <optional>
 #include <unordered_map>
 
@@ -48,44 +47,11 @@ class Renderer {
           " is not supported by anvil's chat-template renderer");
   }
 
+  // The builtin functions, each unless the caller's globals give that name.
   void install_builtins() {
     auto& g = frames_[0].vars;
-    auto set_default = [&](const std::string& k, Value v) {
+    for (auto& [k, v] : builtin_functions())
       if (!g.count(k)) g[k] = std::move(v);
-    };
-    set_default("range", Value::function([](const List& a, const Dict&) {
-      int64_t b = 0, e = 0, s = 1;
-      ANVIL_ENSURE(!a.empty() && a.size() <= 3, kInvalidInput, "range() takes 1 to 3 arguments");
-      if (a.size() == 1) e = inum(a[0]);
-      else {
-        b = inum(a[0]);
-        e = inum(a[1]);
-        if (a.size() == 3) s = inum(a[2]);
-      }
-      ANVIL_ENSURE(s != 0, kInvalidInput, "range() step cannot be zero");
-      List out;
-      for (int64_t k = b; s > 0 ? k < e : k > e; k += s) out.emplace_back(k);
-      return Value(std::move(out));
-    }));
-    set_default("namespace", Value::function([](const List& a, const Dict& kw) {
-      Dict d;
-      if (!a.empty() && a[0].is_dict()) d = a[0].dict();
-      for (const auto& [k, v] : kw) d.emplace_back(k, v);
-      return Value::make_namespace(std::move(d));
-    }));
-    set_default("dict", Value::function([](const List&, const Dict& kw) { return Value(kw); }));
-    set_default("raise_exception", Value::function([](const List& a, const Dict&) -> Value {
-      raise(ErrorKind::kInvalidInput, "chat template raised an exception: ", a.empty() ? "" : to_output(a[0]));
-    }));
-    set_default("strftime_now", Value::function([](const List& a, const Dict&) {
-      ANVIL_ENSURE(a.size() == 1 && a[0].is_string(), kInvalidInput, "strftime_now(format) takes one string");
-      const std::time_t now = std::time(nullptr);
-      std::tm tm{};
-      localtime_r(&now, &tm);
-      char buf[256];
-      const size_t n = std::strftime(buf, sizeof buf, a[0].str().c_str(), &tm);
-      return Value(std::string(buf, n));
-    }));
   }
 
   Value lookup(const std::string& name) const {
@@ -298,25 +264,7 @@ class Renderer {
       case ExprType::kName: return lookup(e.name);
       case ExprType::kAttr: return get_attr(eval(*e.kids[0]), e.name, e);
       case ExprType::kItem: return get_item(eval(*e.kids[0]), eval(*e.kids[1]), e);
-      case ExprType::kSlice: {
-        const Value obj = eval(*e.kids[0]);
-        const Value a = e.kids[1] ? eval(*e.kids[1]) : Value::none();
-        const Value b = e.kids[2] ? eval(*e.kids[2]) : Value::none();
-        const Value c = e.kids[3] ? eval(*e.kids[3]) : Value::none();
-        if (obj.is_list()) {
-          List out;
-          for (int64_t k : slice_indices(static_cast<int64_t>(obj.list().size()), a, b, c))
-            out.push_back(obj.list()[static_cast<size_t>(k)]);
-          return Value(std::move(out));
-        }
-        if (obj.is_string()) {
-          const auto cps = code_points(obj.str());
-          std::vector<char32_t> out;
-          for (int64_t k : slice_indices(static_cast<int64_t>(cps.size()), a, b, c)) out.push_back(cps[static_cast<size_t>(k)]);
-          return Value(from_code_points(out));
-        }
-        fail(e.line, e.col, "cannot slice a " + type_name(obj));
-      }
+      case ExprType::kSlice: return eval_slice(e);
       case ExprType::kCall: return eval_call(e);
       case ExprType::kFilter: return eval_filter(e);
       case ExprType::kTest: {
@@ -324,12 +272,7 @@ class Renderer {
         return Value(e.negated ? !r : r);
       }
       case ExprType::kNeg:
-      case ExprType::kPos: {
-        const Value v = eval(*e.kids[0]);
-        if (!is_number(v)) fail(e.line, e.col, "bad operand type for unary " + std::string(e.type == ExprType::kNeg ? "-" : "+") + ": " + type_name(v));
-        if (e.type == ExprType::kPos) return v;
-        return v.kind() == Kind::kFloat ? Value(-v.as_float()) : Value(-inum(v));
-      }
+      case ExprType::kPos: return eval_unary(e);
       case ExprType::kNot: return Value(!eval(*e.kids[0]).truthy());
       case ExprType::kAnd: {
         Value l = eval(*e.kids[0]);
@@ -339,15 +282,7 @@ class Renderer {
         Value l = eval(*e.kids[0]);
         return l.truthy() ? l : eval(*e.kids[1]);
       }
-      case ExprType::kCompare: {
-        Value l = eval(*e.kids[0]);
-        for (size_t k = 0; k < e.ops.size(); ++k) {
-          Value r = eval(*e.kids[k + 1]);
-          if (!compare(e.ops[k], l, r, e)) return Value(false);
-          l = std::move(r);
-        }
-        return Value(true);
-      }
+      case ExprType::kCompare: return eval_compare(e);
       case ExprType::kCond:
         if (eval(*e.kids[0]).truthy()) return eval(*e.kids[1]);
         return e.kids[2] ? eval(*e.kids[2]) : Value();
@@ -356,18 +291,49 @@ class Renderer {
         for (const auto& k : e.kids) out.push_back(eval(*k));
         return Value(std::move(out));
       }
-      case ExprType::kDict: {
-        Dict out;
-        for (size_t k = 0; k + 1 < e.kids.size(); k += 2) {
-          const Value key = eval(*e.kids[k]);
-          if (!key.is_string()) fail(e.line, e.col, "dict keys must be strings here");
-          dict_set(out, key.str(), eval(*e.kids[k + 1]));
-        }
-        return Value(std::move(out));
-      }
+      case ExprType::kDict: return eval_dict(e);
       case ExprType::kBinary: return eval_binary(e);
     }
     return Value();
+  }
+
+  Value eval_slice(const Expr& e) {
+    const Value obj = eval(*e.kids[0]);
+    const Value a = e.kids[1] ? eval(*e.kids[1]) : Value::none();
+    const Value b = e.kids[2] ? eval(*e.kids[2]) : Value::none();
+    const Value c = e.kids[3] ? eval(*e.kids[3]) : Value::none();
+    if (!obj.is_list() && !obj.is_string()) fail(e.line, e.col, "cannot slice a " + type_name(obj));
+    return py_slice(obj, a, b, c);
+  }
+
+  Value eval_unary(const Expr& e) {
+    const Value v = eval(*e.kids[0]);
+    if (!is_number(v))
+      fail(e.line, e.col, "bad operand type for unary " + std::string(e.type == ExprType::kNeg ? "-" : "+") + ": " +
+                              type_name(v));
+    if (e.type == ExprType::kPos) return v;
+    return v.kind() == Kind::kFloat ? Value(-v.as_float()) : Value(-inum(v));
+  }
+
+  // a < b <= c: each comparison in turn, stopping at the first false.
+  Value eval_compare(const Expr& e) {
+    Value l = eval(*e.kids[0]);
+    for (size_t k = 0; k < e.ops.size(); ++k) {
+      Value r = eval(*e.kids[k + 1]);
+      if (!compare(e.ops[k], l, r, e)) return Value(false);
+      l = std::move(r);
+    }
+    return Value(true);
+  }
+
+  Value eval_dict(const Expr& e) {
+    Dict out;
+    for (size_t k = 0; k + 1 < e.kids.size(); k += 2) {
+      const Value key = eval(*e.kids[k]);
+      if (!key.is_string()) fail(e.line, e.col, "dict keys must be strings here");
+      dict_set(out, key.str(), eval(*e.kids[k + 1]));
+    }
+    return Value(std::move(out));
   }
 
   bool compare(const std::string& op, const Value& l, const Value& r, const Expr& e) const {
@@ -401,63 +367,11 @@ class Renderer {
     const Value l = eval(*e.kids[0]), r = eval(*e.kids[1]);
     const std::string& op = e.name;
     if (op == "~") return Value(to_output(l) + to_output(r));
-    if (op == "+") {
-      if (l.is_string() && r.is_string()) return Value(l.str() + r.str());
-      if (l.is_list() && r.is_list()) {
-        List out = l.list();
-        out.insert(out.end(), r.list().begin(), r.list().end());
-        return Value(std::move(out));
-      }
-    }
-    if (op == "*") {
-      if (l.is_string() && is_intlike(r)) {
-        std::string out;
-        for (int64_t k = 0; k < inum(r); ++k) out += l.str();
-        return Value(std::move(out));
-      }
-      if (l.is_list() && is_intlike(r)) {
-        List out;
-        for (int64_t k = 0; k < inum(r); ++k) out.insert(out.end(), l.list().begin(), l.list().end());
-        return Value(std::move(out));
-      }
-    }
+    if (std::optional<Value> v = py_sequence_op(op, l, r)) return std::move(*v);
     if (!is_number(l) || !is_number(r))
       fail(e.line, e.col, "unsupported operand types for " + op + ": " + type_name(l) + " and " + type_name(r));
-    const bool ints = is_intlike(l) && is_intlike(r);
-    if (op == "/") {
-      if (num(r) == 0) fail(e.line, e.col, "division by zero");
-      return Value(num(l) / num(r));
-    }
-    if (op == "//" || op == "%") {
-      if (num(r) == 0) fail(e.line, e.col, "division by zero");
-      if (ints) {
-        const int64_t a = inum(l), b = inum(r);
-        int64_t q = a / b, m = a % b;
-        if (m != 0 && ((m < 0) != (b < 0))) {
-          --q;
-          m += b;
-        }
-        return op == "//" ? Value(q) : Value(m);
-      }
-      const double q = std::floor(num(l) / num(r));
-      return op == "//" ? Value(q) : Value(num(l) - q * num(r));
-    }
-    if (op == "**") {
-      if (ints && inum(r) >= 0) {
-        int64_t out = 1;
-        for (int64_t k = 0; k < inum(r); ++k) out *= inum(l);
-        return Value(out);
-      }
-      return Value(std::pow(num(l), num(r)));
-    }
-    if (ints) {
-      if (op == "+") return Value(inum(l) + inum(r));
-      if (op == "-") return Value(inum(l) - inum(r));
-      return Value(inum(l) * inum(r));
-    }
-    if (op == "+") return Value(num(l) + num(r));
-    if (op == "-") return Value(num(l) - num(r));
-    return Value(num(l) * num(r));
+    if ((op == "/" || op == "//" || op == "%") && num(r) == 0) fail(e.line, e.col, "division by zero");
+    return py_arithmetic(op, l, r);
   }
 
   void eval_args(const Expr& e, size_t first, List& args, Dict& kwargs) {
@@ -498,62 +412,7 @@ class Renderer {
   }
 
   Value call_method(const Value& obj, const std::string& m, const List& a, const Dict& kw, const Expr& e) {
-    if (obj.is_string()) {
-      const std::string& s = obj.str();
-      if (m == "strip" || m == "lstrip" || m == "rstrip")
-        return Value(py_strip(s, arg(a, kw, 0, "chars", Value::none()), m != "rstrip", m != "lstrip"));
-      if (m == "split") {
-        const Value mx = arg(a, kw, 1, "maxsplit", Value(int64_t{-1}));
-        return Value(py_split(s, arg(a, kw, 0, "sep", Value::none()), inum(mx)));
-      }
-      if (m == "startswith" || m == "endswith") {
-        const Value p = arg(a, kw, 0, "prefix", Value());
-        auto test = [&](const std::string& x) {
-          if (m == "startswith") return s.compare(0, x.size(), x) == 0 && s.size() >= x.size();
-          return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-        };
-        if (p.is_string()) return Value(test(p.str()));
-        if (p.is_list()) {
-          for (const Value& x : p.list())
-            if (x.is_string() && test(x.str())) return Value(true);
-          return Value(false);
-        }
-        fail(e.line, e.col, m + " takes a string or a tuple of strings");
-      }
-      if (m == "upper") return Value(map_case(s, 1));
-      if (m == "lower") return Value(map_case(s, 0));
-      if (m == "title") return Value(map_case(s, 2));
-      if (m == "capitalize") return Value(map_case(s, 3));
-      if (m == "replace") {
-        const Value from = arg(a, kw, 0, "old", Value()), to = arg(a, kw, 1, "new", Value());
-        if (!from.is_string() || !to.is_string()) fail(e.line, e.col, "replace takes two strings");
-        return Value(py_replace(s, from.str(), to.str(), inum(arg(a, kw, 2, "count", Value(int64_t{-1})))));
-      }
-      if (m == "find" || m == "count") {
-        const Value sub = arg(a, kw, 0, "sub", Value());
-        if (!sub.is_string()) fail(e.line, e.col, m + " takes a string");
-        if (m == "find") {
-          const size_t f = s.find(sub.str());
-          return Value(f == std::string::npos ? int64_t{-1} : static_cast<int64_t>(utf8_length(std::string_view(s).substr(0, f))));
-        }
-        if (sub.str().empty()) return Value(static_cast<int64_t>(utf8_length(s) + 1));
-        int64_t n = 0;
-        for (size_t p = s.find(sub.str()); p != std::string::npos; p = s.find(sub.str(), p + sub.str().size())) ++n;
-        return Value(n);
-      }
-      if (m == "join") {
-        const Value seq = arg(a, kw, 0, "iterable", Value());
-        std::string out;
-        bool first = true;
-        for (const Value& x : iterate(seq, e.line, e.col)) {
-          if (!x.is_string()) fail(e.line, e.col, "str.join: expected str items, found " + type_name(x));
-          if (!first) out += s;
-          out += x.str();
-          first = false;
-        }
-        return Value(std::move(out));
-      }
-    }
+    if (obj.is_string()) return string_method(obj, m, a, kw, e);
     if (obj.is_dict()) {
       if (m == "items") {
         List out;
@@ -571,8 +430,53 @@ class Renderer {
         return v ? *v : arg(a, kw, 1, "default", Value::none());
       }
     }
+    no_such_method(obj, m, e);
+  }
+
+  [[noreturn]] void no_such_method(const Value& obj, const std::string& m, const Expr& e) const {
     if (obj.is_undefined()) fail(e.line, e.col, "'" + m + "' of an undefined value");
     unsupported(e.line, e.col, "the method '" + type_name(obj) + "." + m + "()'");
+  }
+
+  Value string_method(const Value& obj, const std::string& m, const List& a, const Dict& kw, const Expr& e) const {
+    const std::string& s = obj.str();
+    if (m == "strip" || m == "lstrip" || m == "rstrip")
+      return Value(py_strip(s, arg(a, kw, 0, "chars", Value::none()), m != "rstrip", m != "lstrip"));
+    if (m == "split") {
+      const Value mx = arg(a, kw, 1, "maxsplit", Value(int64_t{-1}));
+      return Value(py_split(s, arg(a, kw, 0, "sep", Value::none()), inum(mx)));
+    }
+    if (m == "startswith" || m == "endswith") {
+      const Value p = arg(a, kw, 0, "prefix", Value());
+      if (!p.is_string() && !p.is_list()) fail(e.line, e.col, m + " takes a string or a tuple of strings");
+      return Value(py_has_affix(s, p, m == "startswith"));
+    }
+    if (m == "upper") return Value(map_case(s, 1));
+    if (m == "lower") return Value(map_case(s, 0));
+    if (m == "title") return Value(map_case(s, 2));
+    if (m == "capitalize") return Value(map_case(s, 3));
+    if (m == "replace") {
+      const Value from = arg(a, kw, 0, "old", Value()), to = arg(a, kw, 1, "new", Value());
+      if (!from.is_string() || !to.is_string()) fail(e.line, e.col, "replace takes two strings");
+      return Value(py_replace(s, from.str(), to.str(), inum(arg(a, kw, 2, "count", Value(int64_t{-1})))));
+    }
+    if (m == "find" || m == "count") {
+      const Value sub = arg(a, kw, 0, "sub", Value());
+      if (!sub.is_string()) fail(e.line, e.col, m + " takes a string");
+      return Value(m == "find" ? py_find(s, sub.str()) : py_count(s, sub.str()));
+    }
+    if (m == "join") {
+      std::string out;
+      bool first = true;
+      for (const Value& x : iterate(arg(a, kw, 0, "iterable", Value()), e.line, e.col)) {
+        if (!x.is_string()) fail(e.line, e.col, "str.join: expected str items, found " + type_name(x));
+        if (!first) out += s;
+        out += x.str();
+        first = false;
+      }
+      return Value(std::move(out));
+    }
+    no_such_method(obj, m, e);
   }
 
   Value eval_filter(const Expr& e) {

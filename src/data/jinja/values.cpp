@@ -1,8 +1,9 @@
 // Jinja values (see jinja.h): construction, truth, str() and repr() and json.dumps as
-// Python prints them, and the Python semantics the renderer uses (jinja_internal.h).
+// Python prints them, and the Python semantics the renderer uses (internal.h).
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "data/case_map.h"
@@ -194,11 +195,30 @@ void json_string(std::string& out, const std::string& s) {
   out.push_back('"');
 }
 
+void json_newline(std::string& out, int indent, int depth) {
+  out.push_back('\n');
+  out.append(static_cast<size_t>(indent * depth), ' ');
+}
+
+// A JSON array or object of n items (`item` writes item k): with indent >= 0, one item a
+// line at depth + 1; else on one line, as json.dumps separates them.
+template <class Item>
+void json_dump_items(std::string& out, char open, char close, size_t n, int indent, int depth, const Item& item) {
+  out.push_back(open);
+  if (n == 0) {
+    out.push_back(close);
+    return;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    if (k) out += indent >= 0 ? "," : ", ";
+    if (indent >= 0) json_newline(out, indent, depth + 1);
+    item(k);
+  }
+  if (indent >= 0) json_newline(out, indent, depth);
+  out.push_back(close);
+}
+
 void json_dump(std::string& out, const Value& v, int indent, int depth) {
-  const auto newline = [&](int d) {
-    out.push_back('\n');
-    out.append(static_cast<size_t>(indent * d), ' ');
-  };
   switch (v.kind()) {
     case Kind::kNone: out += "null"; return;
     case Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
@@ -210,38 +230,19 @@ void json_dump(std::string& out, const Value& v, int indent, int depth) {
     }
     case Kind::kString: json_string(out, v.str()); return;
     case Kind::kList: {
-      if (v.list().empty()) {
-        out += "[]";
-        return;
-      }
-      out.push_back('[');
-      for (size_t k = 0; k < v.list().size(); ++k) {
-        if (k) out += indent >= 0 ? "," : ", ";
-        if (indent >= 0) newline(depth + 1);
-        json_dump(out, v.list()[k], indent, depth + 1);
-      }
-      if (indent >= 0) newline(depth);
-      out.push_back(']');
+      const List& l = v.list();
+      json_dump_items(out, '[', ']', l.size(), indent, depth,
+                      [&](size_t k) { json_dump(out, l[k], indent, depth + 1); });
       return;
     }
     case Kind::kDict:
     case Kind::kNamespace: {
-      if (v.dict().empty()) {
-        out += "{}";
-        return;
-      }
-      out.push_back('{');
-      bool first = true;
-      for (const auto& [key, val] : v.dict()) {
-        if (!first) out += indent >= 0 ? "," : ", ";
-        first = false;
-        if (indent >= 0) newline(depth + 1);
-        json_string(out, key);
+      const Dict& d = v.dict();
+      json_dump_items(out, '{', '}', d.size(), indent, depth, [&](size_t k) {
+        json_string(out, d[k].first);
         out += ": ";
-        json_dump(out, val, indent, depth + 1);
-      }
-      if (indent >= 0) newline(depth);
-      out.push_back('}');
+        json_dump(out, d[k].second, indent, depth + 1);
+      });
       return;
     }
     case Kind::kUndefined: raise(ErrorKind::kInvalidInput, "tojson: an undefined value is not JSON serializable");
@@ -447,6 +448,108 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
   }
   out.append(s, pos, std::string::npos);
   return out;
+}
+
+Value py_slice(const Value& seq, const Value& start, const Value& stop, const Value& step) {
+  if (seq.is_list()) {
+    List out;
+    for (int64_t k : slice_indices(static_cast<int64_t>(seq.list().size()), start, stop, step))
+      out.push_back(seq.list()[static_cast<size_t>(k)]);
+    return Value(std::move(out));
+  }
+  const auto cps = code_points(seq.str());
+  std::vector<char32_t> out;
+  for (int64_t k : slice_indices(static_cast<int64_t>(cps.size()), start, stop, step))
+    out.push_back(cps[static_cast<size_t>(k)]);
+  return Value(from_code_points(out));
+}
+
+std::optional<Value> py_sequence_op(const std::string& op, const Value& l, const Value& r) {
+  if (op == "+") {
+    if (l.is_string() && r.is_string()) return Value(l.str() + r.str());
+    if (l.is_list() && r.is_list()) {
+      List out = l.list();
+      out.insert(out.end(), r.list().begin(), r.list().end());
+      return Value(std::move(out));
+    }
+  }
+  if (op == "*") {
+    if (l.is_string() && is_intlike(r)) {
+      std::string out;
+      for (int64_t k = 0; k < inum(r); ++k) out += l.str();
+      return Value(std::move(out));
+    }
+    if (l.is_list() && is_intlike(r)) {
+      List out;
+      for (int64_t k = 0; k < inum(r); ++k) out.insert(out.end(), l.list().begin(), l.list().end());
+      return Value(std::move(out));
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Python's // and %: the quotient rounds toward minus infinity, the remainder takes the divisor's sign.
+Value floor_div_mod(const std::string& op, const Value& l, const Value& r, bool ints) {
+  if (ints) {
+    const int64_t a = inum(l), b = inum(r);
+    int64_t q = a / b, m = a % b;
+    if (m != 0 && ((m < 0) != (b < 0))) {
+      --q;
+      m += b;
+    }
+    return op == "//" ? Value(q) : Value(m);
+  }
+  const double q = std::floor(num(l) / num(r));
+  return op == "//" ? Value(q) : Value(num(l) - q * num(r));
+}
+
+}  // namespace
+
+Value py_arithmetic(const std::string& op, const Value& l, const Value& r) {
+  const bool ints = is_intlike(l) && is_intlike(r);
+  if (op == "/") return Value(num(l) / num(r));
+  if (op == "//" || op == "%") return floor_div_mod(op, l, r, ints);
+  if (op == "**") {
+    if (ints && inum(r) >= 0) {
+      int64_t out = 1;
+      for (int64_t k = 0; k < inum(r); ++k) out *= inum(l);
+      return Value(out);
+    }
+    return Value(std::pow(num(l), num(r)));
+  }
+  if (ints) {
+    if (op == "+") return Value(inum(l) + inum(r));
+    if (op == "-") return Value(inum(l) - inum(r));
+    return Value(inum(l) * inum(r));
+  }
+  if (op == "+") return Value(num(l) + num(r));
+  if (op == "-") return Value(num(l) - num(r));
+  return Value(num(l) * num(r));
+}
+
+bool py_has_affix(const std::string& s, const Value& affixes, bool prefix) {
+  auto test = [&](const std::string& x) {
+    if (prefix) return s.compare(0, x.size(), x) == 0 && s.size() >= x.size();
+    return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+  };
+  if (affixes.is_string()) return test(affixes.str());
+  for (const Value& x : affixes.list())
+    if (x.is_string() && test(x.str())) return true;
+  return false;
+}
+
+int64_t py_find(const std::string& s, const std::string& sub) {
+  const size_t f = s.find(sub);
+  return f == std::string::npos ? int64_t{-1} : static_cast<int64_t>(utf8_length(std::string_view(s).substr(0, f)));
+}
+
+int64_t py_count(const std::string& s, const std::string& sub) {
+  if (sub.empty()) return static_cast<int64_t>(utf8_length(s) + 1);
+  int64_t n = 0;
+  for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+  return n;
 }
 
 }  // namespace detail
