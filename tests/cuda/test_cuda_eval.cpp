@@ -35,8 +35,9 @@ void write_blocks(const std::string& file, int64_t n, unsigned seed) {
 
 GpuRun train(const std::string& dir, const std::string& tag, int nproc, const std::vector<std::string>& extra) {
   const std::string out = dir + "/" + tag;
-  std::vector<std::string> args = {"train", "--device", "cuda", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3",
-                                   "--data", dir + "/train.safetensors", "--steps", "6", "--micro-batch",
+  std::vector<std::string> args = {"train", "--device", "cuda", "--model",
+                                   testing::shared_dir() + "/fixtures/tiny-qwen3", "--data",
+                                   dir + "/train.safetensors", "--steps", "6", "--micro-batch",
                                    std::to_string(2 / nproc), "--lr", "1e-3", "--log-every", "1", "--metrics",
                                    out + ".jsonl", "--export", out, "--export-dtype", "fp32"};
   if (nproc > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc), "--mode", "fsdp"});

@@ -49,7 +49,8 @@ struct Pair {
   DType dtype;
   std::vector<float> host;
   void* dev = nullptr;
-  Pair(Ops& c, Ops& g, Shape s, DType d, std::vector<float> v) : cpu(c), gpu(g), shape(s), dtype(d), host(std::move(v)) {
+  Pair(Ops& c, Ops& g, Shape s, DType d, std::vector<float> v)
+      : cpu(c), gpu(g), shape(s), dtype(d), host(std::move(v)) {
     dev = gpu.alloc(tg().bytes());
     if (dtype == DType::kBF16) {
       std::vector<uint16_t> bits(host.size());

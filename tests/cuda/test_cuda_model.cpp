@@ -161,12 +161,13 @@ AdamwDeviation run_adamw_on_gpu(const std::string& dir, ParallelMode mode, doubl
   c.steps = steps;
   AdamwDeviation d;
   const Json& bf16 = curve["bf16_autocast_fp32_master"];
-  EXPECT_EQ(static_cast<int>(bf16.size()), steps) << dir << ": golden_curve.json has no bf16 curve to derive tolerances from";
+  EXPECT_EQ(static_cast<int>(bf16.size()), steps)
+      << dir << ": golden_curve.json has no bf16 curve to derive tolerances from";
   for (int i = 0; i < steps && i < static_cast<int>(bf16.size()); ++i) {
     const Json &f = curve["fp64"][i], &b = bf16[i];
     d.loss_tol = std::max(d.loss_tol, kCurveMargin * std::abs(b["loss"].get<double>() / f["loss"].get<double>() - 1));
-    d.grad_norm_tol =
-        std::max(d.grad_norm_tol, kCurveMargin * std::abs(b["grad_norm"].get<double>() / f["grad_norm"].get<double>() - 1));
+    const double grad_norm_ratio = b["grad_norm"].get<double>() / f["grad_norm"].get<double>();
+    d.grad_norm_tol = std::max(d.grad_norm_tol, kCurveMargin * std::abs(grad_norm_ratio - 1));
   }
   ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);

@@ -208,7 +208,8 @@ TEST(CudaOps, QkNormRope) {
     for (auto& v : kw) v = round_bf16(1.0f + v);
     Buf q_w({cs.hd}, DType::kBF16, qw), k_w({cs.hd}, DType::kBF16, kw);
     Buf out({rows, heads, cs.hd}, DType::kBF16, nans(n));
-    Buf rstd({rows, cs.h + cs.kv}, DType::kF32, cs.norm ? nans(rows * (cs.h + cs.kv)) : randn(rows * (cs.h + cs.kv), 24));
+    Buf rstd({rows, cs.h + cs.kv}, DType::kF32,
+             cs.norm ? nans(rows * (cs.h + cs.kv)) : randn(rows * (cs.h + cs.kv), 24));
     Tensor none;
     cpu().qk_norm_rope_forward(out.c(), rstd.c(), in.c(), cs.norm ? q_w.c() : none, cs.norm ? k_w.c() : none,
                                cos.c(), sin.c(), cs.h, cs.kv, 1e-6f);
@@ -295,7 +296,8 @@ TEST(CudaOps, GradientsOverwrite) {
 
   const int64_t V = 50, C = 32, R = 20;
   std::vector<int32_t> idv(R);
-  for (int64_t i = 0; i < R; ++i) idv[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7) % 13);  // repeats; rows >= 13 unnamed
+  // repeats; rows >= 13 unnamed
+  for (int64_t i = 0; i < R; ++i) idv[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7) % 13);
   Ids ids(idv);
   Buf dout({R, C}, bf, randn(R * C, 99)), dt0({V, C}, f32, zeros(V * C)), dt1({V, C}, f32, nans(V * C));
   for (Ops* o : {&cpu(), &gpu()}) {
@@ -425,7 +427,8 @@ TEST(CudaOps, CrossEntropy) {
     }
     Ids targets(tg);
     Buf h({cs.n, cs.cols}, DType::kBF16, randn(cs.n * cs.cols, 61));
-    Buf w({cs.vocab, cs.cols}, DType::kBF16, randn(cs.vocab * cs.cols, 62, 2.0f / std::sqrt(static_cast<float>(cs.cols))));
+    Buf w({cs.vocab, cs.cols}, DType::kBF16,
+          randn(cs.vocab * cs.cols, 62, 2.0f / std::sqrt(static_cast<float>(cs.cols))));
     Buf loss({1}, DType::kF32, {0.5f});
     Buf dh({cs.n, cs.cols}, DType::kBF16, nans(cs.n * cs.cols));
     Buf dw({cs.vocab, cs.cols}, DType::kF32, randn(cs.vocab * cs.cols, 63, 1e-3f));
@@ -594,7 +597,8 @@ TEST(CudaOps, Deterministic) {
   Buf out({B, T, H, hd}, DType::kBF16, nans(B * T * H * hd)), lse({B, H, T}, DType::kF32, nans(B * H * T));
   gpu().attention_forward(out.g(), lse.g(), qkv.g(), H, KV);
   Buf dout({B, T, H, hd}, DType::kBF16, randn(B * T * H * hd, 92));
-  Buf d1({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd)), d2({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd));
+  Buf d1({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd));
+  Buf d2({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd));
   gpu().attention_backward(d1.g(), dout.g(), qkv.g(), out.g(), lse.g(), H, KV);
   gpu().attention_backward(d2.g(), dout.g(), qkv.g(), out.g(), lse.g(), H, KV);
   EXPECT_EQ(d1.got(), d2.got()) << "attention_backward";
@@ -610,7 +614,8 @@ TEST(CudaOps, Deterministic) {
     Buf loss({1}, DType::kF32, {0.0f}), dh({T, C}, DType::kBF16, nans(T * C));
     gpu().cross_entropy_forward_backward(loss.g(), dh.g(), dtab.g(), x.g(), w.g(), ids.g(), 1.0f / T, Tensor());
     Buf nw({C}, DType::kF32, std::vector<float>(static_cast<size_t>(C), 0.0f)), rs({T}, DType::kF32, nans(T));
-    Buf nwt({C}, DType::kBF16, std::vector<float>(static_cast<size_t>(C), 1.0f)), nout({T, C}, DType::kBF16, nans(T * C));
+    Buf nwt({C}, DType::kBF16, std::vector<float>(static_cast<size_t>(C), 1.0f));
+    Buf nout({T, C}, DType::kBF16, nans(T * C));
     gpu().rmsnorm_forward(nout.g(), rs.g(), x.g(), nwt.g(), 1e-6f);
     gpu().rmsnorm_backward(nout.g(), nw.g(), x.g(), x.g(), nwt.g(), rs.g(), false);
     if (run == 0) {
