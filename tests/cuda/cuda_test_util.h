@@ -31,6 +31,7 @@
 #include "core/bf16.h"
 #include "ops/ops.h"
 #include "../testing.h"
+#include "require_gpu.h"
 
 namespace anvil {
 
@@ -44,9 +45,6 @@ inline Ops& gpu() {
   static std::unique_ptr<Ops> ops = make_cuda_ops(0);
   return *ops;
 }
-
-#define REQUIRE_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no usable CUDA GPU"
 
 inline std::vector<float> randn(int64_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 gen(seed);

@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "ops/ops.h"
 #include "../testing.h"
+#include "require_gpu.h"
 
 namespace anvil {
 namespace {
@@ -87,12 +88,12 @@ void expect_eval_changes_nothing(int nproc) {
 }
 
 TEST(GpuEval, ChangesNothingAndIsTheLossOfTheWholeSet) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU";
+  REQUIRE_GPU();
   expect_eval_changes_nothing(1);
 }
 
 TEST(GpuEval, FsdpOnTwoGpusChangesNothingAndIsTheLossOfTheWholeSet) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU";
+  REQUIRE_GPU();
   if (gpu_count() < 2)
     GTEST_SKIP() << "needs 2 GPUs, " << gpu_count() << " visible: fsdp eval on 2 GPUs cannot run here";
   expect_eval_changes_nothing(2);

@@ -23,12 +23,10 @@
 #include "ops/ops.h"
 #include "infer/generate.h"
 #include "../testing.h"
+#include "require_gpu.h"
 
 namespace anvil {
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no usable CUDA GPU"
 
 // bf16 logits of the tiny models carry errors of a few 1e-3 (weights, activations and the
 // cache rounded to bf16); a top-2 margin above this is decided the same way on both sides.
