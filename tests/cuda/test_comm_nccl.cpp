@@ -58,8 +58,8 @@ void collectives_match_closed_forms(Comm& c) {
   for (int64_t i = 0; i < m; ++i)
     ASSERT_EQ(got[static_cast<size_t>(i)], tri * static_cast<float>((me * m + i) % 13 + 1)) << i;
 
-  c.all_gather(Tensor(out.data(), DType::kF32, {m * n}, Device::kCUDA), Tensor(in.data(), DType::kF32, {m}, Device::kCUDA),
-               "ag");
+  c.all_gather(Tensor(out.data(), DType::kF32, {m * n}, Device::kCUDA),
+               Tensor(in.data(), DType::kF32, {m}, Device::kCUDA), "ag");
   c.synchronize();
   out.download(got.data(), got.size() * 4);
   for (int p = 0; p < n; ++p)

@@ -13,6 +13,7 @@
 #include "io/safetensors.h"
 #include "ops/ops.h"
 #include "../testing.h"
+#include "require_gpu.h"
 
 namespace anvil {
 namespace {
@@ -35,8 +36,9 @@ void write_blocks(const std::string& file, int64_t n, unsigned seed) {
 
 GpuRun train(const std::string& dir, const std::string& tag, int nproc, const std::vector<std::string>& extra) {
   const std::string out = dir + "/" + tag;
-  std::vector<std::string> args = {"train", "--device", "cuda", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3",
-                                   "--data", dir + "/train.safetensors", "--steps", "6", "--micro-batch",
+  std::vector<std::string> args = {"train", "--device", "cuda", "--model",
+                                   testing::shared_dir() + "/fixtures/tiny-qwen3", "--data",
+                                   dir + "/train.safetensors", "--steps", "6", "--micro-batch",
                                    std::to_string(2 / nproc), "--lr", "1e-3", "--log-every", "1", "--metrics",
                                    out + ".jsonl", "--export", out, "--export-dtype", "fp32"};
   if (nproc > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(nproc), "--mode", "fsdp"});
@@ -86,12 +88,12 @@ void expect_eval_changes_nothing(int nproc) {
 }
 
 TEST(GpuEval, ChangesNothingAndIsTheLossOfTheWholeSet) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU";
+  REQUIRE_GPU();
   expect_eval_changes_nothing(1);
 }
 
 TEST(GpuEval, FsdpOnTwoGpusChangesNothingAndIsTheLossOfTheWholeSet) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU";
+  REQUIRE_GPU();
   if (gpu_count() < 2)
     GTEST_SKIP() << "needs 2 GPUs, " << gpu_count() << " visible: fsdp eval on 2 GPUs cannot run here";
   expect_eval_changes_nothing(2);

@@ -23,12 +23,10 @@
 #include "ops/ops.h"
 #include "infer/generate.h"
 #include "../testing.h"
+#include "require_gpu.h"
 
 namespace anvil {
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no usable CUDA GPU"
 
 // bf16 logits of the tiny models carry errors of a few 1e-3 (weights, activations and the
 // cache rounded to bf16); a top-2 margin above this is decided the same way on both sides.
@@ -49,7 +47,8 @@ struct Pair {
   DType dtype;
   std::vector<float> host;
   void* dev = nullptr;
-  Pair(Ops& c, Ops& g, Shape s, DType d, std::vector<float> v) : cpu(c), gpu(g), shape(s), dtype(d), host(std::move(v)) {
+  Pair(Ops& c, Ops& g, Shape s, DType d, std::vector<float> v)
+      : cpu(c), gpu(g), shape(s), dtype(d), host(std::move(v)) {
     dev = gpu.alloc(tg().bytes());
     if (dtype == DType::kBF16) {
       std::vector<uint16_t> bits(host.size());

@@ -12,14 +12,10 @@
 #include "ops/ops.h"
 #include "train/open_run.h"
 #include "../testing.h"
+#include "require_gpu.h"
 
 namespace anvil {
 namespace {
-
-#define REQUIRE_CUDA()                               \
-  do {                                               \
-    if (!cuda_available()) GTEST_SKIP() << "no GPU"; \
-  } while (0)
 
 struct Model {
   std::string name;
@@ -110,7 +106,7 @@ void expect_same_bits(const Result& got, const Result& want, const std::string& 
 }
 
 TEST(GpuStep, OptimizerOverlapGivesTheSameBits) {
-  REQUIRE_CUDA();
+  REQUIRE_GPU();
   for (const Model& model : models())
     for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
       const std::string what = model.name + (mode == ParallelMode::kDdp ? " ddp" : " fsdp");
@@ -123,7 +119,7 @@ TEST(GpuStep, OptimizerOverlapGivesTheSameBits) {
 }
 
 TEST(GpuStep, RecomputationGivesTheSameBits) {
-  REQUIRE_CUDA();
+  REQUIRE_GPU();
   for (const Model& model : models()) {
     const Result none = train(model, ParallelMode::kDdp, true, Recompute::kNone, 4);
     for (Recompute r : {Recompute::kSelective, Recompute::kFull})
@@ -134,7 +130,7 @@ TEST(GpuStep, RecomputationGivesTheSameBits) {
 // The memory plan against the measured peak, every mode and recomputation, on the model
 // large enough that fixed workspaces do not dominate: within 3%.
 TEST(GpuStep, PlanPredictsThePeak) {
-  REQUIRE_CUDA();
+  REQUIRE_GPU();
   const std::vector<Model> all = models();
   const Model& model = all.back();
   for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp})

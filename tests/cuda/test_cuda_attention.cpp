@@ -1,0 +1,216 @@
+// Attention forward and backward on the CUDA backend against the fp32 CPU reference, on each
+// path ANVIL_ATTENTION picks (cuDNN's fused attention, cuDNN's forward with the kernel's
+// backward, the mma.sync kernel), and their determinism at a goal shape. Inputs, poisoning
+// and tolerances: cuda_test_util.h.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "ops/cuda/attention_cudnn.h"
+#include "ops/ops.h"
+#include "cuda_test_util.h"
+
+namespace anvil {
+namespace {
+
+// A CUDA backend whose attention runs as ANVIL_ATTENTION=impl says (attention_cudnn.h), one
+// per impl for the process. Its ops run on its own stream: callers synchronize it before
+// reading results through gpu().
+Ops& gpu_attention(const std::string& impl) {
+  static std::map<std::string, std::unique_ptr<Ops>> backends;
+  std::unique_ptr<Ops>& ops = backends[impl];
+  if (!ops) {
+    struct Restore {  // the caller's ANVIL_ATTENTION, also when make_cuda_ops throws
+      const char* prev = std::getenv("ANVIL_ATTENTION");
+      std::string saved = prev ? prev : "";
+      ~Restore() {
+        if (prev) setenv("ANVIL_ATTENTION", saved.c_str(), 1);
+        else unsetenv("ANVIL_ATTENTION");
+      }
+    } restore;
+    setenv("ANVIL_ATTENTION", impl.c_str(), 1);
+    ops = make_cuda_ops(0);
+  }
+  return *ops;
+}
+
+// Why cuDNN's attention cannot run here, or "" where it must: built in, a Hopper or newer GPU
+// and libcudnn.so.9 loaded. Where it must, cuDNN runs attention (the counts move): a silent
+// fall back to the kernel would make the cuDNN tests test nothing.
+std::string cudnn_missing() {
+  if (!cuda::cudnn_attention_built()) return "this build has no cuDNN (ANVIL_HAVE_CUDNN unset)";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "the properties of GPU 0 cannot be read";
+  if (prop.major < 9)
+    return cat("GPU 0 (", prop.name, ") is sm_", prop.major, prop.minor, ": cuDNN attention runs on sm_90 or newer");
+  if (cuda::cudnn_version().empty()) return "libcudnn.so.9 cannot be loaded";
+  return "";
+}
+
+// The first statement of a cuDNN attention test, after REQUIRE_GPU: without cuDNN the test
+// says why and skips; with ANVIL_REQUIRE_CUDNN set (the device machine, where cuDNN is
+// expected) or under CI=true, it fails instead.
+#define REQUIRE_CUDNN()                                                                              \
+  if (const std::string why_ = cudnn_missing(); !why_.empty())                                       \
+  ANVIL_SKIP_UNLESS_REQUIRED(testing::env_flag("ANVIL_REQUIRE_CUDNN") || testing::in_ci(),           \
+                             "cuDNN attention cannot run here, the kernel would stand in for it: " + why_)
+
+// Forward and backward on `dev` against the CPU reference, on causal GQA shapes: odd
+// lengths, several batches, head_dim 16 to 128, the goal's 16/8 and 32/8 head groups.
+void attention_vs_cpu(const std::string& impl) {
+  Ops& dev = gpu_attention(impl);
+  struct Case { int64_t b, t; int h, kv; int64_t hd; };
+  for (const Case& cs : {Case{1, 64, 2, 1, 64}, Case{2, 37, 4, 2, 128}, Case{1, 200, 6, 2, 128}, Case{2, 130, 2, 2, 64},
+                         Case{1, 1, 2, 1, 128}, Case{1, 300, 8, 1, 128}, Case{2, 37, 4, 2, 32},
+                         Case{2, 37, 4, 2, 16}, Case{1, 150, 4, 1, 32}, Case{3, 129, 16, 8, 128},
+                         Case{1, 333, 32, 8, 128}, Case{2, 256, 16, 8, 128}, Case{1, 128, 4, 2, 128},
+                         Case{1, 384, 32, 8, 128}}) {
+    const std::string tag = impl + " " + dims({cs.b, cs.t, cs.h, cs.kv, cs.hd});
+    const int64_t heads = cs.h + 2 * cs.kv, n = cs.b * cs.t * heads * cs.hd, no = cs.b * cs.t * cs.h * cs.hd;
+    const cuda::CudnnAttentionCounts before = cuda::cudnn_attention_counts();
+    Buf qkv({cs.b, cs.t, heads, cs.hd}, DType::kBF16, randn(n, 31, 1.0f));
+    Buf out({cs.b, cs.t, cs.h, cs.hd}, DType::kBF16, nans(no));
+    Buf lse({cs.b, cs.h, cs.t}, DType::kF32, nans(cs.b * cs.h * cs.t));
+    cpu().attention_forward(out.c(), lse.c(), qkv.c(), cs.h, cs.kv);
+    dev.attention_forward(out.g(), lse.g(), qkv.g(), cs.h, cs.kv);
+    dev.synchronize();
+    check("attention_forward " + tag + " out", out, kChain);
+    check("attention_forward " + tag + " lse", lse, kF32);
+
+    // Backward from the same saved tensors on both sides: the CPU's out (rounded to bf16)
+    // and lse.
+    std::vector<float> o = out.host();
+    for (auto& v : o) v = round_bf16(v);
+    Buf saved_out({cs.b, cs.t, cs.h, cs.hd}, DType::kBF16, o);
+    Buf saved_lse({cs.b, cs.h, cs.t}, DType::kF32, lse.host());
+    Buf dout({cs.b, cs.t, cs.h, cs.hd}, DType::kBF16, randn(no, 32));
+    Buf dqkv({cs.b, cs.t, heads, cs.hd}, DType::kBF16, nans(n));
+    cpu().attention_backward(dqkv.c(), dout.c(), qkv.c(), saved_out.c(), saved_lse.c(), cs.h, cs.kv);
+    dev.attention_backward(dqkv.g(), dout.g(), qkv.g(), saved_out.g(), saved_lse.g(), cs.h, cs.kv);
+    dev.synchronize();
+    const cuda::CudnnAttentionCounts after = cuda::cudnn_attention_counts();
+    const bool fwd_cudnn = after.forward > before.forward, bwd_cudnn = after.backward > before.backward;
+    std::printf("[path] %-40s forward %s, backward %s\n", tag.c_str(), fwd_cudnn ? "cudnn" : "kernel",
+                bwd_cudnn ? "cudnn" : "kernel");
+    if (impl == "kernel") {
+      EXPECT_FALSE(fwd_cudnn || bwd_cudnn) << tag;
+    } else if (cs.hd == 128 && cs.t > 1) {  // the production head size
+      EXPECT_TRUE(fwd_cudnn) << tag << ": cuDNN did not run the forward (see the log for why)";
+      // At lengths not a multiple of 128, cuDNN up to 9.15 needs the frontend's workaround,
+      // which loads libcudart.so: where that fails the kernel runs, correctly, and the log
+      // says so; the [path] line above shows it.
+      if (impl == "cudnn-forward") EXPECT_FALSE(bwd_cudnn) << tag << ": backward path";
+      else if (cs.t % 128 == 0) EXPECT_TRUE(bwd_cudnn) << tag << ": cuDNN did not run the backward (see the log)";
+    }
+    // Per part, so that a wrong dq, dk or dv shows by name.
+    const std::vector<double> got = dqkv.got(), want = dqkv.want();
+    const char* names[3] = {"dq", "dk", "dv"};
+    for (int part = 0; part < 3; ++part) {
+      const int64_t h0 = part == 0 ? 0 : part == 1 ? cs.h : cs.h + cs.kv, h1 = part == 0 ? cs.h : h0 + cs.kv;
+      std::vector<float> g, w;
+      for (int64_t r = 0; r < cs.b * cs.t; ++r)
+        for (int64_t hh = h0; hh < h1; ++hh)
+          for (int64_t d = 0; d < cs.hd; ++d) {
+            const size_t i = static_cast<size_t>((r * heads + hh) * cs.hd + d);
+            g.push_back(static_cast<float>(got[i]));
+            w.push_back(static_cast<float>(want[i]));
+          }
+      std::vector<double> gd(g.begin(), g.end()), wd(w.begin(), w.end());
+      double max_abs = 0, want_norm = 0;
+      for (size_t i = 0; i < gd.size(); ++i) {
+        max_abs = std::max(max_abs, std::abs(gd[i] - wd[i]));
+        want_norm += wd[i] * wd[i];
+      }
+      if (want_norm == 0) {  // T = 1: one key, P = 1, dS = dP - dsum = 0, so dq = dk = 0 exactly
+        std::printf("[err] %-58s max_abs %.2e  (closed form 0, tol 1e-5)\n",
+                    ("attention_backward " + tag + " " + names[part]).c_str(), max_abs);
+        EXPECT_LT(max_abs, 1e-5) << "attention_backward " << tag << " " << names[part];
+        continue;
+      }
+      std::printf("[err] %-58s rel_l2 %.2e  max_abs %.2e  (tol %.0e)\n",
+                  ("attention_backward " + tag + " " + names[part]).c_str(),
+                  testing::rel_l2(gd.data(), wd.data(), gd.size()), max_abs, kChain);
+      EXPECT_TRUE(testing::close_rel_l2(gd, wd, kChain)) << "attention_backward " << tag << " " << names[part];
+    }
+  }
+}
+
+// cuDNN's fused attention (the default path; the kernel where cuDNN cannot run a shape).
+TEST(CudaOps, Attention) {
+  REQUIRE_GPU();
+  REQUIRE_CUDNN();
+  attention_vs_cpu("cudnn");
+}
+
+// cuDNN's forward with the kernel's backward, which reads cuDNN's out and lse.
+TEST(CudaOps, AttentionCudnnForward) {
+  REQUIRE_GPU();
+  REQUIRE_CUDNN();
+  attention_vs_cpu("cudnn-forward");
+}
+
+// The mma.sync kernel: the path of GPUs and shapes cuDNN does not take.
+TEST(CudaOps, AttentionKernel) {
+  REQUIRE_GPU();
+  attention_vs_cpu("kernel");
+}
+
+TEST(CudaOps, AttentionImplIsChecked) {
+  REQUIRE_GPU();
+  try {
+    gpu_attention("fastest");
+    ADD_FAILURE() << "ANVIL_ATTENTION=fastest was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUsage) << e.what();
+  }
+}
+
+// Attention forward and backward give identical bits when run again on the same inputs, on
+// one path (cuDNN's deterministic backward, the kernel), at a goal shape.
+void attention_deterministic(const std::string& impl) {
+  const int64_t B = 2, T = 1024, H = 16, KV = 8, hd = 128, heads = H + 2 * KV;
+  Buf qkv({B, T, heads, hd}, DType::kBF16, randn(B * T * heads * hd, 81));
+  Buf dout({B, T, H, hd}, DType::kBF16, randn(B * T * H * hd, 82));
+  Ops& dev = gpu_attention(impl);
+  std::vector<double> first[3];
+  for (int run = 0; run < 3; ++run) {
+    Buf out({B, T, H, hd}, DType::kBF16, nans(B * T * H * hd)), lse({B, H, T}, DType::kF32, nans(B * H * T));
+    Buf dqkv({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd));
+    dev.attention_forward(out.g(), lse.g(), qkv.g(), H, KV);
+    dev.attention_backward(dqkv.g(), dout.g(), qkv.g(), out.g(), lse.g(), H, KV);
+    dev.synchronize();
+    if (run == 0) {
+      first[0] = out.got();
+      first[1] = lse.got();
+      first[2] = dqkv.got();
+    } else {
+      EXPECT_TRUE(first[0] == out.got()) << impl << " attention_forward out, run " << run;
+      EXPECT_TRUE(first[1] == lse.got()) << impl << " attention_forward lse, run " << run;
+      EXPECT_TRUE(first[2] == dqkv.got()) << impl << " attention_backward dqkv, run " << run;
+    }
+  }
+}
+
+TEST(CudaOps, AttentionDeterministicCudnn) {
+  REQUIRE_GPU();
+  REQUIRE_CUDNN();
+  attention_deterministic("cudnn");
+}
+
+TEST(CudaOps, AttentionDeterministicKernel) {
+  REQUIRE_GPU();
+  attention_deterministic("kernel");
+}
+
+}  // namespace
+}  // namespace anvil
