@@ -91,6 +91,25 @@ int bench_step(int argc, char** argv) {
   return 0;
 }
 
+// One process on a GPU: collectives need two or more, so it measures what one GPU can (device
+// copy bandwidth) and says so.
+int bench_one_gpu(const CommOptions& co, const BenchOptions& o, const LaunchFlags& launch, bool json) {
+  ANVIL_ENSURE(gpu_count() > 0, kNoDevice, "anvil bench: no GPU is visible (no driver, no GPU, or "
+               "CUDA_VISIBLE_DEVICES empty); use --device cpu for CPU ranks");
+  const std::string note = cat("collectives need two or more GPUs; this run has one (", gpu_count(),
+                               " visible, --nproc-per-node ", launch.nproc.empty() ? "not given" : launch.nproc,
+                               "), so it measures what one GPU can: device copy bandwidth");
+  std::vector<CopyRow> rows = bench_device_copy(co.local_rank, o);
+  if (json) {
+    Json j = {{"mode", "device_copy"}, {"note", note}, {"gpu", co.local_rank}, {"rows", Json::array()}};
+    for (const CopyRow& r : rows) j["rows"].push_back({{"bytes", r.bytes}, {"time_us", r.time_us}, {"gbps", r.gbps}});
+    print(j.dump(2) + "\n");
+  } else {
+    print("# " + note + "\n" + copy_table(rows, co.local_rank));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -141,22 +160,7 @@ int cmd_bench(int argc, char** argv) {
 
   CommOptions co = comm_options_from_env();
   if (co.world > 1) log_set_rank(co.rank);
-  if (on_gpu && co.world == 1) {
-    ANVIL_ENSURE(gpu_count() > 0, kNoDevice, "anvil bench: no GPU is visible (no driver, no GPU, or "
-                 "CUDA_VISIBLE_DEVICES empty); use --device cpu for CPU ranks");
-    const std::string note = cat("collectives need two or more GPUs; this run has one (", gpu_count(),
-                                 " visible, --nproc-per-node ", launch.nproc.empty() ? "not given" : launch.nproc,
-                                 "), so it measures what one GPU can: device copy bandwidth");
-    std::vector<CopyRow> rows = bench_device_copy(co.local_rank, o);
-    if (json) {
-      Json j = {{"mode", "device_copy"}, {"note", note}, {"gpu", co.local_rank}, {"rows", Json::array()}};
-      for (const CopyRow& r : rows) j["rows"].push_back({{"bytes", r.bytes}, {"time_us", r.time_us}, {"gbps", r.gbps}});
-      print(j.dump(2) + "\n");
-    } else {
-      print("# " + note + "\n" + copy_table(rows, co.local_rank));
-    }
-    return 0;
-  }
+  if (on_gpu && co.world == 1) return bench_one_gpu(co, o, launch, json);
   std::unique_ptr<Comm> comm = make_comm(on_gpu ? Device::kCUDA : Device::kCPU, co);
   BenchReport report = run_bench(*comm, o);
   if (comm->rank() == 0) print(json ? bench_json(report).dump(2) + "\n" : bench_table(report));

@@ -30,7 +30,12 @@ SaveCopies::~SaveCopies() {
   }
 }
 
-void SaveCopies::start(const std::string& checkpoint) {
+namespace {
+
+// `sh -c 'COMMAND "$1"' anvil-on-save CHECKPOINT` in its own process group (a Ctrl-C for the
+// run does not reach it), default signal handling, stdin from /dev/null, stdout and stderr
+// into a pipe whose read end goes to *out.
+pid_t spawn_on_save(const std::string& command, const std::string& checkpoint, int* out) {
   int fds[2];
   ANVIL_ENSURE(::pipe2(fds, O_CLOEXEC) == 0, kIo, "--on-save: pipe failed (", errno_text(), ")");
   posix_spawn_file_actions_t actions;
@@ -41,7 +46,7 @@ void SaveCopies::start(const std::string& checkpoint) {
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&attr, 0);  // its own group: a Ctrl-C for the run does not reach it
+  posix_spawnattr_setpgroup(&attr, 0);
   sigset_t none, defaults;
   sigemptyset(&none);
   sigemptyset(&defaults);
@@ -50,7 +55,7 @@ void SaveCopies::start(const std::string& checkpoint) {
   sigaddset(&defaults, SIGPIPE);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  const std::string script = command_ + " \"$1\"";
+  const std::string script = command + " \"$1\"";
   const char* argv[] = {"sh", "-c", script.c_str(), "anvil-on-save", checkpoint.c_str(), nullptr};
   pid_t pid = -1;
   const int rc = ::posix_spawn(&pid, "/bin/sh", &actions, &attr, const_cast<char* const*>(argv), environ);
@@ -61,39 +66,47 @@ void SaveCopies::start(const std::string& checkpoint) {
     ::close(fds[0]);
     raise(ErrorKind::kIo, "--on-save: cannot start /bin/sh (", std::strerror(rc), ")");
   }
+  *out = fds[0];
+  return pid;
+}
+
+}  // namespace
+
+void SaveCopies::start(const std::string& checkpoint) {
   auto copy = std::make_unique<Copy>();
   copy->checkpoint = checkpoint;
-  copy->pid = pid;
-  copy->out = fds[0];
+  copy->pid = spawn_on_save(command_, checkpoint, &copy->out);
   Copy* c = copy.get();
-  // The reader drains the output (so the command never blocks on a full pipe), keeps its
-  // last line, and reaps the process.
-  c->reader = std::thread([this, c] {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::string tail;
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::read(c->out, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      tail.append(buf, static_cast<size_t>(n));
-      if (tail.size() > 8192) tail.erase(0, tail.size() - 4096);
-    }
-    ::close(c->out);
-    int status = 0;
-    while (::waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
-    const size_t nl = tail.find_last_of('\n');
-    std::lock_guard<std::mutex> lock(mu_);
-    c->last_line = nl == std::string::npos ? tail : tail.substr(nl + 1);
-    c->status = status;
-    c->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    c->done = true;
-  });
+  c->reader = std::thread([this, c] { watch(*c); });
   std::lock_guard<std::mutex> lock(mu_);
   copies_.push_back(std::move(copy));
-  log_info("--on-save: started on ", checkpoint, " (pid ", pid, ")");
+  log_info("--on-save: started on ", checkpoint, " (pid ", c->pid, ")");
+}
+
+// The reader drains the output (so the command never blocks on a full pipe), keeps its last
+// line, and reaps the process.
+void SaveCopies::watch(Copy& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string tail;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(c.out, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    tail.append(buf, static_cast<size_t>(n));
+    if (tail.size() > 8192) tail.erase(0, tail.size() - 4096);
+  }
+  ::close(c.out);
+  int status = 0;
+  while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+  const size_t nl = tail.find_last_of('\n');
+  std::lock_guard<std::mutex> lock(mu_);
+  c.last_line = nl == std::string::npos ? tail : tail.substr(nl + 1);
+  c.status = status;
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.done = true;
 }
 
 void SaveCopies::report(Copy& c) {

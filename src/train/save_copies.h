@@ -41,6 +41,7 @@ class SaveCopies {
     std::string last_line;
     double seconds = 0;
   };
+  void watch(Copy& c);  // on the copy's reader thread
   void report(Copy& c);
 
   std::string command_;
