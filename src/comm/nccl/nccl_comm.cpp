@@ -44,7 +44,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::kI32: return ncclInt32;
     case DType::kU8:
     case DType::kBool: return ncclUint8;
-    case DType::kI16: break;  // the low halves of split masters, never sent (one process)
+    case DType::kI16: return ncclFloat16;  // the low halves of split masters: gathered, never reduced (comm.h)
   }
   raise(ErrorKind::kInternal, "NCCL has no type for ", dtype_name(t));
 }
