@@ -119,7 +119,9 @@ double Comm::host_max(double value, std::string_view tag) {
 }
 
 std::unique_ptr<Comm> make_comm(Device device, const CommOptions& options) {
-  return device == Device::kCUDA ? make_nccl_comm(options) : make_cpu_comm(options);
+  if (device == Device::kCPU) return make_cpu_comm(options);
+  if (env_gpu_comm_host()) return make_cpu_comm(options, make_host_stager(options.local_rank));
+  return make_nccl_comm(options);
 }
 
 }  // namespace anvil

@@ -164,6 +164,9 @@ double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double
   drop_kept_unit();  // gathered from the weights this update replaces
   finish_optimizer();
   finish_collectives();
+  // The norm's download would wait for the gradients' collectives without a bound; the
+  // comm's host wait names one that does not finish within the comm timeout (comm/comm.h).
+  if (comm_) comm_->synchronize();
   const double norm = optimizer_.step(c, step, lr);
   stale_.assign(stale_.size(), !sharded_);
   return norm;

@@ -83,8 +83,12 @@ Tensor ShardedStore::grads(int unit) {
   auto it = full_grads_.find(unit);
   if (it != full_grads_.end()) return it->second;
   const DType dtype = unit_grad_dtype(unit);
-  Tensor full = buffers_.pooled(table_.units()[static_cast<size_t>(unit)].padded, dtype);
-  if (dtype == DType::kF32) ops_.zero(full);  // summed into; bf16 is overwritten (param_store.h)
+  const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
+  Tensor full = buffers_.pooled(info.padded, dtype);
+  if (dtype == DType::kF32)
+    ops_.zero(full);  // summed into
+  else if (info.padded > info.numel)  // bf16 is overwritten (param_store.h), all but the padding
+    ops_.zero(full.slice_rows(info.numel, info.padded));
   full_grads_[unit] = full;
   return full;
 }
