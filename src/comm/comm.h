@@ -107,6 +107,7 @@ class Comm {
   explicit Comm(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
   // "all_reduce on rank 1 of 4 (step 12, tag 'layers.3')": the start of every error.
   std::string where(std::string_view op, std::string_view tag) const;
+  std::string where(std::string_view op, std::string_view tag, int64_t step) const;  // at another step
   // Checks shared by the implementations: dtypes, sizes, devices, root.
   void check_reduce(std::string_view op, Tensor out, Tensor in, int64_t in_per_out) const;
   void check_gather(std::string_view op, Tensor out, Tensor in, int64_t out_per_in) const;

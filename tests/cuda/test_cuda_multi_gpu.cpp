@@ -7,6 +7,7 @@
 // host (ANVIL_GPU_COMM_HOST=1, comm/comm.h), where both ranks share one GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -14,6 +15,7 @@
 
 #include "comm/device.h"
 #include "core/json.h"
+#include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "../testing.h"
 
@@ -130,6 +132,39 @@ TEST_P(MultiGpu, CheckpointMovesBetweenTwoAndOneGpu) {
   const std::vector<double> resumed = train("ck_resume", "ddp", 1, 4, {"--resume", ckpt + "/step-4"});
   ASSERT_EQ(resumed.size(), 4u);
   expect_close(resumed, std::vector<double>(one.begin() + 4, one.end()), 5e-3, "2 GPUs -> 1");
+}
+
+// A rank whose GPU stops inside a step (ANVIL_FAULT=gpu_hang_at_step, comm/nccl): its
+// first collective of that step hangs inside NCCL on both ranks. The NCCL watchdog names it
+// within the comm timeout plus 10 s (which rank, which collective, which step), the run
+// exits non-zero with nothing left running, and its last checkpoint is intact.
+TEST(MultiGpuNccl, GpuHangIsNamedWithinTheTimeout) {
+  const int n = gpu_count();
+  if (n < 2) GTEST_SKIP() << "needs 2 GPUs, " << n << " visible: a hang inside NCCL needs two NCCL ranks";
+  unsetenv("ANVIL_GPU_COMM_HOST");
+  const std::string dir = testing::temp_dir("gpu_hang"), ckpt = dir + "/ckpt";
+  std::vector<int64_t> ids(16 * 64, 7);
+  SafetensorsWriter w;
+  w.add("input_ids", DType::kI64, {16, 64}, ids.data());
+  w.write(dir + "/blocks.safetensors");
+  std::string cmd = "exec env ANVIL_FAULT=gpu_hang_at_step:5 ANVIL_COMM_TIMEOUT_S=5 " +
+                    testing::shell_quote(testing::anvil_binary());
+  for (const std::string a : {"train", "--device", "cuda", "--model", testing::fixture_dir("tiny-qwen3").c_str(),
+                              "--data", (dir + "/blocks.safetensors").c_str(), "--mode", "fsdp", "--steps", "8",
+                              "--micro-batch", "1", "--nproc-per-node", "2", "--save-every", "2", "--ckpt-dir",
+                              ckpt.c_str()})
+    cmd += " " + testing::shell_quote(a);
+  testing::Background bg(cmd + " </dev/null");
+  ASSERT_TRUE(bg.wait_for_line("fault gpu_hang_at_step (ANVIL_FAULT): the GPU of rank 1 stops")) << bg.out();
+  const auto hung_at = std::chrono::steady_clock::now();
+  const testing::RunResult r = bg.finish();
+  const double named_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - hung_at).count();
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_LT(named_after, 5 + 10) << r.out;
+  EXPECT_NE(r.out.find("on rank 1 of 2 (step 5, tag '"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("this rank's GPU did not reach it within 5 s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("error: rank 1 (pid "), std::string::npos) << "the launcher names rank 1\n" << r.out;
+  EXPECT_TRUE(validate_checkpoint(ckpt + "/step-4").ok()) << r.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MultiGpu,
