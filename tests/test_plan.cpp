@@ -28,7 +28,7 @@ TEST(Plan, ModelStatesFollowTheUnits) {
   EXPECT_EQ(d.grads, 4 * padded1);
   EXPECT_EQ(d.weights, 0) << "one process: the masters' high halves are the compute weights";
   in.world = 2;
-  EXPECT_EQ(plan_memory(in).weights, 2 * ParamTable(in.config, 2).total_padded()) << "ddp: bf16 compute copies";
+  EXPECT_EQ(plan_memory(in).weights, 0) << "ddp on every rank: the high halves are the compute weights";
   in.mode = ParallelMode::kFsdp;
   in.world = 8;
   const int64_t padded8 = ParamTable(in.config, 8).total_padded();
@@ -88,16 +88,37 @@ TEST(Plan, Bf16GradientsOfTheBlocks) {
       EXPECT_EQ(b16.grads, f32.grads - 2 * once) << preset << " " << parallel_mode_name(mode);
       EXPECT_EQ(b16.total(), f32.total() - 2 * once) << preset;
     }
+    // Two ranks: DDP holds the blocks' gradients in bf16 too, and widens each block on its
+    // way to the fp32 wire (one copy in flight, the next being made); FSDP's owned shards
+    // stay fp32, and its largest full-unit gradient is the fp32 embedding's.
+    PlanInput two = in;
+    two.world = 2;
+    const ParamTable table2(in.config, 2);
+    int64_t once2 = 0, block = table2.units()[static_cast<size_t>(table2.block_unit(0))].padded;
+    for (size_t u = 0; u < table2.units().size(); ++u)
+      if (table2.grads_written_once(static_cast<int>(u))) once2 += table2.units()[u].padded;
+    two.mode = ParallelMode::kDdp;
+    two.grad_dtype = DType::kF32;
+    const MemoryPlan d32 = plan_memory(two);
+    two.grad_dtype = DType::kBF16;
+    EXPECT_EQ(plan_memory(two).grads, d32.grads - 2 * once2 + 2 * 4 * block) << preset;
+    two.reduce_dtype = DType::kBF16;
+    int64_t largest = 0;
+    for (const UnitInfo& u : table2.units()) largest = std::max(largest, u.padded);
+    EXPECT_EQ(plan_memory(two).grads, d32.grads - 2 * once2 + 2 * 2 * largest) << preset << ": bf16 wire";
+    two.mode = ParallelMode::kFsdp;
+    two.reduce_dtype = DType::kF32;
+    const MemoryPlan f16 = plan_memory(two);
+    two.grad_dtype = DType::kF32;
+    EXPECT_EQ(f16.grads, plan_memory(two).grads) << preset;
   }
-  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 1, 1), DType::kBF16);
-  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 2, 1), DType::kF32) << "ranks sum in fp32";
-  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 1, 2), DType::kF32) << "micro-batches sum in fp32";
-  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kF32, 1, 1), DType::kF32) << "the CPU";
-  EXPECT_EQ(resolve_grad_dtype(GradDType::kF32, DType::kBF16, 1, 1), DType::kF32);
-  EXPECT_EQ(resolve_grad_dtype(GradDType::kBF16, DType::kBF16, 1, 1), DType::kBF16);
-  EXPECT_THROW(resolve_grad_dtype(GradDType::kBF16, DType::kBF16, 2, 1), Error);
-  EXPECT_THROW(resolve_grad_dtype(GradDType::kBF16, DType::kBF16, 1, 4), Error);
-  EXPECT_THROW(resolve_grad_dtype(GradDType::kBF16, DType::kF32, 1, 1), Error);
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 1), DType::kBF16);
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 2), DType::kF32) << "micro-batches sum in fp32";
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kF32, 1), DType::kF32) << "the CPU";
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kF32, DType::kBF16, 1), DType::kF32);
+  EXPECT_EQ(resolve_grad_dtype(GradDType::kBF16, DType::kBF16, 1), DType::kBF16);
+  EXPECT_THROW(resolve_grad_dtype(GradDType::kBF16, DType::kBF16, 4), Error);
+  EXPECT_THROW(resolve_grad_dtype(GradDType::kBF16, DType::kF32, 1), Error);
   EXPECT_EQ(parse_grad_dtype("bf16"), GradDType::kBF16);
   EXPECT_THROW(parse_grad_dtype("fp16"), Error);
 }
@@ -210,9 +231,14 @@ TEST(Plan, AdviceFollowsTheRule) {
   a = advise(in, Recompute::kAuto, kH200Bytes);
   EXPECT_EQ(a.mode, ParallelMode::kDdp);
   EXPECT_EQ(a.ddp.total(), a.fsdp.total());
-  // On two: ddp (a whole replica, bf16 copies, fp32 gradients) does not fit; fsdp (shards,
+  // On two it still fits ddp (split masters and bf16 gradients on every rank; the wire
+  // copies add little). Qwen3-14B on two: ddp (a whole replica) does not fit; fsdp (shards,
   // gathered per unit) does, even without recomputation; with a tighter GPU, auto recomputes.
   in.world = 2;
+  in.grad_dtype = DType::kBF16;
+  a = advise(in, Recompute::kAuto, kH200Bytes);
+  EXPECT_EQ(a.mode, ParallelMode::kDdp) << plan_table(a, in, kH200Bytes);
+  in.config = preset_config("qwen3-14b");
   a = advise(in, Recompute::kAuto, kH200Bytes);
   EXPECT_FALSE(plan_fits(a.ddp, kH200Bytes));
   EXPECT_EQ(a.mode, ParallelMode::kFsdp) << plan_table(a, in, kH200Bytes);
@@ -241,12 +267,12 @@ TEST(Plan, AdviceFollowsTheRule) {
 }
 
 TEST(Plan, Command) {
-  auto r = testing::run_anvil({"plan", "--preset", "qwen3-8b", "--nproc", "2", "--seq-len", "2048", "--json"});
+  auto r = testing::run_anvil({"plan", "--preset", "qwen3-14b", "--nproc", "2", "--seq-len", "2048", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   Json j = json_parse(r.out, "plan");
   EXPECT_EQ(j["advice"], "fsdp");
   EXPECT_GT(j["ddp"]["total"].get<int64_t>(), j["fsdp"]["total"].get<int64_t>());
-  // One GPU, one micro-batch: bf16 gradients by default; accumulation or ranks keep fp32.
+  // One micro-batch: bf16 gradients by default, on any number of GPUs; accumulation keeps fp32.
   auto total = [](std::vector<std::string> extra) {
     std::vector<std::string> args = {"plan", "--preset", "qwen3-1.7b", "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -258,9 +284,10 @@ TEST(Plan, Command) {
   EXPECT_LT(g_auto, g32 * 6 / 10);
   EXPECT_EQ(total({"--grad-dtype", "bf16"}), g_auto);
   EXPECT_EQ(total({"--grad-accum", "2"}), g32);
-  auto bad = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2", "--grad-dtype", "bf16"});
+  EXPECT_EQ(total({"--nproc", "2", "--grad-dtype", "bf16"}), total({"--nproc", "2"}));
+  auto bad = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--grad-accum", "2", "--grad-dtype", "bf16"});
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.out.find("--grad-dtype bf16 needs one process and --grad-accum 1"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("--grad-dtype bf16 needs --grad-accum 1"), std::string::npos) << bad.out;
   auto t = testing::run_anvil({"plan", "--preset", "qwen3-1.7b"});
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("activations"), std::string::npos) << t.out;

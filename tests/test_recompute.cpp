@@ -149,8 +149,7 @@ TEST(RecomputeCommand, GradDtypeBf16NeedsAGpuAndOneMicroBatch) {
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   auto plan = testing::run_anvil({"plan", "--preset", "qwen3-0.6b", "--grad-accum", "2", "--grad-dtype", "bf16"});
   EXPECT_EQ(plan.exit_code, 2) << plan.out;
-  EXPECT_NE(plan.out.find("needs one process and --grad-accum 1 (here: 1 process, --grad-accum 2)"), std::string::npos)
-      << plan.out;
+  EXPECT_NE(plan.out.find("needs --grad-accum 1 (here: 2)"), std::string::npos) << plan.out;
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ int cmd_plan(int argc, char** argv) {
   in.micro_batch = d.micro_batch;
   in.mode = c.parallel.mode;
   in.reduce_dtype = c.parallel.reduce_dtype;
-  in.grad_dtype = resolve_grad_dtype(c.parallel.grad_dtype, in.compute_dtype, in.world, d.grad_accum);
+  in.grad_dtype = resolve_grad_dtype(c.parallel.grad_dtype, in.compute_dtype, d.grad_accum);
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
   const PlanAdvice adv = advise(in, c.parallel.recompute, gpu_bytes);
   if (json) {

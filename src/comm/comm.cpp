@@ -51,12 +51,14 @@ CommOptions comm_options_from_env() {
   return o;
 }
 
-std::string Comm::where(std::string_view op, std::string_view tag) const {
+std::string Comm::where(std::string_view op, std::string_view tag) const { return where(op, tag, step_); }
+
+std::string Comm::where(std::string_view op, std::string_view tag, int64_t step) const {
   std::string s = cat(op, " on rank ", rank(), " of ", world());
-  if (step_ >= 0 || !tag.empty()) {
+  if (step >= 0 || !tag.empty()) {
     s += " (";
-    if (step_ >= 0) s += cat("step ", step_);
-    if (!tag.empty()) s += cat(step_ >= 0 ? ", " : "", "tag '", tag, "'");
+    if (step >= 0) s += cat("step ", step);
+    if (!tag.empty()) s += cat(step >= 0 ? ", " : "", "tag '", tag, "'");
     s += ")";
   }
   return s;
@@ -119,7 +121,9 @@ double Comm::host_max(double value, std::string_view tag) {
 }
 
 std::unique_ptr<Comm> make_comm(Device device, const CommOptions& options) {
-  return device == Device::kCUDA ? make_nccl_comm(options) : make_cpu_comm(options);
+  if (device == Device::kCPU) return make_cpu_comm(options);
+  if (env_gpu_comm_host()) return make_cpu_comm(options, make_host_stager(options.local_rank));
+  return make_nccl_comm(options);
 }
 
 }  // namespace anvil

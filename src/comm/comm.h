@@ -107,6 +107,7 @@ class Comm {
   explicit Comm(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
   // "all_reduce on rank 1 of 4 (step 12, tag 'layers.3')": the start of every error.
   std::string where(std::string_view op, std::string_view tag) const;
+  std::string where(std::string_view op, std::string_view tag, int64_t step) const;  // at another step
   // Checks shared by the implementations: dtypes, sizes, devices, root.
   void check_reduce(std::string_view op, Tensor out, Tensor in, int64_t in_per_out) const;
   void check_gather(std::string_view op, Tensor out, Tensor in, int64_t out_per_in) const;
@@ -116,12 +117,29 @@ class Comm {
   int64_t step_ = -1;
 };
 
-// The CPU comm: TCP between the ranks of one or several machines (cpu_comm.cpp).
-std::unique_ptr<Comm> make_cpu_comm(const CommOptions& options);
+// Moves GPU tensors through host memory for the CPU comm, so that GPU ranks can reduce
+// without NCCL: several ranks on one GPU (NCCL refuses two ranks on a device), for tests
+// of the multi-rank GPU paths. Each copy first waits for the compute stream, so a
+// collective reads what compute wrote and is complete, on the device too, when it returns.
+class HostStager {
+ public:
+  virtual ~HostStager() = default;
+  virtual int gpu() const = 0;
+  virtual void set_compute_stream(void* stream) = 0;
+  virtual void to_host(void* host, const void* device, size_t bytes) = 0;
+  virtual void to_device(void* device, const void* host, size_t bytes) = 0;
+};
+// The stager of GPU local_rank % (visible GPUs) (comm/nccl; kNoDevice without CUDA or a GPU).
+std::unique_ptr<HostStager> make_host_stager(int local_rank);
+
+// The CPU comm: TCP between the ranks of one or several machines (cpu_comm.cpp). With a
+// stager its tensors are on that stager's GPU, staged through host memory.
+std::unique_ptr<Comm> make_cpu_comm(const CommOptions& options, std::unique_ptr<HostStager> stager = nullptr);
 // The NCCL comm on GPU options.local_rank (comm/nccl; throws kNoDevice in a build without
 // CUDA or on a machine without a GPU).
 std::unique_ptr<Comm> make_nccl_comm(const CommOptions& options);
-// make_cpu_comm or make_nccl_comm, by device.
+// make_cpu_comm or make_nccl_comm, by device; on GPUs with ANVIL_GPU_COMM_HOST=1 the CPU
+// comm with a HostStager (core/env.h).
 std::unique_ptr<Comm> make_comm(Device device, const CommOptions& options);
 
 }  // namespace anvil

@@ -17,6 +17,8 @@
 // (sequence number, collective, byte count) that the receiver checks: ranks that call
 // different collectives, or the same one with different sizes, get an error that says so
 // instead of garbage.
+// With a HostStager (comm.h) the tensors are on a GPU: each collective copies its input to
+// host memory, runs as above, and copies the result back (several ranks on one GPU).
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -107,21 +109,89 @@ void reduce_in_rank_order(void* out, const std::vector<const void*>& srcs, DType
 
 class CpuComm final : public Comm {
  public:
-  explicit CpuComm(const CommOptions& o)
+  CpuComm(const CommOptions& o, std::unique_ptr<HostStager> stager)
       : Comm(std::make_unique<Bootstrap>(
-            BootstrapOptions{o.rank, o.world, o.master_addr, o.master_port, o.timeout_s})) {
+            BootstrapOptions{o.rank, o.world, o.master_addr, o.master_port, o.timeout_s})),
+        stager_(std::move(stager)) {
     if (world() > 1) connect_mesh();
   }
 
-  Device device() const override { return Device::kCPU; }
-  int gpu() const override { return -1; }
-  std::string backend() const override { return "cpu"; }
+  Device device() const override { return stager_ ? Device::kCUDA : Device::kCPU; }
+  int gpu() const override { return stager_ ? stager_->gpu() : -1; }
+  std::string backend() const override { return stager_ ? "cpu (GPU tensors staged through the host)" : "cpu"; }
 
   CommWork all_reduce(Tensor out, Tensor in, ReduceOp op, std::string_view tag) override {
     check_reduce("all_reduce", out, in, 1);
+    return staged(out, in, [&](Tensor o, Tensor i) { all_reduce_host(o, i, op, tag); });
+  }
+
+  CommWork reduce_scatter(Tensor out, Tensor in, ReduceOp op, std::string_view tag) override {
+    check_reduce("reduce_scatter", out, in, world());
+    return staged(out, in, [&](Tensor o, Tensor i) { reduce_scatter_host(o, i, op, tag); });
+  }
+
+  CommWork all_gather(Tensor out, Tensor in, std::string_view tag) override {
+    check_gather("all_gather", out, in, world());
+    return staged(out, in, [&](Tensor o, Tensor i) { all_gather_host(o, i, tag); });
+  }
+
+  CommWork broadcast(Tensor buf, int root, std::string_view tag) override {
+    check_device("broadcast", buf);
+    ANVIL_ENSURE(root >= 0 && root < world(), kInternal, where("broadcast", tag), ": root ", root,
+                 " is not a rank");
+    return staged(buf, buf, [&](Tensor b, Tensor) { broadcast_host(b, root, tag); });
+  }
+
+  void barrier(std::string_view tag) override {
+    std::vector<Transfer> ts;
+    for (int p = 0; p < world(); ++p) {
+      if (p == rank()) continue;
+      ts.push_back(make(p, true, nullptr, 0));
+      ts.push_back(make(p, false, nullptr, 0));
+    }
+    exchange(ts, Op::kBarrier, tag);
+  }
+
+  void set_compute_stream(void* stream) override {
+    if (stager_) stager_->set_compute_stream(stream);
+  }
+  void wait(CommWork) override {}
+  void synchronize() override {}
+
+ private:
+  CommWork next_work() { return CommWork{++works_}; }
+
+  // Runs f on host views of out and in: themselves on the CPU; with a stager, copies (in
+  // read into host memory, inside the copy of out when it lies within out), and out written
+  // back to the GPU after f.
+  template <class F>
+  CommWork staged(Tensor out, Tensor in, F f) {
+    if (!stager_) {
+      f(out, in);
+      return next_work();
+    }
+    auto on_host = [](Tensor t, char* p) { return Tensor(p, t.dtype, t.shape, Device::kCPU); };
+    const char* od = static_cast<const char*>(out.data);
+    const char* id = static_cast<const char*>(in.data);
+    host_out_.resize(out.bytes());
+    Tensor hi;
+    if (id >= od && id + in.bytes() <= od + out.bytes()) {
+      stager_->to_host(host_out_.data(), out.data, out.bytes());
+      hi = on_host(in, host_out_.data() + (id - od));
+    } else {
+      host_in_.resize(in.bytes());
+      stager_->to_host(host_in_.data(), in.data, in.bytes());
+      hi = on_host(in, host_in_.data());
+    }
+    f(on_host(out, host_out_.data()), hi);
+    stager_->to_device(out.data, host_out_.data(), out.bytes());
+    return next_work();
+  }
+
+  void all_reduce_host(Tensor out, Tensor in, ReduceOp op, std::string_view tag) {
     if (out.data != in.data) std::memmove(out.data, in.data, in.bytes());
     const int n = world(), me = rank();
-    if (n == 1) return next_work();
+    if (n == 1) return;
     const size_t es = dtype_size(in.dtype);
     const int64_t N = in.numel();
     char* buf = static_cast<char*>(out.data);
@@ -137,30 +207,27 @@ class CpuComm final : public Comm {
       ts.push_back(make(p, false, buf + begin(p) * es, static_cast<size_t>(begin(p + 1) - begin(p)) * es));
     }
     exchange(ts, Op::kAllReduce, tag);
-    return next_work();
   }
 
-  CommWork reduce_scatter(Tensor out, Tensor in, ReduceOp op, std::string_view tag) override {
-    check_reduce("reduce_scatter", out, in, world());
+  void reduce_scatter_host(Tensor out, Tensor in, ReduceOp op, std::string_view tag) {
     const int n = world(), me = rank();
     const size_t slice = out.bytes();
     char* src = static_cast<char*>(in.data);
     if (n == 1) {
       if (out.data != in.data) std::memmove(out.data, in.data, slice);
-      return next_work();
+      return;
     }
     reduce_chunk(Op::kReduceScatter, tag, in.dtype, op, out.numel(),
                  [&](int p) { return src + static_cast<size_t>(p) * slice; }, src + static_cast<size_t>(me) * slice,
                  static_cast<char*>(out.data), [&](int) { return slice; });
-    return next_work();
   }
 
-  CommWork all_gather(Tensor out, Tensor in, std::string_view tag) override {
-    check_gather("all_gather", out, in, world());
+  void all_gather_host(Tensor out, Tensor in, std::string_view tag) {
     const int n = world(), me = rank();
     const size_t slice = in.bytes();
     char* dst = static_cast<char*>(out.data);
-    if (dst + static_cast<size_t>(me) * slice != in.data) std::memmove(dst + static_cast<size_t>(me) * slice, in.data, slice);
+    if (dst + static_cast<size_t>(me) * slice != in.data)
+      std::memmove(dst + static_cast<size_t>(me) * slice, in.data, slice);
     std::vector<Transfer> ts;
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
@@ -168,13 +235,9 @@ class CpuComm final : public Comm {
       ts.push_back(make(p, false, dst + static_cast<size_t>(p) * slice, slice));
     }
     exchange(ts, Op::kAllGather, tag);
-    return next_work();
   }
 
-  CommWork broadcast(Tensor buf, int root, std::string_view tag) override {
-    check_device("broadcast", buf);
-    ANVIL_ENSURE(root >= 0 && root < world(), kInternal, where("broadcast", tag), ": root ", root,
-                 " is not a rank");
+  void broadcast_host(Tensor buf, int root, std::string_view tag) {
     std::vector<Transfer> ts;
     if (rank() == root) {
       for (int p = 0; p < world(); ++p)
@@ -183,25 +246,7 @@ class CpuComm final : public Comm {
       ts.push_back(make(root, false, static_cast<char*>(buf.data), buf.bytes()));
     }
     exchange(ts, Op::kBroadcast, tag);
-    return next_work();
   }
-
-  void barrier(std::string_view tag) override {
-    std::vector<Transfer> ts;
-    for (int p = 0; p < world(); ++p) {
-      if (p == rank()) continue;
-      ts.push_back(make(p, true, nullptr, 0));
-      ts.push_back(make(p, false, nullptr, 0));
-    }
-    exchange(ts, Op::kBarrier, tag);
-  }
-
-  void set_compute_stream(void*) override {}
-  void wait(CommWork) override {}
-  void synchronize() override {}
-
- private:
-  CommWork next_work() { return CommWork{++works_}; }
 
   static Transfer make(int peer, bool send, char* data, size_t bytes) {
     Transfer t;
@@ -252,6 +297,8 @@ class CpuComm final : public Comm {
   uint64_t works_ = 0;
   std::vector<char> staging_;
   std::vector<float> acc_;
+  std::unique_ptr<HostStager> stager_;     // GPU tensors through the host (comm.h); null on the CPU
+  std::vector<char> host_out_, host_in_;  // their host copies
 };
 
 void CpuComm::connect_mesh() {
@@ -407,6 +454,8 @@ void CpuComm::exchange(std::vector<Transfer>& ts, Op coll, std::string_view tag)
 
 }  // namespace
 
-std::unique_ptr<Comm> make_cpu_comm(const CommOptions& options) { return std::make_unique<CpuComm>(options); }
+std::unique_ptr<Comm> make_cpu_comm(const CommOptions& options, std::unique_ptr<HostStager> stager) {
+  return std::make_unique<CpuComm>(options, std::move(stager));
+}
 
 }  // namespace anvil

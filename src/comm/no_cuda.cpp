@@ -13,6 +13,7 @@ namespace {
 }  // namespace
 
 std::unique_ptr<Comm> make_nccl_comm(const CommOptions&) { no_cuda("NCCL comm"); }
+std::unique_ptr<HostStager> make_host_stager(int) { no_cuda("host-staged GPU comm"); }
 
 int gpu_count() { return 0; }
 DeviceBuffer::DeviceBuffer(int, size_t) { no_cuda("GPU memory"); }

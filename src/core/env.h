@@ -27,6 +27,10 @@ ANVIL_ENV_INT(comm_timeout_s, "ANVIL_COMM_TIMEOUT_S", 600)
 // 1: the NCCL comm's stream at the GPU's highest priority, level with the compute stream
 // (which runs there so that it goes ahead of the optimizer's side queue); 0: the lowest.
 ANVIL_ENV_INT(nccl_high_priority, "ANVIL_NCCL_HIGH_PRIORITY", 0)
+// 1: GPU ranks reduce through host memory and the CPU comm's TCP mesh instead of NCCL, so
+// that several ranks can share one GPU (comm/comm.h, HostStager): slow, for tests of the
+// multi-rank GPU paths on a machine with fewer GPUs than ranks. 0: NCCL.
+ANVIL_ENV_INT(gpu_comm_host, "ANVIL_GPU_COMM_HOST", 0)
 // ANVIL_FAULT (tests of reliability) is read by core/fault.h alone.
 // Linear layers of at most 8 rows (decode steps) through the GEMV kernel (0: cuBLASLt), for
 // timing comparisons.

@@ -11,7 +11,7 @@
 namespace anvil {
 namespace {
 
-constexpr Fault kFaults[] = {Fault::kDieInSave, Fault::kNoSpaceInSave, Fault::kHangAtStep};
+constexpr Fault kFaults[] = {Fault::kDieInSave, Fault::kNoSpaceInSave, Fault::kHangAtStep, Fault::kGpuHangAtStep};
 
 std::map<Fault, int64_t> parse_faults(const std::string& spec) {
   std::map<Fault, int64_t> armed;
@@ -30,7 +30,7 @@ std::map<Fault, int64_t> parse_faults(const std::string& spec) {
         armed[f] = step;
       }
     ANVIL_ENSURE(ok, kUsage, "ANVIL_FAULT=", spec, ": '", item,
-                 "' is not <fault>:<step> with fault die_in_save, no_space_in_save or hang_at_step");
+                 "' is not <fault>:<step> with fault die_in_save, no_space_in_save, hang_at_step or gpu_hang_at_step");
     at = end + 1;
   }
   return armed;
@@ -44,6 +44,7 @@ const char* fault_name(Fault fault) {
     case Fault::kDieInSave: return "die_in_save";
     case Fault::kNoSpaceInSave: return "no_space_in_save";
     case Fault::kHangAtStep: return "hang_at_step";
+    case Fault::kGpuHangAtStep: return "gpu_hang_at_step";
   }
   return "?";
 }

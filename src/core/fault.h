@@ -9,6 +9,8 @@
 //   no_space_in_save:N that shard's write fails with ENOSPC halfway (a full disk)
 //   hang_at_step:N    the rank stops answering before step N (a hung rank): it sleeps
 //                     until a signal, so its peers' collectives time out
+//   gpu_hang_at_step:N the rank's GPU stops before its first collective of step N (the NCCL
+//                     comm blocks its compute stream), so that collective hangs inside NCCL
 // A malformed value is an error naming the variable.
 #pragma once
 
@@ -16,7 +18,7 @@
 
 namespace anvil {
 
-enum class Fault { kNone, kDieInSave, kNoSpaceInSave, kHangAtStep };
+enum class Fault { kNone, kDieInSave, kNoSpaceInSave, kHangAtStep, kGpuHangAtStep };
 
 // True when ANVIL_FAULT arms `fault` at `step` and `rank` is the last of `world`.
 bool fault_armed(Fault fault, int64_t step, int rank, int world);

@@ -18,14 +18,13 @@ GradDType parse_grad_dtype(const std::string& name) { return parse_enum(kGradDTy
 
 const char* grad_dtype_name(GradDType g) { return enum_name(kGradDTypeNames, g); }
 
-DType resolve_grad_dtype(GradDType g, DType compute_dtype, int world, int64_t grad_accum) {
-  const bool can = compute_dtype == DType::kBF16 && world == 1 && grad_accum == 1;
+DType resolve_grad_dtype(GradDType g, DType compute_dtype, int64_t grad_accum) {
+  const bool can = compute_dtype == DType::kBF16 && grad_accum == 1;
   if (g == GradDType::kAuto) return can ? DType::kBF16 : DType::kF32;
   if (g == GradDType::kF32) return DType::kF32;
   ANVIL_ENSURE(compute_dtype == DType::kBF16, kUsage, "--grad-dtype bf16 needs a bf16 device (a GPU)");
-  ANVIL_ENSURE(world == 1 && grad_accum == 1, kUsage, "--grad-dtype bf16 needs one process and --grad-accum 1 (here: ",
-               world, " process", world == 1 ? "" : "es", ", --grad-accum ", grad_accum,
-               "): the gradients of several are summed, in fp32");
+  ANVIL_ENSURE(grad_accum == 1, kUsage, "--grad-dtype bf16 needs --grad-accum 1 (here: ", grad_accum,
+               "): the gradients of several micro-batches are summed, in fp32");
   return DType::kBF16;
 }
 

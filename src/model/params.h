@@ -22,16 +22,18 @@ namespace anvil {
 // blocks and the final norm; ParamTable::grads_written_once). The embedding (a sum over
 // token rows) and an untied output layer (a sum over the cross-entropy's row blocks) keep
 // F32 gradients. kBF16 rounds each gradient once, as PyTorch's autocast and FSDP2 round the
-// gradient of a bf16 weight copy before it reaches the fp32 .grad; it needs one process
-// and one micro-batch per step (gradients of several are summed, in fp32). kAuto: kBF16
-// where it can be, on a bf16 device; else kF32. Half the bytes of those gradients: less
+// gradient of a bf16 weight copy before it reaches the fp32 .grad; it needs one micro-batch
+// per step (the gradients of several are summed, in fp32). On several ranks the reduction
+// then sums the ranks' bf16 gradients (parallel/grad_reducer.h: in fp32 by default, rounded
+// once back to bf16 in DDP, added to the fp32 shard in FSDP). kAuto: kBF16 where it can
+// be, on a bf16 device; else kF32. Half the bytes of those gradients: less
 // memory, and less for the weight-gradient GEMMs, the norm and AdamW to move.
 enum class GradDType { kAuto, kF32, kBF16 };
 // "auto" | "fp32" | "bf16" (a kUsage error otherwise), and back.
 GradDType parse_grad_dtype(const std::string& name);
 const char* grad_dtype_name(GradDType g);
 // F32 or BF16 for a run; kUsage error when kBF16 is asked where it cannot hold.
-DType resolve_grad_dtype(GradDType g, DType compute_dtype, int world, int64_t grad_accum);
+DType resolve_grad_dtype(GradDType g, DType compute_dtype, int64_t grad_accum);
 
 struct ParamEntry {
   std::string name;  // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"

@@ -50,14 +50,16 @@ double Optimizer::global_norm(int64_t step) {
 }
 
 // AdamW and the compute copy in one pass (split masters: the high half is it), zeroing the
-// gradient where asked.
+// gradient where asked (split: after it, a pass over the owned shard only).
 void Optimizer::update(size_t u, const AdamWHyper& h, float scale) {
   const OwnedUnits& o = units_;
-  if (o.split())
-    ops_.adamw_step_split(o.hi[u], o.lo[u], o.grads[u], o.m[u], o.v[u], h, scale);
-  else
+  if (!o.split()) {
     ops_.adamw_step(o.master[u], o.grads[u], o.m[u], o.v[u], h, scale, u < o.compute.size() ? o.compute[u] : Tensor(),
                     zero_grads_);
+    return;
+  }
+  ops_.adamw_step_split(o.hi[u], o.lo[u], o.grads[u], o.m[u], o.v[u], h, scale);
+  if (zero_grads_) ops_.zero(o.grads[u]);
 }
 
 double Optimizer::step(const OptimizerConfig& c, int64_t step, double lr) {

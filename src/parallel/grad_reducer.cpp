@@ -27,7 +27,7 @@ void GradReducer::set_dtype(DType dtype) {
 void GradReducer::finish_pending() {
   if (!pending_) return;
   comm_.wait(pending_work_);
-  if (!sharded_) {  // DDP, bf16: the reduced copy replaces the gradient
+  if (!sharded_) {  // DDP: the reduced wire copy replaces the gradient (widened, or rounded once)
     ops_.convert(pending_owned_, pending_full_);
   } else {
     Tensor reduced = rs_tmp_.slice_rows(0, pending_owned_.numel());
@@ -38,40 +38,44 @@ void GradReducer::finish_pending() {
   pending_ = false;
 }
 
-// After finish_pending: the bf16 copy of grad is reduced into owned.
-void GradReducer::start_bf16(int unit, Tensor grad, Tensor owned) {
+// Reduces `wire` (the gradient itself, or a copy in the wire dtype) into owned; after
+// finish_pending. A copy returns to the pool once the collective that reads it is done.
+void GradReducer::start(int unit, Tensor wire, Tensor owned) {
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
-  Tensor copy = buffers_.pooled(info.padded, DType::kBF16);
-  ops_.convert(copy, grad);
-  pending_work_ = sharded_
-                      ? comm_.reduce_scatter(rs_tmp16_.slice_rows(0, info.shard()), copy, ReduceOp::kSum, info.name)
-                      : comm_.all_reduce(copy, ReduceOp::kSum, info.name);
+  if (sharded_) {
+    Tensor out = (dtype_ == DType::kBF16 ? rs_tmp16_ : rs_tmp_).slice_rows(0, info.shard());
+    pending_work_ = comm_.reduce_scatter(out, wire, ReduceOp::kSum, info.name);
+  } else {
+    pending_work_ = comm_.all_reduce(wire, ReduceOp::kSum, info.name);
+  }
   pending_ = true;
-  pending_full_ = copy;
+  pending_full_ = wire;
   pending_owned_ = owned;
 }
 
+// The gradient in the wire dtype: a pooled copy (the caller's buffer is read by the
+// conversion, queued before any later use of it).
+Tensor GradReducer::wire_copy(int unit, Tensor grad) {
+  Tensor copy = buffers_.pooled(table_.units()[static_cast<size_t>(unit)].padded, dtype_);
+  ops_.convert(copy, grad);
+  return copy;
+}
+
 void GradReducer::all_reduce(int unit, Tensor grad) {
-  if (dtype_ == DType::kF32) {
+  if (grad.dtype == dtype_) {  // in place, several in flight
     last_work_ = comm_.all_reduce(grad, ReduceOp::kSum, table_.units()[static_cast<size_t>(unit)].name);
     return;
   }
   finish_pending();
-  start_bf16(unit, grad, grad);
+  start(unit, wire_copy(unit, grad), grad);
 }
 
 void GradReducer::reduce_scatter(int unit, Tensor full, Tensor owned) {
   finish_pending();
-  if (dtype_ == DType::kBF16) {
-    start_bf16(unit, full, owned);
-    buffers_.unpool(full);  // read by the conversion, queued before any later use of the buffer
-    return;
-  }
-  const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
-  pending_work_ = comm_.reduce_scatter(rs_tmp_.slice_rows(0, info.shard()), full, ReduceOp::kSum, info.name);
-  pending_ = true;
-  pending_full_ = full;  // back to the pool once the collective that reads it is done
-  pending_owned_ = owned;
+  if (full.dtype == dtype_) return start(unit, full, owned);
+  Tensor copy = wire_copy(unit, full);
+  buffers_.unpool(full);
+  start(unit, copy, owned);
 }
 
 void GradReducer::finish() {

@@ -8,11 +8,15 @@
 //  - Sharded (FSDP): the pooled full-unit gradient is reduce-scattered, and the result added
 //    to the rank's owned F32 shard; the full buffer returns to the pool once the collective
 //    that reads it is done.
-// In BF16 (set_dtype) the unit's gradient is rounded to a pooled bf16 copy, reduced, and
-// widened back (DDP) or added to the owned F32 shard (FSDP): half the bytes on the wire.
-// One reduction in flight at a time (every reduce-scatter, and the BF16 all-reduces): the
-// previous one is finished (widened or accumulated) before the next starts, so it overlaps
-// the next unit's backward and the bf16 copies stay two. All of it is on the main queue;
+// The wire dtype (set_dtype) is F32 (default) or BF16 (half the bytes). A gradient already
+// in the wire dtype is reduced as it is (DDP: in place); another is first converted to a
+// pooled copy in the wire dtype (F32 gradients on a BF16 wire are rounded; BF16 gradients,
+// model/params.h, on an F32 wire are widened), reduced, and converted back into the
+// gradient (DDP: a bf16 gradient receives the fp32 sum rounded once) or added to the owned
+// F32 shard (FSDP). One reduction in flight at a time (every reduce-scatter, and the DDP
+// all-reduces of copies): the previous one is finished (converted back or accumulated)
+// before the next starts, so it overlaps the next unit's backward and the copies stay
+// two. In-place DDP all-reduces may be in flight together. All of it is on the main queue;
 // finish() makes the compute stream wait for every collective of the step, before the
 // optimizer reads the gradients for the norm.
 #pragma once
@@ -44,7 +48,8 @@ class GradReducer {
   void finish();
 
  private:
-  void start_bf16(int unit, Tensor grad, Tensor owned);
+  Tensor wire_copy(int unit, Tensor grad);
+  void start(int unit, Tensor wire, Tensor owned);
   void finish_pending();
 
   const ParamTable& table_;
@@ -56,7 +61,7 @@ class GradReducer {
   Tensor rs_tmp_;          // sharded: the reduce-scatter output awaiting accumulation
   Tensor rs_tmp16_;        // sharded, bf16 reduction: the same in bf16
   bool pending_ = false;   // a reduction in flight (below)
-  Tensor pending_full_;    // the full gradient (sharded) or bf16 copy (bf16) being reduced
+  Tensor pending_full_;    // the pooled buffer being reduced: full gradient (sharded) or wire copy
   Tensor pending_owned_;   // the gradient its result goes to
   CommWork pending_work_, last_work_;
 };

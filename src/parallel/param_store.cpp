@@ -16,6 +16,7 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
     : table_(table),
       ops_(ops),
       comm_(comm),
+      grad_dtype_(grad_dtype),
       buffers_(ops),
       owned_(allocate(grad_dtype, sharded)),
       reducer_(comm && comm->world() > 1 ? std::make_unique<GradReducer>(table, ops, *comm, buffers_, sharded)
@@ -29,15 +30,15 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
 
 ParamStore::~ParamStore() = default;
 
-// Per unit: the masters (split on one GPU: core/bf16.h), the gradient, m, v, then the
-// compute copy (not sharded; on the CPU the master itself).
+// Per unit: the masters (split on a bf16 device: core/bf16.h), the gradient, m, v, then
+// the compute weights (not sharded: the high half, or on the CPU the master itself).
 OwnedUnits ParamStore::allocate(DType grad_dtype, bool sharded) {
   const int world = comm_ ? comm_->world() : 1;
   ANVIL_ENSURE(table_.world() == world, kInternal, "parameter table for world ", table_.world(), ", comm of ", world);
-  ANVIL_ENSURE(grad_dtype == DType::kF32 || (grad_dtype == DType::kBF16 && world == 1), kInternal,
-               "gradients in ", dtype_name(grad_dtype), " on ", world, " ranks");
-  const bool separate_compute = ops_.compute_dtype() != DType::kF32;
-  const bool split = separate_compute && world == 1;
+  ANVIL_ENSURE(grad_dtype == DType::kF32 || (grad_dtype == DType::kBF16 && ops_.compute_dtype() == DType::kBF16),
+               kInternal, "gradients in ", dtype_name(grad_dtype), " with ", dtype_name(ops_.compute_dtype()),
+               " compute");
+  const bool split = ops_.compute_dtype() != DType::kF32;
   OwnedUnits o;
   for (size_t u = 0; u < table_.units().size(); ++u) {
     const UnitInfo& info = table_.units()[u];
@@ -48,13 +49,10 @@ OwnedUnits ParamStore::allocate(DType grad_dtype, bool sharded) {
     } else {
       o.master.push_back(buffers_.make(n, DType::kF32));
     }
-    o.grads.push_back(buffers_.make(n, table_.grads_written_once(static_cast<int>(u)) ? grad_dtype : DType::kF32));
+    o.grads.push_back(buffers_.make(n, sharded ? DType::kF32 : unit_grad_dtype(static_cast<int>(u))));
     o.m.push_back(buffers_.make(n, DType::kF32));
     o.v.push_back(buffers_.make(n, DType::kF32));
-    if (split)
-      o.compute.push_back(o.hi.back());
-    else if (!sharded)
-      o.compute.push_back(separate_compute ? buffers_.make(n, ops_.compute_dtype()) : o.master.back());
+    if (!sharded) o.compute.push_back(split ? o.hi.back() : o.master.back());
   }
   return o;
 }
@@ -92,18 +90,19 @@ void ParamStore::load_optimizer_state(const UnitReader& exp_avg, const UnitReade
   fill(owned_.v, exp_avg_sq);
 }
 
-// Split masters (core/bf16.h): the fp32 values read unit by unit, split on the host.
+// Split masters (core/bf16.h): the owned fp32 values read unit by unit, split on the host.
 void ParamStore::fill_split(const UnitReader& reader) {
   finish_optimizer();
   std::vector<float> host;
   std::vector<uint16_t> hi;
   std::vector<int16_t> lo;
   for (size_t u = 0; u < owned_.hi.size(); ++u) {
+    const int unit = static_cast<int>(u);
     const size_t n = static_cast<size_t>(owned_.hi[u].numel());
     host.resize(n);
     hi.resize(n);
     lo.resize(n);
-    reader(static_cast<int>(u), 0, owned_.hi[u].numel(), host.data());
+    reader(unit, owned_offset(unit), owned_offset(unit) + owned_.hi[u].numel(), host.data());
     for (size_t i = 0; i < n; ++i) split_master(host[i], &hi[i], &lo[i]);
     ops_.upload(owned_.hi[u], hi.data());
     ops_.upload(owned_.lo[u], lo.data());
@@ -119,7 +118,6 @@ void ParamStore::load(const UnitReader& weights) {
     ops_.zero(owned_.m[u]);
     ops_.zero(owned_.v[u]);
   }
-  refresh_compute_copies();
   zero_grads();
 }
 
@@ -138,12 +136,6 @@ void ParamStore::read_owned(State s, int unit, int64_t begin, int64_t n, float* 
   ops_.download(out, t.slice_rows(begin, begin + n));
 }
 
-void ParamStore::refresh_compute_copies() {
-  if (owned_.split()) return;  // the high halves are the compute weights
-  for (size_t u = 0; u < owned_.compute.size(); ++u)
-    if (owned_.compute[u].data != owned_.master[u].data) ops_.convert(owned_.compute[u], owned_.master[u]);
-}
-
 HostUnits ParamStore::download_masters() {
   finish_optimizer();
   HostUnits out;
@@ -155,8 +147,7 @@ HostUnits ParamStore::download_masters() {
 }
 
 bool ParamStore::overwrite_grads(int unit) {
-  const size_t u = static_cast<size_t>(unit);
-  return stale_[u] != 0 || owned_.grads[u].dtype == DType::kBF16;  // bf16: never summed (above)
+  return stale_[static_cast<size_t>(unit)] != 0 || unit_grad_dtype(unit) == DType::kBF16;  // bf16: never summed
 }
 
 void ParamStore::zero_grads() {
@@ -173,6 +164,9 @@ double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double
   drop_kept_unit();  // gathered from the weights this update replaces
   finish_optimizer();
   finish_collectives();
+  // The norm's download would wait for the gradients' collectives without a bound; the
+  // comm's host wait names one that does not finish within the comm timeout (comm/comm.h).
+  if (comm_) comm_->synchronize();
   const double norm = optimizer_.step(c, step, lr);
   stale_.assign(stale_.size(), !sharded_);
   return norm;

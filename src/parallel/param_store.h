@@ -11,13 +11,18 @@
 // What both share is here: the owned buffers (masters, AdamW m and v, gradients; the
 // optimizer, optim/optimizer.h, updates them), loading and reading them, the gradient
 // reducer (parallel/grad_reducer.h) and the optimizer step.
+// On a bf16 device every master is held split (core/bf16.h, split_master): a bf16 high
+// half, which is the compute weight (DDP and one process) or what FSDP's all-gather sends,
+// and an int16 low half; no separate bf16 copy is made or held. On the CPU (fp32 compute)
+// the masters are fp32 and are the compute weights.
 // The update leaves each unit's gradient as it was (not zeroed: 4 bytes per parameter less
 // to write), and overwrite_grads(u) says so until the unit's first grads_ready of the next
 // step: the first micro-batch overwrites, the next ones add. With grad_dtype BF16 (one
-// process, one micro-batch per step: model/params.h, GradDType) the gradients of the units
-// written once per backward are BF16 and always overwritten. FSDP across ranks keeps zeroing
-// its owned shards in the update (reduce-scattered gradients are added into them).
-// Everything that reads the state from the host goes through finish_optimizer().
+// micro-batch per step: model/params.h, GradDType) the gradients the model writes for the
+// units written once per backward are BF16 and always overwritten: the owned gradients in a
+// replicated store, FSDP's pooled full-unit buffers (the owned shards stay F32). FSDP across
+// ranks keeps zeroing its owned shards in the update (reduce-scattered gradients are added
+// into them). Everything that reads the state from the host goes through finish_optimizer().
 #pragma once
 
 #include <cstdint>
@@ -86,16 +91,19 @@ class ParamStore : public UnitSource {
 
  protected:
   // comm: null for a single process (then table.world() must be 1). grad_dtype: F32, or
-  // BF16 for the units whose gradients are written once (one process only). sharded: each
-  // rank owns one shard of every unit (else whole units).
+  // BF16 for the units whose gradients are written once. sharded: each rank owns one shard
+  // of every unit (else whole units).
   ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype, bool sharded);
   void await_update(int unit) { optimizer_.await_update(unit); }
+  // The dtype of the gradient the model writes for a unit (above).
+  DType unit_grad_dtype(int unit) const { return table_.grads_written_once(unit) ? grad_dtype_ : DType::kF32; }
   // The whole fp32 master of a unit (padded), into out.
   virtual void download_master(int unit, float* out) = 0;
 
   const ParamTable& table_;
   Ops& ops_;
   Comm* comm_;
+  DType grad_dtype_;
   bool sync_ = true;
   DeviceBuffers buffers_;
   OwnedUnits owned_;
@@ -106,7 +114,6 @@ class ParamStore : public UnitSource {
   OwnedUnits allocate(DType grad_dtype, bool sharded);  // the layout, in allocation order
   void fill(const std::vector<Tensor>& owned, const UnitReader& reader);
   void fill_split(const UnitReader& reader);
-  void refresh_compute_copies();
 
   ParallelMode mode_;
   bool sharded_;

@@ -1,6 +1,9 @@
 // The store of sharded units (parallel/sharded_store.h).
 #include "parallel/sharded_store.h"
 
+#include <vector>
+
+#include "core/bf16.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -15,21 +18,34 @@ ShardedStore::~ShardedStore() {
   for (auto& [u, t] : full_grads_) buffers_.unpool(t);
 }
 
+// The owned parts of every rank, gathered whole: fp32 masters, or both halves of split ones
+// (joined on the host).
 void ShardedStore::download_master(int unit, float* out) {
-  Tensor full = buffers_.pooled(table_.units()[static_cast<size_t>(unit)].padded, DType::kF32);
-  comm_->wait(comm_->all_gather(full, owned_.master[static_cast<size_t>(unit)], "masters"));
-  comm_->synchronize();
-  ops_.download(out, full);
-  buffers_.unpool(full);
+  const size_t u = static_cast<size_t>(unit);
+  const int64_t n = table_.units()[u].padded;
+  auto gather = [&](Tensor owned, void* host) {
+    Tensor full = buffers_.pooled(n, owned.dtype);
+    comm_->wait(comm_->all_gather(full, owned, "masters"));
+    comm_->synchronize();
+    ops_.download(host, full);
+    buffers_.unpool(full);
+  };
+  if (!owned_.split()) return gather(owned_.master[u], out);
+  std::vector<uint16_t> hi(static_cast<size_t>(n));
+  std::vector<int16_t> lo(static_cast<size_t>(n));
+  gather(owned_.hi[u], hi.data());
+  gather(owned_.lo[u], lo.data());
+  for (size_t i = 0; i < hi.size(); ++i) out[i] = join_master(hi[i], lo[i]);
 }
 
 void ShardedStore::prefetch(int unit) {
   if (gathered_.count(unit)) return;
   await_update(unit);
-  const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
+  const size_t u = static_cast<size_t>(unit);
+  const UnitInfo& info = table_.units()[u];
   Tensor full = buffers_.pooled(info.padded, ops_.compute_dtype());
-  Tensor mine = full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
-  ops_.convert(mine, owned_.master[static_cast<size_t>(unit)]);
+  Tensor mine = owned_.split() ? owned_.hi[u] : full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
+  if (!owned_.split()) ops_.convert(mine, owned_.master[u]);  // fp32 compute: a copy
   // Ordered after the compute queued so far (an event), so a pooled buffer that earlier
   // kernels still read is not overwritten; the compute stream waits for it in weights().
   in_flight_[unit] = comm_->all_gather(full, mine, info.name);
@@ -66,8 +82,13 @@ Tensor ShardedStore::grads(int unit) {
   await_update(unit);  // the update reads the owned gradient
   auto it = full_grads_.find(unit);
   if (it != full_grads_.end()) return it->second;
-  Tensor full = buffers_.pooled(table_.units()[static_cast<size_t>(unit)].padded, DType::kF32);
-  ops_.zero(full);
+  const DType dtype = unit_grad_dtype(unit);
+  const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
+  Tensor full = buffers_.pooled(info.padded, dtype);
+  if (dtype == DType::kF32)
+    ops_.zero(full);  // summed into
+  else if (info.padded > info.numel)  // bf16 is overwritten (param_store.h), all but the padding
+    ops_.zero(full.slice_rows(info.numel, info.padded));
   full_grads_[unit] = full;
   return full;
 }

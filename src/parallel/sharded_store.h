@@ -1,11 +1,13 @@
 // The store of sharded units: FSDP across ranks.
 //
 // A rank owns one shard of every unit's master, m, v and gradient (F32). weights(u)
-// converts the owned shard to the compute dtype and all-gathers the unit into a pooled
-// buffer, freed by release(u) (the backward gathers again); prefetch(u) starts the next
-// unit's gather while the current unit computes. grads(u) is a pooled full-unit F32
-// buffer; grads_ready(u) reduce-scatters it into the owned gradient shard
-// (parallel/grad_reducer.h), every micro-batch (or, with set_defer_sync, once on the last).
+// all-gathers the unit into a pooled buffer in the compute dtype, freed by release(u) (the
+// backward gathers again); what each rank sends is its shard's bf16 high half as it is held
+// (split masters: no conversion, no copy), or on the CPU the fp32 shard. prefetch(u) starts
+// the next unit's gather while the current unit computes. grads(u) is a pooled full-unit
+// buffer (BF16 for the units written once with bf16 gradients, else F32); grads_ready(u)
+// reduce-scatters it into the owned F32 gradient shard (parallel/grad_reducer.h), every
+// micro-batch (or, with set_defer_sync, once on the last).
 // The last block stays gathered from its forward to its backward (FSDP2's
 // reshard_after_forward=False for the unit that is needed again first); it is freed before
 // the update (it would hold the old weights). With the overlapped optimizer, the first use

@@ -28,48 +28,62 @@ struct LargestUnit {
 
 // FSDP's transient gradient buffers, beyond the owned shards. Live at once: the embedding's
 // full gradient (written by the output layer when tied, read at the end of backward), one
-// unit's being written, one being reduce-scattered. bf16 reduction: the unit being
-// reduce-scattered is a bf16 copy (its F32 buffer is freed at once), and the reduced shard
-// lands in a bf16 buffer before it is added.
-int64_t fsdp_transient_grads(const PlanInput& in, const ParamTable& table, LargestUnit largest) {
+// unit's full gradient being written (F32, or BF16 for a block with bf16 gradients), one
+// being reduce-scattered in the wire dtype (the gradient itself, or its wire copy: the
+// full buffer it was converted from is freed at once), and the reduce-scatter's output
+// shard (F32, plus a BF16 one on a bf16 wire). With the sync deferred every unit's F32
+// gradient is kept (bf16 gradients need one micro-batch: never deferred).
+int64_t fsdp_transient_grads(const PlanInput& in, const ParamTable& table, int64_t written, LargestUnit largest) {
   const int64_t embed = table.units()[static_cast<size_t>(table.embed_unit())].padded;
   const bool bf16 = in.reduce_dtype == DType::kBF16;
-  const int64_t bf16_extra = bf16 ? 2 * largest.padded + 2 * largest.shard : 0;
-  return in.fsdp_defer_sync
-             ? 4 * table.total_padded() + 4 * largest.shard + bf16_extra
-             : 4 * (embed + largest.padded) + (bf16 ? 0 : 4 * largest.padded) + bf16_extra + 4 * largest.shard;
+  const int64_t wire = bf16 ? 2 : 4;
+  if (in.fsdp_defer_sync)
+    return 4 * table.total_padded() + 4 * largest.shard + (bf16 ? 2 * largest.padded + 2 * largest.shard : 0);
+  return 4 * embed + written + wire * largest.padded + 4 * largest.shard + (bf16 ? 2 * largest.shard : 0);
+}
+
+// DDP's wire copies (parallel/grad_reducer.h): gradients not in the wire dtype are reduced
+// through a pooled copy, one in flight and the next one being made.
+int64_t ddp_wire_copies(const PlanInput& in, const ParamTable& table) {
+  int64_t largest = 0;
+  for (size_t i = 0; i < table.units().size(); ++i) {
+    const bool once = table.grads_written_once(static_cast<int>(i));
+    const DType g = once ? in.grad_dtype : DType::kF32;
+    if (g != in.reduce_dtype) largest = std::max(largest, table.units()[i].padded);
+  }
+  return 2 * static_cast<int64_t>(dtype_size(in.reduce_dtype)) * largest;
 }
 
 // params, grads, optimizer and weights: the units as parallel/param_store.cpp holds them.
+// Masters take 4 bytes per element, whole or split (their bf16 high halves are the compute
+// weights: DDP holds no other copy, FSDP gathers them).
 void plan_model_states(const PlanInput& in, MemoryPlan& p) {
-  const bool fsdp = in.mode == ParallelMode::kFsdp;
+  const bool sharded = in.mode == ParallelMode::kFsdp && in.world > 1;
   ParamTable table(in.config, in.world);
   const int64_t cd = static_cast<int64_t>(dtype_size(in.compute_dtype));
-  int64_t owned = 0, grad_bytes = 0;
+  int64_t owned = 0, grad_bytes = 0, written = 0;
   LargestUnit largest;
-  const int64_t once_bytes = static_cast<int64_t>(dtype_size(in.grad_dtype));  // a unit written once per backward
   for (size_t i = 0; i < table.units().size(); ++i) {
     const UnitInfo& u = table.units()[i];
-    const int64_t mine = fsdp ? u.shard() : u.padded;
+    const int64_t mine = sharded ? u.shard() : u.padded;
+    const bool once = table.grads_written_once(static_cast<int>(i));
+    const int64_t g = static_cast<int64_t>(dtype_size(once ? in.grad_dtype : DType::kF32));  // what the model writes
     owned += mine;
-    grad_bytes += mine * (table.grads_written_once(static_cast<int>(i)) ? once_bytes : 4);
+    grad_bytes += mine * (sharded ? 4 : g);  // sharded: F32 owned shards
+    written = std::max(written, g * u.padded);
     largest.padded = std::max(largest.padded, u.padded);
     largest.shard = std::max(largest.shard, u.shard());
   }
   p.params = 4 * owned;
   p.optimizer = 8 * owned;
   p.grads = grad_bytes;
-  if (in.world == 1) {
-    // One process, either mode: the masters' high halves (bf16) or the masters themselves
-    // (F32) are the compute weights (parallel/replicated_store.h); params counts their 4 bytes.
-    p.weights = 0;
-  } else if (fsdp) {
-    p.grads += fsdp_transient_grads(in, table, largest);
+  p.weights = 0;
+  if (in.world == 1) return;
+  if (sharded) {
+    p.grads += fsdp_transient_grads(in, table, written, largest);
     p.weights = cd * 2 * largest.padded;  // two gathered units: the one in use and the next
   } else {
-    p.weights = in.compute_dtype == DType::kF32 ? 0 : cd * owned;
-    // bf16 reduction: one unit's bf16 copy in flight and the next one being made.
-    if (in.reduce_dtype == DType::kBF16) p.grads += 2 * 2 * largest.padded;
+    p.grads += ddp_wire_copies(in, table);
   }
 }
 

@@ -32,10 +32,10 @@ struct PlanInput {
 struct MemoryPlan {
   ParallelMode mode = ParallelMode::kDdp;
   Recompute recompute = Recompute::kNone;
-  int64_t params = 0;       // fp32 masters (owned: whole units or one shard; one process: also the compute weights)
-  int64_t grads = 0;        // gradients (owned) + FSDP's transient full-unit buffers
+  int64_t params = 0;       // masters, 4 bytes each (owned: whole units or one shard; DDP: also the compute weights)
+  int64_t grads = 0;        // gradients (owned) + transient full-unit buffers and wire copies
   int64_t optimizer = 0;    // AdamW m and v
-  int64_t weights = 0;      // compute-dtype weight copies (DDP) or gathered units (FSDP)
+  int64_t weights = 0;      // FSDP's gathered units
   int64_t activations = 0;  // saved activations, scratch, gradients of activations
   int64_t workspace = 0;    // GEMM workspace, cross-entropy chunk, small buffers
   int64_t total() const { return params + grads + optimizer + weights + activations + workspace; }

@@ -127,8 +127,8 @@ void check_train(TrainConfig& c, FileLock& ckpt_lock) {
   check_optimizer(c.optim, c.steps, "anvil train");
   c.model.device = resolve_device(c.model.device);
   // A check before data is packed: the grad dtype against the device and accumulation
-  // (resolve_config resolves it, with the rank count, once the Trainer's device is open).
-  resolve_grad_dtype(c.parallel.grad_dtype, c.model.device == "cuda" ? DType::kBF16 : DType::kF32, 1, d.grad_accum);
+  // (resolve_config resolves it once the Trainer's device is open).
+  resolve_grad_dtype(c.parallel.grad_dtype, c.model.device == "cuda" ? DType::kBF16 : DType::kF32, d.grad_accum);
   check_data(c);
   check_eval(c);
   check_outputs(c, ckpt_lock);

@@ -55,7 +55,8 @@ std::unique_ptr<Trainer> make_trainer(const ModelConfig& model, const UnitReader
 
 std::unique_ptr<Trainer> make_trainer(OpenRun& run, const TrainConfig& config, int64_t data_seq_len,
                                       const UnitReader& weights) {
-  return make_trainer(run.config, weights, config, data_seq_len, run.comm.get(), run.comm_options.local_rank);
+  return make_trainer(run.config, weights, config, data_seq_len, run.comm.get(),
+                      run.comm ? run.comm->gpu() : run.comm_options.local_rank);
 }
 
 }  // namespace anvil

@@ -6,16 +6,15 @@
 namespace anvil {
 namespace {
 
-// The blocks' gradients: bf16 only on a bf16 device, with one process and one micro-batch.
+// The blocks' gradients: bf16 only on a bf16 device, with one micro-batch per step.
 void resolve_grad_dtype_of(ResolvedConfig& r, const RunFacts& f) {
   ParallelSection& p = r.config.parallel;
   const int64_t accum = r.config.data.grad_accum;
-  const DType g = resolve_grad_dtype(p.grad_dtype, f.compute_dtype, f.world, accum);
+  const DType g = resolve_grad_dtype(p.grad_dtype, f.compute_dtype, accum);
   if (p.grad_dtype == GradDType::kAuto) {
-    const std::string why = g == DType::kBF16 ? "one process, one micro-batch per step, a bf16 device (a GPU)"
+    const std::string why = g == DType::kBF16 ? "one micro-batch per step, a bf16 device (a GPU)"
                             : f.compute_dtype != DType::kBF16 ? "an fp32 device (the CPU)"
-                            : f.world > 1 ? cat(f.world, " processes sum their gradients in fp32")
-                                          : cat("--grad-accum ", accum, " sums micro-batches in fp32");
+                                                              : cat("--grad-accum ", accum, " sums micro-batches in fp32");
     r.reasons.push_back(cat("grad dtype ", g == DType::kBF16 ? "bf16" : "fp32", ": ", why));
   }
   p.grad_dtype = g == DType::kBF16 ? GradDType::kBF16 : GradDType::kF32;

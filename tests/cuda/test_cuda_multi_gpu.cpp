@@ -1,26 +1,39 @@
-// Two GPUs when present: `anvil train` with 2 ranks (NCCL) in ddp and fsdp, fp32 and bf16
-// gradient reduction, reaches the losses of one GPU with the same global batch on the
-// tiny fixtures; the optimizer overlapped with the next forward gives the losses of the
-// optimizer run alone, bit for bit; a checkpoint written on 2 GPUs resumes on 1. With
-// fewer than two GPUs each test skips and says why.
+// Two ranks on GPUs: `anvil train` with 2 ranks in ddp and fsdp, fp32 and bf16 gradient
+// reduction, reaches the losses of one GPU with the same global batch on the tiny fixtures,
+// on the fast path of one GPU (split masters, bf16 gradients of the blocks); the optimizer
+// overlapped with the next forward gives the losses of the optimizer run alone, bit for
+// bit; a checkpoint written on 2 ranks resumes on 1, and on 2 bit for bit. Two transports:
+// NCCL on two GPUs (skips with fewer), and the CPU comm staging GPU tensors through the
+// host (ANVIL_GPU_COMM_HOST=1, comm/comm.h), where both ranks share one GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <random>
+#include <tuple>
 
 #include "comm/device.h"
 #include "core/json.h"
+#include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "../testing.h"
 
 namespace anvil {
 namespace {
 
-class MultiGpu : public ::testing::TestWithParam<std::string> {
+// (fixture, transport): "nccl" or "host" (ranks sharing one GPU).
+class MultiGpu : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
     const int n = gpu_count();
-    if (n < 2) GTEST_SKIP() << "needs 2 GPUs, " << n << " visible: 2-rank ddp/fsdp on GPUs cannot run here";
+    host_ = std::get<1>(GetParam()) == "host";
+    if (!host_ && n < 2) GTEST_SKIP() << "needs 2 GPUs, " << n << " visible: 2-rank ddp/fsdp over NCCL cannot run here";
+    if (host_ && n < 1) GTEST_SKIP() << "needs a GPU";
+    if (host_)
+      setenv("ANVIL_GPU_COMM_HOST", "1", 1);
+    else
+      unsetenv("ANVIL_GPU_COMM_HOST");
     dir_ = testing::temp_dir("multi_gpu");
     std::mt19937 rng(11);
     std::vector<int64_t> ids(32 * 64);
@@ -30,10 +43,12 @@ class MultiGpu : public ::testing::TestWithParam<std::string> {
     w.write(dir_ + "/blocks.safetensors");
   }
 
+  void TearDown() override { unsetenv("ANVIL_GPU_COMM_HOST"); }
+
   std::vector<double> train(const std::string& tag, const std::string& mode, int nproc, int micro,
                             const std::vector<std::string>& extra = {}) {
     const std::string metrics = dir_ + "/" + tag + ".jsonl";
-    std::vector<std::string> args = {"train", "--device", "cuda", "--model", testing::fixture_dir(GetParam()),
+    std::vector<std::string> args = {"train", "--device", "cuda", "--model", testing::fixture_dir(fixture()),
                                      "--data", dir_ + "/blocks.safetensors", "--mode", mode, "--steps", "8",
                                      "--micro-batch", std::to_string(micro), "--lr", "1e-3", "--log-every", "1",
                                      "--metrics", metrics};
@@ -41,6 +56,7 @@ class MultiGpu : public ::testing::TestWithParam<std::string> {
     args.insert(args.end(), extra.begin(), extra.end());
     auto r = testing::run_anvil(args);
     EXPECT_EQ(r.exit_code, 0) << tag << ": " << r.out;
+    last_out_ = r.out;
     std::vector<double> losses;
     std::ifstream m(metrics);
     std::string line;
@@ -56,9 +72,14 @@ class MultiGpu : public ::testing::TestWithParam<std::string> {
       EXPECT_NEAR(got[i], want[i], tol * want[i]) << what << " step " << i + 1;
   }
 
-  std::string dir_;
+  std::string fixture() const { return std::get<0>(GetParam()); }
+
+  std::string dir_, last_out_;
+  bool host_ = false;
 };
 
+// One sequence per rank and step: the blocks' gradients in bf16 on both ranks (the fast
+// path of one GPU), reduced on an fp32 or a bf16 wire.
 TEST_P(MultiGpu, TwoRanksMatchOneGpu) {
   const std::vector<double> one = train("one", "ddp", 1, 4);
   ASSERT_EQ(one.size(), 8u);
@@ -66,22 +87,42 @@ TEST_P(MultiGpu, TwoRanksMatchOneGpu) {
     for (const char* reduce : {"fp32", "bf16"}) {
       const std::string tag = std::string(mode) + "_" + reduce;
       expect_close(train(tag, mode, 2, 2, {"--reduce-dtype", reduce}), one, 5e-3, tag);
+      EXPECT_NE(last_out_.find("resolved grad dtype bf16"), std::string::npos) << tag << ": " << last_out_;
     }
 }
 
 // The optimizer overlapped with the next forward (per unit, on the side queue) against run
 // alone: the same ops on the same data, so the same losses bit for bit, with the bf16
 // reduction and FSDP's last block kept gathered between its forward and backward.
+// One micro-batch per step (bf16 gradients) and two (fp32 gradients, accumulated).
 TEST_P(MultiGpu, OverlappedOptimizerGivesTheSameLossesOnTwoRanks) {
   for (const char* mode : {"ddp", "fsdp"})
-    for (const char* reduce : {"fp32", "bf16"}) {
-      const std::string tag = std::string("overlap_") + mode + "_" + reduce;
-      const std::vector<double> overlapped = train(tag, mode, 2, 1, {"--reduce-dtype", reduce, "--grad-accum", "2"});
-      const std::vector<double> alone =
-          train(tag + "_alone", mode, 2, 1, {"--reduce-dtype", reduce, "--grad-accum", "2", "--no-overlap-optimizer"});
-      ASSERT_EQ(overlapped.size(), 8u) << tag;
-      EXPECT_EQ(overlapped, alone) << tag;
-    }
+    for (const char* reduce : {"fp32", "bf16"})
+      for (const char* accum : {"1", "2"}) {
+        const std::string tag = std::string("overlap_") + mode + "_" + reduce + "_" + accum;
+        const std::vector<std::string> flags = {"--reduce-dtype", reduce, "--grad-accum", accum};
+        const std::vector<double> overlapped = train(tag, mode, 2, 1, flags);
+        std::vector<std::string> serial = flags;
+        serial.push_back("--no-overlap-optimizer");
+        const std::vector<double> alone = train(tag + "_alone", mode, 2, 1, serial);
+        ASSERT_EQ(overlapped.size(), 8u) << tag;
+        EXPECT_EQ(overlapped, alone) << tag;
+      }
+}
+
+// The split masters and AdamW state of each rank's shard go to the checkpoint and come
+// back exactly: a resume on the same two ranks continues the uninterrupted losses bit for
+// bit, in both modes, with the bf16 gradients of one micro-batch per step.
+TEST_P(MultiGpu, ResumeOnTwoRanksIsBitExact) {
+  for (const char* mode : {"ddp", "fsdp"}) {
+    const std::string ckpt = dir_ + "/bitexact_" + mode;
+    const std::vector<double> whole = train(std::string("whole_") + mode, mode, 2, 2,
+                                            {"--save-every", "4", "--ckpt-dir", ckpt});
+    ASSERT_EQ(whole.size(), 8u) << mode;
+    const std::vector<double> resumed =
+        train(std::string("resumed_") + mode, mode, 2, 2, {"--resume", ckpt + "/step-4"});
+    EXPECT_EQ(resumed, std::vector<double>(whole.begin() + 4, whole.end())) << mode;
+  }
 }
 
 TEST_P(MultiGpu, CheckpointMovesBetweenTwoAndOneGpu) {
@@ -93,8 +134,45 @@ TEST_P(MultiGpu, CheckpointMovesBetweenTwoAndOneGpu) {
   expect_close(resumed, std::vector<double>(one.begin() + 4, one.end()), 5e-3, "2 GPUs -> 1");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, MultiGpu, ::testing::Values("tiny-qwen3", "tiny-qwen3-untied"),
-                         [](const auto& info) { return testing::test_suffix(info.param); });
+// A rank whose GPU stops inside a step (ANVIL_FAULT=gpu_hang_at_step, comm/nccl): its
+// first collective of that step hangs inside NCCL on both ranks. The NCCL watchdog names it
+// within the comm timeout plus 10 s (which rank, which collective, which step), the run
+// exits non-zero with nothing left running, and its last checkpoint is intact.
+TEST(MultiGpuNccl, GpuHangIsNamedWithinTheTimeout) {
+  const int n = gpu_count();
+  if (n < 2) GTEST_SKIP() << "needs 2 GPUs, " << n << " visible: a hang inside NCCL needs two NCCL ranks";
+  unsetenv("ANVIL_GPU_COMM_HOST");
+  const std::string dir = testing::temp_dir("gpu_hang"), ckpt = dir + "/ckpt";
+  std::vector<int64_t> ids(16 * 64, 7);
+  SafetensorsWriter w;
+  w.add("input_ids", DType::kI64, {16, 64}, ids.data());
+  w.write(dir + "/blocks.safetensors");
+  std::string cmd = "exec env ANVIL_FAULT=gpu_hang_at_step:5 ANVIL_COMM_TIMEOUT_S=5 " +
+                    testing::shell_quote(testing::anvil_binary());
+  for (const std::string a : {"train", "--device", "cuda", "--model", testing::fixture_dir("tiny-qwen3").c_str(),
+                              "--data", (dir + "/blocks.safetensors").c_str(), "--mode", "fsdp", "--steps", "8",
+                              "--micro-batch", "1", "--nproc-per-node", "2", "--save-every", "2", "--ckpt-dir",
+                              ckpt.c_str()})
+    cmd += " " + testing::shell_quote(a);
+  testing::Background bg(cmd + " </dev/null");
+  ASSERT_TRUE(bg.wait_for_line("fault gpu_hang_at_step (ANVIL_FAULT): the GPU of rank 1 stops")) << bg.out();
+  const auto hung_at = std::chrono::steady_clock::now();
+  const testing::RunResult r = bg.finish();
+  const double named_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - hung_at).count();
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_LT(named_after, 5 + 10) << r.out;
+  EXPECT_NE(r.out.find("on rank 1 of 2 (step 5, tag '"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("this rank's GPU did not reach it within 5 s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("error: rank 1 (pid "), std::string::npos) << "the launcher names rank 1\n" << r.out;
+  EXPECT_TRUE(validate_checkpoint(ckpt + "/step-4").ok()) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MultiGpu,
+                         ::testing::Combine(::testing::Values("tiny-qwen3", "tiny-qwen3-untied"),
+                                            ::testing::Values("nccl", "host")),
+                         [](const auto& info) {
+                           return testing::test_suffix(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                         });
 
 }  // namespace
 }  // namespace anvil

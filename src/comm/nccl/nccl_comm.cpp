@@ -12,15 +12,27 @@
 // Never hanging: the communicator is non-blocking (config.blocking = 0), so init and
 // every call return at once; synchronize() polls the events and ncclCommGetAsyncError
 // against the comm timeout, and on expiry aborts the communicator and throws kTimeout
-// naming the oldest unfinished collective, the rank, the step and the tag. The NCCL unique
+// naming the oldest unfinished collective, the rank, the step and the tag. The main thread
+// may instead be blocked in a CUDA call that waits for a hung collective (a download), so
+// a watchdog thread checks the oldest unfinished collective every 100 ms: if this rank's
+// own GPU work before it (its "ready" event) has not finished within the timeout, this rank
+// is stuck; if it started here and has not finished within the timeout plus a grace
+// period (so that a stuck rank, which knows it is, exits first and the launcher names it),
+// another rank has not joined. Either way it says which and ends the process (exit 1), as
+// PyTorch's NCCL watchdog does; checkpoints are atomic, so the last complete one is intact.
+// synchronize() applies the same rule. ANVIL_FAULT=gpu_hang_at_step:N (core/fault.h) blocks
+// the compute stream of the last rank before its first collective of step N. The NCCL unique
 // id travels over the rendezvous (comm/bootstrap.h), so any launcher that sets RANK,
 // WORLD_SIZE, MASTER_ADDR and MASTER_PORT works, across machines too.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <thread>
 
 #include "comm/comm.h"
@@ -29,6 +41,8 @@
 #include "core/cuda/nccl_check.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/fault.h"
+#include "core/log.h"
 
 namespace anvil {
 
@@ -44,7 +58,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::kI32: return ncclInt32;
     case DType::kU8:
     case DType::kBool: return ncclUint8;
-    case DType::kI16: break;  // the low halves of split masters, never sent (one process)
+    case DType::kI16: return ncclFloat16;  // the low halves of split masters: gathered, never reduced (comm.h)
   }
   raise(ErrorKind::kInternal, "NCCL has no type for ", dtype_name(t));
 }
@@ -52,6 +66,15 @@ ncclDataType_t nccl_type(DType t) {
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclAvg; }
 
 using Clock = std::chrono::steady_clock;
+
+// A peer is declared missing this long after the timeout, so that a rank that knows it is
+// stuck (its own GPU work did not finish) exits first.
+constexpr double kPeerGraceS = 5;
+
+// ANVIL_FAULT gpu_hang_at_step: the stream stops here until the process ends.
+void CUDART_CB hang_forever(void*) {
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
 
 class NcclComm final : public Comm {
  public:
@@ -67,7 +90,6 @@ class NcclComm final : public Comm {
     int least = 0, greatest = 0;
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, env_nccl_high_priority() ? greatest : least));
-    CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
     ncclUniqueId id{};
     if (rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     const std::string blob = bootstrap_->broadcast_from_root(
@@ -79,18 +101,27 @@ class NcclComm final : public Comm {
     config.blocking = 0;
     check(ncclCommInitRankConfig(&comm_, world(), id, rank(), &config), "ncclCommInitRankConfig", "");
     wait_ready("NCCL init", "", Clock::now());
+    watchdog_ = std::thread([this] { watch(); });
   }
 
   ~NcclComm() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
     bool idle = true;
     for (const Pending& p : pending_) idle &= cudaEventQuery(p.done) == cudaSuccess;
     // A communicator with work in flight (a peer died, an error unwound the caller) is
     // aborted: ncclCommDestroy would wait for that work forever.
     if (comm_ != nullptr && idle) ncclCommDestroy(comm_);
     else if (comm_ != nullptr) ncclCommAbort(comm_);
-    for (const Pending& p : pending_) cudaEventDestroy(p.done);
+    for (const Pending& p : pending_) {
+      cudaEventDestroy(p.ready);
+      cudaEventDestroy(p.done);
+    }
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
-    cudaEventDestroy(inputs_ready_);
     cudaStreamDestroy(stream_);
   }
 
@@ -136,6 +167,7 @@ class NcclComm final : public Comm {
   void set_compute_stream(void* stream) override { compute_ = static_cast<cudaStream_t>(stream); }
 
   void wait(CommWork work) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     for (const Pending& p : pending_)
       if (p.seq >= work.seq) {
         CUDA_CHECK(cudaStreamWaitEvent(compute_, p.done, 0));
@@ -145,18 +177,18 @@ class NcclComm final : public Comm {
   }
 
   void synchronize() override {
-    const auto start = Clock::now();
     for (;;) {
       check_async("synchronize", "");
+      std::unique_lock<std::mutex> lock(mutex_);
       retire();
       if (pending_.empty()) return;
-      if (Clock::now() - start > std::chrono::duration<double>(timeout_s())) {
-        const Pending p = pending_.front();
+      const std::string why = expired(pending_.front(), Clock::now());
+      if (!why.empty()) {
+        lock.unlock();
         abort();
-        raise(ErrorKind::kTimeout, where_at(p.op, p.tag, p.step), ": did not finish within ", timeout_s(),
-              " s (ANVIL_COMM_TIMEOUT_S); a rank is stuck, slow, dead or calling a different collective. The NCCL "
-              "communicator was aborted");
+        raise(ErrorKind::kTimeout, why, "; the NCCL communicator was aborted");
       }
+      lock.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -164,18 +196,49 @@ class NcclComm final : public Comm {
  private:
   struct Pending {
     uint64_t seq;
-    cudaEvent_t done;
+    cudaEvent_t ready, done;  // recorded on the compute stream before it, on the comm stream after it
     const char* op;
     std::string tag;
     int64_t step;
+    Clock::time_point issued, started;  // started: when its ready event was first seen complete
   };
 
-  std::string where_at(const char* op, const std::string& tag, int64_t step) {
-    const int64_t now = step_;
-    step_ = step;
-    std::string w = where(op, tag);
-    step_ = now;
-    return w;
+  std::string where_at(const char* op, const std::string& tag, int64_t step) const { return where(op, tag, step); }
+
+  // Why the collective p has hung, by the rule at the top of this file; empty while it has
+  // not. With mutex_ held.
+  std::string expired(Pending& p, Clock::time_point now) {
+    const auto limit = std::chrono::duration<double>(timeout_s());
+    if (cudaEventQuery(p.ready) == cudaErrorNotReady) {
+      if (now - p.issued <= limit) return {};
+      return cat(where_at(p.op, p.tag, p.step), ": this rank's GPU did not reach it within ", timeout_s(),
+                 " s (ANVIL_COMM_TIMEOUT_S): the work queued before it has not finished, so this rank is stuck");
+    }
+    if (p.started == Clock::time_point{}) p.started = now;
+    if (now - p.started <= limit + std::chrono::duration<double>(kPeerGraceS)) return {};
+    return cat(where_at(p.op, p.tag, p.step), ": it started on this rank but did not finish within ",
+               timeout_s() + kPeerGraceS, " s (ANVIL_COMM_TIMEOUT_S plus ", kPeerGraceS,
+               "): another rank has not joined it (stuck, slow, dead, or calling a different collective)");
+  }
+
+  // The watchdog (top of this file): the oldest unfinished collective, every 100 ms.
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
+      for (Pending& p : pending_) {
+        if (cudaEventQuery(p.done) != cudaErrorNotReady) continue;
+        const std::string why = expired(p, Clock::now());
+        if (!why.empty()) hung(why);
+        break;
+      }
+    }
+  }
+
+  // Ends the process at once: the main thread may be blocked in a CUDA call that will not
+  // return, and an abort of the communicator may wait too; the driver frees the GPU.
+  [[noreturn]] void hung(const std::string& message) {
+    log_error("error: ", message, "; the process ends");
+    std::_Exit(1);
   }
 
   void check(ncclResult_t r, const char* call, std::string_view tag) {
@@ -215,29 +278,44 @@ class NcclComm final : public Comm {
   CommWork enqueue(const char* op, std::string_view tag, F call) {
     ANVIL_ENSURE(comm_ != nullptr, kComm, where(op, tag), ": the NCCL communicator was aborted by an earlier error");
     CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaEventRecord(inputs_ready_, compute_));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, inputs_ready_, 0));
+    if (!gpu_hang_ && fault_armed(Fault::kGpuHangAtStep, step_, rank(), world())) {
+      gpu_hang_ = true;
+      log_error("fault gpu_hang_at_step (ANVIL_FAULT): the GPU of rank ", rank(), " stops before ", op, " of step ",
+                step_);
+      CUDA_CHECK(cudaLaunchHostFunc(compute_, hang_forever, nullptr));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    const cudaEvent_t ready = take_event(), done = take_event();
+    const auto issued = Clock::now();
+    CUDA_CHECK(cudaEventRecord(ready, compute_));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     check(call(), op, tag);
     wait_ready(op, tag, Clock::now());
-    cudaEvent_t done = nullptr;
-    if (!free_events_.empty()) {
-      done = free_events_.back();
-      free_events_.pop_back();
-    } else {
-      CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    }
     CUDA_CHECK(cudaEventRecord(done, stream_));
-    pending_.push_back(Pending{++seq_, done, op, std::string(tag), step_});
+    pending_.push_back(Pending{++seq_, ready, done, op, std::string(tag), step_, issued, {}});
     retire();
     return CommWork{seq_};
   }
 
+  cudaEvent_t take_event() {
+    cudaEvent_t e = nullptr;
+    if (free_events_.empty()) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      return e;
+    }
+    e = free_events_.back();
+    free_events_.pop_back();
+    return e;
+  }
+
   // Drops finished collectives from the front (the comm stream finishes them in order).
+  // With mutex_ held.
   void retire() {
     while (!pending_.empty()) {
       const cudaError_t e = cudaEventQuery(pending_.front().done);
       if (e == cudaErrorNotReady) return;
       CUDA_CHECK(e);
+      free_events_.push_back(pending_.front().ready);
       free_events_.push_back(pending_.front().done);
       pending_.pop_front();
     }
@@ -252,10 +330,14 @@ class NcclComm final : public Comm {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaStream_t compute_ = nullptr;  // the legacy default stream until set_compute_stream
-  cudaEvent_t inputs_ready_ = nullptr;
+  std::mutex mutex_;                // pending_ and free_events_, shared with the watchdog
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread watchdog_;
   std::deque<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
   uint64_t seq_ = 0;
+  bool gpu_hang_ = false;  // ANVIL_FAULT gpu_hang_at_step done
 };
 
 }  // namespace
