@@ -18,6 +18,7 @@
 #include "data/packing.h"
 #include "data/tokenizer.h"
 #include "testing.h"
+#include "train/checkpoint_schedule.h"
 
 namespace anvil {
 namespace {
@@ -269,6 +270,14 @@ TEST(BfdPacking, TrainReportsThePackingAndResumesOnlyWithTheSame) {
   EXPECT_EQ(train(6, {}).exit_code, 2);
   r = train(6, {"--packing", "wrapped"});
   EXPECT_EQ(r.exit_code, 0) << r.out;
+}
+
+// A stopped run's resume command leaves --reset-data-position out: the resumed run continues
+// from the position its newest checkpoint records, not from the start again.
+TEST(BfdPacking, ResumeCommandLeavesTheResetOut) {
+  TrainCommand c;
+  c.args = {"--data", "rows.jsonl", "--reset-data-position", "--packing", "wrapped"};
+  EXPECT_EQ(resume_command(c), "anvil train --data rows.jsonl --packing wrapped");
 }
 
 }  // namespace
