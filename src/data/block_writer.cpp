@@ -41,7 +41,8 @@ void WrappedWriter::append(const TokenizedRow& row) {
     used += seq_;
   }
   carry_ids_.erase(carry_ids_.begin(), carry_ids_.begin() + static_cast<std::ptrdiff_t>(used));
-  if (with_labels_) carry_labels_.erase(carry_labels_.begin(), carry_labels_.begin() + static_cast<std::ptrdiff_t>(used));
+  if (with_labels_)
+    carry_labels_.erase(carry_labels_.begin(), carry_labels_.begin() + static_cast<std::ptrdiff_t>(used));
 }
 
 BinWriter::BinWriter(int fd, const std::string& path, int64_t seq_len, bool with_labels, bool split, int32_t pad_id)

@@ -163,7 +163,9 @@ void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const Dat
                {"step", trainer.step_count()}, {"world", static_cast<int64_t>(shards.size())},
                {"mode", parallel_mode_name(store.mode())},
                {"data",
-                {{"epoch", position.epoch}, {"samples_in_epoch", position.samples_in_epoch}, {"packing", position.packing}}},
+                {{"epoch", position.epoch},
+                 {"samples_in_epoch", position.samples_in_epoch},
+                 {"packing", position.packing}}},
                {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
                {"train", settings.train}};
   const ModelConfig& cfg = trainer.config();

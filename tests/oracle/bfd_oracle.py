@@ -3,11 +3,12 @@
 Usage: python bfd_oracle.py TOKENIZER_DIR CASES.json
 
 CASES.json: a list of {"rows": ROWS.jsonl, "seq_len": N, "strategy": "bfd" | "bfd_split",
-"out": OUT.jsonl} (one process for them all: importing TRL takes long). Each row {"text": ...} is tokenized as anvil tokenizes it (tokenizers, no added special
-tokens), the rows are packed by trl.pack_dataset(..., strategy=STRATEGY) ("bfd" or
-"bfd_split", its defaults: datasets' batched map of 1000 rows), and each packed sequence is
-written as one line: its input_ids, seq_lengths (the documents' lengths) and position_ids as
-TRL's collator makes them from seq_lengths.
+"out": OUT.jsonl} (one process for them all: importing TRL takes long). Each row
+{"text": ...} is tokenized as anvil tokenizes it (tokenizers, no added special tokens), the
+rows are packed by trl.pack_dataset(..., strategy=STRATEGY) (its defaults: datasets' batched
+map of 1000 rows), and each packed sequence is written as one line: its input_ids,
+seq_lengths (the documents' lengths) and position_ids as TRL's collator makes them from
+seq_lengths.
 """
 import json
 import sys
