@@ -272,6 +272,29 @@ TEST(BfdPacking, TrainReportsThePackingAndResumesOnlyWithTheSame) {
   EXPECT_EQ(r.exit_code, 0) << r.out;
 }
 
+// The eval rows are packed as the training blocks are, a prepared folder's own packing included,
+// unless --eval-packing says otherwise.
+TEST(BfdPacking, EvalDataIsPackedAsTheTrainingData) {
+  const std::string dir = testing::temp_dir("bfd-eval");
+  const std::string demo = std::string(ANVIL_SOURCE_DIR) + "/data/demo";
+  std::istringstream rows(read_file(demo + "/arithmetic.jsonl"));
+  std::string held;
+  for (std::string line; held.size() < 4000 && std::getline(rows, line);) held += line + "\n";
+  write_file_atomic(dir + "/held.jsonl", held);
+  testing::RunResult r = testing::run_anvil({"prepare", "--tokenizer", demo, "--data", dir + "/held.jsonl", "--seq-len",
+                                             "64", "--packing", "wrapped", "--out", dir + "/wrapped"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const std::string& eval_packing : {"same", "bfd"}) {
+    r = testing::run_anvil({"train", "--device", "cpu", "--preset", "tiny", "--tokenizer", demo, "--data",
+                            dir + "/wrapped", "--data-cache", dir + "/cache", "--steps", "1", "--eval-data",
+                            dir + "/held.jsonl", "--eval-packing", eval_packing});
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("data: wrapped: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(eval_packing == "same" ? "eval data: wrapped: " : "eval data: bfd: "), std::string::npos)
+        << r.out;
+  }
+}
+
 // A stopped run's resume command leaves --reset-data-position out: the resumed run continues
 // from the position its newest checkpoint records, not from the start again.
 TEST(BfdPacking, ResumeCommandLeavesTheResetOut) {

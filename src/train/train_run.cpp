@@ -7,7 +7,8 @@
 namespace anvil {
 namespace {
 
-// The group, the model's config, the training data and the eval data (packed as it).
+// The group, the model's config, the training data and the eval data (packed as it, or as
+// --eval-packing says).
 void open_data(const TrainConfig& c, TrainRun& run) {
   run.base = open_run(c.model);
   const OpenRun& b = run.base;
@@ -22,7 +23,7 @@ void open_data(const TrainConfig& c, TrainRun& run) {
   if (!c.eval.data.empty()) {
     DataSection packed_as = c.data;
     packed_as.seq_len = data.seq_len();
-    if (c.eval.packing != "same") packed_as.packing = parse_packing(c.eval.packing);
+    packed_as.packing = c.eval.packing == "same" ? data.packing() : parse_packing(c.eval.packing);
     run.eval_data = std::make_unique<BlockSource>(packed_as, c.eval.data, c.eval.split, b.model_dir, turn);
     ANVIL_ENSURE(run.eval_data->seq_len() == data.seq_len(), kUsage, "anvil train: --eval-data ", c.eval.data,
                  " holds blocks of ", run.eval_data->seq_len(), " tokens, the training data ", data.seq_len());
