@@ -82,10 +82,10 @@ void log_step(TrainRun& run, int64_t step, const StepStats& st, int64_t tokens, 
 void log_done(const TrainRun& run, const TrainSummary& summary) {
   const int64_t steps = run.config().steps;
   char done[256];
-  std::snprintf(done, sizeof done, "done: %lld steps, %.0f tokens/s%s%s", static_cast<long long>(steps),
-                summary.tokens_per_s,
-                run.data->packing() == Packing::kWrapped ? "" : " (real tokens: padding excluded, MFU counts them)",
-                steps > 10 ? " (first 10 steps excluded)" : "");
+  std::string note = run.data->packing() == Packing::kWrapped ? "" : "real tokens: padding excluded, in MFU too";
+  if (steps > 10) note += (note.empty() ? "" : "; ") + std::string("first 10 steps excluded");
+  std::snprintf(done, sizeof done, "done: %lld steps, %.0f tokens/s%s", static_cast<long long>(steps),
+                summary.tokens_per_s, note.empty() ? "" : (" (" + note + ")").c_str());
   std::string tail;
   if (run.base.device == "cuda") {
     const Json mfu = mfu_of(run, summary.tokens_per_s);
