@@ -104,9 +104,8 @@ class BatchOrder {
  public:
   BatchOrder(const DataSection& d, int64_t seed, const BlockSource& blocks, int world, int rank);
 
-  // Continue after a checkpoint's data position; a position of another packing is refused
-  // (kUsage) unless d.reset_position, which starts the blocks over (as does a position of any
-  // packing with d.reset_position).
+  // Continue after a checkpoint's data position. With d.reset_position the blocks start over
+  // whatever the position; without it a position of another packing is refused (kUsage).
   void resume_at(const DataPosition& p, int64_t step);
   // The i-th block of step `step` (1-based) on this rank.
   int64_t block(int64_t step, int64_t i);

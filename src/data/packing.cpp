@@ -370,6 +370,13 @@ int32_t padding_id(const Tokenizer& tokenizer, const std::string& dir) {
   return 0;
 }
 
+// The writer of o's packing, writing blocks to fd at its position.
+std::unique_ptr<BlockSink> block_sink(const PrepareOptions& o, int fd, const std::string& path, int32_t pad_id) {
+  if (o.packing == Packing::kWrapped) return std::make_unique<WrappedWriter>(fd, path, o.seq_len, o.assistant_only_loss);
+  return std::make_unique<BinWriter>(fd, path, o.seq_len, o.assistant_only_loss, o.packing == Packing::kBfdSplit,
+                                     pad_id);
+}
+
 // Writes the magic, the header's length (8 bytes, little-endian) and the header at the file's start.
 void write_header(int fd, const std::string& path, const Json& header, size_t data_offset) {
   const std::string text = header.dump();
@@ -409,13 +416,8 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
   try {
     std::vector<char> zeros(data_offset, ' ');
     write_all(fd, zeros.data(), zeros.size(), tmp);
-    const int32_t pad_id = padding_id(tokenizer, dir);
-    std::unique_ptr<BlockSink> blocks;
-    if (o.packing == Packing::kWrapped)
-      blocks = std::make_unique<WrappedWriter>(fd, tmp, o.seq_len, o.assistant_only_loss);
-    else
-      blocks = std::make_unique<BinWriter>(fd, tmp, o.seq_len, o.assistant_only_loss, o.packing == Packing::kBfdSplit,
-                                           pad_id);
+    const int32_t pad_id = o.packing == Packing::kWrapped ? 0 : padding_id(tokenizer, dir);
+    const std::unique_ptr<BlockSink> blocks = block_sink(o, fd, tmp, pad_id);
     const PackTally tally = pack_files(o, data_hashes, encoder, *blocks);
     blocks->finish();
     ANVIL_ENSURE(blocks->blocks() > 0, kInvalidInput, "prepare: ", tally.total_tokens,
