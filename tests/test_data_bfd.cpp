@@ -230,16 +230,23 @@ TEST(BfdPacking, CacheEntriesArePerPacking) {
   EXPECT_EQ(std::unique(keys.begin(), keys.end()), keys.end());
 }
 
+std::string demo_dir() { return std::string(ANVIL_SOURCE_DIR) + "/data/demo"; }
+
+// The demo's first chats (about 4 kB): a small eval set.
+void write_held_rows(const std::string& path) {
+  std::istringstream rows(read_file(demo_dir() + "/arithmetic.jsonl"));
+  std::string held;
+  for (std::string line; held.size() < 4000 && std::getline(rows, line);) held += line + "\n";
+  write_file_atomic(path, held);
+}
+
 // anvil train on rows: the log says how the data and eval data are packed and counts real
 // tokens; the checkpoint's data position names its packing, so a resume with another one is
 // refused (exit 2, saying how) unless --reset-data-position starts the blocks over.
 TEST(BfdPacking, TrainReportsThePackingAndResumesOnlyWithTheSame) {
   const std::string dir = testing::temp_dir("bfd-train");
-  const std::string demo = std::string(ANVIL_SOURCE_DIR) + "/data/demo";
-  std::istringstream rows(read_file(demo + "/arithmetic.jsonl"));
-  std::string held;
-  for (std::string line; held.size() < 4000 && std::getline(rows, line);) held += line + "\n";
-  write_file_atomic(dir + "/held.jsonl", held);
+  const std::string demo = demo_dir();
+  write_held_rows(dir + "/held.jsonl");
   const auto train = [&](int steps, std::vector<std::string> more) {
     std::vector<std::string> a = {"train", "--device", "cpu", "--preset", "tiny", "--tokenizer", demo, "--data",
                                   demo + "/arithmetic.jsonl", "--data-cache", dir + "/cache", "--seq-len", "64",
@@ -276,11 +283,8 @@ TEST(BfdPacking, TrainReportsThePackingAndResumesOnlyWithTheSame) {
 // unless --eval-packing says otherwise.
 TEST(BfdPacking, EvalDataIsPackedAsTheTrainingData) {
   const std::string dir = testing::temp_dir("bfd-eval");
-  const std::string demo = std::string(ANVIL_SOURCE_DIR) + "/data/demo";
-  std::istringstream rows(read_file(demo + "/arithmetic.jsonl"));
-  std::string held;
-  for (std::string line; held.size() < 4000 && std::getline(rows, line);) held += line + "\n";
-  write_file_atomic(dir + "/held.jsonl", held);
+  const std::string demo = demo_dir();
+  write_held_rows(dir + "/held.jsonl");
   testing::RunResult r = testing::run_anvil({"prepare", "--tokenizer", demo, "--data", dir + "/held.jsonl", "--seq-len",
                                              "64", "--packing", "wrapped", "--out", dir + "/wrapped"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
