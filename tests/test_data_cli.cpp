@@ -15,7 +15,8 @@ std::string fixtures() { return testing::shared_dir() + "/fixtures"; }
 TEST(PrepareCli, WritesGoldenBlocksAndRejectsBadUsage) {
   const std::string out = testing::temp_dir("cli-prepare");
   const auto r = testing::run_anvil({"prepare", "--tokenizer", fixtures() + "/qwen3-tokenizer", "--data",
-                                     fixtures() + "/tokenizer/conversations_public.jsonl", "--seq-len", "128", "--out", out});
+                                     fixtures() + "/tokenizer/conversations_public.jsonl", "--seq-len", "128",
+                                     "--out", out, "--packing", "wrapped"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("44 blocks of 128 tokens from 38 rows"), std::string::npos) << r.out;
   const PackedDataset d = PackedDataset::open(out);

@@ -18,11 +18,13 @@ namespace {
 std::string tok_dir() { return testing::shared_dir() + "/fixtures/qwen3-tokenizer"; }
 std::string convs() { return testing::shared_dir() + "/fixtures/tokenizer/conversations_public.jsonl"; }
 
+// The seed's packing, whose blocks the goldens hold.
 PrepareOptions options(std::vector<std::string> data, int64_t seq) {
   PrepareOptions o;
   o.tokenizer = tok_dir();
   o.data = std::move(data);
   o.seq_len = seq;
+  o.packing = Packing::kWrapped;
   return o;
 }
 

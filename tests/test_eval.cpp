@@ -191,7 +191,7 @@ TEST_F(Eval, PackedLikeTrainingDataWithAssistantOnlyLoss) {
   train_rows.close();
   eval_rows.close();
   auto r = testing::run_anvil({"prepare", "--tokenizer", demo, "--data", *dir_ + "/held.jsonl", "--seq-len", "64",
-                               "--assistant-only-loss", "--out", *dir_ + "/held-packed"});
+                               "--assistant-only-loss", "--out", *dir_ + "/held-packed", "--packing", "wrapped"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const PackedDataset held = PackedDataset::open(*dir_ + "/held-packed");
   int64_t targets = 0;
@@ -202,7 +202,8 @@ TEST_F(Eval, PackedLikeTrainingDataWithAssistantOnlyLoss) {
   for (const bool aol : {true, false}) {
     std::vector<std::string> args = {"train", "--device", "cpu", "--preset", "tiny", "--tokenizer", demo, "--data",
                                      *dir_ + "/rows.jsonl", "--data-cache", *dir_ + "/cache", "--seq-len", "64",
-                                     "--steps", "2", "--micro-batch", "2", "--eval-data", *dir_ + "/held.jsonl"};
+                                     "--steps", "2", "--micro-batch", "2", "--eval-data", *dir_ + "/held.jsonl",
+                                     "--packing", "wrapped"};
     if (aol) args.push_back("--assistant-only-loss");
     r = testing::run_anvil(args);
     ASSERT_EQ(r.exit_code, 0) << r.out;

@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/train_flags.h"
 #include "core/fs.h"
 #include "data/packing.h"
 #include "data/source.h"
@@ -24,7 +25,10 @@ int cmd_prepare(int argc, char** argv) {
       .opt("--split", &split, "NAME", "the split of hub dataset ids")
       .opt("--data-config", &config, "NAME", "the config (subset) of hub dataset ids")
       .opt("--seq-len", &o.seq_len, "N", "tokens per block", true)
-      .opt("--out", &out, "DIR", "output folder (created)", true)
+      .opt("--out", &out, "DIR", "output folder (created)", true);
+  bind_packing(args, &o.packing,
+               "bfd-split: whole rows in best-fit-decreasing bins, longer rows split into pieces; bfd: the same, "
+               "longer rows cut at --seq-len; wrapped: rows concatenated and cut every --seq-len tokens")
       .flag("--assistant-only-loss", &o.assistant_only_loss,
             "store labels that are -100 outside the assistant turns of each chat")
       .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed rows instead of stopping at the first");
@@ -36,12 +40,8 @@ int cmd_prepare(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   const Json h = prepare_packed(o, out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("wrote %s: %lld blocks of %lld tokens from %lld rows (%lld bad rows skipped, %lld tokens dropped), "
-              "%.2f s, %.0f tokens/s\n",
-              path_join(out, "packed.bin").c_str(), static_cast<long long>(h["num_blocks"].get<int64_t>()),
-              static_cast<long long>(o.seq_len), static_cast<long long>(h["rows"].get<int64_t>()),
-              static_cast<long long>(h["bad_rows"].get<int64_t>()),
-              static_cast<long long>(h["dropped_tokens"].get<int64_t>()), s,
+  std::printf("wrote %s: %s; %lld bad rows skipped; %.2f s, %.0f tokens/s\n", path_join(out, "packed.bin").c_str(),
+              packing_summary(h).c_str(), static_cast<long long>(h["bad_rows"].get<int64_t>()), s,
               static_cast<double>(h["total_tokens"].get<int64_t>()) / std::max(s, 1e-9));
   return 0;
 }

@@ -22,7 +22,15 @@ void bind_sources(Args& a, TrainConfig& c) {
            "gradients, every --eval-every steps and at the end")
       .opt("--eval-split", &c.eval.split, "NAME", "the split of a hub dataset id given to --eval-data")
       .opt("--eval-every", &c.eval.every, "N", "evaluate every N steps (0: only at the end)")
-      .flag("--assistant-only-loss", &d.assistant_only_loss, "train only on the assistant turns of chats")
+      .choice("--eval-packing", &c.eval.packing, {"same", "bfd-split", "bfd", "wrapped"},
+              "how --eval-data rows are packed (same: as --packing)");
+  bind_packing(a, &d.packing,
+               "how rows are packed into sequences of --seq-len: bfd-split, whole rows in best-fit-decreasing bins "
+               "(TRL's bfd), a row longer than --seq-len split into pieces packed like rows; bfd, the same with a "
+               "longer row cut at --seq-len (the rest dropped); wrapped, all rows concatenated and cut every "
+               "--seq-len tokens (the seed's). bfd packings: each row's tokens attend only within it, positions "
+               "restart at 0, the rest of a sequence is padding no loss counts");
+  a.flag("--assistant-only-loss", &d.assistant_only_loss, "train only on the assistant turns of chats")
       .flag("--skip-bad-rows", &d.skip_bad_rows, "skip and count malformed rows instead of stopping")
       .opt("--device", &c.model.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]");
 }
@@ -84,6 +92,9 @@ void bind_outputs(Args& a, TrainConfig& c) {
            "checkpoint folder; a run resumes from the newest complete checkpoint found there")
       .opt("--keep-last", &k.keep_last, "K", "keep only the newest K checkpoints (0: all)")
       .opt("--resume", &k.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)")
+      .flag("--reset-data-position", &c.data.reset_position,
+            "on resuming, read the blocks from the start instead of after the checkpoint's position (needed to "
+            "resume with another --packing)")
       .opt("--on-save", &k.on_save, "CMD",
            "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "
            "machine); --keep-last keeps what a copy still needs");
@@ -102,6 +113,12 @@ Args& bind_mode(Args& a, ParallelMode* out, const std::string& help, std::vector
   return a.choice("--mode", std::move(choices), help,
                   [out](const std::string& v) { *out = parse_parallel_mode(v); },
                   [out] { return std::string(parallel_mode_name(*out)); });
+}
+
+Args& bind_packing(Args& a, Packing* out, const std::string& help) {
+  return a.choice("--packing", {"bfd-split", "bfd", "wrapped"}, help,
+                  [out](const std::string& v) { *out = parse_packing(v); },
+                  [out] { return std::string(packing_name(*out)); });
 }
 
 Args& bind_reduce_dtype(Args& a, DType* out, const std::string& help) {

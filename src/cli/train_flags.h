@@ -15,11 +15,12 @@ namespace anvil {
 // Every flag of anvil train (after --config, before the launch flags).
 void bind_train_flags(Args& a, TrainConfig& c);
 
-// The choices held in enums: --mode, --reduce-dtype, --grad-dtype, --recompute.
+// The choices held in enums: --mode, --reduce-dtype, --grad-dtype, --recompute, --packing.
 Args& bind_mode(Args& a, ParallelMode* out, const std::string& help,
                 std::vector<std::string> choices = {"auto", "ddp", "fsdp"});
 Args& bind_reduce_dtype(Args& a, DType* out, const std::string& help);
 Args& bind_grad_dtype(Args& a, GradDType* out, const std::string& help);
 Args& bind_recompute(Args& a, Recompute* out, const std::string& help);
+Args& bind_packing(Args& a, Packing* out, const std::string& help);
 
 }  // namespace anvil

@@ -35,6 +35,7 @@ BlockSource::BlockSource(const DataSection& d, const std::string& source, const 
     p.tokenizer = !d.tokenizer.empty() ? d.tokenizer : model_dir;
     p.data = resolve_data_source(source, split.empty() ? d.split : split, d.config);
     p.seq_len = d.seq_len;
+    p.packing = d.packing;
     p.assistant_only_loss = d.assistant_only_loss;
     p.skip_bad_rows = d.skip_bad_rows;
     const std::string cache = data_cache_dir(d);
@@ -59,6 +60,10 @@ void BlockSource::open_safetensors(const std::string& source) {
   t_ = ids->shape[1];
 }
 
+std::string BlockSource::summary() const {
+  return packed_ ? packing_summary(packed_->header()) : cat("wrapped: ", n_, " blocks of ", t_, " tokens (input_ids)");
+}
+
 void BlockSource::append(int64_t block, TokenBatch& b) const {
   if (!packed_) {
     auto first = ids_.begin() + block * t_;
@@ -67,21 +72,37 @@ void BlockSource::append(int64_t block, TokenBatch& b) const {
   }
   const int32_t* ids = packed_->input_ids(block);
   b.ids.insert(b.ids.end(), ids, ids + t_);
-  if (packed_->has_labels()) {
-    const int32_t* lab = packed_->labels(block);
-    b.labels.insert(b.labels.end(), lab, lab + t_);
+  const int32_t* lab = packed_->labels(block);
+  if (packed_->packing() == Packing::kWrapped) {
+    if (packed_->has_labels()) b.labels.insert(b.labels.end(), lab, lab + t_);
+    return;
   }
+  int64_t real = 0;
+  for (const int32_t n : packed_->documents(block)) {
+    for (int64_t k = 0; k < n; ++k) b.positions.push_back(k);
+    real += n;
+  }
+  for (int64_t k = 0; k < t_ - real; ++k) b.positions.push_back(k);
+  b.labels.insert(b.labels.end(), lab, lab + real);
+  b.labels.insert(b.labels.end(), static_cast<size_t>(t_ - real), kIgnoreIndex);
+  b.padding += t_ - real;
 }
 
-BatchOrder::BatchOrder(const DataSection& d, int64_t seed, int64_t blocks, int world, int rank)
-    : sampler_(blocks, world, rank, static_cast<uint64_t>(seed), d.shuffle, true),
+BatchOrder::BatchOrder(const DataSection& d, int64_t seed, const BlockSource& blocks, int world, int rank)
+    : sampler_(blocks.size(), world, rank, static_cast<uint64_t>(seed), d.shuffle, true),
+      packing_(blocks.packing()),
+      reset_position_(d.reset_position),
       world_(world),
       per_step_(d.micro_batch * d.grad_accum),
       epoch_len_(sampler_.num_samples() / per_step_ * per_step_) {}
 
 void BatchOrder::resume_at(const DataPosition& p, int64_t step) {
-  first_index_ = p.epoch * epoch_len_ + std::min(p.samples_in_epoch / world_, epoch_len_);
+  ANVIL_ENSURE(reset_position_ || p.packing == packing_name(packing_), kUsage, "the checkpoint's data position counts ",
+               p.packing, " blocks, and this run's blocks are packed ", packing_name(packing_),
+               ": it means other blocks here. Resume with --packing ", p.packing,
+               ", or give --reset-data-position to read the blocks from the start (weights and optimizer resume)");
   start_ = step;
+  first_index_ = reset_position_ ? 0 : p.epoch * epoch_len_ + std::min(p.samples_in_epoch / world_, epoch_len_);
 }
 
 int64_t BatchOrder::block(int64_t step, int64_t i) {
@@ -97,7 +118,7 @@ int64_t BatchOrder::block(int64_t step, int64_t i) {
 
 DataPosition BatchOrder::after(int64_t step) const {
   const int64_t next = first_index_ + (step - start_) * per_step_;
-  return {next / epoch_len_, (next % epoch_len_) * world_};
+  return {next / epoch_len_, (next % epoch_len_) * world_, packing_name(packing_)};
 }
 
 }  // namespace anvil

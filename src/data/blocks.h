@@ -27,10 +27,12 @@ struct DataSection {
   std::string tokenizer;  // for rows: folder with tokenizer.json (default: the model's)
   std::string cache;      // where rows are prepared (default: ~/.cache/anvil)
   int64_t seq_len = 0;    // tokens per block; 0: from the data
+  Packing packing = Packing::kBfdSplit;  // how rows are packed into blocks (data/bin_packing.h)
   int64_t micro_batch = 1, grad_accum = 1;  // sequences per micro-batch, micro-batches per step
   bool shuffle = true;
   bool assistant_only_loss = false;
   bool skip_bad_rows = false;
+  bool reset_position = false;  // a resumed run reads the blocks from the start (--reset-data-position)
   bool operator==(const DataSection&) const = default;
 };
 
@@ -41,9 +43,16 @@ std::string data_cache_dir(const DataSection& d);
 
 // Token blocks of one micro-batch: ids (B*T) and, optionally, labels (B*T, -100 where no
 // loss is wanted; empty: labels = ids). Position t is trained to predict label t+1.
+// positions (B*T, bfd and bfd-split only; empty: wrapped, each sequence 0..T-1): each token's
+// position in its document, 0 at a document's first token; a block's padding after its last
+// document counts as one more document (positions 0, 1, ..., ids the pad id, labels -100).
+// padding: how many of the ids are padding; the rest are real tokens.
 struct TokenBatch {
   std::vector<int64_t> ids;
   std::vector<int64_t> labels;
+  std::vector<int64_t> positions;
+  int64_t padding = 0;
+  int64_t real_tokens() const { return static_cast<int64_t>(ids.size()) - padding; }
 };
 
 // Who prepares rows in a group of processes: the `first` one prepares, then `barrier`
@@ -62,6 +71,11 @@ class BlockSource {
 
   int64_t size() const { return n_; }
   int64_t seq_len() const { return t_; }
+  // The packing of the blocks (a prepared file's own; safetensors blocks are wrapped).
+  Packing packing() const { return packed_ ? packed_->packing() : Packing::kWrapped; }
+  // One line on how the blocks were packed (packing_summary; safetensors: the blocks' shape).
+  std::string summary() const;
+  // Appends block `block`'s ids; labels and positions when the blocks have them (bfd: always).
   void append(int64_t block, TokenBatch& b) const;
 
  private:
@@ -74,10 +88,12 @@ class BlockSource {
 };
 
 // Where the data order stands after `step` steps: the epoch, and the blocks (summed over
-// ranks) already trained on in that epoch.
+// ranks) already trained on in that epoch, blocks of the packing named (other packings make
+// other blocks: the position means nothing in them).
 struct DataPosition {
   int64_t epoch = 0;
   int64_t samples_in_epoch = 0;
+  std::string packing = "wrapped";  // checkpoints before the bfd packings: wrapped
 };
 
 // The blocks each step reads on this rank: PyTorch's DistributedSampler with set_epoch; an
@@ -86,9 +102,10 @@ struct DataPosition {
 // run skips them, with any number of ranks.
 class BatchOrder {
  public:
-  BatchOrder(const DataSection& d, int64_t seed, int64_t blocks, int world, int rank);
+  BatchOrder(const DataSection& d, int64_t seed, const BlockSource& blocks, int world, int rank);
 
-  // Continue after a checkpoint's data position.
+  // Continue after a checkpoint's data position. With d.reset_position the blocks start over
+  // whatever the position; without it a position of another packing is refused (kUsage).
   void resume_at(const DataPosition& p, int64_t step);
   // The i-th block of step `step` (1-based) on this rank.
   int64_t block(int64_t step, int64_t i);
@@ -97,6 +114,8 @@ class BatchOrder {
 
  private:
   DistributedSampler sampler_;
+  Packing packing_;
+  bool reset_position_;
   int world_;
   int64_t per_step_, epoch_len_;
   int64_t first_index_ = 0, start_ = 0, epoch_ = -1;

@@ -18,17 +18,24 @@ std::string token_text(const OrderedJson& j) {
 
 }  // namespace
 
+OrderedJson read_tokenizer_config(const std::string& dir) {
+  const std::string config_path = path_join(dir, "tokenizer_config.json");
+  if (!path_exists(config_path)) return OrderedJson::object();
+  try {
+    return OrderedJson::parse(read_file(config_path));
+  } catch (const nlohmann::json::exception& e) {
+    raise(ErrorKind::kInvalidInput, config_path, ": ", e.what());
+  }
+}
+
+std::string special_token_text(const OrderedJson& config, const char* key) {
+  return config.contains(key) ? token_text(config[key]) : std::string();
+}
+
 ChatTemplate ChatTemplate::load(const std::string& dir) {
   const std::string config_path = path_join(dir, "tokenizer_config.json");
   const std::string jinja_path = path_join(dir, "chat_template.jinja");
-  OrderedJson config = OrderedJson::object();
-  if (path_exists(config_path)) {
-    try {
-      config = OrderedJson::parse(read_file(config_path));
-    } catch (const nlohmann::json::exception& e) {
-      raise(ErrorKind::kInvalidInput, config_path, ": ", e.what());
-    }
-  }
+  const OrderedJson config = read_tokenizer_config(dir);
   std::string source;
   if (path_exists(jinja_path)) {
     source = read_file(jinja_path);
@@ -46,8 +53,7 @@ ChatTemplate ChatTemplate::load(const std::string& dir) {
                ": no chat template (neither chat_template.jinja nor a chat_template in tokenizer_config.json)");
   jinja::Dict special;
   for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
-    if (!config.contains(key)) continue;
-    const std::string text = token_text(config[key]);
+    const std::string text = special_token_text(config, key);
     if (!text.empty()) special.emplace_back(key, jinja::Value(text));
   }
   if (config.contains("additional_special_tokens") && config["additional_special_tokens"].is_array()) {
@@ -55,8 +61,7 @@ ChatTemplate ChatTemplate::load(const std::string& dir) {
     for (const auto& t : config["additional_special_tokens"]) extra.emplace_back(token_text(t));
     special.emplace_back("additional_special_tokens", jinja::Value(std::move(extra)));
   }
-  const std::string eos = config.contains("eos_token") ? token_text(config["eos_token"]) : std::string();
-  return ChatTemplate(source, std::move(special), eos);
+  return ChatTemplate(source, std::move(special), special_token_text(config, "eos_token"));
 }
 
 ChatTemplate::ChatTemplate(const std::string& source, jinja::Dict special_tokens, std::string eos_token)

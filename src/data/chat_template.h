@@ -19,6 +19,12 @@ namespace anvil {
 
 using OrderedJson = nlohmann::ordered_json;
 
+// A tokenizer folder's tokenizer_config.json ({} when it has none; kInvalidInput when malformed).
+OrderedJson read_tokenizer_config(const std::string& dir);
+// The text of the special token `key` ("eos_token", ...) in it: a string or an AddedToken object
+// {"content": ...}; "" when absent.
+std::string special_token_text(const OrderedJson& config, const char* key);
+
 class ChatTemplate {
  public:
   // dir: a tokenizer or model folder.

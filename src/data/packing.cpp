@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "core/hash.h"
+#include "data/block_writer.h"
 #include "data/source.h"
 #include "data/worker_pool.h"
 
@@ -25,7 +26,8 @@ namespace anvil {
 namespace {
 
 constexpr char kMagic[8] = {'A', 'N', 'V', 'I', 'L', 'P', 'K', '1'};
-constexpr const char* kFormat = "anvil-packed-v1";
+constexpr const char* kFormat = "anvil-packed-v1";       // wrapped
+constexpr const char* kFormatBins = "anvil-packed-v2";   // bfd, bfd-split: with the documents
 constexpr size_t kPage = 4096;
 
 std::unique_ptr<ChatTemplate> load_template_if_any(const std::string& dir) {
@@ -34,17 +36,6 @@ std::unique_ptr<ChatTemplate> load_template_if_any(const std::string& dir) {
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::kNotFound) return nullptr;
     throw;
-  }
-}
-
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    ANVIL_ENSURE(w > 0, kIo, path, ": write failed (", errno_text(), ")");
-    p += w;
-    n -= static_cast<size_t>(w);
   }
 }
 
@@ -135,18 +126,49 @@ PackedDataset PackedDataset::open(const std::string& path) {
   for (int k = 7; k >= 0; --k) header_len = (header_len << 8) | static_cast<unsigned char>(bytes[8 + k]);
   ANVIL_ENSURE(header_len <= size - 16, kInvalidInput, file, ": header length past the end of the file");
   d.header_ = json_parse(std::string(bytes + 16, header_len), file);
-  ANVIL_ENSURE(d.header_.value("format", "") == kFormat, kInvalidInput, file, ": format '",
-               d.header_.value("format", ""), "' is not ", kFormat);
+  const std::string format = d.header_.value("format", "");
+  ANVIL_ENSURE(format == kFormat || format == kFormatBins, kInvalidInput, file, ": format '", format, "' is not ",
+               kFormat, " or ", kFormatBins, " (a file of a newer anvil? prepare it again with this one)");
   d.seq_len_ = d.header_.at("seq_len").get<int64_t>();
   d.num_blocks_ = d.header_.at("num_blocks").get<int64_t>();
   d.has_labels_ = d.header_.at("has_labels").get<bool>();
   d.stride_ = d.header_.at("block_stride").get<int64_t>();
   const auto offset = d.header_.at("data_offset").get<uint64_t>();
   ANVIL_ENSURE(d.stride_ == d.seq_len_ * (d.has_labels_ ? 2 : 1), kInvalidInput, file, ": inconsistent block_stride");
-  ANVIL_ENSURE(offset % 4 == 0 && offset + static_cast<uint64_t>(d.num_blocks_ * d.stride_) * 4 == size,
-               kInvalidInput, file, ": size ", size, " does not match its header (truncated file?)");
+  const uint64_t blocks_end = offset + static_cast<uint64_t>(d.num_blocks_ * d.stride_) * 4;
+  ANVIL_ENSURE(offset % 4 == 0 && (format == kFormatBins ? blocks_end <= size : blocks_end == size), kInvalidInput,
+               file, ": size ", size, " does not match its header (truncated file?)");
   d.blocks_ = reinterpret_cast<const int32_t*>(bytes + offset);
+  if (format == kFormatBins) d.open_documents(size);
   return d;
+}
+
+// v2: the packing and the document table after the blocks, checked whole (a block's documents
+// fit in it, none is empty), so that a reader can trust every entry.
+void PackedDataset::open_documents(size_t size) {
+  packing_ = parse_packing(header_.value("packing", ""));
+  ANVIL_ENSURE(packing_ != Packing::kWrapped, kInvalidInput, path_, ": a ", kFormatBins, " file packed 'wrapped'");
+  const auto at = header_.at("documents_offset").get<uint64_t>();
+  const auto docs = header_.at("documents").get<uint64_t>();
+  const uint64_t starts = static_cast<uint64_t>(num_blocks_ + 1) * 8;
+  ANVIL_ENSURE(at % 8 == 0 && at <= size && starts <= size - at && docs * 4 == size - at - starts, kInvalidInput,
+               path_, ": size ", size, " does not match its document table (truncated file?)");
+  const auto* bytes = static_cast<const char*>(map_);
+  first_document_ = reinterpret_cast<const int64_t*>(bytes + at);
+  document_lengths_ = reinterpret_cast<const int32_t*>(bytes + at + starts);
+  ANVIL_ENSURE(first_document_[0] == 0 && first_document_[num_blocks_] == static_cast<int64_t>(docs), kInvalidInput,
+               path_, ": the document table does not cover its ", docs, " documents");
+  for (int64_t b = 0; b < num_blocks_; ++b) {
+    ANVIL_ENSURE(first_document_[b] <= first_document_[b + 1], kInvalidInput, path_, ": block ", b,
+                 "'s documents are out of order");
+    int64_t tokens = 0;
+    for (const int32_t n : documents(b)) {
+      ANVIL_ENSURE(n >= 1, kInvalidInput, path_, ": block ", b, " holds a document of ", n, " tokens");
+      tokens += n;
+    }
+    ANVIL_ENSURE(tokens <= seq_len_, kInvalidInput, path_, ": block ", b, "'s documents hold ", tokens,
+                 " tokens, more than its ", seq_len_);
+  }
 }
 
 PackedDataset::PackedDataset(PackedDataset&& o) noexcept { *this = std::move(o); }
@@ -159,10 +181,13 @@ PackedDataset& PackedDataset::operator=(PackedDataset&& o) noexcept {
     map_ = std::exchange(o.map_, nullptr);
     map_size_ = std::exchange(o.map_size_, 0);
     blocks_ = std::exchange(o.blocks_, nullptr);
+    first_document_ = std::exchange(o.first_document_, nullptr);
+    document_lengths_ = std::exchange(o.document_lengths_, nullptr);
     num_blocks_ = o.num_blocks_;
     seq_len_ = o.seq_len_;
     stride_ = o.stride_;
     has_labels_ = o.has_labels_;
+    packing_ = o.packing_;
   }
   return *this;
 }
@@ -179,6 +204,14 @@ const int32_t* PackedDataset::input_ids(int64_t block) const {
 
 const int32_t* PackedDataset::labels(int64_t block) const {
   return has_labels_ ? input_ids(block) + seq_len_ : input_ids(block);
+}
+
+std::span<const int32_t> PackedDataset::documents(int64_t block) const {
+  if (!first_document_) return {};
+  ANVIL_ENSURE(block >= 0 && block < num_blocks_, kInvalidInput, path_, ": block ", block, " out of range [0, ",
+               num_blocks_, ")");
+  const auto b = static_cast<size_t>(block);
+  return {document_lengths_ + first_document_[b], static_cast<size_t>(first_document_[b + 1] - first_document_[b])};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -202,49 +235,10 @@ std::string key_and_data_hashes(const PrepareOptions& o, std::vector<std::string
     h.update(data_hashes->back());
   }
   h.update(cat("seq_len=", o.seq_len, ";aol=", o.assistant_only_loss, ";skip=", o.skip_bad_rows));
+  // A wrapped file's key is what it was before the bfd packings: those caches are still used.
+  if (o.packing != Packing::kWrapped) h.update(cat(";packing=", packing_name(o.packing), ";window=", kBinWindowRows));
   return h.hex();
 }
-
-// Rows' tokens, cut into blocks of seq_len as they come and written to the file; what is
-// left over waits for the next row. With labels, a block is its ids then its labels.
-class BlockWriter {
- public:
-  BlockWriter(int fd, const std::string& path, int64_t seq_len, bool with_labels)
-      : fd_(fd), path_(path), seq_(static_cast<size_t>(seq_len)), with_labels_(with_labels) {}
-
-  void append(const TokenizedRow& row) {
-    carry_ids_.insert(carry_ids_.end(), row.ids.begin(), row.ids.end());
-    if (with_labels_) carry_labels_.insert(carry_labels_.end(), row.labels.begin(), row.labels.end());
-    write_full_blocks();
-  }
-
-  int64_t blocks() const { return blocks_; }
-
- private:
-  void write_full_blocks() {
-    size_t used = 0;
-    while (carry_ids_.size() - used >= seq_) {
-      block_.assign(carry_ids_.begin() + static_cast<std::ptrdiff_t>(used),
-                    carry_ids_.begin() + static_cast<std::ptrdiff_t>(used + seq_));
-      if (with_labels_)
-        block_.insert(block_.end(), carry_labels_.begin() + static_cast<std::ptrdiff_t>(used),
-                      carry_labels_.begin() + static_cast<std::ptrdiff_t>(used + seq_));
-      write_all(fd_, block_.data(), block_.size() * sizeof(int32_t), path_);
-      used += seq_;
-      ++blocks_;
-    }
-    carry_ids_.erase(carry_ids_.begin(), carry_ids_.begin() + static_cast<std::ptrdiff_t>(used));
-    if (with_labels_)
-      carry_labels_.erase(carry_labels_.begin(), carry_labels_.begin() + static_cast<std::ptrdiff_t>(used));
-  }
-
-  int fd_;
-  const std::string& path_;
-  size_t seq_;
-  bool with_labels_;
-  std::vector<int32_t> carry_ids_, carry_labels_, block_;
-  int64_t blocks_ = 0;
-};
 
 // What packing counted: each data file's entry for the header, and the totals.
 struct PackTally {
@@ -271,7 +265,7 @@ void encode_batch(const RowEncoder& encoder, const RowBatch& batch, WorkerPool& 
 // Encodes every data file's rows, in order, into the blocks. A bad row stops the run, or with
 // --skip-bad-rows is counted (the first few of each file said).
 PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& data_hashes, const RowEncoder& encoder,
-                     BlockWriter& out) {
+                     BlockSink& out) {
   WorkerPool pool(hardware_threads());
   PackTally tally;
   constexpr size_t kBatchRows = 4096, kBatchBytes = 16u << 20;
@@ -320,11 +314,31 @@ struct PackedHeaderInputs {
   int64_t blocks;
   size_t data_offset;
   const std::string& key;
+  const BinWriter* bins;  // bfd, bfd-split; null: wrapped
+  int32_t pad_id;
 };
+
+// bfd, bfd-split: the v2 header's packing, document table and counts.
+void add_bin_fields(Json& h, const PackedHeaderInputs& in) {
+  const BinStats& st = in.bins->stats();
+  const int64_t capacity = in.blocks * in.o.seq_len;
+  h["format"] = kFormatBins;
+  h["packing"] = packing_name(in.o.packing);
+  h["pad_id"] = in.pad_id;
+  h["documents"] = st.documents;
+  h["documents_offset"] = in.bins->documents_offset();
+  h["real_tokens"] = st.real_tokens;
+  h["padding_tokens"] = capacity - st.real_tokens;
+  h["padding_fraction"] = static_cast<double>(capacity - st.real_tokens) / static_cast<double>(capacity);
+  h["split_rows"] = st.split_rows;
+  h["dropped_rows"] = st.dropped_rows;
+  h["dropped_tokens"] = st.dropped_tokens;
+  h["empty_rows"] = st.empty_rows;
+}
 
 Json packed_header(const PackedHeaderInputs& in) {
   const int64_t seq = in.o.seq_len;
-  return {{"format", kFormat},
+  Json h = {{"format", kFormat},
           {"seq_len", seq},
           {"num_blocks", in.blocks},
           {"has_labels", in.o.assistant_only_loss},
@@ -342,6 +356,25 @@ Json packed_header(const PackedHeaderInputs& in) {
           {"total_tokens", in.tally.total_tokens},
           {"dropped_tokens", in.tally.total_tokens - in.blocks * seq},
           {"key", in.key}};
+  if (in.bins) add_bin_fields(h, in);
+  return h;
+}
+
+// The id of padding: the tokenizer's pad token, else its eos token, else 0.
+int32_t padding_id(const Tokenizer& tokenizer, const std::string& dir) {
+  const OrderedJson config = read_tokenizer_config(dir);
+  for (const char* key : {"pad_token", "eos_token"}) {
+    const std::string text = special_token_text(config, key);
+    if (const auto id = text.empty() ? std::nullopt : tokenizer.token_to_id(text)) return *id;
+  }
+  return 0;
+}
+
+// The writer of o's packing, writing blocks to fd at its position.
+std::unique_ptr<BlockSink> block_sink(const PrepareOptions& o, int fd, const std::string& path, int32_t pad_id) {
+  if (o.packing == Packing::kWrapped) return std::make_unique<WrappedWriter>(fd, path, o.seq_len, o.assistant_only_loss);
+  return std::make_unique<BinWriter>(fd, path, o.seq_len, o.assistant_only_loss, o.packing == Packing::kBfdSplit,
+                                     pad_id);
 }
 
 // Writes the magic, the header's length (8 bytes, little-endian) and the header at the file's start.
@@ -383,11 +416,15 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
   try {
     std::vector<char> zeros(data_offset, ' ');
     write_all(fd, zeros.data(), zeros.size(), tmp);
-    BlockWriter blocks(fd, tmp, o.seq_len, o.assistant_only_loss);
-    const PackTally tally = pack_files(o, data_hashes, encoder, blocks);
-    ANVIL_ENSURE(blocks.blocks() > 0, kInvalidInput, "prepare: ", tally.total_tokens,
+    const int32_t pad_id = o.packing == Packing::kWrapped ? 0 : padding_id(tokenizer, dir);
+    const std::unique_ptr<BlockSink> blocks = block_sink(o, fd, tmp, pad_id);
+    const PackTally tally = pack_files(o, data_hashes, encoder, *blocks);
+    blocks->finish();
+    ANVIL_ENSURE(blocks->blocks() > 0, kInvalidInput, "prepare: ", tally.total_tokens,
                  " tokens make no block of --seq-len ", o.seq_len, " (more data or a shorter --seq-len)");
-    const Json header = packed_header({o, tokenizer, tmpl.get(), tally, blocks.blocks(), data_offset, key});
+    const auto* bins = dynamic_cast<const BinWriter*>(blocks.get());
+    const Json header =
+        packed_header({o, tokenizer, tmpl.get(), tally, blocks->blocks(), data_offset, key, bins, pad_id});
     write_header(fd, tmp, header, data_offset);
     ANVIL_ENSURE(::fsync(fd) == 0, kIo, tmp, ": sync failed (", errno_text(), ")");
     ::close(fd);
@@ -426,9 +463,22 @@ PackedDataset prepare_cached(const PrepareOptions& o, const std::string& cache_d
     }
   }
   const Json header = prepare_packed(o, dir);
-  log_info("data: prepared ", file, ": ", header["num_blocks"].get<int64_t>(), " blocks of ", o.seq_len, " tokens from ",
-           header["rows"].get<int64_t>(), " rows");
+  log_info("data: prepared ", file, ": ", packing_summary(header));
   return PackedDataset::open(file);
+}
+
+std::string packing_summary(const Json& header) {
+  const auto num = [&](const char* key) { return header.value(key, int64_t{0}); };
+  const std::string packing = header.value("packing", "wrapped");
+  if (packing == "wrapped")
+    return cat("wrapped: ", num("num_blocks"), " blocks of ", num("seq_len"), " tokens from ", num("rows"), " rows, ",
+               num("dropped_tokens"), " tokens dropped at the end");
+  char fraction[32];
+  std::snprintf(fraction, sizeof fraction, "%.2f%%", 100.0 * header.value("padding_fraction", 0.0));
+  return cat(packing, ": ", num("documents"), " documents from ", num("rows"), " rows in ", num("num_blocks"),
+             " sequences of ", num("seq_len"), " tokens, ", num("real_tokens"), " real tokens, padding ", fraction,
+             ", ", num("split_rows"), " rows split, ", num("dropped_rows"), " rows cut (", num("dropped_tokens"),
+             " tokens dropped)");
 }
 
 }  // namespace anvil

@@ -1,26 +1,38 @@
-// From rows (JSONL or Parquet, data/source.h) to training blocks: the seed's packing,
-// assistant-only labels, the memory-mapped block file and its cache.
+// From rows (JSONL or Parquet, data/source.h) to training blocks: the packings, assistant-only
+// labels, the memory-mapped block file and its cache.
 //
-// Packing (as the seed): every row is rendered with the chat template ({"messages": [...]})
-// or taken as is ({"text": "..."}), tokenized without added special tokens, all rows are
-// concatenated in file order (files in the order given), and the stream is cut into blocks
-// of seq_len tokens; the remainder is dropped. With assistant_only_loss, labels are the ids
-// inside assistant turns (ChatTemplate::assistant_spans) and -100 elsewhere; without it the
-// labels are the ids themselves and are not stored.
+// Every row is rendered with the chat template ({"messages": [...]}) or taken as is
+// ({"text": "..."}) and tokenized without added special tokens, rows in file order (files in
+// the order given), then packed into blocks of seq_len tokens (data/bin_packing.h):
+//   wrapped (the seed's): all rows concatenated and cut every seq_len tokens, the remainder
+//     dropped; a block runs across rows.
+//   bfd, bfd-split (the default): TRL's best-fit-decreasing bins, each block whole documents
+//     (rows, or pieces of rows longer than seq_len) then padding: ids the tokenizer's pad token
+//     (else eos, else 0), labels -100.
+// With assistant_only_loss, labels are the ids inside assistant turns
+// (ChatTemplate::assistant_spans) and -100 elsewhere; without it the labels are the ids
+// themselves and are not stored.
 //
 // File (packed.bin): "ANVILPK1", a little-endian uint64 header length, the JSON header
-// (format, seq_len, num_blocks, has_labels, data_offset, block_stride, tokenizer and data
-// hashes, counts), spaces up to data_offset (a multiple of 4096), then the blocks as int32:
+// (format, packing, seq_len, num_blocks, has_labels, data_offset, block_stride, tokenizer and
+// data hashes, counts), spaces up to data_offset (a multiple of 4096), then the blocks as int32:
 // block b holds seq_len input ids followed, when has_labels, by seq_len labels.
+// Format anvil-packed-v1 is a wrapped file (as every file before the bfd packings). Format
+// anvil-packed-v2 (bfd, bfd-split) adds each block's documents after the blocks, at
+// documents_offset (a multiple of 8): int64 first_document[num_blocks + 1] (block b's documents
+// are [first_document[b], first_document[b + 1])), then int32 length[num_documents]; a block's
+// tokens after its documents are padding.
 // The file is written under a temporary name and renamed: a reader never sees half of one.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/json.h"
+#include "data/bin_packing.h"
 #include "data/chat_template.h"
 #include "data/tokenizer.h"
 
@@ -68,8 +80,11 @@ class PackedDataset {
   int64_t num_blocks() const { return num_blocks_; }
   int64_t seq_len() const { return seq_len_; }
   bool has_labels() const { return has_labels_; }
+  Packing packing() const { return packing_; }
   const int32_t* input_ids(int64_t block) const;  // (seq_len,)
   const int32_t* labels(int64_t block) const;     // (seq_len,): the ids themselves when !has_labels()
+  // bfd, bfd-split: the lengths of the block's documents, in order (the rest is padding); wrapped: empty.
+  std::span<const int32_t> documents(int64_t block) const;
   const Json& header() const { return header_; }
   const std::string& path() const { return path_; }
 
@@ -80,14 +95,20 @@ class PackedDataset {
   void* map_ = nullptr;
   size_t map_size_ = 0;
   const int32_t* blocks_ = nullptr;
+  const int64_t* first_document_ = nullptr;  // v2: num_blocks + 1 entries
+  const int32_t* document_lengths_ = nullptr;
   int64_t num_blocks_ = 0, seq_len_ = 0, stride_ = 0;
   bool has_labels_ = false;
+  Packing packing_ = Packing::kWrapped;
+
+  void open_documents(size_t size);
 };
 
 struct PrepareOptions {
   std::string tokenizer;          // folder with tokenizer.json (and tokenizer_config.json for chats)
   std::vector<std::string> data;  // JSONL or Parquet files (resolve_data_source), packed in this order
   int64_t seq_len = 0;
+  Packing packing = Packing::kBfdSplit;
   bool assistant_only_loss = false;
   bool skip_bad_rows = false;     // count and skip malformed rows instead of failing
 };
@@ -101,5 +122,9 @@ PackedDataset prepare_cached(const PrepareOptions& o, const std::string& cache_d
 
 // The cache key of o (hashes the tokenizer files and every data file).
 std::string prepare_key(const PrepareOptions& o);
+
+// What a packed file's header says of its packing, in one line: for bfd and bfd-split the
+// documents, sequences, real tokens, padding fraction, split and dropped rows.
+std::string packing_summary(const Json& header);
 
 }  // namespace anvil

@@ -100,19 +100,26 @@ StepTiming time_phases(Trainer& trainer, const std::vector<std::vector<TokenBatc
   return sum;
 }
 
-// What measure() timed: the throughput's steps, and the phases' sums over phase_steps.
+// The real tokens (padding excluded) of batches [first, last), one rank's.
+int64_t real_tokens(const std::vector<std::vector<TokenBatch>>& batches, int64_t first, int64_t last) {
+  int64_t n = 0;
+  for (int64_t s = first; s < last; ++s)
+    for (const TokenBatch& b : batches[static_cast<size_t>(s)]) n += b.real_tokens();
+  return n;
+}
+
+// What measure() timed: the throughput's steps and their real tokens (all ranks), and the
+// phases' sums over phase_steps.
 struct Timings {
   double timed = 0;
-  int64_t timed_steps = 0, phase_steps = 0;
+  int64_t timed_steps = 0, timed_tokens = 0, phase_steps = 0;
   StepTiming phases;
 };
 
 // The JSON line of the run: tokens/s, the step and its phases in ms, MFU, memory.
 Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o, const Timings& t) {
   const TrainConfig& c = trainer.settings().config;
-  const double tokens =
-      static_cast<double>(t.timed_steps * c.data.grad_accum * c.data.micro_batch * c.data.seq_len * run.world);
-  const double tps = tokens / t.timed;
+  const double tps = static_cast<double>(t.timed_tokens) / t.timed;
   const double n = static_cast<double>(t.timed_steps), np = static_cast<double>(std::max<int64_t>(t.phase_steps, 1));
   const ModelConfig& cfg = run.config;
   const std::string dev_name = trainer.ops().name();
@@ -162,6 +169,7 @@ Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   Timings t;
   t.timed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   t.timed_steps = c.steps - o.warmup;
+  t.timed_tokens = real_tokens(batches, o.warmup, c.steps) * run.world;
   t.phase_steps = phase_steps;
   t.phases = time_phases(trainer, batches, next, phase_steps);
   const Json op_times = o.op_times ? time_ops(trainer, batches, next, phase_steps) : Json(nullptr);

@@ -162,7 +162,10 @@ void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const Dat
   Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
                {"step", trainer.step_count()}, {"world", static_cast<int64_t>(shards.size())},
                {"mode", parallel_mode_name(store.mode())},
-               {"data", {{"epoch", position.epoch}, {"samples_in_epoch", position.samples_in_epoch}}},
+               {"data",
+                {{"epoch", position.epoch},
+                 {"samples_in_epoch", position.samples_in_epoch},
+                 {"packing", position.packing}}},
                {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
                {"train", settings.train}};
   const ModelConfig& cfg = trainer.config();
@@ -376,6 +379,7 @@ ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Co
   p.step = p.meta["step"].get<int64_t>();
   p.position.epoch = p.meta["data"].value("epoch", int64_t{0});
   p.position.samples_in_epoch = p.meta["data"].value("samples_in_epoch", int64_t{0});
+  p.position.packing = p.meta["data"].value("packing", "wrapped");
   if (rank == 0) {
     uint64_t bytes = 0;
     for (const Json& s : p.meta["shards"]) bytes += s["bytes"].get<uint64_t>();

@@ -60,6 +60,7 @@ std::string resume_command(const TrainCommand& command) {
       continue;
     }
     if (a.rfind("--resume=", 0) == 0) continue;
+    if (a == "--reset-data-position") continue;  // the new checkpoint's position is the one to continue from
     const bool plain =
         a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
         std::string::npos;

@@ -51,10 +51,12 @@ struct CheckpointSection {
   bool operator==(const CheckpointSection&) const = default;
 };
 
-// Held-out blocks (any source --data takes, packed the same way): evaluated every `every`
-// steps (0: only at the end) and at the end. split: for hub dataset ids.
+// Held-out blocks (any source --data takes, packed the same way unless `packing` says
+// otherwise): evaluated every `every` steps (0: only at the end) and at the end. split: for
+// hub dataset ids.
 struct EvalSection {
   std::string data, split;
+  std::string packing = "same";  // same (as --packing) | bfd-split | bfd | wrapped
   int64_t every = 0;
   bool operator==(const EvalSection&) const = default;
 };

@@ -22,10 +22,13 @@ EvalResult evaluate(Trainer& trainer, Comm* comm, int64_t blocks, int64_t micro_
         append(block, batch);
         continue;
       }
-      // Padding past the end of the set: ids 0, no target.
+      // Padding past the end of the set: ids 0, no target; after bfd blocks, one more document.
       if (batch.labels.empty()) batch.labels = batch.ids;  // the real blocks' labels are their ids
       batch.ids.resize(batch.ids.size() + static_cast<size_t>(seq_len), 0);
       batch.labels.resize(batch.ids.size(), -100);
+      if (!batch.positions.empty())
+        for (int64_t t = 0; t < seq_len; ++t) batch.positions.push_back(t);
+      batch.padding += seq_len;
     }
     const Trainer::LossSum s = trainer.forward_loss(batch);
     sum += s.sum;

@@ -51,6 +51,15 @@ std::vector<TokenBatch> step_batches(TrainRun& run, int64_t step) {
   return micro;
 }
 
+// The real tokens (padding excluded) of a step's micro-batches, all ranks: wrapped blocks have
+// no padding, so only bfd blocks need the ranks' sum.
+int64_t step_real_tokens(const TrainRun& run, const std::vector<TokenBatch>& micro) {
+  int64_t mine = 0;
+  for (const TokenBatch& b : micro) mine += b.real_tokens();
+  if (run.data->packing() == Packing::kWrapped || !run.base.comm) return mine * run.base.world;
+  return run.base.comm->host_sum(mine, "real tokens");
+}
+
 // The signal that stops every rank after this step (0: none): the signal may reach them at
 // different times.
 int agreed_stop(const TrainRun& run) {
@@ -64,7 +73,7 @@ TrainSummary train_loop(TrainRun& run) {
   Progress progress(run.base.rank == 0);
   const StopOnSignal signals(run.base.rank == 0);
   const auto run_start = Clock::now();
-  const int64_t start = run.point.step, T = run.data->seq_len();
+  const int64_t start = run.point.step;
   TrainSummary summary;
   double timed_s = 0;
   int64_t timed_tokens = 0;
@@ -72,12 +81,14 @@ TrainSummary train_loop(TrainRun& run) {
   for (int64_t step = start + 1; step <= c.steps; ++step) {
     hang_if_armed(run, step);
     const auto t0 = Clock::now();
-    const StepStats st = run.trainer->step(step_batches(run, step));
+    const std::vector<TokenBatch> micro = step_batches(run, step);
+    const StepStats st = run.trainer->step(micro);
     const double dt = seconds_since(t0);
+    const int64_t tokens = step_real_tokens(run, micro);
     summary.losses.push_back(st.loss);
     if (step > warm) {
       timed_s += dt;
-      timed_tokens += run.per_step * run.base.world * T;
+      timed_tokens += tokens;
     }
     Json eval_loss = nullptr;
     if (run.eval_data && (step == c.steps || (c.eval.every > 0 && step % c.eval.every == 0))) {
@@ -88,7 +99,7 @@ TrainSummary train_loop(TrainRun& run) {
     const double elapsed = seconds_since(run_start);
     const double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(c.steps - step);
     progress.clear();
-    log_step(run, step, st, dt, elapsed, eta, eval_loss);
+    log_step(run, step, st, tokens, dt, elapsed, eta, eval_loss);
     save_if_due(run, step);
     if (run.copies) run.copies->report_finished();
     if (const int sig = agreed_stop(run); sig != 0) {

@@ -66,15 +66,15 @@ double peak_rss_gib() {
   return static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0);
 }
 
-void log_step(TrainRun& run, int64_t step, const StepStats& st, double seconds, double elapsed, double eta,
-              const Json& eval_loss) {
+void log_step(TrainRun& run, int64_t step, const StepStats& st, int64_t tokens, double seconds, double elapsed,
+              double eta, const Json& eval_loss) {
   const TrainConfig& c = run.config();
   if (run.base.rank != 0 || !(step % c.log.every == 0 || step == c.steps || step == 1 || !eval_loss.is_null())) return;
-  const double tps = static_cast<double>(run.per_step * run.base.world * run.data->seq_len()) / seconds;
+  const double tps = static_cast<double>(tokens) / seconds;
   char line[256];
-  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f tok/s  ETA %s",
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f %s  ETA %s",
                 static_cast<long long>(step), static_cast<long long>(c.steps), st.loss, st.grad_norm, st.lr, tps,
-                format_hms(eta).c_str());
+                run.data->packing() == Packing::kWrapped ? "tok/s" : "real tok/s", format_hms(eta).c_str());
   log_info(line);
   if (run.metrics.is_open()) write_metrics(run, step, st, tps, elapsed, eval_loss);
 }
@@ -82,8 +82,10 @@ void log_step(TrainRun& run, int64_t step, const StepStats& st, double seconds, 
 void log_done(const TrainRun& run, const TrainSummary& summary) {
   const int64_t steps = run.config().steps;
   char done[256];
+  std::string note = run.data->packing() == Packing::kWrapped ? "" : "real tokens: padding excluded, in MFU too";
+  if (steps > 10) note += (note.empty() ? "" : "; ") + std::string("first 10 steps excluded");
   std::snprintf(done, sizeof done, "done: %lld steps, %.0f tokens/s%s", static_cast<long long>(steps),
-                summary.tokens_per_s, steps > 10 ? " (first 10 steps excluded)" : "");
+                summary.tokens_per_s, note.empty() ? "" : (" (" + note + ")").c_str());
   std::string tail;
   if (run.base.device == "cuda") {
     const Json mfu = mfu_of(run, summary.tokens_per_s);

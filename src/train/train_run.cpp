@@ -7,7 +7,8 @@
 namespace anvil {
 namespace {
 
-// The group, the model's config, the training data and the eval data (packed as it).
+// The group, the model's config, the training data and the eval data (packed as it, or as
+// --eval-packing says).
 void open_data(const TrainConfig& c, TrainRun& run) {
   run.base = open_run(c.model);
   const OpenRun& b = run.base;
@@ -22,6 +23,7 @@ void open_data(const TrainConfig& c, TrainRun& run) {
   if (!c.eval.data.empty()) {
     DataSection packed_as = c.data;
     packed_as.seq_len = data.seq_len();
+    packed_as.packing = c.eval.packing == "same" ? data.packing() : parse_packing(c.eval.packing);
     run.eval_data = std::make_unique<BlockSource>(packed_as, c.eval.data, c.eval.split, b.model_dir, turn);
     ANVIL_ENSURE(run.eval_data->seq_len() == data.seq_len(), kUsage, "anvil train: --eval-data ", c.eval.data,
                  " holds blocks of ", run.eval_data->seq_len(), " tokens, the training data ", data.seq_len());
@@ -62,6 +64,8 @@ void log_start(const TrainRun& run) {
            c.parallel.reduce_dtype == DType::kBF16 ? "; gradients reduced in bf16" : "",
            run.trainer->grad_dtype() == DType::kBF16 ? "; the blocks' gradients in bf16" : "", "): ", data.size(),
            " blocks of ", data.seq_len(), " tokens, ", c.steps, " steps of ", run.per_step * b.world, " sequences");
+  log_info("data: ", data.summary());
+  if (run.eval_data) log_info("eval data: ", run.eval_data->summary());
 }
 
 // The data order (after the checkpoint's position), the metrics file, the checkpoints'
@@ -69,7 +73,7 @@ void log_start(const TrainRun& run) {
 void open_outputs(TrainRun& run, bool resumed) {
   const OpenRun& b = run.base;
   const TrainConfig& c = run.config();
-  run.order = std::make_unique<BatchOrder>(c.data, c.seed, run.data->size(), b.world, b.rank);
+  run.order = std::make_unique<BatchOrder>(c.data, c.seed, *run.data, b.world, b.rank);
   if (resumed) {
     run.order->resume_at(run.point.position, run.point.step);
     if (run.point.step >= c.steps)
