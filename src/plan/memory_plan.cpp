@@ -40,6 +40,16 @@ int64_t fsdp_transient_grads(const PlanInput& in, const ParamTable& table, Large
              : 4 * (embed + largest.padded) + (bf16 ? 0 : 4 * largest.padded) + bf16_extra + 4 * largest.shard;
 }
 
+}  // namespace
+
+int64_t host_snapshot_bytes(const ParamTable& table) {
+  int64_t sliced = 0;
+  for (const UnitInfo& u : table.units()) sliced += u.shard();
+  return 12 * sliced;
+}
+
+namespace {
+
 // params, grads, optimizer and weights: the units as parallel/param_store.cpp holds them.
 void plan_model_states(const PlanInput& in, MemoryPlan& p) {
   const bool fsdp = in.mode == ParallelMode::kFsdp;
@@ -59,6 +69,7 @@ void plan_model_states(const PlanInput& in, MemoryPlan& p) {
   p.params = 4 * owned;
   p.optimizer = 8 * owned;
   p.grads = grad_bytes;
+  p.host_snapshot = host_snapshot_bytes(table);
   if (in.world == 1) {
     // One process, either mode: the masters' high halves (bf16) or the masters themselves
     // (F32) are the compute weights (parallel/replicated_store.h); params counts their 4 bytes.
@@ -166,6 +177,7 @@ std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_byt
   std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "fits", plan_fits(a.ddp, gpu_bytes) ? "yes" : "no",
                 plan_fits(a.fsdp, gpu_bytes) ? "yes" : "no");
   s += line;
+  row("host saves", a.ddp.host_snapshot, a.fsdp.host_snapshot);  // per rank, in host memory (not in total)
   s += "advice: " + a.message + "\n";
   return s;
 }

@@ -155,44 +155,17 @@ void log_peak_host_memory() {
 
 // Rank 0, once every shard is synced: meta.json, then the rename of the temporary folder
 // to step-<N> (the moment the checkpoint becomes complete), and the parent folder synced.
-void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const DataPosition& position,
-                       const Json& shards, const std::string& tmp_dir, const std::string& final_dir,
-                       const std::string& ckpt_dir) {
-  const ParamStore& store = trainer.store();
-  Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
-               {"step", trainer.step_count()}, {"world", static_cast<int64_t>(shards.size())},
-               {"mode", parallel_mode_name(store.mode())},
-               {"data", {{"epoch", position.epoch}, {"samples_in_epoch", position.samples_in_epoch}}},
-               {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
-               {"train", settings.train}};
-  const ModelConfig& cfg = trainer.config();
-  meta["config"] = hf_config_json(cfg);
-  const Json t = table_json(trainer.table());
-  meta["units"] = t["units"];
-  meta["tensors"] = t["tensors"];
-  meta["shards"] = shards;
-  if (!settings.config_toml.empty()) write_file_atomic(path_join(tmp_dir, "anvil_config.toml"), settings.config_toml);
-  write_checkpoint_meta(tmp_dir, meta);
-  fsync_directory(tmp_dir);
+void commit_checkpoint(const SavePlace& place, const Json& meta, const std::string& config_toml, int world) {
+  if (!config_toml.empty()) write_file_atomic(path_join(place.tmp_dir, "anvil_config.toml"), config_toml);
+  write_checkpoint_meta(place.tmp_dir, meta);
+  fsync_directory(place.tmp_dir);
+  if (fault_armed(Fault::kDieBeforeRename, place.step, 0, world))
+    die_at_fault(Fault::kDieBeforeRename, "before renaming " + place.tmp_dir + " to " + place.final_dir);
   std::error_code ec;
-  std::filesystem::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
-  ANVIL_ENSURE(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, kIo, final_dir, ": rename from ", tmp_dir,
-               " failed (", errno_text(), ")");
-  fsync_directory(ckpt_dir);
-}
-
-// The first rank's error message (empty: none), on every rank.
-std::string first_error(Comm* comm, const std::string& mine, std::string_view tag) {
-  if (!comm) return mine;
-  const auto len = static_cast<size_t>(comm->host_max(static_cast<double>(mine.size()), tag));
-  if (len == 0) return "";
-  std::string padded = mine;
-  padded.resize(len, '\0');
-  std::string all(len * static_cast<size_t>(comm->world()), '\0');
-  comm->host_all_gather(padded.data(), len, all.data(), tag);
-  for (size_t at = 0; at < all.size(); at += len)
-    if (all[at] != '\0') return std::string(all.c_str() + at);
-  return "";
+  std::filesystem::remove_all(place.final_dir, ec);  // a checkpoint of the same step from an earlier run
+  ANVIL_ENSURE(std::rename(place.tmp_dir.c_str(), place.final_dir.c_str()) == 0, kIo, place.final_dir,
+               ": rename from ", place.tmp_dir, " failed (", errno_text(), ")");
+  fsync_directory(place.ckpt_dir);
 }
 
 // Why a save failed, what is left and what the run does: it stops.
@@ -241,71 +214,105 @@ std::vector<std::string> continuation_changes(const Json& was, const Json& now) 
   return out;
 }
 
-SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const CheckpointSection& where, const SaveSettings& settings,
-                           const DataPosition& position) {
-  const auto t0 = Clock::now();
-  const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
-  const int64_t step = trainer.step_count();
-  const ParamTable& table = trainer.table();
-  ParamStore& store = trainer.store();
-  const std::string final_dir = path_join(where.dir, checkpoint_name(step));
-  const std::string tmp_dir = path_join(where.dir, ".tmp-" + checkpoint_name(step));
+std::string first_error(Comm* comm, const std::string& mine, std::string_view tag) {
+  if (!comm) return mine;
+  const auto len = static_cast<size_t>(comm->host_max(static_cast<double>(mine.size()), tag));
+  if (len == 0) return "";
+  std::string padded = mine;
+  padded.resize(len, '\0');
+  std::string all(len * static_cast<size_t>(comm->world()), '\0');
+  comm->host_all_gather(padded.data(), len, all.data(), tag);
+  for (size_t at = 0; at < all.size(); at += len)
+    if (all[at] != '\0') return std::string(all.c_str() + at);
+  return "";
+}
+
+SavePlace begin_save(Comm* comm, const std::string& ckpt_dir, int64_t step) {
+  const SavePlace place{ckpt_dir, path_join(ckpt_dir, checkpoint_name(step)),
+                        path_join(ckpt_dir, ".tmp-" + checkpoint_name(step)), step};
   std::string error;
-  if (rank == 0) {
+  if (!comm || comm->rank() == 0) {
     try {
-      make_directories(where.dir);
-      remove_temporary_files(where.dir);
-      make_directories(tmp_dir);
+      make_directories(ckpt_dir);
+      remove_temporary_files(ckpt_dir);
+      make_directories(place.tmp_dir);
     } catch (const Error& e) {
       error = e.what();
     }
   }
   error = first_error(comm, error, "checkpoint folder");
-  if (!error.empty()) save_failed(where.dir, step, error);
+  if (!error.empty()) save_failed(ckpt_dir, step, error);
+  return place;
+}
 
-  // Rank r's slice [r * shard, (r + 1) * shard) of every unit, wherever it is held.
-  const size_t n_units = table.units().size();
+std::vector<ShardTensor> shard_tensors(const ParamTable& table) {
   std::vector<ShardTensor> tensors;
   for (int k = 0; k < 3; ++k)
-    for (size_t u = 0; u < n_units; ++u) tensors.push_back({cat(kKinds[k], ".", u), table.units()[u].shard()});
-  const ParamStore::State state[3] = {ParamStore::State::kMaster, ParamStore::State::kExpAvg,
-                                      ParamStore::State::kExpAvgSq};
-  const Fault fault = fault_armed(Fault::kDieInSave, step, rank, world)       ? Fault::kDieInSave
-                      : fault_armed(Fault::kNoSpaceInSave, step, rank, world) ? Fault::kNoSpaceInSave
-                                                                              : Fault::kNone;
-  ShardRecord rec;
-  try {
-    rec = write_shard(
-        path_join(tmp_dir, shard_file_name(rank)), tensors,
-        [&](size_t i, int64_t begin, int64_t n, float* out) {
-          const int u = static_cast<int>(i % n_units);
-          const int64_t shard = table.units()[static_cast<size_t>(u)].shard();
-          const int64_t at = rank * shard - store.owned_offset(u) + begin;
-          store.read_owned(state[i / n_units], u, at, n, out);
-        },
-        fault);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  error = first_error(comm, error, "checkpoint shards written");
+    for (size_t u = 0; u < table.units().size(); ++u) tensors.push_back({cat(kKinds[k], ".", u), table.units()[u].shard()});
+  return tensors;
+}
+
+Json checkpoint_meta(Trainer& trainer, const SaveSettings& settings, const DataPosition& position, int world) {
+  Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
+               {"step", trainer.step_count()}, {"world", static_cast<int64_t>(world)},
+               {"mode", parallel_mode_name(trainer.store().mode())},
+               {"data", {{"epoch", position.epoch}, {"samples_in_epoch", position.samples_in_epoch}}},
+               {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
+               {"train", settings.train}};
+  meta["config"] = hf_config_json(trainer.config());
+  const Json t = table_json(trainer.table());
+  meta["units"] = t["units"];
+  meta["tensors"] = t["tensors"];
+  return meta;
+}
+
+namespace {
+
+// The shards' records to every rank (sizes, checksums, write seconds), in rank order.
+struct Wire {
+  uint64_t bytes;
+  char xxh64[16];
+  double seconds;
+};
+std::vector<Wire> gather_records(Comm* comm, const ShardOutcome& mine) {
+  Wire w{mine.record.bytes, {}, mine.seconds};
+  std::memcpy(w.xxh64, mine.record.xxh64.data(), std::min<size_t>(16, mine.record.xxh64.size()));
+  std::vector<Wire> all(comm ? static_cast<size_t>(comm->world()) : 1);
+  if (comm) comm->host_all_gather(&w, sizeof w, all.data(), "checkpoint shards");
+  else all[0] = w;
+  return all;
+}
+
+void log_saved(const SaveReport& r, int world, double stall_seconds) {
+  char line[400];
+  const double rate = r.gigabytes / std::max(r.seconds, 1e-9);
+  if (stall_seconds < 0)
+    std::snprintf(line, sizeof line, "saved %s: %.3f GB in %.2f s (%.2f GB/s, %d shard%s)", r.path.c_str(),
+                  r.gigabytes, r.seconds, rate, world, world == 1 ? "" : "s");
+  else
+    std::snprintf(line, sizeof line,
+                  "saved %s: %.3f GB written in the background in %.2f s (%.2f GB/s, %d shard%s); training "
+                  "stalled %.2f s for it",
+                  r.path.c_str(), r.gigabytes, r.seconds, rate, world, world == 1 ? "" : "s", stall_seconds);
+  log_info(line);
+}
+
+}  // namespace
+
+SaveReport finish_save(Comm* comm, const SavePlace& place, int64_t keep_last, Json meta, const SaveSettings& settings,
+                       const ShardOutcome& mine, double stall_seconds) {
+  const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
+  std::string error = first_error(comm, mine.error, "checkpoint shards written");
   if (!error.empty()) {
     std::error_code ec;
-    if (rank == 0) std::filesystem::remove_all(tmp_dir, ec);
-    save_failed(where.dir, step, error);
+    if (rank == 0) std::filesystem::remove_all(place.tmp_dir, ec);
+    save_failed(place.ckpt_dir, place.step, error);
   }
-
   // Sizes and checksums to rank 0, which writes meta.json once every shard is synced.
-  struct Wire {
-    uint64_t bytes;
-    char xxh64[16];
-  };
-  Wire mine{rec.bytes, {}};
-  std::memcpy(mine.xxh64, rec.xxh64.data(), 16);
-  std::vector<Wire> all(static_cast<size_t>(world));
-  if (comm) comm->host_all_gather(&mine, sizeof mine, all.data(), "checkpoint shards");
-  else all[0] = mine;
+  const std::vector<Wire> all = gather_records(comm, mine);
   SaveReport report;
-  report.path = final_dir;
+  report.path = place.final_dir;
+  report.stall_seconds = std::max(stall_seconds, 0.0);
   if (rank == 0) {
     try {
       uint64_t total = 0;
@@ -315,29 +322,63 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const CheckpointSection
         shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes},
                           {"xxh64", std::string(w.xxh64, 16)}});
         total += w.bytes;
+        report.seconds = std::max(report.seconds, w.seconds);
       }
-      commit_checkpoint(trainer, settings, position, shards, tmp_dir, final_dir, where.dir);
+      meta["shards"] = shards;
+      commit_checkpoint(place, meta, settings.config_toml, world);
       report.gigabytes = static_cast<double>(total) / 1e9;
     } catch (const Error& e) {
       error = e.what();
       std::error_code ec;
-      std::filesystem::remove_all(tmp_dir, ec);
+      std::filesystem::remove_all(place.tmp_dir, ec);
     }
   }
   error = first_error(comm, error, "checkpoint complete");
-  if (!error.empty()) save_failed(where.dir, step, error);
+  if (!error.empty()) save_failed(place.ckpt_dir, place.step, error);
   if (rank == 0) {
-    report.seconds = seconds_since(t0);
-    char line[256];
-    std::snprintf(line, sizeof line, "saved %s: %.3f GB in %.2f s (%.2f GB/s, %d shard%s)", final_dir.c_str(),
-                  report.gigabytes, report.seconds, report.gigabytes / std::max(report.seconds, 1e-9), world,
-                  world == 1 ? "" : "s");
-    log_info(line);
+    log_saved(report, world, stall_seconds);
     std::vector<std::string> pinned = settings.pinned;
-    pinned.push_back(final_dir);  // a resumed run behind newer checkpoints keeps its own
-    prune_checkpoints(where.dir, where.keep_last, pinned);
+    pinned.push_back(place.final_dir);  // a resumed run behind newer checkpoints keeps its own
+    prune_checkpoints(place.ckpt_dir, keep_last, pinned);
   }
   return report;
+}
+
+SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const CheckpointSection& where, const SaveSettings& settings,
+                           const DataPosition& position) {
+  const auto t0 = Clock::now();
+  const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
+  const ParamTable& table = trainer.table();
+  ParamStore& store = trainer.store();
+  const SavePlace place = begin_save(comm, where.dir, trainer.step_count());
+
+  // Rank r's slice [r * shard, (r + 1) * shard) of every unit, wherever it is held.
+  const size_t n_units = table.units().size();
+  const ParamStore::State state[3] = {ParamStore::State::kMaster, ParamStore::State::kExpAvg,
+                                      ParamStore::State::kExpAvgSq};
+  ShardOutcome mine;
+  try {
+    mine.record = write_shard(
+        path_join(place.tmp_dir, shard_file_name(rank)), shard_tensors(table),
+        [&](size_t i, int64_t begin, int64_t n, float* out) {
+          const int u = static_cast<int>(i % n_units);
+          const int64_t shard = table.units()[static_cast<size_t>(u)].shard();
+          const int64_t at = rank * shard - store.owned_offset(u) + begin;
+          store.read_owned(state[i / n_units], u, at, n, out);
+        },
+        shard_write_fault(place.step, rank, world));
+  } catch (const Error& e) {
+    mine.error = e.what();
+  }
+  mine.seconds = seconds_since(t0);
+  return finish_save(comm, place, where.keep_last, checkpoint_meta(trainer, settings, position, world), settings, mine,
+                     -1);
+}
+
+Fault shard_write_fault(int64_t step, int rank, int world) {
+  return fault_armed(Fault::kDieInSave, step, rank, world)       ? Fault::kDieInSave
+         : fault_armed(Fault::kNoSpaceInSave, step, rank, world) ? Fault::kNoSpaceInSave
+                                                                 : Fault::kNone;
 }
 
 std::string find_resume_checkpoint(const std::string& ckpt_dir, const std::string& resume) {

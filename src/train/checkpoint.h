@@ -17,11 +17,13 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/comm.h"
 #include "core/json.h"
 #include "data/blocks.h"
+#include "io/checkpoint_files.h"
 #include "io/hf_export.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -48,7 +50,8 @@ std::vector<std::string> continuation_changes(const Json& was, const Json& now);
 
 struct SaveReport {
   std::string path;
-  double gigabytes = 0, seconds = 0;
+  double gigabytes = 0, seconds = 0;  // asynchronous: seconds of the slowest rank's background write
+  double stall_seconds = 0;           // asynchronous: how long training waited (staging, an earlier save)
 };
 
 // Every rank calls it with the same arguments after the same step. Returns on every rank
@@ -58,6 +61,37 @@ struct SaveReport {
 // temporary folder is removed.
 SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const CheckpointSection& where, const SaveSettings& settings,
                            const DataPosition& position);
+
+// The phases of a save, shared by save_checkpoint and the asynchronous saves
+// (train/checkpoint_async.h); every rank calls each of them.
+struct SavePlace {
+  std::string ckpt_dir, final_dir, tmp_dir;  // <dir>/step-<N> and <dir>/.tmp-step-<N>
+  int64_t step = 0;
+};
+// 1. Rank 0 makes the temporary folder (removing what interrupted saves left); an error
+// there stops the run on every rank.
+SavePlace begin_save(Comm* comm, const std::string& ckpt_dir, int64_t step);
+// The tensors of every rank's shard file (F32, 1-D): master, exp_avg and exp_avg_sq of each
+// unit, each the rank's slice [r * shard, (r + 1) * shard).
+std::vector<ShardTensor> shard_tensors(const ParamTable& table);
+// meta.json as of now (step, data position, model, settings), without the shards' records.
+Json checkpoint_meta(Trainer& trainer, const SaveSettings& settings, const DataPosition& position, int world);
+// What one rank's shard write gave: its record and seconds, or its error.
+struct ShardOutcome {
+  ShardRecord record;
+  double seconds = 0;
+  std::string error;
+};
+// 2. After every rank's write: the records exchanged; rank 0 writes meta.json, renames the
+// folder, syncs, logs and prunes beyond keep_last (except settings.pinned and this one). A
+// failure on any rank throws the same kIo error on every rank (the temporary folder removed).
+// stall_seconds < 0: a synchronous save (its line says so).
+SaveReport finish_save(Comm* comm, const SavePlace& place, int64_t keep_last, Json meta, const SaveSettings& settings,
+                       const ShardOutcome& mine, double stall_seconds);
+// The fault (core/fault.h) a rank's shard write injects at the save of `step`, if any.
+Fault shard_write_fault(int64_t step, int rank, int world);
+// The first rank's error message (empty: none), on every rank.
+std::string first_error(Comm* comm, const std::string& mine, std::string_view tag);
 
 // Removes what interrupted saves left in ckpt_dir (.tmp-step-<N> folders, *.tmp.<pid>).
 void remove_temporary_files(const std::string& ckpt_dir);
