@@ -11,7 +11,8 @@
 //  - kill -9 at 20 random steps of a run saving every step: the newest complete checkpoint
 //    validates and resumes bit for bit;
 //  - the snapshot is refused before any weight is read when the host cannot hold it;
-//  - the parallel writer and reader of io/parallel_file.h against a one-thread pass.
+//  - the parallel writer and reader of io/parallel_file.h against a one-thread pass;
+//  - anvil bench disk, and the host memory facts of sys/host_memory.h.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -243,6 +244,25 @@ TEST_F(AsyncSave, SnapshotThatDoesNotFitIsRefusedBeforeAnyWeightIsRead) {
   EXPECT_TRUE(has(r.result.out, "asynchronous saves hold a snapshot of each rank's state in host memory: ")) << r.result.out;
   EXPECT_TRUE(has(r.result.out, "save synchronously with --sync-save")) << r.result.out;
   EXPECT_FALSE(has(r.result.out, " parameters) on ")) << "refused before the weights\n" << r.result.out;
+}
+
+TEST(BenchDisk, MeasuresWriteAndReadAndLeavesNothing) {
+  const std::string dir = testing::temp_dir("bench-disk");
+  const testing::RunResult r = testing::run_anvil({"bench", "disk", dir, "--size", "100M", "--threads", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Json j = json_parse(r.out, "bench disk");
+  EXPECT_EQ(j["bytes"].get<uint64_t>(), uint64_t{128} << 20) << "rounded up to whole 64 MiB requests";
+  EXPECT_EQ(j["threads"].get<int>(), 2);
+  EXPECT_GT(j["write_gbps"].get<double>(), 0);
+  EXPECT_GT(j["read_gbps"].get<double>(), 0);
+  EXPECT_TRUE(fs::is_empty(dir)) << "the benchmark's file is removed";
+  const testing::RunResult text = testing::run_anvil({"bench", "disk", dir, "--size", "1M"});
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_TRUE(has(text.out, "disk " + dir + ": write ")) << text.out;
+  EXPECT_TRUE(has(text.out, "fsync included), read ")) << text.out;
+  const testing::RunResult missing = testing::run_anvil({"bench", "disk", dir + "/none"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.out;
+  EXPECT_TRUE(has(missing.out, "anvil bench disk: " + dir + "/none is not a folder")) << missing.out;
 }
 
 TEST(HostMemory, ReadsMeminfoWithinTheCgroupLimit) {

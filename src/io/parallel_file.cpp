@@ -2,6 +2,7 @@
 #include "io/parallel_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -103,6 +104,12 @@ std::string write_hashed(int fd, const std::string& path, uint64_t total, const 
       written += static_cast<uint64_t>(w);
     }
   });
+}
+
+void read_ahead(const void* data, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(data) / page * page;
+  if (bytes > 0) ::madvise(reinterpret_cast<void*>(b), reinterpret_cast<uintptr_t>(data) + bytes - b, MADV_WILLNEED);
 }
 
 std::string hash_file_parallel(const std::string& path, int threads) {

@@ -7,14 +7,18 @@
 // (validation before a resume) through these.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
 
+#include "sys/disk_bench.h"
+
 namespace anvil {
 
-constexpr uint64_t kFileChunk = uint64_t{64} << 20;  // bytes per request, a multiple of 4096
-constexpr int kFileThreads = 4;                       // requests in flight per file
+// The requests of anvil bench disk (sys/disk_bench.h), so that a save compares with it.
+constexpr uint64_t kFileChunk = kDiskRequest;  // bytes per request, a multiple of 4096
+constexpr int kFileThreads = kDiskThreads;     // requests in flight per file
 
 // fill(at, n, out): the file's bytes [at, at + n) into out; called from several threads at once.
 using FileBytes = std::function<void(uint64_t, uint64_t, char*)>;
@@ -30,6 +34,9 @@ struct WriteStop {
 // missing) stops every thread and is thrown once they have ended.
 std::string write_hashed(int fd, const std::string& path, uint64_t total, const FileBytes& fill, int threads,
                          const WriteStop& stop = {});
+// Asks the kernel to read [data, data + bytes) of a mapped file now, in large requests, rather
+// than page by page as a copy faults on it (madvise WILLNEED; a hint, never an error).
+void read_ahead(const void* data, size_t bytes);
 // The XXH64 hex of a file's bytes, read with `threads` threads and the kernel's readahead.
 std::string hash_file_parallel(const std::string& path, int threads = kFileThreads);
 

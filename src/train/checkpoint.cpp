@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "io/checkpoint_files.h"
+#include "io/parallel_file.h"
 #include "io/safetensors.h"
 
 namespace anvil {
@@ -103,6 +104,7 @@ class CheckpointReader {
                    files_[static_cast<size_t>(r)]->path(), ": ", name, " has shape ", t.shape.str(), ", expected [",
                    shard, "] F32");
       const float* src = reinterpret_cast<const float*>(t.data) + in;
+      read_ahead(src, static_cast<size_t>(take) * 4);
       std::memcpy(out, src, static_cast<size_t>(take) * 4);
       release_mapped_pages(src, static_cast<size_t>(take) * 4);
       out += take;
@@ -112,18 +114,25 @@ class CheckpointReader {
   }
 
   // Elements [begin, end) of one unit of `table` of one kind (padding zero), gathered
-  // tensor by tensor, the tensors copied in parallel.
+  // tensor by tensor in pieces of at most 64 MiB, copied in parallel (each read ahead), so
+  // that a large tensor (the embedding) is read by every thread too.
   void read_range(int kind, const ParamTable& table, int unit, int64_t begin, int64_t end, float* out) const {
+    constexpr int64_t kPiece = int64_t{16} << 20;  // floats
     std::fill(out, out + (end - begin), 0.0f);
-    std::vector<const ParamEntry*> parts;
+    struct Piece {
+      const ParamEntry* entry;
+      int64_t lo, hi;
+    };
+    std::vector<Piece> pieces;
     for (const ParamEntry& e : table.entries())
-      if (e.unit == unit && e.offset < end && e.offset + e.numel() > begin) parts.push_back(&e);
-    parallel_for(static_cast<int64_t>(parts.size()), 1, [&](int64_t b, int64_t e) {
+      if (e.unit == unit && e.offset < end && e.offset + e.numel() > begin)
+        for (int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel()); lo < hi; lo += kPiece)
+          pieces.push_back({&e, lo, std::min(hi, lo + kPiece)});
+    parallel_for(static_cast<int64_t>(pieces.size()), 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        const ParamEntry& p = *parts[static_cast<size_t>(i)];
-        const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel());
-        const auto& [u, off] = place_.at(p.name);
-        copy(kind, u, off + (lo - p.offset), hi - lo, out + (lo - begin));
+        const Piece& p = pieces[static_cast<size_t>(i)];
+        const auto& [u, off] = place_.at(p.entry->name);
+        copy(kind, u, off + (p.lo - p.entry->offset), p.hi - p.lo, out + (p.lo - begin));
       }
     });
   }
