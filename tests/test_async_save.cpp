@@ -13,12 +13,15 @@
 //  - the snapshot is refused before any weight is read when the host cannot hold it;
 //  - the parallel writer and reader of io/parallel_file.h against a one-thread pass;
 //  - anvil bench disk, and the host memory facts of sys/host_memory.h.
+// ANVIL_TEST_DEVICE=cuda runs the training of these tests on the GPU (one rank per GPU: the
+// tests of one rank, *Dying* and *KillNine*, on a machine with one).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +36,7 @@
 #include "io/safetensors.h"
 #include "sys/host_memory.h"
 #include "testing.h"
+#include "token_blocks.h"
 
 namespace anvil {
 namespace {
@@ -51,12 +55,7 @@ class AsyncSave : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(testing::temp_dir("async-save"));
-    std::mt19937 rng(7);
-    std::vector<int64_t> ids(24 * 37);
-    for (auto& x : ids) x = static_cast<int64_t>(rng() % 1000);
-    SafetensorsWriter w;
-    w.add("input_ids", DType::kI64, {24, 37}, ids.data());
-    w.write(*dir_ + "/blocks.safetensors");
+    testing::write_token_blocks(*dir_ + "/blocks.safetensors", 24, 37, 7);
   }
   static std::string dir() { return *dir_; }
 
@@ -64,7 +63,9 @@ class AsyncSave : public ::testing::Test {
   // under `tag`, saving into `ckpt` every `every` steps, then `extra`.
   static std::vector<std::string> args(const std::string& tag, int64_t steps, int nproc, const std::string& ckpt,
                                        int64_t every, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> a = {"train", "--device", "cpu", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3",
+    const char* device = std::getenv("ANVIL_TEST_DEVICE");
+    std::vector<std::string> a = {"train", "--device", device && *device ? device : "cpu", "--model",
+                                  testing::shared_dir() + "/fixtures/tiny-qwen3",
                                   "--data", dir() + "/blocks.safetensors", "--steps", std::to_string(steps),
                                   "--micro-batch", std::to_string(4 / nproc), "--lr", "1e-3", "--log-every", "1",
                                   "--metrics", dir() + "/" + tag + ".jsonl", "--export", dir() + "/" + tag,

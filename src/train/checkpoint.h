@@ -5,7 +5,9 @@
 // exchange sizes and checksums (and any error); rank 0 then writes meta.json, renames the
 // temporary folder to step-<N>, syncs the parent folder, and only then deletes the
 // checkpoints beyond keep_last. A rank that dies mid-save leaves a .tmp-step-<N> folder
-// that no reader takes for a checkpoint.
+// that no reader takes for a checkpoint. save_checkpoint runs these phases at once; the
+// asynchronous saves (train/checkpoint_async.h) run the same phases with the write between
+// them on a background thread.
 // Resume: rank 0 validates every file (sizes and checksums) before anything is read; a
 // refusal names the file and the newest older complete checkpoint. The state is read by
 // tensor name through the ParamTable, so any world size and either mode can load any
