@@ -10,7 +10,8 @@
 //    with the last good checkpoint intact;
 //  - kill -9 at 20 random steps of a run saving every step: the newest complete checkpoint
 //    validates and resumes bit for bit;
-//  - the snapshot is refused before any weight is read when the host cannot hold it;
+//  - the plan counts each rank's snapshot, which is refused before any weight is read when
+//    the host cannot hold it;
 //  - the parallel writer and reader of io/parallel_file.h against a one-thread pass;
 //  - anvil bench disk, and the host memory facts of sys/host_memory.h.
 // ANVIL_TEST_DEVICE=cuda runs the training of these tests on the GPU (one rank per GPU: the
@@ -245,6 +246,26 @@ TEST_F(AsyncSave, SnapshotThatDoesNotFitIsRefusedBeforeAnyWeightIsRead) {
   EXPECT_TRUE(has(r.result.out, "asynchronous saves hold a snapshot of each rank's state in host memory: ")) << r.result.out;
   EXPECT_TRUE(has(r.result.out, "save synchronously with --sync-save")) << r.result.out;
   EXPECT_FALSE(has(r.result.out, " parameters) on ")) << "refused before the weights\n" << r.result.out;
+}
+
+TEST_F(AsyncSave, PlanCountsEachRanksSnapshot) {
+  // The plan's host_snapshot is what each rank's shard file of a 2-rank checkpoint holds.
+  const TrainOutput& two = base(2);
+  ASSERT_EQ(two.result.exit_code, 0) << two.result.out;
+  const testing::RunResult plan = testing::run_anvil({"plan", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3",
+                                                      "--nproc", "2", "--seq-len", "37", "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.out;
+  const Json j = json_parse(plan.out, "anvil plan");
+  for (const char* shard : {"rank-00000.safetensors", "rank-00001.safetensors"}) {
+    SafetensorsFile f(dir() + "/ckpt-base2/step-4/" + shard);
+    int64_t bytes = 0;
+    for (const auto& t : f.tensors()) bytes += static_cast<int64_t>(t.bytes);
+    EXPECT_EQ(j["ddp"]["host_snapshot"].get<int64_t>(), bytes) << shard;
+    EXPECT_EQ(j["fsdp"]["host_snapshot"].get<int64_t>(), bytes) << shard;
+  }
+  const testing::RunResult table = testing::run_anvil({"plan", "--preset", "qwen3-8b", "--seq-len", "2048"});
+  EXPECT_TRUE(has(table.out, "host memory per rank for the snapshot of asynchronous saves: 91.54 GiB (ddp), 91.54 GiB "
+                             "(fsdp)")) << table.out;
 }
 
 TEST(BenchDisk, MeasuresWriteAndReadAndLeavesNothing) {

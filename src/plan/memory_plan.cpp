@@ -177,8 +177,10 @@ std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_byt
   std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "fits", plan_fits(a.ddp, gpu_bytes) ? "yes" : "no",
                 plan_fits(a.fsdp, gpu_bytes) ? "yes" : "no");
   s += line;
-  row("host saves", a.ddp.host_snapshot, a.fsdp.host_snapshot);  // per rank, in host memory (not in total)
   s += "advice: " + a.message + "\n";
+  std::snprintf(line, sizeof line, "host memory per rank for the snapshot of asynchronous saves: %s GiB (ddp), %s GiB "
+                "(fsdp)\n", gib(a.ddp.host_snapshot).c_str(), gib(a.fsdp.host_snapshot).c_str());
+  s += line;
   return s;
 }
 
