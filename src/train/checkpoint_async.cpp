@@ -77,7 +77,17 @@ AsyncSaver::AsyncSaver(Trainer& trainer, Comm* comm)
   ANVIL_ENSURE(static_cast<int64_t>(bytes_) == trainer.plan().host_snapshot, kInternal, "the snapshot of ", bytes_,
                " bytes differs from the plan's ", trainer.plan().host_snapshot);
   const auto t0 = Clock::now();
-  snapshot_ = static_cast<char*>(trainer.ops().alloc_host(bytes_));
+  std::string error;  // one rank's failure is every rank's (the others would wait for it)
+  try {
+    snapshot_ = static_cast<char*>(trainer.ops().alloc_host(bytes_));
+  } catch (const Error& e) {
+    error = cat(e.what(), "; save synchronously with --sync-save (no snapshot)");
+  }
+  error = first_error(comm, error, "snapshot allocation");
+  if (!error.empty()) {
+    trainer.ops().release_host(snapshot_);
+    raise(ErrorKind::kOutOfMemory, error);
+  }
   if (rank_ == 0) {
     char line[256];
     std::snprintf(line, sizeof line,
