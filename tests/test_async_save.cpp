@@ -8,6 +8,8 @@
 //    to the bits of an uninterrupted run;
 //  - a full disk in the background write is reported at a later step, which stops the run
 //    with the last good checkpoint intact;
+//  - a checkpoint with a flipped byte is refused before the first step (its checksums are
+//    verified while the state is read);
 //  - kill -9 at 20 random steps of a run saving every step: the newest complete checkpoint
 //    validates and resumes bit for bit;
 //  - the plan counts each rank's snapshot, which is refused before any weight is read when
@@ -246,6 +248,24 @@ TEST_F(AsyncSave, SnapshotThatDoesNotFitIsRefusedBeforeAnyWeightIsRead) {
   EXPECT_TRUE(has(r.result.out, "asynchronous saves hold a snapshot of each rank's state in host memory: ")) << r.result.out;
   EXPECT_TRUE(has(r.result.out, "save synchronously with --sync-save")) << r.result.out;
   EXPECT_FALSE(has(r.result.out, " parameters) on ")) << "refused before the weights\n" << r.result.out;
+}
+
+TEST_F(AsyncSave, ACorruptCheckpointIsRefusedBeforeTheFirstStep) {
+  // Checksums are verified while the state is read: a flipped byte still never trains.
+  const TrainOutput& want = base(1);
+  ASSERT_EQ(want.result.exit_code, 0) << want.result.out;
+  const std::string ckpt = dir() + "/ckpt-flipped";
+  fs::create_directories(ckpt);
+  fs::copy(dir() + "/ckpt-base1/step-4", ckpt + "/step-4");
+  const std::string shard = ckpt + "/step-4/rank-00000.safetensors";
+  std::string bytes = read_file(shard);
+  bytes[bytes.size() / 2] ^= 0x10;
+  write_file_atomic(shard, bytes);
+  const TrainOutput r = train(args("flipped", 12, 1, ckpt, 4));
+  EXPECT_NE(r.result.exit_code, 0) << r.result.out;
+  EXPECT_TRUE(has(r.result.out, "checkpoint " + ckpt + "/step-4 refused: " + shard + ": checksum ")) << r.result.out;
+  EXPECT_FALSE(has(r.result.out, "step 5/12")) << r.result.out;
+  EXPECT_TRUE(r.losses.empty()) << r.result.out;
 }
 
 TEST_F(AsyncSave, PlanCountsEachRanksSnapshot) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 
@@ -401,42 +402,55 @@ std::string find_resume_checkpoint(const std::string& ckpt_dir, const std::strin
 }
 
 ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Comm* comm) {
-  const auto t0 = Clock::now();
   const int rank = comm ? comm->rank() : 0;
-  // Rank 0 reads and checksums every file; its verdict goes to every rank, so that
-  // whichever rank the launcher reports first says why.
+  // Rank 0 checks every file's size now and its checksum while the state is read (the
+  // verdict is awaited before the first step: await_checksums); its verdict goes to every
+  // rank, so that whichever rank the launcher reports first says why.
   std::string error;
   if (rank == 0) {
-    const Status st = validate_checkpoint(path);
+    const Status st = validate_checkpoint(path, false);
     if (!st.ok()) error = refusal(path, st.message());
   }
-  if (comm) {
-    const int64_t len = comm->host_sum(static_cast<int64_t>(error.size()), "checkpoint check");
-    std::string mine(static_cast<size_t>(len), '\0');
-    if (rank == 0) mine = error;
-    std::string all(static_cast<size_t>(len) * static_cast<size_t>(comm->world()), '\0');
-    if (len > 0) comm->host_all_gather(mine.data(), mine.size(), all.data(), "checkpoint verdict");
-    error = all.substr(0, static_cast<size_t>(len));
-  }
+  error = first_error(comm, error, "checkpoint check");
   if (!error.empty()) raise(ErrorKind::kInvalidInput, error);
   ResumePoint p;
   p.path = path;
+  p.comm = comm;
   p.meta = read_checkpoint_meta(path);
   check_model(path, p.meta, table);
   p.step = p.meta["step"].get<int64_t>();
   p.position.epoch = p.meta["data"].value("epoch", int64_t{0});
   p.position.samples_in_epoch = p.meta["data"].value("samples_in_epoch", int64_t{0});
-  if (rank == 0) {
-    uint64_t bytes = 0;
-    for (const Json& s : p.meta["shards"]) bytes += s["bytes"].get<uint64_t>();
-    const double s = seconds_since(t0);
-    char line[256];
-    std::snprintf(line, sizeof line, "checkpoint %s verified: %.3f GB checksummed in %.2f s (%.2f GB/s)",
-                  path.c_str(), static_cast<double>(bytes) / 1e9, s, static_cast<double>(bytes) / 1e9 / std::max(s, 1e-9));
-    log_info(line);
-  }
+  if (rank == 0)
+    p.checksums = std::async(std::launch::async, [path] {
+      const auto t0 = Clock::now();
+      const Status st = validate_checkpoint(path);
+      return ChecksumVerdict{st.ok() ? "" : refusal(path, st.message()), seconds_since(t0)};
+    });
   return p;
 }
+
+namespace {
+
+// Every rank, once the state is read: rank 0's checksum verdict, shared; a refusal throws on
+// every rank before the first step.
+void await_checksums(ResumePoint& point) {
+  const int rank = point.comm ? point.comm->rank() : 0;
+  ChecksumVerdict v;
+  if (rank == 0) v = point.checksums.get();
+  const std::string error = first_error(point.comm, v.error, "checkpoint verdict");
+  if (!error.empty()) raise(ErrorKind::kInvalidInput, error);
+  if (rank != 0) return;
+  uint64_t bytes = 0;
+  for (const Json& s : point.meta["shards"]) bytes += s["bytes"].get<uint64_t>();
+  char line[256];
+  std::snprintf(line, sizeof line, "checkpoint %s verified: %.3f GB checksummed in %.2f s (%.2f GB/s)",
+                point.path.c_str(), static_cast<double>(bytes) / 1e9, v.seconds,
+                static_cast<double>(bytes) / 1e9 / std::max(v.seconds, 1e-9));
+  log_info(line);
+}
+
+}  // namespace
 
 UnitReader checkpoint_masters_reader(ResumePoint& point, const ParamTable& table) {
   auto reader = std::make_shared<CheckpointReader>(point.path, point.meta);
@@ -463,6 +477,7 @@ void restore_optimizer(ResumePoint& point, Trainer& trainer) {
   store.load_optimizer_state(kind(1), kind(2));
   trainer.set_step_count(point.step);
   point.read_seconds += seconds_since(t0);
+  await_checksums(point);
   char line[320];
   std::snprintf(line, sizeof line,
                 "resumed from %s at step %lld (saved by %d x %s): this rank loaded %.3f GB in %.2f s (%.2f GB/s)",

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -104,17 +105,29 @@ void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std
 // checkpoint of ckpt_dir, else empty (a fresh start).
 std::string find_resume_checkpoint(const std::string& ckpt_dir, const std::string& resume);
 
-// A validated checkpoint whose name table matches the model being trained.
+// Rank 0's checksum pass over a checkpoint: the refusal (empty: every file matches) and its seconds.
+struct ChecksumVerdict {
+  std::string error;
+  double seconds = 0;
+};
+
+// A checkpoint whose files have their recorded sizes and whose name table matches the model
+// being trained; the checksums are verified while the state is read.
 struct ResumePoint {
   std::string path;
   Json meta;
   int64_t step = 0;
   DataPosition position;
   double read_bytes = 0, read_seconds = 0;  // this rank's load, for the log line
+  Comm* comm = nullptr;
+  std::future<ChecksumVerdict> checksums;  // rank 0: the checksum pass, running
 };
 
-// Validates the checkpoint (rank 0 checks every file, the verdict is shared so that every
-// rank throws the same refusal) and checks it against `table`'s model. Every rank calls it.
+// Checks the checkpoint (rank 0 checks every file's size, the verdict is shared so that every
+// rank throws the same refusal) and against `table`'s model, and starts rank 0's checksum
+// pass, which reads the files beside the state's reads (the page cache serves the second);
+// restore_optimizer waits for its verdict, so a corrupt checkpoint never trains. Every rank
+// calls it.
 ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Comm* comm);
 // The master weights laid out for `table` (any world size).
 // The masters of the checkpoint, read as the Trainer asks (only the owned ranges; the
@@ -122,7 +135,9 @@ ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Co
 // must outlive the reader.
 UnitReader checkpoint_masters_reader(ResumePoint& point, const ParamTable& table);
 // After the Trainer was built from those masters: AdamW m and v (only the elements this
-// rank owns are read) and the step counter; logs this rank's load speed.
+// rank owns are read) and the step counter; then the checksums' verdict (a refusal throws
+// on every rank, naming the file and the newest older complete checkpoint); logs this
+// rank's load speed.
 void restore_optimizer(ResumePoint& point, Trainer& trainer);
 
 // config.json of the model: as it was read, or made from `config` for a model built without one.
