@@ -309,10 +309,10 @@ void log_saved(const SaveReport& r, int world, double stall_seconds) {
 
 }  // namespace
 
-SaveReport finish_save(Comm* comm, const SavePlace& place, int64_t keep_last, Json meta, const SaveSettings& settings,
-                       const ShardOutcome& mine, double stall_seconds) {
+SaveReport gather_shards(Comm* comm, const SavePlace& place, Json& meta, const ShardOutcome& mine,
+                         double stall_seconds) {
   const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
-  std::string error = first_error(comm, mine.error, "checkpoint shards written");
+  const std::string error = first_error(comm, mine.error, "checkpoint shards written");
   if (!error.empty()) {
     std::error_code ec;
     if (rank == 0) std::filesystem::remove_all(place.tmp_dir, ec);
@@ -322,36 +322,40 @@ SaveReport finish_save(Comm* comm, const SavePlace& place, int64_t keep_last, Js
   const std::vector<Wire> all = gather_records(comm, mine);
   SaveReport report;
   report.path = place.final_dir;
-  report.stall_seconds = std::max(stall_seconds, 0.0);
-  if (rank == 0) {
-    try {
-      uint64_t total = 0;
-      Json shards = Json::array();
-      for (int r = 0; r < world; ++r) {
-        const Wire& w = all[static_cast<size_t>(r)];
-        shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes},
-                          {"xxh64", std::string(w.xxh64, 16)}});
-        total += w.bytes;
-        report.seconds = std::max(report.seconds, w.seconds);
-      }
-      meta["shards"] = shards;
-      commit_checkpoint(place, meta, settings.config_toml, world);
-      report.gigabytes = static_cast<double>(total) / 1e9;
-    } catch (const Error& e) {
-      error = e.what();
-      std::error_code ec;
-      std::filesystem::remove_all(place.tmp_dir, ec);
-    }
+  report.stall_seconds = stall_seconds;
+  uint64_t total = 0;
+  Json shards = Json::array();
+  for (int r = 0; r < world; ++r) {
+    const Wire& w = all[static_cast<size_t>(r)];
+    shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes}, {"xxh64", std::string(w.xxh64, 16)}});
+    total += w.bytes;
+    report.seconds = std::max(report.seconds, w.seconds);
   }
-  error = first_error(comm, error, "checkpoint complete");
-  if (!error.empty()) save_failed(place.ckpt_dir, place.step, error);
-  if (rank == 0) {
-    log_saved(report, world, stall_seconds);
-    std::vector<std::string> pinned = settings.pinned;
-    pinned.push_back(place.final_dir);  // a resumed run behind newer checkpoints keeps its own
-    prune_checkpoints(place.ckpt_dir, keep_last, pinned);
-  }
+  if (rank == 0) meta["shards"] = shards;
+  report.gigabytes = static_cast<double>(total) / 1e9;
   return report;
+}
+
+std::string try_commit(const SavePlace& place, const Json& meta, const std::string& config_toml, int world) {
+  try {
+    commit_checkpoint(place, meta, config_toml, world);
+    return "";
+  } catch (const Error& e) {
+    std::error_code ec;
+    std::filesystem::remove_all(place.tmp_dir, ec);
+    return e.what();
+  }
+}
+
+void conclude_save(Comm* comm, const SavePlace& place, int64_t keep_last, const SaveSettings& settings,
+                   const std::string& commit_error, const SaveReport& report, bool background) {
+  const std::string error = first_error(comm, commit_error, "checkpoint complete");
+  if (!error.empty()) save_failed(place.ckpt_dir, place.step, error);
+  if (comm && comm->rank() != 0) return;
+  log_saved(report, comm ? comm->world() : 1, background ? report.stall_seconds : -1);
+  std::vector<std::string> pinned = settings.pinned;
+  pinned.push_back(place.final_dir);  // a resumed run behind newer checkpoints keeps its own
+  prune_checkpoints(place.ckpt_dir, keep_last, pinned);
 }
 
 SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const CheckpointSection& where, const SaveSettings& settings,
@@ -381,8 +385,12 @@ SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const CheckpointSection
     mine.error = e.what();
   }
   mine.seconds = seconds_since(t0);
-  return finish_save(comm, place, where.keep_last, checkpoint_meta(trainer, settings, position, world), settings, mine,
-                     -1);
+  Json meta = checkpoint_meta(trainer, settings, position, world);
+  SaveReport report = gather_shards(comm, place, meta, mine, 0);
+  const std::string error = rank == 0 ? try_commit(place, meta, settings.config_toml, world) : "";
+  report.seconds = seconds_since(t0);
+  conclude_save(comm, place, where.keep_last, settings, error, report, false);
+  return report;
 }
 
 Fault shard_write_fault(int64_t step, int rank, int world) {

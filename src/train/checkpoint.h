@@ -85,12 +85,19 @@ struct ShardOutcome {
   double seconds = 0;
   std::string error;
 };
-// 2. After every rank's write: the records exchanged; rank 0 writes meta.json, renames the
-// folder, syncs, logs and prunes beyond keep_last (except settings.pinned and this one). A
-// failure on any rank throws the same kIo error on every rank (the temporary folder removed).
-// stall_seconds < 0: a synchronous save (its line says so).
-SaveReport finish_save(Comm* comm, const SavePlace& place, int64_t keep_last, Json meta, const SaveSettings& settings,
-                       const ShardOutcome& mine, double stall_seconds);
+// 2. After every rank's write: a failure on any rank throws the same kIo error on every
+// rank (naming the file and the last good checkpoint; the temporary folder removed); else
+// the records (sizes, checksums, seconds) are exchanged and added to rank 0's meta.
+SaveReport gather_shards(Comm* comm, const SavePlace& place, Json& meta, const ShardOutcome& mine,
+                         double stall_seconds);
+// 3. Rank 0, on any thread: meta.json, the rename that completes the checkpoint, the syncs;
+// the error (the temporary folder then removed), or empty.
+std::string try_commit(const SavePlace& place, const Json& meta, const std::string& config_toml, int world);
+// 4. Every rank: rank 0's commit error throws on every rank; else rank 0 logs the save
+// (`background`: with its stall) and prunes beyond keep_last (except settings.pinned and
+// this one).
+void conclude_save(Comm* comm, const SavePlace& place, int64_t keep_last, const SaveSettings& settings,
+                   const std::string& commit_error, const SaveReport& report, bool background);
 // The fault (core/fault.h) a rank's shard write injects at the save of `step`, if any.
 Fault shard_write_fault(int64_t step, int rank, int world);
 // The first rank's error message (empty: none), on every rank.

@@ -55,7 +55,8 @@ void check_snapshot_memory(const CheckpointSection& c, const ParamTable& table, 
   ANVIL_ENSURE(refusal.empty(), kOutOfMemory, refusal);
 }
 
-// A save in flight: where it goes, what meta.json will say, and the writer's outcome.
+// A save in flight: where it goes, what meta.json will say, the writer's outcome, then
+// (once every rank's shard is written and the records exchanged) rank 0's commit's.
 struct AsyncSaver::Pending {
   SavePlace place;
   int64_t keep_last = 0;
@@ -65,6 +66,11 @@ struct AsyncSaver::Pending {
   ShardOutcome outcome;
   std::atomic<bool> done{false};
   std::thread writer;
+  bool gathered = false;
+  SaveReport report;
+  std::string commit_error;
+  std::atomic<bool> committed{false};
+  std::thread committer;  // rank 0
 };
 
 AsyncSaver::AsyncSaver(Trainer& trainer, Comm* comm)
@@ -99,6 +105,7 @@ AsyncSaver::AsyncSaver(Trainer& trainer, Comm* comm)
 
 AsyncSaver::~AsyncSaver() {
   if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+  if (pending_ && pending_->committer.joinable()) pending_->committer.join();
   trainer_.ops().release_host(snapshot_);
 }
 
@@ -183,23 +190,55 @@ std::optional<SaveReport> AsyncSaver::start(const CheckpointSection& where, cons
   return earlier;
 }
 
+// Whether any rank's flag is still false (one host exchange).
+bool AsyncSaver::any_unfinished(bool mine) const {
+  const double open = mine ? 0 : 1;
+  return (comm_ ? comm_->host_max(open, "checkpoint writers") : open) > 0;
+}
+
 std::optional<SaveReport> AsyncSaver::poll(const std::vector<std::string>& pinned) {
   if (!pending_) return std::nullopt;
-  const double writing = pending_->done ? 0 : 1;
-  if ((comm_ ? comm_->host_max(writing, "checkpoint writers") : writing) > 0) return std::nullopt;
-  return complete(pinned);
+  if (!pending_->gathered) {
+    if (any_unfinished(pending_->done)) return std::nullopt;
+    gather();
+  }
+  if (any_unfinished(pending_->committed)) return std::nullopt;
+  return conclude(pinned);
 }
 
 std::optional<SaveReport> AsyncSaver::wait(const std::vector<std::string>& pinned) {
   if (!pending_) return std::nullopt;
-  return complete(pinned);
+  if (!pending_->gathered) gather();
+  if (pending_->committer.joinable()) pending_->committer.join();
+  return conclude(pinned);
 }
 
-SaveReport AsyncSaver::complete(const std::vector<std::string>& pinned) {
-  pending_->writer.join();
+void AsyncSaver::gather() {
+  Pending& p = *pending_;
+  p.writer.join();
+  p.gathered = true;
+  try {
+    p.report = gather_shards(comm_, p.place, p.meta, p.outcome, p.stall_seconds);
+  } catch (...) {
+    pending_.reset();
+    throw;
+  }
+  if (rank_ != 0) {
+    p.committed = true;
+    return;
+  }
+  p.committer = std::thread([this, q = &p] {
+    q->commit_error = try_commit(q->place, q->meta, q->settings.config_toml, world_);
+    q->committed = true;
+  });
+}
+
+SaveReport AsyncSaver::conclude(const std::vector<std::string>& pinned) {
+  if (pending_->committer.joinable()) pending_->committer.join();
   const std::unique_ptr<Pending> p = std::move(pending_);
   p->settings.pinned = pinned;
-  return finish_save(comm_, p->place, p->keep_last, p->meta, p->settings, p->outcome, p->stall_seconds);
+  conclude_save(comm_, p->place, p->keep_last, p->settings, p->commit_error, p->report, true);
+  return p->report;
 }
 
 }  // namespace anvil

@@ -8,10 +8,11 @@
 // writer thread then streams the snapshot into the rank's shard file on several threads in
 // large requests, hashed on the way (io/parallel_file.h), fsynced and renamed into the
 // temporary folder. After every step the ranks agree, in one host exchange while a save is in
-// flight, whether every writer has ended; the save then completes as a synchronous one
-// (finish_save, train/checkpoint.h: the records exchanged, meta.json, the rename that makes
-// it complete, keep_last), and a failed write (a full disk) stops the run there on every
-// rank, the last good checkpoint intact. A save due while one is in flight waits for it,
+// flight, whether every writer has ended; the save then completes as a synchronous one does
+// (train/checkpoint.h: the records exchanged, then rank 0's meta.json and the rename that
+// make it complete, on a thread of its own, agreed on after a later step, then keep_last),
+// and a failed write (a full disk) stops the run there on every rank, the last good
+// checkpoint intact. A save due while one is in flight waits for it,
 // or is skipped with a warning (--save-skip-busy). The snapshot (the plan's host_snapshot)
 // is allocated once, before the first step, and refused there when the host's memory
 // (sys/host_memory.h) cannot hold it for every rank of the machine.
@@ -68,7 +69,9 @@ class AsyncSaver {
 
   double stage(int64_t step);  // the copies into the snapshot; their seconds
   void fill(size_t part, int64_t begin, int64_t n, float* out) const;
-  SaveReport complete(const std::vector<std::string>& pinned);
+  bool any_unfinished(bool mine) const;
+  void gather();  // every rank's shard written: the records exchanged, rank 0's commit started
+  SaveReport conclude(const std::vector<std::string>& pinned);
 
   Trainer& trainer_;
   Comm* comm_;
