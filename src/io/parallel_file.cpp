@@ -53,7 +53,7 @@ class ChunkRun {
   struct Stopped {};  // another thread failed: this one ends quietly
 
   void loop(const Work& work) {
-    std::vector<char> buf(kFileChunk);
+    std::vector<char> buf(std::min(kFileChunk, total_));  // a small file needs no more
     for (;;) {
       uint64_t i = 0;
       {
