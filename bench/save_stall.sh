@@ -75,7 +75,8 @@ for preset in $presets; do
       { echo "$preset without saves failed:"; tail -5 "$out/$preset.plain.log"; continue; }
   fi
   "${run[@]}" --metrics "$out/$preset.saves.jsonl" --ckpt-dir "$ckpt" --save-every "$every" --keep-last 1 \
-    > "$out/$preset.saves.log" 2>&1 || { echo "$preset with saves failed:"; tail -5 "$out/$preset.saves.log"; continue; }
+    > "$out/$preset.saves.log" 2>&1 ||
+    { echo "$preset with saves failed:"; tail -5 "$out/$preset.saves.log"; continue; }
   newest=$(ls -d "$ckpt"/step-* | sort -t- -k2 -n | tail -1)
   uncache "$ckpt"
   "$anvil" train --preset "$preset" --data "$out/blocks.safetensors" --steps $((${newest##*-} + 1)) --lr 1e-5 \
@@ -95,17 +96,20 @@ gaps = {s: saves[s + 1]["elapsed_s"] - saves[s]["elapsed_s"] for s in saves if s
 normal = statistics.median(g for s, g in gaps.items() if s % every)
 log = open("%s/%s.saves.log" % (out, preset)).read()
 said = [float(x) for x in re.findall(r"training stalled ([0-9.]+) s", log)]
-wrote = [(float(g), float(r)) for g, r in re.findall(r"([0-9.]+) GB written in the background in [0-9.]+ s \(([0-9.]+) GB/s", log)]
+wrote = [(float(g), float(r))
+         for g, r in re.findall(r"([0-9.]+) GB written in the background in [0-9.]+ s \(([0-9.]+) GB/s", log)]
 print("%s: %d saves of %.2f GB; step %.1f ms" % (preset, len(wrote), wrote[0][0] if wrote else 0, 1000 * normal))
 for s in sorted(s for s in gaps if s % every == 0):
-    print("  save at step %d: stall %.2f s from the metrics (that interval %.2f s minus a normal step)" % (s, gaps[s] - normal, gaps[s]))
+    print("  save at step %d: stall %.2f s from the metrics (that interval %.2f s minus a normal step)"
+          % (s, gaps[s] - normal, gaps[s]))
 print("  stall per save from the log: %s s (max %.2f)" % (", ".join("%.2f" % x for x in said), max(said or [0])))
 print("  background write: %s GB/s; bench disk write %.2f GB/s: %s" % (
     ", ".join("%.2f" % r for _, r in wrote), disk["write_gbps"],
     ", ".join("%.0f%%" % (100 * r / disk["write_gbps"]) for _, r in wrote)))
 try:
     a, b = rate(metrics("plain")), rate(saves)
-    print("  steps/s without saves %.3f, with a save every %d %.3f: the saves cost %.2f%%" % (a, every, b, 100 * (a - b) / a))
+    print("  steps/s without saves %.3f, with a save every %d %.3f: the saves cost %.2f%%"
+          % (a, every, b, 100 * (a - b) / a))
 except OSError:
     print("  no run without saves (PLAIN=1 adds it)")
 try:

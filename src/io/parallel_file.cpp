@@ -96,7 +96,8 @@ std::string write_hashed(int fd, const std::string& path, uint64_t total, const 
     for (uint64_t done = at; done < at + n;) {
       ssize_t w = -1;
       if (done == end) stop.hit();  // sets errno (a full disk), or exits
-      else w = ::pwrite(fd, buf + (done - at), std::min<uint64_t>(end - done, uint64_t{1} << 30), static_cast<off_t>(done));
+      else
+        w = ::pwrite(fd, buf + (done - at), std::min<uint64_t>(end - done, uint64_t{1} << 30), static_cast<off_t>(done));
       if (w < 0 && errno == EINTR && done < end) continue;
       ANVIL_ENSURE(w > 0, kIo, path, ": write failed (", errno_text(), "): ", total - written.load(), " of its ",
                    total, " bytes missing");

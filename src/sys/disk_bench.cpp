@@ -36,7 +36,8 @@ double run_requests(uint64_t bytes, int threads, const std::function<void(char*,
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
       std::vector<char> buf(kDiskRequest);
-      for (size_t i = 0; i < buf.size(); i += 8) buf[i] = static_cast<char>(i * 2654435761u >> 24) + static_cast<char>(t);
+      for (size_t i = 0; i < buf.size(); i += 8)
+        buf[i] = static_cast<char>((i * 2654435761u >> 24) + static_cast<size_t>(t));
       for (uint64_t r = next++; r < requests; r = next++) {
         try {
           io(buf.data(), kDiskRequest, r * kDiskRequest);

@@ -41,7 +41,8 @@ HostMemory host_memory_from(const std::string& meminfo, const std::string& cgrou
   const int64_t limit = cgroup_bytes(cgroup_max);
   if (limit >= 0 && limit < m.total) {
     m.total = limit;
-    m.available = std::min(m.available, std::max<int64_t>(0, limit - std::max<int64_t>(0, cgroup_bytes(cgroup_current))));
+    const int64_t used = std::max<int64_t>(0, cgroup_bytes(cgroup_current));
+    m.available = std::min(m.available, std::max<int64_t>(0, limit - used));
     m.source = "the cgroup's memory limit";
   }
   return m;
