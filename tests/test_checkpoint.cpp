@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 
 #include "core/bf16.h"
 #include "core/fs.h"
@@ -24,6 +23,7 @@
 #include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "testing.h"
+#include "token_blocks.h"
 
 namespace anvil {
 namespace {
@@ -48,12 +48,7 @@ class Checkpoint : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(testing::temp_dir("checkpoint"));
-    std::mt19937 rng(11);
-    std::vector<int64_t> ids(24 * 37);
-    for (auto& x : ids) x = static_cast<int64_t>(rng() % 1000);
-    SafetensorsWriter w;
-    w.add("input_ids", DType::kI64, {24, 37}, ids.data());
-    w.write(*dir_ + "/blocks.safetensors");
+    testing::write_token_blocks(*dir_ + "/blocks.safetensors", 24, 37, 11);
   }
 
   // 8 steps of 4 sequences; micro-batch 4 / nproc. `extra`: more flags; `env`: a prefix.

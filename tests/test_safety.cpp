@@ -22,7 +22,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <random>
 
 #include "core/file_lock.h"
 #include "core/fs.h"
@@ -30,6 +29,7 @@
 #include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "testing.h"
+#include "token_blocks.h"
 
 namespace anvil {
 namespace {
@@ -46,12 +46,7 @@ class Safety : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(testing::temp_dir("safety"));
-    std::mt19937 rng(5);
-    std::vector<int64_t> ids(24 * 37);
-    for (auto& x : ids) x = static_cast<int64_t>(rng() % 1000);
-    SafetensorsWriter w;
-    w.add("input_ids", DType::kI64, {24, 37}, ids.data());
-    w.write(*dir_ + "/blocks.safetensors");
+    testing::write_token_blocks(*dir_ + "/blocks.safetensors", 24, 37, 5);
   }
 
   static std::string dir() { return *dir_; }

@@ -1,4 +1,5 @@
-// anvil bench: collective bandwidth (nccl-tests style) and GPU copy bandwidth.
+// anvil bench: collective bandwidth (nccl-tests style), GPU copy bandwidth, and (bench disk)
+// the disk's sequential bandwidth.
 //
 // With --nproc-per-node this process launches the ranks (cli/launch.h), each of which is
 // anvil bench again with RANK etc. set; without it, a worker joins from the environment,
@@ -14,8 +15,11 @@
 #include "comm/device.h"
 #include "core/error.h"
 #include "core/env.h"
+#include "core/fs.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "ops/ops.h"
+#include "sys/disk_bench.h"
 #include "train/bench_step.h"
 
 namespace anvil {
@@ -91,6 +95,41 @@ int bench_step(int argc, char** argv) {
   return 0;
 }
 
+// anvil bench disk DIR: the disk's sequential write (fsync included) and read bandwidth, with
+// the requests checkpoints use (sys/disk_bench.h).
+int bench_disk_cmd(int argc, char** argv) {
+  std::string dir, size = "8G";
+  int64_t threads = kDiskThreads;
+  bool json = false;
+  Args a("bench disk", "Sequential write and read bandwidth of the disk under DIR, like fio's sequential jobs (large\n"
+                       "requests from several threads, the write's fsync timed): what an asynchronous save's writer\n"
+                       "and a resume's reads can reach there.");
+  a.positional("dir", &dir, "the folder to measure (a checkpoint folder: --ckpt-dir)")
+      .opt("--size", &size, "SIZE", "bytes written and read back (8G; 512M, 64G)")
+      .opt("--threads", &threads, "N", "requests in flight (the checkpoint writer's count by default)")
+      .flag("--json", &json, "print one JSON line instead of two lines of text");
+  if (!a.parse(argc, argv)) return 0;
+  ANVIL_ENSURE(!dir.empty(), kUsage, "anvil bench disk: give the folder to measure: anvil bench disk DIR");
+  ANVIL_ENSURE(is_directory(dir), kUsage, "anvil bench disk: ", dir, " is not a folder");
+  const DiskBench b = bench_disk(dir, static_cast<uint64_t>(parse_size(size, "--size")), static_cast<int>(threads));
+  if (json) {
+    print(Json({{"dir", dir}, {"bytes", b.bytes}, {"threads", b.threads}, {"request_bytes", kDiskRequest},
+                {"write_gbps", b.write_gbps()}, {"read_gbps", b.read_gbps()}, {"write_s", b.write_seconds},
+                {"read_s", b.read_seconds}})
+              .dump() +
+          "\n");
+    return 0;
+  }
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "disk %s: write %.2f GB/s (%.2f GB in %.2f s, fsync included), read %.2f GB/s (%.2f s, cache "
+                "dropped); %d threads of %llu MiB requests\n",
+                dir.c_str(), b.write_gbps(), static_cast<double>(b.bytes) / 1e9, b.write_seconds, b.read_gbps(),
+                b.read_seconds, b.threads, static_cast<unsigned long long>(kDiskRequest >> 20));
+  print(line);
+  return 0;
+}
+
 // One process on a GPU: collectives need two or more, so it measures what one GPU can (device
 // copy bandwidth) and says so.
 int bench_one_gpu(const CommOptions& co, const BenchOptions& o, const LaunchFlags& launch, bool json) {
@@ -114,6 +153,7 @@ int bench_one_gpu(const CommOptions& co, const BenchOptions& o, const LaunchFlag
 
 int cmd_bench(int argc, char** argv) {
   if (argc >= 1 && std::string(argv[0]) == "step") return bench_step(argc - 1, argv + 1);
+  if (argc >= 1 && std::string(argv[0]) == "disk") return bench_disk_cmd(argc - 1, argv + 1);
   std::string what, min_b = "8", max_b, dtype = "bf16", device = "cuda";
   LaunchFlags launch;
   int64_t iters = 20, warmup = 5, root = 0;
@@ -122,7 +162,9 @@ int cmd_bench(int argc, char** argv) {
   Args args("bench",
             "measure collective bandwidth like nccl-tests (all_reduce, all_gather, reduce_scatter, broadcast), "
             "or copy bandwidth between GPUs (p2p)");
-  args.positional("what", &what, "all_reduce | all_gather | reduce_scatter | broadcast | p2p | step (anvil bench step --help)")
+  args.positional("what", &what,
+                  "all_reduce | all_gather | reduce_scatter | broadcast | p2p | step | disk (anvil bench step --help, "
+                  "anvil bench disk --help)")
       .opt("-b,--minbytes", &min_b, "SIZE", "smallest size of the sweep (8, 64K, 4M, 1G)")
       .opt("-e,--maxbytes", &max_b, "SIZE",
            "largest size of the sweep [default: 4G on GPUs, 16M on the CPU; p2p: the copy size, 256M]")

@@ -54,6 +54,7 @@ int cmd_plan(int argc, char** argv) {
     auto j_of = [](const MemoryPlan& p) {
       return Json{{"params", p.params}, {"grads", p.grads}, {"optimizer", p.optimizer}, {"weights", p.weights},
                   {"activations", p.activations}, {"workspace", p.workspace}, {"total", p.total()},
+                  {"host_snapshot", p.host_snapshot},
                   {"recompute", recompute_name(p.recompute)}};
     };
     Json j = {{"gpu_bytes", gpu_bytes}, {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)}, {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""},

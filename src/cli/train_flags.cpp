@@ -97,7 +97,12 @@ void bind_outputs(Args& a, TrainConfig& c) {
             "resume with another --packing)")
       .opt("--on-save", &k.on_save, "CMD",
            "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "
-           "machine); --keep-last keeps what a copy still needs");
+           "machine); --keep-last keeps what a copy still needs")
+      .flag("--sync-save", &k.sync_save,
+            "write checkpoints in the foreground (training waits) instead of from a snapshot in host memory "
+            "in the background")
+      .flag("--save-skip-busy", &k.skip_busy,
+            "skip a checkpoint due while the last one is still being written (default: wait for it)");
 }
 
 }  // namespace

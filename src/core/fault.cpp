@@ -7,11 +7,14 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace anvil {
 namespace {
 
-constexpr Fault kFaults[] = {Fault::kDieInSave, Fault::kNoSpaceInSave, Fault::kHangAtStep, Fault::kGpuHangAtStep};
+constexpr Fault kFaults[] = {Fault::kDieInSave,       Fault::kNoSpaceInSave, Fault::kDieInStaging,
+                             Fault::kDieBeforeRename, Fault::kHoldSave,      Fault::kHangAtStep,
+                             Fault::kGpuHangAtStep};
 
 std::map<Fault, int64_t> parse_faults(const std::string& spec) {
   std::map<Fault, int64_t> armed;
@@ -30,7 +33,8 @@ std::map<Fault, int64_t> parse_faults(const std::string& spec) {
         armed[f] = step;
       }
     ANVIL_ENSURE(ok, kUsage, "ANVIL_FAULT=", spec, ": '", item,
-                 "' is not <fault>:<step> with fault die_in_save, no_space_in_save, hang_at_step or gpu_hang_at_step");
+                 "' is not <fault>:<step> with fault die_in_save, no_space_in_save, die_in_staging, die_before_rename, "
+                 "hold_save, hang_at_step or gpu_hang_at_step");
     at = end + 1;
   }
   return armed;
@@ -43,6 +47,9 @@ const char* fault_name(Fault fault) {
     case Fault::kNone: return "none";
     case Fault::kDieInSave: return "die_in_save";
     case Fault::kNoSpaceInSave: return "no_space_in_save";
+    case Fault::kDieInStaging: return "die_in_staging";
+    case Fault::kDieBeforeRename: return "die_before_rename";
+    case Fault::kHoldSave: return "hold_save";
     case Fault::kHangAtStep: return "hang_at_step";
     case Fault::kGpuHangAtStep: return "gpu_hang_at_step";
   }
@@ -51,9 +58,14 @@ const char* fault_name(Fault fault) {
 
 bool fault_armed(Fault fault, int64_t step, int rank, int world) {
   static const std::map<Fault, int64_t> armed = parse_faults(env_str("ANVIL_FAULT", ""));
-  if (armed.empty() || rank != world - 1) return false;
+  if (armed.empty() || rank != (fault == Fault::kDieBeforeRename ? 0 : world - 1)) return false;
   const auto it = armed.find(fault);
   return it != armed.end() && it->second == step;
+}
+
+void die_at_fault(Fault fault, const std::string& where) {
+  log_error("fault ", fault_name(fault), " (ANVIL_FAULT): exiting ", where);
+  std::_Exit(86);
 }
 
 }  // namespace anvil

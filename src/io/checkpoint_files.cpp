@@ -18,6 +18,7 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/threads.h"
+#include "io/parallel_file.h"
 
 namespace anvil {
 namespace {
@@ -27,21 +28,69 @@ uint64_t file_size(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
-// The safetensors header of a shard of F32 tensors, padded with blanks to a multiple of 8
-// bytes; data_bytes: the size of the tensors' data after it.
-std::string shard_header_text(const std::vector<ShardTensor>& tensors, uint64_t* data_bytes) {
-  Json header = Json::object();
-  uint64_t offset = 0;
-  for (const ShardTensor& t : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(t.numel) * 4;
-    header[t.name] = {{"dtype", "F32"}, {"shape", {t.numel}}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+// A shard file's layout: the 8-byte header length and the safetensors header (F32 tensors in
+// order, padded with blanks to a multiple of 8 bytes), then each tensor's data.
+struct ShardLayout {
+  explicit ShardLayout(const std::vector<ShardTensor>& tensors) {
+    Json header = Json::object();
+    uint64_t offset = 0;
+    for (const ShardTensor& t : tensors) {
+      const uint64_t bytes = static_cast<uint64_t>(t.numel) * 4;
+      header[t.name] = {{"dtype", "F32"}, {"shape", {t.numel}}, {"data_offsets", {offset, offset + bytes}}};
+      starts.push_back(offset);
+      offset += bytes;
+    }
+    starts.push_back(offset);
+    header["__metadata__"] = {{"format", "pt"}};
+    std::string text = header.dump();
+    while (text.size() % 8 != 0) text.push_back(' ');
+    const uint64_t len = text.size();
+    prefix.assign(reinterpret_cast<const char*>(&len), 8);
+    prefix += text;
+    total = prefix.size() + offset;
   }
-  header["__metadata__"] = {{"format", "pt"}};
-  std::string text = header.dump();
-  while (text.size() % 8 != 0) text.push_back(' ');
-  *data_bytes = offset;
-  return text;
+
+  // The file's bytes [at, at + n) into out (the tensors' through fill; every chunk boundary
+  // falls between elements, as the prefix is a multiple of 8 bytes long).
+  void bytes(const ShardFill& fill, uint64_t at, uint64_t n, char* out) const {
+    for (; n > 0 && at < prefix.size(); --n) *out++ = prefix[at++];
+    uint64_t data = at - prefix.size();
+    size_t i = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), data) - starts.begin()) - 1;
+    for (; n > 0; ++i) {
+      const uint64_t take = std::min(n, starts[i + 1] - data);
+      if (take > 0) fill(i, static_cast<int64_t>((data - starts[i]) / 4), static_cast<int64_t>(take / 4),
+                         reinterpret_cast<float*>(out));
+      out += take;
+      data += take;
+      n -= take;
+    }
+  }
+
+  std::string prefix;
+  std::vector<uint64_t> starts;  // each tensor's data offset, and the data's end
+  uint64_t total = 0;
+};
+
+// Writes path through a temporary file beside it: write(fd, record) writes the bytes and
+// returns their checksum; the file is synced and renamed into place. On an error the
+// temporary file is removed.
+ShardRecord write_into_place(const std::string& path, const std::function<std::string(int, ShardRecord&)>& write) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ANVIL_ENSURE(fd >= 0, kIo, tmp, ": cannot create (", errno_text(), ")");
+  ShardRecord rec;
+  rec.file = std::filesystem::path(path).filename().string();
+  try {
+    rec.xxh64 = write(fd, rec);
+    ANVIL_ENSURE(::fsync(fd) == 0, kIo, path, ": sync failed (", errno_text(), ")");
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ANVIL_ENSURE(::close(fd) == 0, kIo, path, ": close failed (", errno_text(), ")");
+  ANVIL_ENSURE(::rename(tmp.c_str(), path.c_str()) == 0, kIo, path, ": rename failed (", errno_text(), ")");
+  return rec;
 }
 
 // Writes a shard's bytes to its open file, hashing them on the way, and counts them in the
@@ -60,10 +109,7 @@ class ShardWriter {
       const size_t want = std::min<size_t>({n, size_t{1} << 30, static_cast<size_t>(halfway_ - rec_.bytes)});
       ssize_t w = want > 0 ? ::write(fd_, c, want) : 0;
       if (w < 0 && errno == EINTR) continue;
-      if (want == 0 && fault_ == Fault::kDieInSave) {
-        log_error("fault ", fault_name(fault_), " (ANVIL_FAULT): exiting halfway through ", path_);
-        std::_Exit(86);
-      }
+      if (want == 0 && fault_ == Fault::kDieInSave) die_at_fault(fault_, "halfway through " + path_);
       if (want == 0) errno = ENOSPC, w = -1;
       ANVIL_ENSURE(w > 0, kIo, path_, ": write failed (", errno_text(), "): ", total_ - rec_.bytes, " of its ",
                    total_, " bytes missing");
@@ -114,31 +160,28 @@ std::string checkpoint_name(int64_t step) { return cat("step-", step); }
 
 ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors, const ShardFill& fill,
                         Fault fault) {
-  uint64_t data_bytes = 0;
-  const std::string text = shard_header_text(tensors, &data_bytes);
-  const uint64_t len = text.size();
-  const uint64_t total = 8 + len + data_bytes;
-
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ANVIL_ENSURE(fd >= 0, kIo, tmp, ": cannot create (", errno_text(), ")");
-  ShardRecord rec;
-  rec.file = std::filesystem::path(path).filename().string();
-  ShardWriter out(fd, path, total, fault, rec);
-  try {
-    out.put(&len, 8);
-    out.put(text.data(), text.size());
+  const ShardLayout layout(tensors);
+  return write_into_place(path, [&](int fd, ShardRecord& rec) {
+    ShardWriter out(fd, path, layout.total, fault, rec);
+    out.put(layout.prefix.data(), layout.prefix.size());
     write_tensor_data(tensors, fill, out);
-    ANVIL_ENSURE(::fsync(fd) == 0, kIo, path, ": sync failed (", errno_text(), ")");
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ANVIL_ENSURE(::close(fd) == 0, kIo, path, ": close failed (", errno_text(), ")");
-  ANVIL_ENSURE(::rename(tmp.c_str(), path.c_str()) == 0, kIo, path, ": rename failed (", errno_text(), ")");
-  rec.xxh64 = out.hash_hex();
-  return rec;
+    return out.hash_hex();
+  });
+}
+
+ShardRecord write_shard_parallel(const std::string& path, const std::vector<ShardTensor>& tensors,
+                                 const ShardFill& fill, Fault fault, int threads) {
+  const ShardLayout layout(tensors);
+  WriteStop stop;
+  if (fault == Fault::kDieInSave) stop = {layout.total / 2, [&] { die_at_fault(fault, "halfway through " + path); }};
+  if (fault == Fault::kNoSpaceInSave) stop = {layout.total / 2, [] { errno = ENOSPC; }};
+  return write_into_place(path, [&](int fd, ShardRecord& rec) {
+    const std::string hex = write_hashed(
+        fd, path, layout.total, [&](uint64_t at, uint64_t n, char* out) { layout.bytes(fill, at, n, out); }, threads,
+        stop);
+    rec.bytes = layout.total;
+    return hex;
+  });
 }
 
 Json read_checkpoint_meta(const std::string& ckpt) {
@@ -182,7 +225,7 @@ Status validate_checkpoint(const std::string& ckpt, bool verify_checksums) {
         }
         if (!verify_checksums) continue;
         try {
-          const std::string sum = hash_file(path);
+          const std::string sum = hash_file_parallel(path);
           if (sum != s["xxh64"].get<std::string>())
             err = cat(path, ": checksum ", sum, " differs from ", s["xxh64"].get<std::string>(),
                       " recorded in meta.json (the file is corrupt)");

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/fault.h"
 #include "core/json.h"
+#include "sys/disk_bench.h"
 
 namespace anvil {
 
@@ -55,6 +56,12 @@ using ShardFill = std::function<void(size_t, int64_t, int64_t, float*)>;
 // process halfway through the file, kNoSpaceInSave fails there with ENOSPC.
 ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>& tensors, const ShardFill& fill,
                         Fault fault = Fault::kNone);
+
+// The same file as write_shard (the same bytes and checksum) from a fill that may be called
+// from several threads at once (host memory: an asynchronous save's snapshot), written in
+// large requests by `threads` threads (io/parallel_file.h). The same faults.
+ShardRecord write_shard_parallel(const std::string& path, const std::vector<ShardTensor>& tensors,
+                                 const ShardFill& fill, Fault fault = Fault::kNone, int threads = kDiskThreads);
 
 // meta.json of a checkpoint folder (throws naming the file when absent or malformed).
 Json read_checkpoint_meta(const std::string& ckpt);

@@ -6,6 +6,7 @@
 #include "ops/ops.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "ops/op_checks.h"
@@ -86,6 +87,15 @@ void Ops::release(void* p) {
   sizes_.erase(it);
   release_impl(p);
 }
+
+void* Ops::alloc_host_impl(size_t bytes) {
+  constexpr size_t kPage = 4096;
+  void* p = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
+  ANVIL_ENSURE(p, kOutOfMemory, name(), ": cannot allocate ", bytes, " bytes of host memory");
+  return p;
+}
+
+void Ops::release_host_impl(void* p) { std::free(p); }
 
 Ops::MemoryStats Ops::memory_stats() const {
   MemoryStats m = stats_;

@@ -90,6 +90,11 @@ class Ops {
   void* alloc(size_t bytes);
   void release(void* p);
   MemoryStats memory_stats() const;
+  // Host memory that copies to and from the device run at the link's full speed from:
+  // page-locked on CUDA, page-aligned on the CPU; not in memory_stats (the device's). For the
+  // snapshot of an asynchronous save (train/checkpoint_async.h).
+  void* alloc_host(size_t bytes) { return alloc_host_impl(bytes); }
+  void release_host(void* p) { if (p) release_host_impl(p); }
   void upload(Tensor dst, const void* host_src);  // host -> dst, same dtype
   void download(void* host_dst, Tensor src);      // src -> host, same dtype
   void zero(Tensor t);
@@ -233,6 +238,8 @@ class Ops {
   virtual void* alloc_impl(size_t bytes) = 0;
   virtual void release_impl(void* p) = 0;
   virtual int64_t memory_capacity() const { return 0; }  // MemoryStats::capacity
+  virtual void* alloc_host_impl(size_t bytes);  // throws kOutOfMemory naming the bytes
+  virtual void release_host_impl(void* p);
   virtual void upload_impl(Tensor dst, const void* host_src) = 0;
   virtual void download_impl(void* host_dst, Tensor src) = 0;
   virtual void zero_impl(Tensor t) = 0;

@@ -136,6 +136,13 @@ void ParamStore::read_owned(State s, int unit, int64_t begin, int64_t n, float* 
   ops_.download(out, t.slice_rows(begin, begin + n));
 }
 
+std::vector<Tensor> ParamStore::owned_tensors(State s, int unit) {
+  finish_optimizer();
+  const size_t u = static_cast<size_t>(unit);
+  if (s == State::kMaster && owned_.split()) return {owned_.hi[u], owned_.lo[u]};
+  return {s == State::kMaster ? owned_.master[u] : s == State::kExpAvg ? owned_.m[u] : owned_.v[u]};
+}
+
 HostUnits ParamStore::download_masters() {
   finish_optimizer();
   HostUnits out;

@@ -84,6 +84,10 @@ class ParamStore : public UnitSource {
   // elements [begin, begin + n) of the owned part of a unit, in fp32 (masters joined).
   enum class State { kMaster, kExpAvg, kExpAvgSq };
   void read_owned(State s, int unit, int64_t begin, int64_t n, float* out);
+  // The device tensors that hold owned state s of a unit, every update finished: one F32
+  // tensor, or split masters' high (BF16) and low (I16) halves (core/bf16.h). For copies
+  // that bypass read_owned's conversion (an asynchronous save's snapshot).
+  std::vector<Tensor> owned_tensors(State s, int unit);
   const std::vector<Tensor>& exp_avg() { return finish_optimizer(), owned_.m; }
   const std::vector<Tensor>& exp_avg_sq() { return finish_optimizer(), owned_.v; }
   const std::vector<Tensor>& owned_grads() { return finish_optimizer(), owned_.grads; }  // F32 or BF16 (above)

@@ -54,6 +54,16 @@ int64_t ddp_wire_copies(const PlanInput& in, const ParamTable& table) {
   return 2 * static_cast<int64_t>(dtype_size(in.reduce_dtype)) * largest;
 }
 
+}  // namespace
+
+int64_t host_snapshot_bytes(const ParamTable& table) {
+  int64_t sliced = 0;
+  for (const UnitInfo& u : table.units()) sliced += u.shard();
+  return 12 * sliced;
+}
+
+namespace {
+
 // params, grads, optimizer and weights: the units as parallel/param_store.cpp holds them.
 // Masters take 4 bytes per element, whole or split (their bf16 high halves are the compute
 // weights: DDP holds no other copy, FSDP gathers them).
@@ -78,6 +88,7 @@ void plan_model_states(const PlanInput& in, MemoryPlan& p) {
   p.optimizer = 8 * owned;
   p.grads = grad_bytes;
   p.weights = 0;
+  p.host_snapshot = host_snapshot_bytes(table);
   if (in.world == 1) return;
   if (sharded) {
     p.grads += fsdp_transient_grads(in, table, written, largest);
@@ -181,6 +192,9 @@ std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_byt
                 plan_fits(a.fsdp, gpu_bytes) ? "yes" : "no");
   s += line;
   s += "advice: " + a.message + "\n";
+  std::snprintf(line, sizeof line, "host memory per rank for the snapshot of asynchronous saves: %s GiB (ddp), %s GiB "
+                "(fsdp)\n", gib(a.ddp.host_snapshot).c_str(), gib(a.fsdp.host_snapshot).c_str());
+  s += line;
   return s;
 }
 

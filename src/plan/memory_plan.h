@@ -39,9 +39,14 @@ struct MemoryPlan {
   int64_t activations = 0;  // saved activations, scratch, gradients of activations
   int64_t workspace = 0;    // GEMM workspace, cross-entropy chunk, small buffers
   int64_t total() const { return params + grads + optimizer + weights + activations + workspace; }
+  // Host memory, not in total(): the snapshot of an asynchronous save (train/checkpoint_async.h),
+  // this rank's slice of every unit's masters, AdamW m and v (12 bytes an element).
+  int64_t host_snapshot = 0;
 };
 
 MemoryPlan plan_memory(const PlanInput& in);
+// MemoryPlan::host_snapshot of a rank of the table's world.
+int64_t host_snapshot_bytes(const ParamTable& table);
 
 struct PlanAdvice {
   MemoryPlan ddp, fsdp;       // with the recomputation chosen for each

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 
@@ -17,6 +18,7 @@
 #include "core/log.h"
 #include "core/threads.h"
 #include "io/checkpoint_files.h"
+#include "io/parallel_file.h"
 #include "io/safetensors.h"
 
 namespace anvil {
@@ -103,6 +105,7 @@ class CheckpointReader {
                    files_[static_cast<size_t>(r)]->path(), ": ", name, " has shape ", t.shape.str(), ", expected [",
                    shard, "] F32");
       const float* src = reinterpret_cast<const float*>(t.data) + in;
+      read_ahead(src, static_cast<size_t>(take) * 4);
       std::memcpy(out, src, static_cast<size_t>(take) * 4);
       release_mapped_pages(src, static_cast<size_t>(take) * 4);
       out += take;
@@ -112,18 +115,25 @@ class CheckpointReader {
   }
 
   // Elements [begin, end) of one unit of `table` of one kind (padding zero), gathered
-  // tensor by tensor, the tensors copied in parallel.
+  // tensor by tensor in pieces of at most 64 MiB, copied in parallel (each read ahead), so
+  // that a large tensor (the embedding) is read by every thread too.
   void read_range(int kind, const ParamTable& table, int unit, int64_t begin, int64_t end, float* out) const {
+    constexpr int64_t kPiece = int64_t{16} << 20;  // floats
     std::fill(out, out + (end - begin), 0.0f);
-    std::vector<const ParamEntry*> parts;
+    struct Piece {
+      const ParamEntry* entry;
+      int64_t lo, hi;
+    };
+    std::vector<Piece> pieces;
     for (const ParamEntry& e : table.entries())
-      if (e.unit == unit && e.offset < end && e.offset + e.numel() > begin) parts.push_back(&e);
-    parallel_for(static_cast<int64_t>(parts.size()), 1, [&](int64_t b, int64_t e) {
+      if (e.unit == unit && e.offset < end && e.offset + e.numel() > begin)
+        for (int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel()); lo < hi; lo += kPiece)
+          pieces.push_back({&e, lo, std::min(hi, lo + kPiece)});
+    parallel_for(static_cast<int64_t>(pieces.size()), 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        const ParamEntry& p = *parts[static_cast<size_t>(i)];
-        const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel());
-        const auto& [u, off] = place_.at(p.name);
-        copy(kind, u, off + (lo - p.offset), hi - lo, out + (lo - begin));
+        const Piece& p = pieces[static_cast<size_t>(i)];
+        const auto& [u, off] = place_.at(p.entry->name);
+        copy(kind, u, off + (p.lo - p.entry->offset), p.hi - p.lo, out + (p.lo - begin));
       }
     });
   }
@@ -155,47 +165,17 @@ void log_peak_host_memory() {
 
 // Rank 0, once every shard is synced: meta.json, then the rename of the temporary folder
 // to step-<N> (the moment the checkpoint becomes complete), and the parent folder synced.
-void commit_checkpoint(Trainer& trainer, const SaveSettings& settings, const DataPosition& position,
-                       const Json& shards, const std::string& tmp_dir, const std::string& final_dir,
-                       const std::string& ckpt_dir) {
-  const ParamStore& store = trainer.store();
-  Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
-               {"step", trainer.step_count()}, {"world", static_cast<int64_t>(shards.size())},
-               {"mode", parallel_mode_name(store.mode())},
-               {"data",
-                {{"epoch", position.epoch},
-                 {"samples_in_epoch", position.samples_in_epoch},
-                 {"packing", position.packing}}},
-               {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
-               {"train", settings.train}};
-  const ModelConfig& cfg = trainer.config();
-  meta["config"] = hf_config_json(cfg);
-  const Json t = table_json(trainer.table());
-  meta["units"] = t["units"];
-  meta["tensors"] = t["tensors"];
-  meta["shards"] = shards;
-  if (!settings.config_toml.empty()) write_file_atomic(path_join(tmp_dir, "anvil_config.toml"), settings.config_toml);
-  write_checkpoint_meta(tmp_dir, meta);
-  fsync_directory(tmp_dir);
+void commit_checkpoint(const SavePlace& place, const Json& meta, const std::string& config_toml, int world) {
+  if (!config_toml.empty()) write_file_atomic(path_join(place.tmp_dir, "anvil_config.toml"), config_toml);
+  write_checkpoint_meta(place.tmp_dir, meta);
+  fsync_directory(place.tmp_dir);
+  if (fault_armed(Fault::kDieBeforeRename, place.step, 0, world))
+    die_at_fault(Fault::kDieBeforeRename, "before renaming " + place.tmp_dir + " to " + place.final_dir);
   std::error_code ec;
-  std::filesystem::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
-  ANVIL_ENSURE(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, kIo, final_dir, ": rename from ", tmp_dir,
-               " failed (", errno_text(), ")");
-  fsync_directory(ckpt_dir);
-}
-
-// The first rank's error message (empty: none), on every rank.
-std::string first_error(Comm* comm, const std::string& mine, std::string_view tag) {
-  if (!comm) return mine;
-  const auto len = static_cast<size_t>(comm->host_max(static_cast<double>(mine.size()), tag));
-  if (len == 0) return "";
-  std::string padded = mine;
-  padded.resize(len, '\0');
-  std::string all(len * static_cast<size_t>(comm->world()), '\0');
-  comm->host_all_gather(padded.data(), len, all.data(), tag);
-  for (size_t at = 0; at < all.size(); at += len)
-    if (all[at] != '\0') return std::string(all.c_str() + at);
-  return "";
+  std::filesystem::remove_all(place.final_dir, ec);  // a checkpoint of the same step from an earlier run
+  ANVIL_ENSURE(std::rename(place.tmp_dir.c_str(), place.final_dir.c_str()) == 0, kIo, place.final_dir,
+               ": rename from ", place.tmp_dir, " failed (", errno_text(), ")");
+  fsync_directory(place.ckpt_dir);
 }
 
 // Why a save failed, what is left and what the run does: it stops.
@@ -244,103 +224,182 @@ std::vector<std::string> continuation_changes(const Json& was, const Json& now) 
   return out;
 }
 
-SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const CheckpointSection& where, const SaveSettings& settings,
-                           const DataPosition& position) {
-  const auto t0 = Clock::now();
-  const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
-  const int64_t step = trainer.step_count();
-  const ParamTable& table = trainer.table();
-  ParamStore& store = trainer.store();
-  const std::string final_dir = path_join(where.dir, checkpoint_name(step));
-  const std::string tmp_dir = path_join(where.dir, ".tmp-" + checkpoint_name(step));
+std::string first_error(Comm* comm, const std::string& mine, std::string_view tag) {
+  if (!comm) return mine;
+  const auto len = static_cast<size_t>(comm->host_max(static_cast<double>(mine.size()), tag));
+  if (len == 0) return "";
+  std::string padded = mine;
+  padded.resize(len, '\0');
+  std::string all(len * static_cast<size_t>(comm->world()), '\0');
+  comm->host_all_gather(padded.data(), len, all.data(), tag);
+  for (size_t at = 0; at < all.size(); at += len)
+    if (all[at] != '\0') return std::string(all.c_str() + at);
+  return "";
+}
+
+SavePlace begin_save(Comm* comm, const std::string& ckpt_dir, int64_t step) {
+  const SavePlace place{ckpt_dir, path_join(ckpt_dir, checkpoint_name(step)),
+                        path_join(ckpt_dir, ".tmp-" + checkpoint_name(step)), step};
   std::string error;
-  if (rank == 0) {
+  if (!comm || comm->rank() == 0) {
     try {
-      make_directories(where.dir);
-      remove_temporary_files(where.dir);
-      make_directories(tmp_dir);
+      make_directories(ckpt_dir);
+      remove_temporary_files(ckpt_dir);
+      make_directories(place.tmp_dir);
     } catch (const Error& e) {
       error = e.what();
     }
   }
   error = first_error(comm, error, "checkpoint folder");
-  if (!error.empty()) save_failed(where.dir, step, error);
+  if (!error.empty()) save_failed(ckpt_dir, step, error);
+  return place;
+}
+
+std::vector<ShardTensor> shard_tensors(const ParamTable& table) {
+  std::vector<ShardTensor> tensors;
+  for (int k = 0; k < 3; ++k)
+    for (size_t u = 0; u < table.units().size(); ++u) tensors.push_back({cat(kKinds[k], ".", u), table.units()[u].shard()});
+  return tensors;
+}
+
+Json checkpoint_meta(Trainer& trainer, const SaveSettings& settings, const DataPosition& position, int world) {
+  Json meta = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"anvil_version", ANVIL_VERSION},
+               {"step", trainer.step_count()}, {"world", static_cast<int64_t>(world)},
+               {"mode", parallel_mode_name(trainer.store().mode())},
+               {"data",
+                {{"epoch", position.epoch},
+                 {"samples_in_epoch", position.samples_in_epoch},
+                 {"packing", position.packing}}},
+               {"source", {{"model_dir", settings.model_dir}, {"tokenizer_dir", settings.tokenizer_dir}}},
+               {"train", settings.train}};
+  meta["config"] = hf_config_json(trainer.config());
+  const Json t = table_json(trainer.table());
+  meta["units"] = t["units"];
+  meta["tensors"] = t["tensors"];
+  return meta;
+}
+
+namespace {
+
+// The shards' records to every rank (sizes, checksums, write seconds), in rank order.
+struct Wire {
+  uint64_t bytes;
+  char xxh64[16];
+  double seconds;
+};
+std::vector<Wire> gather_records(Comm* comm, const ShardOutcome& mine) {
+  Wire w{mine.record.bytes, {}, mine.seconds};
+  std::memcpy(w.xxh64, mine.record.xxh64.data(), std::min<size_t>(16, mine.record.xxh64.size()));
+  std::vector<Wire> all(comm ? static_cast<size_t>(comm->world()) : 1);
+  if (comm) comm->host_all_gather(&w, sizeof w, all.data(), "checkpoint shards");
+  else all[0] = w;
+  return all;
+}
+
+void log_saved(const SaveReport& r, int world, double stall_seconds) {
+  char line[400];
+  const double rate = r.gigabytes / std::max(r.seconds, 1e-9);
+  if (stall_seconds < 0)
+    std::snprintf(line, sizeof line, "saved %s: %.3f GB in %.2f s (%.2f GB/s, %d shard%s)", r.path.c_str(),
+                  r.gigabytes, r.seconds, rate, world, world == 1 ? "" : "s");
+  else
+    std::snprintf(line, sizeof line,
+                  "saved %s: %.3f GB written in the background in %.2f s (%.2f GB/s, %d shard%s); training "
+                  "stalled %.2f s for it",
+                  r.path.c_str(), r.gigabytes, r.seconds, rate, world, world == 1 ? "" : "s", stall_seconds);
+  log_info(line);
+}
+
+}  // namespace
+
+SaveReport gather_shards(Comm* comm, const SavePlace& place, Json& meta, const ShardOutcome& mine,
+                         double stall_seconds) {
+  const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
+  const std::string error = first_error(comm, mine.error, "checkpoint shards written");
+  if (!error.empty()) {
+    std::error_code ec;
+    if (rank == 0) std::filesystem::remove_all(place.tmp_dir, ec);
+    save_failed(place.ckpt_dir, place.step, error);
+  }
+  // Sizes and checksums to rank 0, which writes meta.json once every shard is synced.
+  const std::vector<Wire> all = gather_records(comm, mine);
+  SaveReport report;
+  report.path = place.final_dir;
+  report.stall_seconds = stall_seconds;
+  uint64_t total = 0;
+  Json shards = Json::array();
+  for (int r = 0; r < world; ++r) {
+    const Wire& w = all[static_cast<size_t>(r)];
+    shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes}, {"xxh64", std::string(w.xxh64, 16)}});
+    total += w.bytes;
+    report.seconds = std::max(report.seconds, w.seconds);
+  }
+  if (rank == 0) meta["shards"] = shards;
+  report.gigabytes = static_cast<double>(total) / 1e9;
+  return report;
+}
+
+std::string try_commit(const SavePlace& place, const Json& meta, const std::string& config_toml, int world) {
+  try {
+    commit_checkpoint(place, meta, config_toml, world);
+    return "";
+  } catch (const Error& e) {
+    std::error_code ec;
+    std::filesystem::remove_all(place.tmp_dir, ec);
+    return e.what();
+  }
+}
+
+void conclude_save(Comm* comm, const SavePlace& place, int64_t keep_last, const SaveSettings& settings,
+                   const std::string& commit_error, const SaveReport& report, bool background) {
+  const std::string error = first_error(comm, commit_error, "checkpoint complete");
+  if (!error.empty()) save_failed(place.ckpt_dir, place.step, error);
+  if (comm && comm->rank() != 0) return;
+  log_saved(report, comm ? comm->world() : 1, background ? report.stall_seconds : -1);
+  std::vector<std::string> pinned = settings.pinned;
+  pinned.push_back(place.final_dir);  // a resumed run behind newer checkpoints keeps its own
+  prune_checkpoints(place.ckpt_dir, keep_last, pinned);
+}
+
+SaveReport save_checkpoint(Trainer& trainer, Comm* comm, const CheckpointSection& where, const SaveSettings& settings,
+                           const DataPosition& position) {
+  const auto t0 = Clock::now();
+  const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
+  const ParamTable& table = trainer.table();
+  ParamStore& store = trainer.store();
+  const SavePlace place = begin_save(comm, where.dir, trainer.step_count());
 
   // Rank r's slice [r * shard, (r + 1) * shard) of every unit, wherever it is held.
   const size_t n_units = table.units().size();
-  std::vector<ShardTensor> tensors;
-  for (int k = 0; k < 3; ++k)
-    for (size_t u = 0; u < n_units; ++u) tensors.push_back({cat(kKinds[k], ".", u), table.units()[u].shard()});
   const ParamStore::State state[3] = {ParamStore::State::kMaster, ParamStore::State::kExpAvg,
                                       ParamStore::State::kExpAvgSq};
-  const Fault fault = fault_armed(Fault::kDieInSave, step, rank, world)       ? Fault::kDieInSave
-                      : fault_armed(Fault::kNoSpaceInSave, step, rank, world) ? Fault::kNoSpaceInSave
-                                                                              : Fault::kNone;
-  ShardRecord rec;
+  ShardOutcome mine;
   try {
-    rec = write_shard(
-        path_join(tmp_dir, shard_file_name(rank)), tensors,
+    mine.record = write_shard(
+        path_join(place.tmp_dir, shard_file_name(rank)), shard_tensors(table),
         [&](size_t i, int64_t begin, int64_t n, float* out) {
           const int u = static_cast<int>(i % n_units);
           const int64_t shard = table.units()[static_cast<size_t>(u)].shard();
           const int64_t at = rank * shard - store.owned_offset(u) + begin;
           store.read_owned(state[i / n_units], u, at, n, out);
         },
-        fault);
+        shard_write_fault(place.step, rank, world));
   } catch (const Error& e) {
-    error = e.what();
+    mine.error = e.what();
   }
-  error = first_error(comm, error, "checkpoint shards written");
-  if (!error.empty()) {
-    std::error_code ec;
-    if (rank == 0) std::filesystem::remove_all(tmp_dir, ec);
-    save_failed(where.dir, step, error);
-  }
-
-  // Sizes and checksums to rank 0, which writes meta.json once every shard is synced.
-  struct Wire {
-    uint64_t bytes;
-    char xxh64[16];
-  };
-  Wire mine{rec.bytes, {}};
-  std::memcpy(mine.xxh64, rec.xxh64.data(), 16);
-  std::vector<Wire> all(static_cast<size_t>(world));
-  if (comm) comm->host_all_gather(&mine, sizeof mine, all.data(), "checkpoint shards");
-  else all[0] = mine;
-  SaveReport report;
-  report.path = final_dir;
-  if (rank == 0) {
-    try {
-      uint64_t total = 0;
-      Json shards = Json::array();
-      for (int r = 0; r < world; ++r) {
-        const Wire& w = all[static_cast<size_t>(r)];
-        shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes},
-                          {"xxh64", std::string(w.xxh64, 16)}});
-        total += w.bytes;
-      }
-      commit_checkpoint(trainer, settings, position, shards, tmp_dir, final_dir, where.dir);
-      report.gigabytes = static_cast<double>(total) / 1e9;
-    } catch (const Error& e) {
-      error = e.what();
-      std::error_code ec;
-      std::filesystem::remove_all(tmp_dir, ec);
-    }
-  }
-  error = first_error(comm, error, "checkpoint complete");
-  if (!error.empty()) save_failed(where.dir, step, error);
-  if (rank == 0) {
-    report.seconds = seconds_since(t0);
-    char line[256];
-    std::snprintf(line, sizeof line, "saved %s: %.3f GB in %.2f s (%.2f GB/s, %d shard%s)", final_dir.c_str(),
-                  report.gigabytes, report.seconds, report.gigabytes / std::max(report.seconds, 1e-9), world,
-                  world == 1 ? "" : "s");
-    log_info(line);
-    std::vector<std::string> pinned = settings.pinned;
-    pinned.push_back(final_dir);  // a resumed run behind newer checkpoints keeps its own
-    prune_checkpoints(where.dir, where.keep_last, pinned);
-  }
+  mine.seconds = seconds_since(t0);
+  Json meta = checkpoint_meta(trainer, settings, position, world);
+  SaveReport report = gather_shards(comm, place, meta, mine, 0);
+  const std::string error = rank == 0 ? try_commit(place, meta, settings.config_toml, world) : "";
+  report.seconds = seconds_since(t0);
+  conclude_save(comm, place, where.keep_last, settings, error, report, false);
   return report;
+}
+
+Fault shard_write_fault(int64_t step, int rank, int world) {
+  return fault_armed(Fault::kDieInSave, step, rank, world)       ? Fault::kDieInSave
+         : fault_armed(Fault::kNoSpaceInSave, step, rank, world) ? Fault::kNoSpaceInSave
+                                                                 : Fault::kNone;
 }
 
 std::string find_resume_checkpoint(const std::string& ckpt_dir, const std::string& resume) {
@@ -354,43 +413,56 @@ std::string find_resume_checkpoint(const std::string& ckpt_dir, const std::strin
 }
 
 ResumePoint open_checkpoint(const std::string& path, const ParamTable& table, Comm* comm) {
-  const auto t0 = Clock::now();
   const int rank = comm ? comm->rank() : 0;
-  // Rank 0 reads and checksums every file; its verdict goes to every rank, so that
-  // whichever rank the launcher reports first says why.
+  // Rank 0 checks every file's size now and its checksum while the state is read (the
+  // verdict is awaited before the first step: await_checksums); its verdict goes to every
+  // rank, so that whichever rank the launcher reports first says why.
   std::string error;
   if (rank == 0) {
-    const Status st = validate_checkpoint(path);
+    const Status st = validate_checkpoint(path, false);
     if (!st.ok()) error = refusal(path, st.message());
   }
-  if (comm) {
-    const int64_t len = comm->host_sum(static_cast<int64_t>(error.size()), "checkpoint check");
-    std::string mine(static_cast<size_t>(len), '\0');
-    if (rank == 0) mine = error;
-    std::string all(static_cast<size_t>(len) * static_cast<size_t>(comm->world()), '\0');
-    if (len > 0) comm->host_all_gather(mine.data(), mine.size(), all.data(), "checkpoint verdict");
-    error = all.substr(0, static_cast<size_t>(len));
-  }
+  error = first_error(comm, error, "checkpoint check");
   if (!error.empty()) raise(ErrorKind::kInvalidInput, error);
   ResumePoint p;
   p.path = path;
+  p.comm = comm;
   p.meta = read_checkpoint_meta(path);
   check_model(path, p.meta, table);
   p.step = p.meta["step"].get<int64_t>();
   p.position.epoch = p.meta["data"].value("epoch", int64_t{0});
   p.position.samples_in_epoch = p.meta["data"].value("samples_in_epoch", int64_t{0});
   p.position.packing = p.meta["data"].value("packing", "wrapped");
-  if (rank == 0) {
-    uint64_t bytes = 0;
-    for (const Json& s : p.meta["shards"]) bytes += s["bytes"].get<uint64_t>();
-    const double s = seconds_since(t0);
-    char line[256];
-    std::snprintf(line, sizeof line, "checkpoint %s verified: %.3f GB checksummed in %.2f s (%.2f GB/s)",
-                  path.c_str(), static_cast<double>(bytes) / 1e9, s, static_cast<double>(bytes) / 1e9 / std::max(s, 1e-9));
-    log_info(line);
-  }
+  if (rank == 0)
+    p.checksums = std::async(std::launch::async, [path] {
+      const auto t0 = Clock::now();
+      const Status st = validate_checkpoint(path);
+      return ChecksumVerdict{st.ok() ? "" : refusal(path, st.message()), seconds_since(t0)};
+    });
   return p;
 }
+
+namespace {
+
+// Every rank, once the state is read: rank 0's checksum verdict, shared; a refusal throws on
+// every rank before the first step.
+void await_checksums(ResumePoint& point) {
+  const int rank = point.comm ? point.comm->rank() : 0;
+  ChecksumVerdict v;
+  if (rank == 0) v = point.checksums.get();
+  const std::string error = first_error(point.comm, v.error, "checkpoint verdict");
+  if (!error.empty()) raise(ErrorKind::kInvalidInput, error);
+  if (rank != 0) return;
+  uint64_t bytes = 0;
+  for (const Json& s : point.meta["shards"]) bytes += s["bytes"].get<uint64_t>();
+  char line[256];
+  std::snprintf(line, sizeof line, "checkpoint %s verified: %.3f GB checksummed in %.2f s (%.2f GB/s)",
+                point.path.c_str(), static_cast<double>(bytes) / 1e9, v.seconds,
+                static_cast<double>(bytes) / 1e9 / std::max(v.seconds, 1e-9));
+  log_info(line);
+}
+
+}  // namespace
 
 UnitReader checkpoint_masters_reader(ResumePoint& point, const ParamTable& table) {
   auto reader = std::make_shared<CheckpointReader>(point.path, point.meta);
@@ -417,6 +489,7 @@ void restore_optimizer(ResumePoint& point, Trainer& trainer) {
   store.load_optimizer_state(kind(1), kind(2));
   trainer.set_step_count(point.step);
   point.read_seconds += seconds_since(t0);
+  await_checksums(point);
   char line[320];
   std::snprintf(line, sizeof line,
                 "resumed from %s at step %lld (saved by %d x %s): this rank loaded %.3f GB in %.2f s (%.2f GB/s)",

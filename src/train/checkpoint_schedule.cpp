@@ -10,14 +10,29 @@
 namespace anvil {
 namespace {
 
-void save(TrainRun& run, int64_t step) {
+// What --keep-last must not delete, as the copies now say.
+const std::vector<std::string>& pins(TrainRun& run) {
   if (run.copies) {
     run.copies->report_finished();
     run.save.pinned = run.copies->pinned();
   }
-  const SaveReport r = save_checkpoint(*run.trainer, run.base.comm.get(), run.config().checkpoint, run.save,
-                                     run.order->after(step));
-  if (run.copies) run.copies->start(r.path);
+  return run.save.pinned;
+}
+
+void saved(TrainRun& run, const std::optional<SaveReport>& r) {
+  if (r && run.copies) run.copies->start(r->path);
+}
+
+// The checkpoint of `step`; `complete`: written before this returns.
+void save(TrainRun& run, int64_t step, bool complete) {
+  pins(run);
+  if (run.saver) {
+    saved(run, run.saver->start(run.config().checkpoint, run.save, run.order->after(step), !complete));
+    if (complete) saved(run, run.saver->wait(pins(run)));
+    return;
+  }
+  saved(run, save_checkpoint(*run.trainer, run.base.comm.get(), run.config().checkpoint, run.save,
+                             run.order->after(step)));
 }
 
 bool due(const TrainConfig& c, int64_t step) {
@@ -26,8 +41,15 @@ bool due(const TrainConfig& c, int64_t step) {
 
 }  // namespace
 
+void prepare_saves(TrainRun& run) {
+  const CheckpointSection& c = run.config().checkpoint;
+  if (c.save_every <= 0 || c.sync_save) return;
+  run.saver = std::make_unique<AsyncSaver>(*run.trainer, run.base.comm.get());
+}
+
 void save_if_due(TrainRun& run, int64_t step) {
-  if (due(run.config(), step)) save(run, step);
+  if (run.saver) saved(run, run.saver->poll(pins(run)));
+  if (due(run.config(), step)) save(run, step, step == run.config().steps);  // the last one before the summary
 }
 
 void stop_at(TrainRun& run, int64_t step, int sig) {
@@ -38,13 +60,15 @@ void stop_at(TrainRun& run, int64_t step, int sig) {
              ": nothing saved (without --ckpt-dir a stopped run keeps nothing)");
     return;
   }
-  if (!due(c, step)) save(run, step);
+  if (!due(c, step)) save(run, step, true);
+  else if (run.saver) saved(run, run.saver->wait(pins(run)));
   log_info("stopped by ", name, " after step ", step, " of ", c.steps, ": saved ",
            path_join(c.checkpoint.dir, checkpoint_name(step)));
   log_info("to resume: ", resume_command(run.command));
 }
 
 void finish_copies(TrainRun& run) {
+  if (run.saver) saved(run, run.saver->wait(pins(run)));
   if (!run.copies) return;
   const int failed = run.copies->wait_all();
   prune_checkpoints(run.config().checkpoint.dir, run.config().checkpoint.keep_last, run.copies->pinned());

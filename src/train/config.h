@@ -48,6 +48,8 @@ struct CheckpointSection {
   int64_t keep_last = 0;
   std::string resume;
   std::string on_save;  // run in the background on each complete checkpoint (train/save_copies.h)
+  bool sync_save = false;  // write in the foreground, no host snapshot (else train/checkpoint_async.h)
+  bool skip_busy = false;  // skip a save due while the last one is still being written (else wait)
   bool operator==(const CheckpointSection&) const = default;
 };
 

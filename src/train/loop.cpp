@@ -149,6 +149,7 @@ TrainSummary run_train(const TrainConfig& config, const TrainCommand& command) {
   run.command = command;
   check_train(checked, run.ckpt_lock);  // 1. the checks
   open_train(checked, run);             // 2. the run opened, every auto resolved
+  prepare_saves(run);
   TrainSummary summary = train_loop(run);
   finish_train(run, summary);
   if (summary.stop_signal == 0) log_last_line(run.config(), summary, seconds_since(begin));

@@ -103,6 +103,7 @@ void open_outputs(TrainRun& run, bool resumed) {
 
 void open_train(const TrainConfig& c, TrainRun& run) {
   open_data(c, run);
+  check_snapshot_memory(c.checkpoint, *run.base.table, run.base.comm.get());  // before any weight is read
   const std::string resume = find_resume_checkpoint(c.checkpoint.dir, c.checkpoint.resume);
   open_trainer(c, run, resume);
   log_start(run);

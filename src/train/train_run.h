@@ -13,6 +13,7 @@
 #include "core/file_lock.h"
 #include "data/blocks.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_async.h"
 #include "train/config.h"
 #include "train/open_run.h"
 #include "train/save_copies.h"
@@ -39,6 +40,7 @@ struct TrainRun {
   int64_t per_step = 0;  // sequences per step on each rank
   SaveSettings save;
   std::unique_ptr<SaveCopies> copies;  // --on-save, on rank 0
+  std::unique_ptr<AsyncSaver> saver;   // --save-every without --sync-save (train/checkpoint_async.h)
   std::ofstream metrics;
 
   // The resolved config (once the Trainer is built): the one holder of every setting.

@@ -74,6 +74,20 @@ int64_t CudaOps::memory_capacity() const {
   return static_cast<int64_t>(total_b);
 }
 
+void* CudaOps::alloc_host_impl(size_t bytes) {
+  void* ptr = nullptr;
+  const cudaError_t st = cudaHostAlloc(&ptr, bytes ? bytes : 1, cudaHostAllocDefault);
+  if (st == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    raise(ErrorKind::kOutOfMemory, "page-locked host allocation of ", bytes, " bytes failed for ", name_,
+          " (the host's memory, or its limit on locked memory: ulimit -l)");
+  }
+  CUDA_CHECK(st);
+  return ptr;
+}
+
+void CudaOps::release_host_impl(void* ptr) { CUDA_CHECK(cudaFreeHost(ptr)); }
+
 void CudaOps::upload_impl(Tensor dst, const void* host_src) {
   if (dst.bytes() == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src, dst.bytes(), cudaMemcpyHostToDevice, stream_));

@@ -82,6 +82,8 @@ class CudaOps final : public Ops {
   void* alloc_impl(size_t bytes) override;
   void release_impl(void* p) override;
   int64_t memory_capacity() const override;
+  void* alloc_host_impl(size_t bytes) override;  // page-locked (cudaHostAlloc)
+  void release_host_impl(void* p) override;
   void upload_impl(Tensor dst, const void* host_src) override;
   void download_impl(void* host_dst, Tensor src) override;
   void zero_impl(Tensor t) override;
