@@ -44,6 +44,7 @@ std::string data_cache_dir(const DataSection& d);
 struct TokenBatch {
   std::vector<int64_t> ids;
   std::vector<int64_t> labels;
+  std::vector<int64_t> positions;
 };
 
 // Who prepares rows in a group of processes: the `first` one prepares, then `barrier`
