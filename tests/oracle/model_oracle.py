@@ -56,7 +56,8 @@ def random_config(family, r):
     return cfg
 
 
-def make_case(family, cfg, r, out):
+def make_model(family, cfg, r, out):
+    """The model folder of one config: random weights, norms and biases away from 1 and 0."""
     torch.manual_seed(r.randrange(1 << 30))
     config = AutoConfig.for_model(family, **cfg)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
@@ -67,6 +68,10 @@ def make_case(family, cfg, r, out):
             if n.endswith(".bias"):
                 p.copy_(0.1 * torch.randn(p.shape))
     model.save_pretrained(out, safe_serialization=True)
+
+
+def make_case(family, cfg, r, out):
+    make_model(family, cfg, r, out)
     batch, seq = r.randint(1, 3), r.randint(3, 48)
     ids = torch.randint(0, cfg["vocab_size"], (batch, seq))
     save_file({"input_ids": ids}, f"{out}/tokens.safetensors")
