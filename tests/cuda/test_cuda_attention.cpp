@@ -2,7 +2,7 @@
 // path ANVIL_ATTENTION picks (cuDNN's fused attention, cuDNN's forward with the kernel's
 // backward, the mma.sync kernel), and their determinism at a goal shape; the same with
 // documents packed in each sequence (positions: one, two, many, and documents of one
-// token). Inputs, poisoning and tolerances: cuda_test_util.h.
+// token), and qk-norm + RoPE by position. Inputs, poisoning and tolerances: cuda_test_util.h.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -226,6 +226,36 @@ TEST(CudaOps, AttentionDocumentsKernel) {
 TEST(CudaOps, AttentionDocuments) {
   REQUIRE_GPU();
   attention_documents_vs_cpu("cudnn");
+}
+
+// qk-norm + RoPE with packed documents' positions (the angles of each token's position in
+// its document) against the CPU reference, forward and backward; a kernel that ignored the
+// positions would give the CPU's result without them, which is far off.
+TEST(CudaOps, QkNormRopeByPosition) {
+  REQUIRE_GPU();
+  const int64_t B = 2, T = 130, H = 16, KV = 8, hd = 128, heads = H + 2 * KV, rows = B * T, n = rows * heads * hd;
+  Ids pos(document_positions(B, T, document_layouts()[2].second));
+  Buf cos({T, hd / 2}, DType::kF32, randn(T * hd / 2, 61)), sin({T, hd / 2}, DType::kF32, randn(T * hd / 2, 62));
+  Buf in({rows, heads, hd}, DType::kBF16, randn(n, 63, 1.5f));
+  Buf q_w({hd}, DType::kBF16, randn(hd, 64)), k_w({hd}, DType::kBF16, randn(hd, 65));
+  Buf out({rows, heads, hd}, DType::kBF16, nans(n)), rstd({rows, H + KV}, DType::kF32, nans(rows * (H + KV)));
+  cpu().qk_norm_rope_forward(out.c(), rstd.c(), in.c(), q_w.c(), k_w.c(), cos.c(), sin.c(), H, KV, 1e-6f, pos.c());
+  gpu().qk_norm_rope_forward(out.g(), rstd.g(), in.g(), q_w.g(), k_w.g(), cos.g(), sin.g(), H, KV, 1e-6f, pos.g());
+  check("qk_norm_rope_forward by position out", out, kOut1);
+  std::vector<float> in_order(static_cast<size_t>(n));
+  cpu().qk_norm_rope_forward(Tensor(in_order.data(), DType::kF32, {rows, heads, hd}, Device::kCPU), rstd.c(), in.c(),
+                             q_w.c(), k_w.c(), cos.c(), sin.c(), H, KV, 1e-6f);
+  const std::vector<double> got = out.got(), unpositioned(in_order.begin(), in_order.end());
+  EXPECT_GT(testing::rel_l2(got.data(), unpositioned.data(), got.size()), 0.1) << "the positions were ignored";
+  Buf dout({rows, heads, hd}, DType::kBF16, randn(n, 66)), din({rows, heads, hd}, DType::kBF16, nans(n));
+  Buf dq_w({hd}, DType::kF32, randn(hd, 67)), dk_w({hd}, DType::kF32, randn(hd, 68));
+  cpu().qk_norm_rope_backward(din.c(), dq_w.c(), dk_w.c(), dout.c(), in.c(), q_w.c(), k_w.c(), rstd.c(), cos.c(),
+                              sin.c(), H, KV, true, pos.c());
+  gpu().qk_norm_rope_backward(din.g(), dq_w.g(), dk_w.g(), dout.g(), in.g(), q_w.g(), k_w.g(), rstd.g(), cos.g(),
+                              sin.g(), H, KV, true, pos.g());
+  check("qk_norm_rope_backward by position din", din, kOut1);
+  check("qk_norm_rope_backward by position dq_w", dq_w, kF32);
+  check("qk_norm_rope_backward by position dk_w", dk_w, kF32);
 }
 
 TEST(CudaOps, AttentionImplIsChecked) {
