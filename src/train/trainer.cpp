@@ -13,7 +13,7 @@ namespace {
 // Whether token i begins a sequence, or a document packed in one (TokenBatch::positions): no
 // position predicts it, so the last token of one document never predicts the next's first.
 bool starts_document(const TokenBatch& b, size_t i, int64_t seq_len) {
-  return i % static_cast<size_t>(seq_len) == 0 || (!b.positions.empty() && b.positions[i] == 0);
+  return i % static_cast<size_t>(seq_len) == 0 || (i < b.positions.size() && b.positions[i] == 0);
 }
 
 // Target tokens of a micro-batch: labels (ids without them) other than -100 of tokens that
@@ -91,6 +91,7 @@ void Trainer::upload_batch(const TokenBatch& b) {
                " tokens, expected ", B, " x ", T);
   ANVIL_ENSURE(b.labels.empty() || b.labels.size() == b.ids.size(), kInvalidInput, "labels and ids differ in length");
   const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
+  const std::vector<int32_t> positions = b.positions.empty() ? std::vector<int32_t>() : checked_positions(b, T);
   std::vector<int32_t> ids(static_cast<size_t>(n)), tgt(static_cast<size_t>(n));
   for (int64_t s = 0; s < B; ++s)
     for (int64_t t = 0; t < T; ++t) {
@@ -106,10 +107,17 @@ void Trainer::upload_batch(const TokenBatch& b) {
     }
   ops_->upload(ids_, ids.data());
   ops_->upload(targets_, tgt.data());
-  if (!b.positions.empty()) ops_->upload(positions_, checked_positions(b, T).data());
+  if (positions_of(b).data) ops_->upload(positions_, positions.data());
 }
 
-Tensor Trainer::positions_of(const TokenBatch& b) const { return b.positions.empty() ? Tensor() : positions_; }
+// Without positions, or where every sequence is one document (positions 0..T-1, the same
+// attention and RoPE), the model runs plain causal attention: the faster path (cuDNN's).
+Tensor Trainer::positions_of(const TokenBatch& b) const {
+  const int64_t T = settings_.config.data.seq_len;
+  for (size_t i = 0; i < b.positions.size(); ++i)
+    if (b.positions[i] != static_cast<int64_t>(i % static_cast<size_t>(T))) return positions_;
+  return Tensor();
+}
 
 StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   const TrainConfig& c = settings_.config;

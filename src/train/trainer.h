@@ -82,7 +82,7 @@ class Trainer {
   // Uploads ids/targets (and positions, where documents are packed) of a micro-batch, checked
   // against the vocabulary; a target is -100 where the next token starts a document.
   void upload_batch(const TokenBatch& b);
-  Tensor positions_of(const TokenBatch& b) const;  // positions_ for packed documents, else empty
+  Tensor positions_of(const TokenBatch& b) const;  // positions_ where a sequence holds documents, else empty
   int64_t global_sum(int64_t local, const char* what);
 
   ModelConfig config_;
