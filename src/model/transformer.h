@@ -1,7 +1,8 @@
 // The transformer's forward and backward pass, written once against the op interface.
 //
-// One micro-batch of B sequences of T tokens: embedding -> L blocks -> final RMSNorm ->
-// output projection fused with cross-entropy -> and back. Parameter gradients are
+// One micro-batch of B sequences of T tokens (each one document, or documents packed in it:
+// positions): embedding -> L blocks -> final RMSNorm -> output projection fused with
+// cross-entropy -> and back. Parameter gradients are
 // accumulated into each unit's F32 gradient buffer, or overwrite it where the source says
 // the buffer holds nothing of this step yet (UnitSource::overwrite_grads). The model never
 // owns parameters: it asks a UnitSource for each unit's compute weights just before use and
