@@ -9,7 +9,7 @@
 // (position_ids) and runs each alone through transformers; anvil's per-document attention,
 // RoPE positions and loss must give the same logits, loss and gradients (same bars), and
 // the same tokens wrapped (no position_ids) must give logits that differ clearly: the
-// document mask is on.
+// document mask is on. Positions that are not documents' are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,6 +29,16 @@ struct Worst {
   double loss = 0, logits = 0, grad = 0;
   std::string grad_name;
 };
+
+// The oracle script's kCases case folders of one family in a new folder (its lines printed);
+// "" after a failure.
+std::string make_cases(const char* script, const std::string& family, const char* seed) {
+  const std::string dir = testing::temp_dir(script);
+  const auto made = testing::run_oracle(script, {family, std::to_string(kCases), seed, dir});
+  EXPECT_EQ(made.exit_code, 0) << made.out;
+  std::printf("%s", made.out.c_str());
+  return made.exit_code == 0 ? dir : "";
+}
 
 // `anvil grad --device cpu` on case folder c and its tokens file; the output file.
 std::string anvil_grad(const std::string& c, const std::string& tokens, const std::string& out) {
@@ -69,11 +79,8 @@ class ModelOracle : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelOracle, LossLogitsAndGradients) {
   ANVIL_REQUIRE_ORACLE();
-  const std::string family = GetParam();
-  const std::string dir = testing::temp_dir("model-oracle");
-  const auto made = testing::run_oracle("model_oracle.py", {family, std::to_string(kCases), "20261130", dir});
-  ASSERT_EQ(made.exit_code, 0) << made.out;
-  std::printf("%s", made.out.c_str());
+  const std::string family = GetParam(), dir = make_cases("model_oracle.py", family, "20261130");
+  if (dir.empty()) return;
   Worst worst;
   for (int k = 0; k < kCases; ++k) {
     const std::string c = dir + "/" + std::to_string(k);
@@ -90,11 +97,8 @@ class PackedOracle : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PackedOracle, EachDocumentAsIfAlone) {
   ANVIL_REQUIRE_ORACLE();
-  const std::string family = GetParam();
-  const std::string dir = testing::temp_dir("packed-oracle");
-  const auto made = testing::run_oracle("packed_oracle.py", {family, std::to_string(kCases), "20261201", dir});
-  ASSERT_EQ(made.exit_code, 0) << made.out;
-  std::printf("%s", made.out.c_str());
+  const std::string family = GetParam(), dir = make_cases("packed_oracle.py", family, "20261201");
+  if (dir.empty()) return;
   Worst worst;
   double least_wrapped = std::numeric_limits<double>::infinity();
   for (int k = 0; k < kCases; ++k) {
@@ -108,6 +112,21 @@ TEST_P(PackedOracle, EachDocumentAsIfAlone) {
     EXPECT_GT(e, 1e-2) << "case " << k << ": wrapped packing gives the per-document logits";
     least_wrapped = std::min(least_wrapped, e);
   }
+  // Positions that skip (0, 1, 3): refused with what is wrong, before any work.
+  const std::string c = dir + "/0";
+  SafetensorsFile tokens(c + "/tokens.safetensors");
+  const SafeTensorInfo& ids = tokens.get("input_ids");
+  std::vector<int64_t> ids_v = read_as_i64(ids), bad(ids_v.size());
+  for (size_t i = 0; i < bad.size(); ++i) bad[i] = static_cast<int64_t>(i % static_cast<size_t>(ids.shape[1]));
+  bad[2] = 3;
+  SafetensorsWriter w;
+  w.add("input_ids", DType::kI64, ids.shape, ids_v.data());
+  w.add("position_ids", DType::kI64, ids.shape, bad.data());
+  w.write(c + "/bad.safetensors");
+  const auto r = testing::run_anvil({"grad", "--device", "cpu", "--model", c, "--tokens", c + "/bad.safetensors",
+                                     "--out", c + "/bad_out.safetensors"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("neither starts a document"), std::string::npos) << r.out;
   std::printf("%s, %d packed batches: worst loss rel error %.2e, logits rel L2 %.2e, gradient rel L2 %.2e (%s); "
               "wrapped logits differ by rel L2 %.2e at least\n",
               family.c_str(), kCases, worst.loss, worst.logits, worst.grad, worst.grad_name.c_str(), least_wrapped);

@@ -84,15 +84,20 @@ def make_case(family, cfg, r, out):
     return batch, seq
 
 
-def main():
+def run_cases(make, describe):
+    """An oracle's main: FAMILY COUNT SEED OUT_DIR from the command line, make(family, cfg, r,
+    out) for each case's folder, and one line per case: describe(what make returned), the config."""
     family, count, seed, out_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     torch.set_num_threads(1)
     r = random.Random(seed)
     for k in range(count):
         cfg = random_config(family, r)
-        out = os.path.join(out_dir, str(k))
-        batch, seq = make_case(family, cfg, r, out)
-        print(f"case {k}: {family} B={batch} T={seq} " + json.dumps(cfg, sort_keys=True), flush=True)
+        made = make(family, cfg, r, os.path.join(out_dir, str(k)))
+        print(f"case {k}: {family} {describe(made)} " + json.dumps(cfg, sort_keys=True), flush=True)
+
+
+def main():
+    run_cases(make_case, lambda made: "B=%d T=%d" % made)
 
 
 if __name__ == "__main__":

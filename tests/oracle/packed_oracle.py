@@ -13,9 +13,7 @@ grad.<name> F64, the gradient of that mean. Each document runs alone through tra
 documents' lengths include 1 (a document with no target); the first sequence of every case
 holds two documents or more, the others sometimes one. Prints one line per case: its config and documents.
 """
-import json
 import os
-import random
 import sys
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -26,7 +24,7 @@ from safetensors.torch import save_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from model_oracle import make_model, random_config  # noqa: E402
+from model_oracle import make_model, run_cases  # noqa: E402
 
 
 def document_lengths(seq, r, several):
@@ -76,14 +74,7 @@ def make_case(family, cfg, r, out):
 
 
 def main():
-    family, count, seed, out_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    torch.set_num_threads(1)
-    r = random.Random(seed)
-    for k in range(count):
-        cfg = random_config(family, r)
-        out = os.path.join(out_dir, str(k))
-        docs = make_case(family, cfg, r, out)
-        print(f"case {k}: {family} documents {docs} " + json.dumps(cfg, sort_keys=True), flush=True)
+    run_cases(make_case, lambda docs: f"documents {docs}")
 
 
 if __name__ == "__main__":
