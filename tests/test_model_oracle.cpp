@@ -5,10 +5,16 @@
 // CPU (eager attention); `anvil grad --device cpu` computes them on the same folder and
 // tokens. Bars: loss rel 1e-6, logits rel L2 1e-5, every gradient rel L2 1e-4. The seed is
 // fixed, so the configs are the same on every run.
+// Packed documents: tests/oracle/packed_oracle.py packs several documents in each sequence
+// (position_ids) and runs each alone through transformers; anvil's per-document attention,
+// RoPE positions and loss must give the same logits, loss and gradients (same bars), and
+// the same tokens wrapped (no position_ids) must give logits that differ clearly: the
+// document mask is on. Positions that are not documents' are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "io/safetensors.h"
 #include "testing.h"
@@ -18,51 +24,115 @@ namespace {
 
 constexpr int kCases = 10;  // per family
 
+// The worst relative errors over the cases compared so far.
+struct Worst {
+  double loss = 0, logits = 0, grad = 0;
+  std::string grad_name;
+};
+
+// The oracle script's kCases case folders of one family in a new folder (its lines printed);
+// "" after a failure.
+std::string make_cases(const char* script, const std::string& family, const char* seed) {
+  const std::string dir = testing::temp_dir(script);
+  const auto made = testing::run_oracle(script, {family, std::to_string(kCases), seed, dir});
+  EXPECT_EQ(made.exit_code, 0) << made.out;
+  std::printf("%s", made.out.c_str());
+  return made.exit_code == 0 ? dir : "";
+}
+
+// `anvil grad --device cpu` on case folder c and its tokens file; the output file.
+std::string anvil_grad(const std::string& c, const std::string& tokens, const std::string& out) {
+  const auto r = testing::run_anvil({"grad", "--device", "cpu", "--model", c, "--tokens", c + "/" + tokens, "--out",
+                                     c + "/" + out});
+  EXPECT_EQ(r.exit_code, 0) << c << ": " << r.out;
+  return c + "/" + out;
+}
+
+// Checks anvil's loss, logits and every gradient in `got` against the oracle's `want`.
+void expect_golden(const std::string& got_path, const std::string& want_path, const std::string& what, Worst& worst) {
+  SafetensorsFile got(got_path), want(want_path);
+  const double loss = read_as_f64(got.get("loss"))[0], want_loss = read_as_f64(want.get("loss"))[0];
+  const double loss_err = std::abs(loss - want_loss) / std::abs(want_loss);
+  EXPECT_LE(loss_err, 1e-6) << what << " loss " << loss << " want " << want_loss;
+  const auto logits = read_as_f64(got.get("logits")), want_logits = read_as_f64(want.get("logits"));
+  EXPECT_TRUE(testing::close_rel_l2(logits, want_logits, 1e-5)) << what << " logits";
+  worst.loss = std::max(worst.loss, loss_err);
+  worst.logits = std::max(worst.logits, testing::rel_l2(logits.data(), want_logits.data(), logits.size()));
+  int grads = 0;
+  for (const SafeTensorInfo& info : want.tensors()) {
+    const std::string& name = info.name;
+    if (name.rfind("grad.", 0) != 0) continue;
+    // Tied models: anvil writes the embedding's gradient only, which holds the head's.
+    const SafeTensorInfo* g = got.find(name);
+    if (!g && name == "grad.lm_head.weight") continue;
+    ASSERT_NE(g, nullptr) << what << ": anvil wrote no " << name;
+    const auto gv = read_as_f64(*g), wv = read_as_f64(info);
+    EXPECT_TRUE(testing::close_rel_l2(gv, wv, 1e-4)) << what << " " << name;
+    const double e = testing::rel_l2(gv.data(), wv.data(), gv.size());
+    if (e > worst.grad) worst.grad = e, worst.grad_name = what + " " + name;
+    ++grads;
+  }
+  EXPECT_GT(grads, 0) << what;
+}
+
 class ModelOracle : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelOracle, LossLogitsAndGradients) {
   ANVIL_REQUIRE_ORACLE();
-  const std::string family = GetParam();
-  const std::string dir = testing::temp_dir("model-oracle");
-  const auto made = testing::run_oracle("model_oracle.py", {family, std::to_string(kCases), "20261130", dir});
-  ASSERT_EQ(made.exit_code, 0) << made.out;
-  double worst_loss = 0, worst_logits = 0, worst_grad = 0;
-  std::string worst_grad_name;
-  std::printf("%s", made.out.c_str());
+  const std::string family = GetParam(), dir = make_cases("model_oracle.py", family, "20261130");
+  if (dir.empty()) return;
+  Worst worst;
   for (int k = 0; k < kCases; ++k) {
     const std::string c = dir + "/" + std::to_string(k);
-    const auto r = testing::run_anvil({"grad", "--device", "cpu", "--model", c, "--tokens", c + "/tokens.safetensors",
-                                       "--out", c + "/anvil.safetensors"});
-    ASSERT_EQ(r.exit_code, 0) << "case " << k << ": " << r.out;
-    SafetensorsFile got(c + "/anvil.safetensors"), want(c + "/golden.safetensors");
-    const double loss = read_as_f64(got.get("loss"))[0], want_loss = read_as_f64(want.get("loss"))[0];
-    const double loss_err = std::abs(loss - want_loss) / std::abs(want_loss);
-    EXPECT_LE(loss_err, 1e-6) << "case " << k << " loss " << loss << " want " << want_loss;
-    const auto logits = read_as_f64(got.get("logits")), want_logits = read_as_f64(want.get("logits"));
-    EXPECT_TRUE(testing::close_rel_l2(logits, want_logits, 1e-5)) << "case " << k << " logits";
-    worst_loss = std::max(worst_loss, loss_err);
-    worst_logits = std::max(worst_logits, testing::rel_l2(logits.data(), want_logits.data(), logits.size()));
-    int grads = 0;
-    for (const SafeTensorInfo& info : want.tensors()) {
-      const std::string& name = info.name;
-      if (name.rfind("grad.", 0) != 0) continue;
-      // Tied models: anvil writes the embedding's gradient only, which holds the head's.
-      const SafeTensorInfo* g = got.find(name);
-      if (!g && name == "grad.lm_head.weight") continue;
-      ASSERT_NE(g, nullptr) << "case " << k << ": anvil wrote no " << name;
-      const auto gv = read_as_f64(*g), wv = read_as_f64(info);
-      EXPECT_TRUE(testing::close_rel_l2(gv, wv, 1e-4)) << "case " << k << " " << name;
-      const double e = testing::rel_l2(gv.data(), wv.data(), gv.size());
-      if (e > worst_grad) worst_grad = e, worst_grad_name = "case " + std::to_string(k) + " " + name;
-      ++grads;
-    }
-    EXPECT_GT(grads, 0);
+    expect_golden(anvil_grad(c, "tokens.safetensors", "anvil.safetensors"), c + "/golden.safetensors",
+                  "case " + std::to_string(k), worst);
   }
   std::printf("%s, %d random configs: worst loss rel error %.2e, logits rel L2 %.2e, gradient rel L2 %.2e (%s)\n",
-              family.c_str(), kCases, worst_loss, worst_logits, worst_grad, worst_grad_name.c_str());
+              family.c_str(), kCases, worst.loss, worst.logits, worst.grad, worst.grad_name.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ModelOracle, ::testing::Values("qwen3", "qwen2", "llama"));
+
+class PackedOracle : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PackedOracle, EachDocumentAsIfAlone) {
+  ANVIL_REQUIRE_ORACLE();
+  const std::string family = GetParam(), dir = make_cases("packed_oracle.py", family, "20261201");
+  if (dir.empty()) return;
+  Worst worst;
+  double least_wrapped = std::numeric_limits<double>::infinity();
+  for (int k = 0; k < kCases; ++k) {
+    const std::string c = dir + "/" + std::to_string(k), golden = c + "/golden.safetensors";
+    expect_golden(anvil_grad(c, "tokens.safetensors", "packed.safetensors"), golden, "case " + std::to_string(k),
+                  worst);
+    // The same tokens as one document per sequence: attention crosses the documents.
+    SafetensorsFile wrapped(anvil_grad(c, "wrapped.safetensors", "wrapped_out.safetensors")), want(golden);
+    const auto logits = read_as_f64(wrapped.get("logits")), want_logits = read_as_f64(want.get("logits"));
+    const double e = testing::rel_l2(logits.data(), want_logits.data(), logits.size());
+    EXPECT_GT(e, 1e-2) << "case " << k << ": wrapped packing gives the per-document logits";
+    least_wrapped = std::min(least_wrapped, e);
+  }
+  // Positions that skip (0, 1, 3): refused with what is wrong, before any work.
+  const std::string c = dir + "/0";
+  SafetensorsFile tokens(c + "/tokens.safetensors");
+  const SafeTensorInfo& ids = tokens.get("input_ids");
+  std::vector<int64_t> ids_v = read_as_i64(ids), bad(ids_v.size());
+  for (size_t i = 0; i < bad.size(); ++i) bad[i] = static_cast<int64_t>(i % static_cast<size_t>(ids.shape[1]));
+  bad[2] = 3;
+  SafetensorsWriter w;
+  w.add("input_ids", DType::kI64, ids.shape, ids_v.data());
+  w.add("position_ids", DType::kI64, ids.shape, bad.data());
+  w.write(c + "/bad.safetensors");
+  const auto r = testing::run_anvil({"grad", "--device", "cpu", "--model", c, "--tokens", c + "/bad.safetensors",
+                                     "--out", c + "/bad_out.safetensors"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("neither starts a document"), std::string::npos) << r.out;
+  std::printf("%s, %d packed batches: worst loss rel error %.2e, logits rel L2 %.2e, gradient rel L2 %.2e (%s); "
+              "wrapped logits differ by rel L2 %.2e at least\n",
+              family.c_str(), kCases, worst.loss, worst.logits, worst.grad, worst.grad_name.c_str(), least_wrapped);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, PackedOracle, ::testing::Values("qwen3", "qwen2", "llama"));
 
 }  // namespace
 }  // namespace anvil

@@ -106,7 +106,7 @@ void Transformer::qk_norm_rope_forward(Tensor w, BlockActs& a) {
   const Tensor qn = c_.qk_norm ? part(w, o.q_norm, {c_.head_dim}) : Tensor();
   const Tensor kn = c_.qk_norm ? part(w, o.k_norm, {c_.head_dim}) : Tensor();
   ops_.qk_norm_rope_forward(a.qkv.reshape(a.qkv_raw.shape), a.rstd_qk, a.qkv_raw, qn, kn, rope_cos_, rope_sin_, H, KV,
-                            static_cast<float>(c_.rms_norm_eps));
+                            static_cast<float>(c_.rms_norm_eps), positions_);
 }
 
 void Transformer::block_forward(Tensor w, Tensor x_in, BlockActs& a, Tensor x_out) {
@@ -118,7 +118,7 @@ void Transformer::block_forward(Tensor w, Tensor x_in, BlockActs& a, Tensor x_ou
   ops_.linear_forward(a.qkv_raw.reshape({N_, Q}), a.h1, part(w, o.qkv_w, {Q, C}),
                       c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor());
   qk_norm_rope_forward(w, a);
-  ops_.attention_forward(a.att.reshape({B_, T_, H, c_.head_dim}), a.lse, a.qkv, H, KV);
+  ops_.attention_forward(a.att.reshape({B_, T_, H, c_.head_dim}), a.lse, a.qkv, H, KV, positions_);
   ops_.linear_forward(a.x_mid, a.att, part(w, o.o_w, {C, c_.q_dim()}), Tensor());
   ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps);
   ops_.linear_forward(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
@@ -155,13 +155,13 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
   ops_.linear_backward_weight(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, a.att, acc);
   ops_.linear_backward_input(d_att_, dx_, part(w, o.o_w, {C, c_.q_dim()}), false);
   ops_.attention_backward(d_qkv_, d_att_.reshape({B_, T_, H, hd}), a.qkv, a.att.reshape({B_, T_, H, hd}), a.lse,
-                          H, KV);
+                          H, KV, positions_);
   const Tensor qn = c_.qk_norm ? part(w, o.q_norm, {hd}) : Tensor();
   const Tensor kn = c_.qk_norm ? part(w, o.k_norm, {hd}) : Tensor();
   const Tensor dqn = c_.qk_norm ? part(g, o.q_norm, {hd}) : Tensor();
   const Tensor dkn = c_.qk_norm ? part(g, o.k_norm, {hd}) : Tensor();
   ops_.qk_norm_rope_backward(d_qkv_raw_, dqn, dkn, d_qkv_.reshape(d_qkv_raw_.shape), a.qkv_raw, qn, kn, a.rstd_qk,
-                             rope_cos_, rope_sin_, H, KV, acc);
+                             rope_cos_, rope_sin_, H, KV, acc, positions_);
   const Tensor d_qkv_flat = d_qkv_raw_.reshape({N_, Q});
   ops_.linear_backward_weight(part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat,
                               a.h1, acc);
@@ -169,9 +169,12 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
   ops_.rmsnorm_backward(dx_, part(g, o.attn_norm, {C}), dh_, x_in, part(w, o.attn_norm, {C}), a.rstd1, true, acc);
 }
 
-void Transformer::forward_blocks(UnitSource& src, Tensor ids) {
+void Transformer::forward_blocks(UnitSource& src, Tensor ids, Tensor positions) {
   ANVIL_ENSURE(ids.numel() == N_, kInternal, "transformer: ", ids.numel(), " ids for a model built for ", N_,
                " tokens");
+  ANVIL_ENSURE(!positions.data || positions.numel() == N_, kInternal, "transformer: ", positions.numel(),
+               " positions for ", N_, " tokens");
+  positions_ = positions;
   const int64_t C = c_.hidden_size, V = c_.vocab_size, L = c_.num_layers;
   const int embed = table_.embed_unit(), norm = table_.norm_unit();
   Tensor we = src.weights(embed);
@@ -186,11 +189,11 @@ void Transformer::forward_blocks(UnitSource& src, Tensor ids) {
   }
 }
 
-void Transformer::forward_loss(UnitSource& src, Tensor ids, Tensor targets, Tensor loss_sum) {
+void Transformer::forward_loss(UnitSource& src, Tensor ids, Tensor targets, Tensor loss_sum, Tensor positions) {
   ANVIL_ENSURE(targets.numel() == N_, kInternal, "forward_loss: ", targets.numel(), " targets for ", N_, " tokens");
   const int64_t C = c_.hidden_size, V = c_.vocab_size;
   const int norm = table_.norm_unit(), head = table_.lm_head_unit();
-  forward_blocks(src, ids);
+  forward_blocks(src, ids, positions);
   Tensor wn = src.weights(norm);
   if (head != norm) src.prefetch(head);
   ops_.rmsnorm_forward(h_final_, rstd_final_, resid_[static_cast<size_t>(c_.num_layers)], part(wn, 0, {C}),
@@ -245,12 +248,12 @@ void Transformer::backward_blocks(UnitSource& src) {
 }
 
 void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
-                                   Tensor logits) {
+                                   Tensor logits, Tensor positions) {
   ANVIL_ENSURE(targets.numel() == N_, kInternal, "forward_backward: ", targets.numel(), " targets for ", N_,
                " tokens");
   const int64_t C = c_.hidden_size, V = c_.vocab_size;
   const int embed = table_.embed_unit(), head = table_.lm_head_unit();
-  forward_blocks(src, ids);
+  forward_blocks(src, ids, positions);
   head_forward_backward(src, targets, loss_scale, loss_sum, logits);
   backward_blocks(src);
   ops_.embedding_backward(part(src.grads(embed), 0, {V, C}), ids, dx_, head == embed || !src.overwrite_grads(embed));

@@ -1,7 +1,8 @@
 // The transformer's forward and backward pass, written once against the op interface.
 //
-// One micro-batch of B sequences of T tokens: embedding -> L blocks -> final RMSNorm ->
-// output projection fused with cross-entropy -> and back. Parameter gradients are
+// One micro-batch of B sequences of T tokens (each one document, or documents packed in it:
+// positions): embedding -> L blocks -> final RMSNorm -> output projection fused with
+// cross-entropy -> and back. Parameter gradients are
 // accumulated into each unit's F32 gradient buffer, or overwrite it where the source says
 // the buffer holds nothing of this step yet (UnitSource::overwrite_grads). The model never
 // owns parameters: it asks a UnitSource for each unit's compute weights just before use and
@@ -61,12 +62,15 @@ class Transformer {
   // ids, targets: (B*T) I32 on the ops' device; targets[i] is the token that position i
   // predicts (-100: none). loss_sum (1) F32 += the summed token losses; gradients are of
   // loss_sum * loss_scale. logits (B*T, V) F32, when given, receives the logits.
+  // positions (B*T) I32, when given: documents packed in each sequence, each token's position
+  // in its document (ops.h's attention_forward): RoPE takes those positions and attention
+  // stays within each document. Empty: each sequence is one document (positions 0..T-1).
   void forward_backward(UnitSource& source, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
-                        Tensor logits = Tensor());
+                        Tensor logits = Tensor(), Tensor positions = Tensor());
 
   // The forward and the loss only (evaluation): loss_sum (1) F32 += the summed token losses.
   // Reads weights from `source` as forward_backward does and touches no gradient.
-  void forward_loss(UnitSource& source, Tensor ids, Tensor targets, Tensor loss_sum);
+  void forward_loss(UnitSource& source, Tensor ids, Tensor targets, Tensor loss_sum, Tensor positions = Tensor());
 
   // Called between the forward (through the final norm) and the loss and backward: the
   // step benchmark's phase clock.
@@ -86,8 +90,8 @@ class Transformer {
   Tensor& one_of_each(Activation what);  // the model's tensor of an activation it has one of
   void upload_rope_tables();
   BlockActs& block_acts(int64_t layer);  // the set a block's forward writes and its backward reads
-  // The embedding and the blocks, into resid_[0..L].
-  void forward_blocks(UnitSource& source, Tensor ids);
+  // The embedding and the blocks, into resid_[0..L]; positions_ = positions for the pass.
+  void forward_blocks(UnitSource& source, Tensor ids, Tensor positions);
   // The final norm, the output projection and loss, and their backward: dx_ = d loss / d x_L.
   void head_forward_backward(UnitSource& source, Tensor targets, float loss_scale, Tensor loss_sum, Tensor logits);
   // The blocks' backward, last to first, each recomputed first as recompute_ says: dx_ = d loss / d x_0.
@@ -111,6 +115,7 @@ class Transformer {
   std::vector<Tensor> resid_;  // x_0 .. x_L, (N, C)
   std::vector<BlockActs> acts_;  // the sets of block buffers: one per layer, or one (kFull)
   Tensor rope_cos_, rope_sin_;  // (T, hd/2) F32
+  Tensor positions_;  // the pass's positions (forward_backward), or empty
   Tensor act_, d_act_, d_gate_up_, d_att_, d_qkv_, d_qkv_raw_, dx_, dh_, h_final_, rstd_final_;
 };
 

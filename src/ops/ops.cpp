@@ -64,8 +64,10 @@ void check_qkv(const OpChecks& c, const Tensor& qkv, int n_heads, int n_kv_heads
   c.ensure(n_kv_heads > 0 && n_heads % n_kv_heads == 0, n_heads, " heads do not share ", n_kv_heads, " kv heads");
 }
 
-std::string attention_label(const Tensor& qkv, int n_heads, int n_kv_heads) {
-  return cat(qkv.dim(0), "x", qkv.dim(1), "x", n_heads, "/", n_kv_heads, "x", qkv.dim(3));
+// The shape, and " documents" where documents are packed (a different op in the timings).
+std::string attention_label(const Tensor& qkv, int n_heads, int n_kv_heads, const Tensor& positions) {
+  return cat(qkv.dim(0), "x", qkv.dim(1), "x", n_heads, "/", n_kv_heads, "x", qkv.dim(3),
+             positions.data ? " documents" : "");
 }
 
 }  // namespace
@@ -215,47 +217,52 @@ void Ops::rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w
 
 // ---- qk-norm + RoPE
 void Ops::qk_norm_rope_forward(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w, Tensor cos, Tensor sin,
-                               int n_heads, int n_kv_heads, float eps) {
+                               int n_heads, int n_kv_heads, float eps, Tensor positions) {
   const OpChecks c = checks_of(*this, "qk_norm_rope_forward");
   const QkRopeRows s = qk_rope_rows(c, in, cos, sin, n_heads, n_kv_heads);
-  c.compute("out", out, in.numel());
+  c.compute("out", out, in.numel()).optional("positions", positions, DType::kI32, s.rows);
   if (q_w.data) check_qk_weights(c, q_w, k_w, rstd, s, n_heads + n_kv_heads);
   const OpScope scope(*this, c.op(), [&] { return cat(s.rows, "x", n_heads, "+", n_kv_heads, "x", s.head_dim); });
-  qk_norm_rope_forward_impl(out, rstd, in, q_w, k_w, cos, sin, n_heads, n_kv_heads, eps);
+  qk_norm_rope_forward_impl(out, rstd, in, q_w, k_w, cos, sin, n_heads, n_kv_heads, eps, positions);
 }
 
 void Ops::qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in, Tensor q_w, Tensor k_w,
-                                Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads, bool accumulate_dw) {
+                                Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads, bool accumulate_dw,
+                                Tensor positions) {
   const OpChecks c = checks_of(*this, "qk_norm_rope_backward");
   const QkRopeRows s = qk_rope_rows(c, in, cos, sin, n_heads, n_kv_heads);
   c.compute("din", din, in.numel()).compute("dout", dout, in.numel());
+  c.optional("positions", positions, DType::kI32, s.rows);
   if (q_w.data) {
     check_qk_weights(c, q_w, k_w, rstd, s, n_heads + n_kv_heads);
     c.grad("dq_w", dq_w, accumulate_dw, s.head_dim).grad("dk_w", dk_w, accumulate_dw, s.head_dim);
   }
   const OpScope scope(*this, c.op(), [&] { return cat(s.rows, "x", n_heads, "+", n_kv_heads, "x", s.head_dim); });
-  qk_norm_rope_backward_impl(din, dq_w, dk_w, dout, in, q_w, k_w, rstd, cos, sin, n_heads, n_kv_heads, accumulate_dw);
+  qk_norm_rope_backward_impl(din, dq_w, dk_w, dout, in, q_w, k_w, rstd, cos, sin, n_heads, n_kv_heads, accumulate_dw,
+                             positions);
 }
 
 // ---- attention
-void Ops::attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) {
+void Ops::attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads, Tensor positions) {
   const OpChecks c = checks_of(*this, "attention_forward");
   check_qkv(c, qkv, n_heads, n_kv_heads);
   const int64_t rows = qkv.dim(0) * qkv.dim(1);
   c.compute("out", out, rows * n_heads * qkv.dim(3)).f32("lse", lse, rows * n_heads);
-  const OpScope scope(*this, c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads); });
-  attention_forward_impl(out, lse, qkv, n_heads, n_kv_heads);
+  c.optional("positions", positions, DType::kI32, rows);
+  const OpScope scope(*this, c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads, positions); });
+  attention_forward_impl(out, lse, qkv, n_heads, n_kv_heads, positions);
 }
 
 void Ops::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_heads,
-                             int n_kv_heads) {
+                             int n_kv_heads, Tensor positions) {
   const OpChecks c = checks_of(*this, "attention_backward");
   check_qkv(c, qkv, n_heads, n_kv_heads);
   const int64_t rows = qkv.dim(0) * qkv.dim(1);
   c.compute("out", out, rows * n_heads * qkv.dim(3)).f32("lse", lse, rows * n_heads);
   c.compute("dout", dout, out.numel()).compute("dqkv", dqkv, qkv.numel());
-  const OpScope scope(*this, c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads); });
-  attention_backward_impl(dqkv, dout, qkv, out, lse, n_heads, n_kv_heads);
+  c.optional("positions", positions, DType::kI32, rows);
+  const OpScope scope(*this, c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads, positions); });
+  attention_backward_impl(dqkv, dout, qkv, out, lse, n_heads, n_kv_heads, positions);
 }
 
 void Ops::attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots, Tensor positions,

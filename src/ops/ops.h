@@ -53,13 +53,14 @@ struct AdamWHyper {
   VIRTUAL void rmsnorm_backward_impl(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,      \
       bool accumulate, bool accumulate_dw) TAIL;                                                              \
   VIRTUAL void qk_norm_rope_forward_impl(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w,          \
-      Tensor cos, Tensor sin, int n_heads, int n_kv_heads, float eps) TAIL;                                   \
+      Tensor cos, Tensor sin, int n_heads, int n_kv_heads, float eps, Tensor positions) TAIL;                 \
   VIRTUAL void qk_norm_rope_backward_impl(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in,       \
       Tensor q_w, Tensor k_w, Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads,               \
-      bool accumulate_dw) TAIL;                                                                               \
-  VIRTUAL void attention_forward_impl(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) TAIL;  \
+      bool accumulate_dw, Tensor positions) TAIL;                                                             \
+  VIRTUAL void attention_forward_impl(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads,        \
+      Tensor positions) TAIL;                                                                                 \
   VIRTUAL void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,          \
-      int n_heads, int n_kv_heads) TAIL;                                                                      \
+      int n_heads, int n_kv_heads, Tensor positions) TAIL;                                                    \
   VIRTUAL void attention_cached_impl(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,    \
       Tensor positions, int n_heads, int n_kv_heads) TAIL;                                                    \
   VIRTUAL void argmax_rows_impl(Tensor out, Tensor x) TAIL;                                                   \
@@ -160,21 +161,30 @@ class Ops {
 
   // ---- per-head RMSNorm of q and k (Qwen3; skipped when q_w is empty) then RoPE
   // (rotate-half), on packed qkv (B*T, H+2KV, hd); v is copied unchanged.
-  // cos, sin: (T, hd/2) F32 for positions 0..T-1 of each sequence; rstd: (B*T, H+KV) F32.
+  // cos, sin: (T, hd/2) F32, the angles of positions 0..T-1; rstd: (B*T, H+KV) F32.
+  // Row n takes the angles of position n % T, or, when positions (B*T) I32 is given (packed
+  // documents, see attention_forward), of positions[n] (each in 0..T-1).
   void qk_norm_rope_forward(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w,
                             Tensor cos, Tensor sin, int n_heads, int n_kv_heads,
-                            float eps);
+                            float eps, Tensor positions = Tensor());
   // din (B*T, H+2KV, hd) from dout; dq_w, dk_w (hd) F32 += (= when not accumulate_dw).
   void qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in,
                              Tensor q_w, Tensor k_w, Tensor rstd, Tensor cos, Tensor sin,
-                             int n_heads, int n_kv_heads, bool accumulate_dw = true);
+                             int n_heads, int n_kv_heads, bool accumulate_dw = true,
+                             Tensor positions = Tensor());
 
   // ---- causal GQA attention, scale 1/sqrt(hd). qkv (B,T,H+2KV,hd); out (B,T,H,hd);
   // lse (B,H,T) F32: log-sum-exp of each query's scaled scores, saved for backward.
-  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads);
+  // positions (B*T) I32, when given: documents packed in each sequence, as each token's
+  // position within its document (0 at a document's first token, +1 per token after it, so
+  // positions[t] <= t within the sequence); query t then attends only to keys
+  // t - positions[t] .. t, those of its own document (block-diagonal causal). Empty: each
+  // sequence is one document (plain causal).
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads,
+                         Tensor positions = Tensor());
   // dqkv (B,T,H+2KV,hd) written.
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                          int n_heads, int n_kv_heads);
+                          int n_heads, int n_kv_heads, Tensor positions = Tensor());
 
   // ---- inference: attention of new rows against a KV cache (infer/decoder.h).
   // k_cache, v_cache (S, KV, P, hd) compute dtype: S sequence slots of P positions each.

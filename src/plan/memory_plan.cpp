@@ -99,13 +99,14 @@ void plan_model_states(const PlanInput& in, MemoryPlan& p) {
 }
 
 // The GEMM workspace, the backend's shared scratch, which holds the largest temporary: the
-// cross-entropy chunk or attention's (ops/cuda/cuda_ops.cpp), and two floats per token.
+// cross-entropy chunk or attention's (ops/cuda/cuda_ops.cpp), and three I32 per token (the
+// trainer's ids, targets and positions).
 int64_t workspace_bytes(const PlanInput& in) {
   const int64_t n = in.micro_batch * in.seq_len;
   const int64_t scratch = std::max(cross_entropy_chunks(n, in.config.vocab_size).bytes,
                                    attention_scratch_bytes(in.micro_batch, in.seq_len, in.config.num_heads,
                                                            in.config.num_kv_heads, in.config.head_dim));
-  return kGemmWorkspace + scratch + 4 * n * 2;
+  return kGemmWorkspace + scratch + 4 * n * 3;
 }
 
 }  // namespace

@@ -17,6 +17,11 @@ double run_grad(const GradOptions& o) {
                ids->shape.str(), ", expected [B, T] with T >= 2");
   TokenBatch batch;
   batch.ids = read_as_i64(*ids);
+  if (const SafeTensorInfo* pos = tokens.find("position_ids")) {
+    ANVIL_ENSURE(pos->shape == ids->shape, kInvalidInput, o.tokens, ": position_ids has shape ", pos->shape.str(),
+                 ", input_ids ", ids->shape.str(), "; they must match");
+    batch.positions = read_as_i64(*pos);
+  }
 
   TrainConfig c;
   c.model.device = o.device;

@@ -8,7 +8,7 @@ namespace anvil {
 
 struct GradOptions {
   std::string model;   // folder or hub id
-  std::string tokens;  // safetensors with input_ids I64 [B, T]
+  std::string tokens;  // safetensors with input_ids I64 [B, T], and position_ids I64 [B, T] for packed documents
   std::string out;     // output safetensors
   std::string device = "cpu";
 };

@@ -10,14 +10,36 @@ namespace anvil {
 
 namespace {
 
-// Target tokens of a micro-batch: labels (ids without them) other than -100, past each
-// sequence's first position (position t predicts label t+1).
+// Whether token i begins a sequence, or a document packed in one (TokenBatch::positions): no
+// position predicts it, so the last token of one document never predicts the next's first.
+bool starts_document(const TokenBatch& b, size_t i, int64_t seq_len) {
+  return i % static_cast<size_t>(seq_len) == 0 || (i < b.positions.size() && b.positions[i] == 0);
+}
+
+// Target tokens of a micro-batch: labels (ids without them) other than -100 of tokens that
+// do not start a sequence or document (position t predicts label t+1).
 int64_t count_targets(const TokenBatch& b, int64_t seq_len) {
   const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
   int64_t n = 0;
   for (size_t i = 0; i < lab.size(); ++i)
-    if (static_cast<int64_t>(i % static_cast<size_t>(seq_len)) != 0 && lab[i] != -100) ++n;
+    if (!starts_document(b, i, seq_len) && lab[i] != -100) ++n;
   return n;
+}
+
+// The positions of a micro-batch as I32, checked: each sequence starts a document, and a
+// position is 0 (a new document) or the one before it plus 1.
+std::vector<int32_t> checked_positions(const TokenBatch& b, int64_t seq_len) {
+  ANVIL_ENSURE(b.positions.size() == b.ids.size(), kInvalidInput, "a micro-batch has ", b.positions.size(),
+               " positions for ", b.ids.size(), " tokens");
+  std::vector<int32_t> out(b.positions.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t t = static_cast<int64_t>(i % static_cast<size_t>(seq_len)), p = b.positions[i];
+    ANVIL_ENSURE(p == 0 || (t > 0 && p == b.positions[i - 1] + 1), kInvalidInput, "position ", p, " of token ", t,
+                 " of sequence ", static_cast<int64_t>(i) / seq_len,
+                 " neither starts a document (0) nor follows the position before it; rebuild the block file");
+    out[i] = static_cast<int32_t>(p);
+  }
+  return out;
 }
 
 }  // namespace
@@ -53,6 +75,7 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   };
   ids_ = make({n}, DType::kI32);
   targets_ = make({n}, DType::kI32);
+  positions_ = make({n}, DType::kI32);
   loss_sum_ = make({1}, DType::kF32);
 }
 
@@ -68,6 +91,7 @@ void Trainer::upload_batch(const TokenBatch& b) {
                " tokens, expected ", B, " x ", T);
   ANVIL_ENSURE(b.labels.empty() || b.labels.size() == b.ids.size(), kInvalidInput, "labels and ids differ in length");
   const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
+  const std::vector<int32_t> positions = b.positions.empty() ? std::vector<int32_t>() : checked_positions(b, T);
   std::vector<int32_t> ids(static_cast<size_t>(n)), tgt(static_cast<size_t>(n));
   for (int64_t s = 0; s < B; ++s)
     for (int64_t t = 0; t < T; ++t) {
@@ -76,13 +100,23 @@ void Trainer::upload_batch(const TokenBatch& b) {
       ANVIL_ENSURE(id >= 0 && id < config_.vocab_size, kInvalidInput, "token id ", id, " (sequence ", s,
                    ", position ", t, ") is outside the vocabulary of ", config_.vocab_size);
       ids[i] = static_cast<int32_t>(id);
-      const int64_t y = t + 1 < T ? lab[i + 1] : -100;
+      const int64_t y = t + 1 < T && !starts_document(b, i + 1, T) ? lab[i + 1] : -100;
       ANVIL_ENSURE(y == -100 || (y >= 0 && y < config_.vocab_size), kInvalidInput, "label ", y,
                    " is outside the vocabulary");
       tgt[i] = static_cast<int32_t>(y);
     }
   ops_->upload(ids_, ids.data());
   ops_->upload(targets_, tgt.data());
+  if (positions_of(b).data) ops_->upload(positions_, positions.data());
+}
+
+// Without positions, or where every sequence is one document (positions 0..T-1, the same
+// attention and RoPE), the model runs plain causal attention: the faster path (cuDNN's).
+Tensor Trainer::positions_of(const TokenBatch& b) const {
+  const int64_t T = settings_.config.data.seq_len;
+  for (size_t i = 0; i < b.positions.size(); ++i)
+    if (b.positions[i] != static_cast<int64_t>(i % static_cast<size_t>(T))) return positions_;
+  return Tensor();
 }
 
 StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
@@ -105,7 +139,8 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     upload_batch(micro_batches[i]);
     store_->set_sync(i + 1 == micro_batches.size());  // DDP: no_sync before the last
     if (timing_) lap();  // the upload is not the model's time
-    model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(total), loss_sum_);
+    model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(total), loss_sum_, Tensor(),
+                             positions_of(micro_batches[i]));
     if (timing_) timing_result_.backward += lap();
   }
   if (timing_) {
@@ -152,7 +187,8 @@ double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logi
     lg = Tensor(nullptr, DType::kF32, {d.micro_batch * d.seq_len, config_.vocab_size}, ops_->device());
     lg_buf = lg.data = ops_->alloc(lg.bytes());
   }
-  model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(count), loss_sum_, lg);
+  model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(count), loss_sum_, lg,
+                           positions_of(batch));
   if (logits) {
     logits->resize(static_cast<size_t>(lg.numel()));
     ops_->download(logits->data(), lg);
@@ -168,7 +204,7 @@ Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
   upload_batch(batch);
   r.tokens = count_targets(batch, settings_.config.data.seq_len);
   ops_->zero(loss_sum_);
-  model_->forward_loss(*store_, ids_, targets_, loss_sum_);
+  model_->forward_loss(*store_, ids_, targets_, loss_sum_, positions_of(batch));
   store_->drop_kept_unit();  // no backward follows
   float sum = 0;
   ops_->download(&sum, loss_sum_);

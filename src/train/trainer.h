@@ -79,8 +79,10 @@ class Trainer {
   HostUnits grads() const;
 
  private:
-  // Uploads ids/targets of a micro-batch (checked against the vocabulary).
+  // Uploads ids/targets (and positions, where documents are packed) of a micro-batch, checked
+  // against the vocabulary; a target is -100 where the next token starts a document.
   void upload_batch(const TokenBatch& b);
+  Tensor positions_of(const TokenBatch& b) const;  // positions_ where a sequence holds documents, else empty
   int64_t global_sum(int64_t local, const char* what);
 
   ModelConfig config_;
@@ -92,7 +94,7 @@ class Trainer {
   DType grad_dtype_ = DType::kF32;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Transformer> model_;
-  Tensor ids_, targets_, loss_sum_;
+  Tensor ids_, targets_, positions_, loss_sum_;
   std::vector<void*> buffers_;
   int64_t step_ = 0;
   bool timing_ = false;

@@ -56,7 +56,8 @@ def random_config(family, r):
     return cfg
 
 
-def make_case(family, cfg, r, out):
+def make_model(family, cfg, r, out):
+    """The model folder of one config: random weights, norms and biases away from 1 and 0."""
     torch.manual_seed(r.randrange(1 << 30))
     config = AutoConfig.for_model(family, **cfg)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
@@ -67,6 +68,10 @@ def make_case(family, cfg, r, out):
             if n.endswith(".bias"):
                 p.copy_(0.1 * torch.randn(p.shape))
     model.save_pretrained(out, safe_serialization=True)
+
+
+def make_case(family, cfg, r, out):
+    make_model(family, cfg, r, out)
     batch, seq = r.randint(1, 3), r.randint(3, 48)
     ids = torch.randint(0, cfg["vocab_size"], (batch, seq))
     save_file({"input_ids": ids}, f"{out}/tokens.safetensors")
@@ -79,15 +84,20 @@ def make_case(family, cfg, r, out):
     return batch, seq
 
 
-def main():
+def run_cases(make, describe):
+    """An oracle's main: FAMILY COUNT SEED OUT_DIR from the command line, make(family, cfg, r,
+    out) for each case's folder, and one line per case: describe(what make returned), the config."""
     family, count, seed, out_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     torch.set_num_threads(1)
     r = random.Random(seed)
     for k in range(count):
         cfg = random_config(family, r)
-        out = os.path.join(out_dir, str(k))
-        batch, seq = make_case(family, cfg, r, out)
-        print(f"case {k}: {family} B={batch} T={seq} " + json.dumps(cfg, sort_keys=True), flush=True)
+        made = make(family, cfg, r, os.path.join(out_dir, str(k)))
+        print(f"case {k}: {family} {describe(made)} " + json.dumps(cfg, sort_keys=True), flush=True)
+
+
+def main():
+    run_cases(make_case, lambda made: "B=%d T=%d" % made)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,20 @@ using cpu::present;
 namespace {
 
 // The packed rows: N rows (tokens) of `heads` heads of hd, the first nqk of them q and k;
-// row n has the angles of position n % T.
+// row n has the angles of position n % T, or of pos[n] where positions are given.
 struct QkLayout {
-  QkLayout(const Tensor& in, const Tensor& cos, int n_heads, int n_kv_heads)
+  QkLayout(const Tensor& in, const Tensor& cos, int n_heads, int n_kv_heads, const Tensor& positions)
       : hd(in.cols()), half(hd / 2), heads(n_heads + 2 * n_kv_heads), nqk(n_heads + n_kv_heads),
-        N(in.numel() / (heads * hd)), T(cos.dim(0)) {}
+        N(in.numel() / (heads * hd)), T(cos.dim(0)), pos(present(positions) ? cpu::i32(positions) : nullptr) {}
   int64_t hd, half, heads, nqk, N, T;
+  const int32_t* pos;
+
+  int64_t position(int64_t n) const {
+    if (!pos) return n % T;
+    ANVIL_ENSURE(pos[n] >= 0 && pos[n] < T, kInternal, "qk_norm_rope: position ", pos[n], " of row ", n,
+                 " is outside the tables' ", T);
+    return pos[n];
+  }
 };
 
 // fn(n, h, c, s, scratch) for every head h of every row n, rows in parallel chunks of 4 or
@@ -35,16 +43,18 @@ void for_each_head(const QkLayout& L, const Tensor& cos, const Tensor& sin, cons
   const float *C = f32(cos), *Sn = f32(sin);
   parallel_for(L.N, 4, [&](int64_t nb, int64_t ne) {
     std::vector<float> scratch(static_cast<size_t>(L.hd));
-    for (int64_t n = nb; n < ne; ++n)
-      for (int64_t h = 0; h < L.heads; ++h) fn(n, h, C + (n % L.T) * L.half, Sn + (n % L.T) * L.half, scratch.data());
+    for (int64_t n = nb; n < ne; ++n) {
+      const int64_t at = L.position(n);
+      for (int64_t h = 0; h < L.heads; ++h) fn(n, h, C + at * L.half, Sn + at * L.half, scratch.data());
+    }
   });
 }
 
 }  // namespace
 
 void CpuOps::qk_norm_rope_forward_impl(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w, Tensor cos,
-                                       Tensor sin, int n_heads, int n_kv_heads, float eps) {
-  const QkLayout L(in, cos, n_heads, n_kv_heads);
+                                       Tensor sin, int n_heads, int n_kv_heads, float eps, Tensor positions) {
+  const QkLayout L(in, cos, n_heads, n_kv_heads, positions);
   const int64_t hd = L.hd, half = L.half, heads = L.heads;
   const bool norm = present(q_w);
   const float* X = f32(in);
@@ -74,8 +84,8 @@ void CpuOps::qk_norm_rope_forward_impl(Tensor out, Tensor rstd, Tensor in, Tenso
 
 void CpuOps::qk_norm_rope_backward_impl(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in, Tensor q_w,
                                         Tensor k_w, Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads,
-                                        bool accumulate_dw) {
-  const QkLayout L(in, cos, n_heads, n_kv_heads);
+                                        bool accumulate_dw, Tensor positions) {
+  const QkLayout L(in, cos, n_heads, n_kv_heads, positions);
   const int64_t hd = L.hd, half = L.half, heads = L.heads, nqk = L.nqk;
   const bool norm = present(q_w);
   const float *X = f32(in), *G = f32(dout);

@@ -22,6 +22,11 @@
 //     diagonal, recomputes P and dS and accumulates dQ += dS K.
 // The recomputation in the dQ kernel costs 3 of the 7 matrix products of backward, the
 // price of writing every gradient exactly once.
+// Packed documents (positions, ops.h): query q attends to keys first(q) .. q, first(q) =
+// q - positions[q]. Documents start in order, so the keys of a tile of queries start at its
+// first query's first key, and the queries that attend to a tile of keys end where the next
+// document after the tile's last key begins (a binary search): the loops run over those
+// tiles only, so attention costs what the documents' own attention costs.
 // Tiles stream through two shared-memory stages with cp.async: the next tile loads while
 // the current one is used.
 // Fragments come from shared memory through ldmatrix (four 8x8 matrices per instruction;
@@ -110,6 +115,25 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 // Waits until at most one committed group is still in flight (the one just issued).
 __device__ __forceinline__ void cp_async_wait_prev() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
+// The first key of query q's document: q - positions[q] (pos: the sequence's positions), or 0
+// without positions and for rows past T.
+__device__ __forceinline__ int doc_first(const int32_t* pos, int q, int T) {
+  return pos != nullptr && q < T ? q - __ldg(pos + q) : 0;
+}
+
+// One past the last query that attends to a key below key_end (> 0): the queries whose
+// document starts below key_end are a prefix of those at or after it.
+__device__ __forceinline__ int queries_end(const int32_t* pos, int key_end, int T) {
+  if (pos == nullptr) return T;
+  int lo = key_end, hi = T;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (doc_first(pos, mid, T) < key_end) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 // Starts copying rows [row0, row0 + NROWS) of one head (row stride `stride` elements) into a
 // shared tile [NROWS][LD]; rows at or past `limit` become zero (never garbage: 0 * NaN would
 // poison P.V).
@@ -126,8 +150,9 @@ __device__ __forceinline__ void load_tile_async(bf16* dst, const bf16* src, int6
 }  // namespace
 
 template <int HD>
-static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv, int T,
-                                                                   int H, int KV, float scale_log2) {
+static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv,
+                                                                   const int32_t* positions, int T, int H, int KV,
+                                                                   float scale_log2) {
   constexpr int BQ = 64, BK = 64, LD = HD + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* const kv_buf = reinterpret_cast<bf16*>(smem_raw);  // 2 stages x (K, V) x [BK][LD]
@@ -137,6 +162,9 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
   const bf16* seq = qkv + static_cast<int64_t>(b) * T * stride;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int q0 = qtile * BQ + warp * 16;
+  const int32_t* pos = positions ? positions + static_cast<int64_t>(b) * T : nullptr;
+  const int warp_first = doc_first(pos, q0, T);
+  const int row_first[2] = {doc_first(pos, q0 + g, T), doc_first(pos, q0 + g + 8, T)};
 
   uint32_t qf[HD / 16][4];
   {
@@ -157,14 +185,15 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   const int n_tiles = (min(T, (qtile + 1) * BQ) + BK - 1) / BK;
+  const int j_first = doc_first(pos, qtile * BQ, T) / BK;
   const auto issue = [&](int j) {
     bf16* dst = kv_buf + (j & 1) * 2 * BK * LD;
     load_tile_async<HD, LD, BK>(dst, seq + (H + kvh) * HD, stride, j * BK, T);
     load_tile_async<HD, LD, BK>(dst + BK * LD, seq + (H + KV + kvh) * HD, stride, j * BK, T);
   };
-  issue(0);
+  issue(j_first);
   cp_async_commit();
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j_first; j < n_tiles; ++j) {
     if (j + 1 < n_tiles) issue(j + 1);  // the next tile streams in while this one is used
     cp_async_commit();
     cp_async_wait_prev();
@@ -172,7 +201,8 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
     const int k0 = j * BK;
     const bf16* ks = kv_buf + (j & 1) * 2 * BK * LD;
     const bf16* vs = ks + BK * LD;
-    if (k0 <= q0 + 15) {  // else every key of the tile is after every query of the warp
+    // Else every key of the tile is after every query of the warp, or before their documents.
+    if (k0 <= q0 + 15 && k0 + BK > warp_first) {
       float s[BK / 8][4];
 #pragma unroll
       for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
@@ -195,15 +225,17 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
             const int key = k0 + nt * 8 + 2 * t + c;
-            const float v = key <= q ? s[nt][2 * r + c] * scale_log2 : -INFINITY;
+            const float v = key <= q && key >= row_first[r] ? s[nt][2 * r + c] * scale_log2 : -INFINITY;
             s[nt][2 * r + c] = v;
             mx = fmaxf(mx, v);
           }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // Every row of a tile that is not skipped has a key at or before it: m_new is finite.
-        const float m_new = fmaxf(m[r], mx);
-        const float alpha = exp2f(m[r] - m_new);
+        // Without documents every row of a tile that is not skipped has a key at or before it,
+        // so m_new is finite; a row whose document starts after the tile has none yet (m_new
+        // -inf), and its scale and probabilities must be 0, not NaN.
+        const float m_new = fmaxf(m[r], mx), m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float alpha = exp2f(m[r] - m_use);
         m[r] = m_new;
         l[r] *= alpha;
 #pragma unroll
@@ -215,7 +247,7 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const float p = exp2f(s[nt][2 * r + c] - m_new);
+            const float p = exp2f(s[nt][2 * r + c] - m_use);
             s[nt][2 * r + c] = p;
             l[r] += p;
           }
@@ -271,13 +303,14 @@ static __global__ void attn_bwd_dsum_kernel(float* dsum, const bf16* dout, const
 template <int HD>
 static __global__ void __launch_bounds__(kThreads)
     attn_bwd_dkv_kernel(float* partial, const bf16* qkv, const bf16* dout, const float* lse, const float* dsum,
-                        int T, int H, int KV, float scale_log2, float scale) {
+                        const int32_t* positions, int T, int H, int KV, float scale_log2, float scale) {
   constexpr int BK = 64, BQ = 32, LD = HD + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);
   bf16* vs = ks + BK * LD;
   bf16* qdo = vs + BK * LD;  // 2 stages x (Q, dO) x [BQ][LD]
   float* stats = reinterpret_cast<float*>(qdo + 2 * 2 * BQ * LD);  // 2 stages x (lse, dsum) x [BQ]
+  int* firsts = reinterpret_cast<int*>(stats + 2 * 2 * BQ);         // 2 stages x [BQ]: doc_first
 
   const int b = blockIdx.y / H, h = blockIdx.y % H, kvh = h / (H / KV);
   const int64_t stride = static_cast<int64_t>(H + 2 * KV) * HD;
@@ -287,10 +320,11 @@ static __global__ void __launch_bounds__(kThreads)
   const float* dsum_h = dsum + (static_cast<int64_t>(b) * H + h) * T;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int k_begin = blockIdx.x * BK, key0 = k_begin + warp * 16;
+  const int32_t* pos = positions ? positions + static_cast<int64_t>(b) * T : nullptr;
 
   // Stage j holds the query tile [k_begin + j*BQ, +BQ): Q, dO, lse (log2 units; +inf past T
-  // so that P is exactly 0 there) and dsum.
-  const int n_tiles = (T - k_begin + BQ - 1) / BQ;
+  // so that P is exactly 0 there), dsum and each query's first key.
+  const int n_tiles = (queries_end(pos, min(T, k_begin + BK), T) - k_begin + BQ - 1) / BQ;
   const auto issue = [&](int j) {
     const int qb = k_begin + j * BQ;
     bf16* q_dst = qdo + (j & 1) * 2 * BQ * LD;
@@ -301,6 +335,7 @@ static __global__ void __launch_bounds__(kThreads)
       float* st = stats + (j & 1) * 2 * BQ;
       st[threadIdx.x] = q < T ? lse_h[q] * kLog2e : INFINITY;
       st[BQ + threadIdx.x] = q < T ? dsum_h[q] : 0.0f;
+      firsts[(j & 1) * BQ + threadIdx.x] = doc_first(pos, q, T);
     }
   };
   load_tile_async<HD, LD, BK>(ks, seq + (H + kvh) * HD, stride, k_begin, T);
@@ -324,7 +359,9 @@ static __global__ void __launch_bounds__(kThreads)
     const bf16* dos = qs + BQ * LD;
     const float* lse_s = stats + (j & 1) * 2 * BQ;
     const float* d_s = lse_s + BQ;
-    if (qb + BQ - 1 >= key0) {  // else every query of the tile is before every key of the warp
+    const int* first_s = firsts + (j & 1) * BQ;
+    // Else every query of the tile is before every key of the warp, or in a later document.
+    if (qb + BQ - 1 >= key0 && first_s[0] <= key0 + 15) {
       float st[BQ / 8][4];  // S^T, then P^T: rows = the warp's 16 keys, columns = 32 queries
 #pragma unroll
       for (int nt = 0; nt < BQ / 8; ++nt) st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.0f;
@@ -345,7 +382,7 @@ static __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int key = key0 + g + (i >= 2 ? 8 : 0), ql = nt * 8 + 2 * t + (i & 1);
-          st[nt][i] = key <= qb + ql ? exp2f(st[nt][i] * scale_log2 - lse_s[ql]) : 0.0f;
+          st[nt][i] = key <= qb + ql && key >= first_s[ql] ? exp2f(st[nt][i] * scale_log2 - lse_s[ql]) : 0.0f;
         }
 
 #pragma unroll
@@ -429,8 +466,8 @@ static __global__ void attn_bwd_kv_reduce_kernel(bf16* dqkv, const float* partia
 
 template <int HD>
 static __global__ void __launch_bounds__(kThreads)
-    attn_bwd_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* dsum, int T,
-                       int H, int KV, float scale_log2, float scale) {
+    attn_bwd_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dout, const float* lse, const float* dsum,
+                       const int32_t* positions, int T, int H, int KV, float scale_log2, float scale) {
   constexpr int BQ = 64, BK = 32, LD = HD + 8;
   __shared__ __align__(16) bf16 kv_buf[2 * 2 * BK * LD];  // 2 stages x (K, V) x [BK][LD]
   const int qtile = gridDim.x - 1 - blockIdx.x;
@@ -440,14 +477,18 @@ static __global__ void __launch_bounds__(kThreads)
   const bf16* dseq = dout + static_cast<int64_t>(b) * T * H * HD;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int q0 = qtile * BQ + warp * 16;
+  const int32_t* pos = positions ? positions + static_cast<int64_t>(b) * T : nullptr;
+  const int warp_first = doc_first(pos, q0, T);
+  const int row_first[2] = {doc_first(pos, q0 + g, T), doc_first(pos, q0 + g + 8, T)};
 
   const int n_tiles = (min(T, (qtile + 1) * BQ) + BK - 1) / BK;
+  const int j_first = doc_first(pos, qtile * BQ, T) / BK;
   const auto issue = [&](int j) {
     bf16* dst = kv_buf + (j & 1) * 2 * BK * LD;
     load_tile_async<HD, LD, BK>(dst, seq + (H + kvh) * HD, stride, j * BK, T);
     load_tile_async<HD, LD, BK>(dst + BK * LD, seq + (H + KV + kvh) * HD, stride, j * BK, T);
   };
-  issue(0);
+  issue(j_first);
   cp_async_commit();
 
   uint32_t qf[HD / 16][4], df[HD / 16][4];
@@ -481,7 +522,7 @@ static __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int nt = 0; nt < HD / 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.0f;
 
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j_first; j < n_tiles; ++j) {
     if (j + 1 < n_tiles) issue(j + 1);
     cp_async_commit();
     cp_async_wait_prev();
@@ -489,7 +530,7 @@ static __global__ void __launch_bounds__(kThreads)
     const int k0 = j * BK;
     const bf16* ks = kv_buf + (j & 1) * 2 * BK * LD;
     const bf16* vs = ks + BK * LD;
-    if (k0 <= q0 + 15) {
+    if (k0 <= q0 + 15 && k0 + BK > warp_first) {
       float s[BK / 8][4], dp[BK / 8][4];
 #pragma unroll
       for (int nt = 0; nt < BK / 8; ++nt)
@@ -512,7 +553,7 @@ static __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int q = q0 + g + (i >= 2 ? 8 : 0), key = k0 + nt * 8 + 2 * t + (i & 1);
-          const float p = key <= q ? exp2f(s[nt][i] * scale_log2 - lse2[i >> 1]) : 0.0f;
+          const float p = key <= q && key >= row_first[i >> 1] ? exp2f(s[nt][i] * scale_log2 - lse2[i >> 1]) : 0.0f;
           s[nt][i] = p * (dp[nt][i] - dd[i >> 1]);
         }
 #pragma unroll
@@ -553,25 +594,27 @@ static void check_shape(const AttentionShape& s, const void* qkv, const void* ot
 }
 
 template <int HD>
-static void launch_fwd(bf16* out, float* lse, const bf16* qkv, const AttentionShape& s, cudaStream_t stream) {
+static void launch_fwd(bf16* out, float* lse, const bf16* qkv, const int32_t* positions, const AttentionShape& s,
+                       cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(s.seq, 64)), static_cast<unsigned>(s.batch * s.n_heads));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(HD));
   const size_t smem = static_cast<size_t>(2 * 2 * 64 * (HD + 8)) * sizeof(bf16);
   CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
-  attn_fwd_kernel<HD><<<grid, kThreads, smem, stream>>>(out, lse, qkv, static_cast<int>(s.seq), s.n_heads,
+  attn_fwd_kernel<HD><<<grid, kThreads, smem, stream>>>(out, lse, qkv, positions, static_cast<int>(s.seq), s.n_heads,
                                                         s.n_kv_heads, scale_log2);
   CUDA_CHECK_LAUNCH();
 }
 
-void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttentionShape& s, cudaStream_t stream) {
+void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* positions, const AttentionShape& s,
+                       cudaStream_t stream) {
   check_shape(s, qkv, qkv);
   if (s.batch * s.seq == 0) return;
   switch (s.head_dim) {
-    case 16: launch_fwd<16>(out, lse, qkv, s, stream); break;
-    case 32: launch_fwd<32>(out, lse, qkv, s, stream); break;
-    case 64: launch_fwd<64>(out, lse, qkv, s, stream); break;
-    default: launch_fwd<128>(out, lse, qkv, s, stream); break;
+    case 16: launch_fwd<16>(out, lse, qkv, positions, s, stream); break;
+    case 32: launch_fwd<32>(out, lse, qkv, positions, s, stream); break;
+    case 64: launch_fwd<64>(out, lse, qkv, positions, s, stream); break;
+    default: launch_fwd<128>(out, lse, qkv, positions, s, stream); break;
   }
 }
 
@@ -588,28 +631,29 @@ size_t attention_backward_scratch_bytes(const AttentionShape& s) {
 
 template <int HD>
 static void launch_bwd(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* dsum,
-                       float* partial, const AttentionShape& s, cudaStream_t stream) {
+                       const int32_t* positions, float* partial, const AttentionShape& s, cudaStream_t stream) {
   constexpr int LD = HD + 8;
   const float scale = 1.0f / sqrtf(static_cast<float>(HD)), scale_log2 = scale * kLog2e;
   const int T = static_cast<int>(s.seq);
-  const size_t smem = static_cast<size_t>((2 * 64 + 2 * 2 * 32) * LD) * sizeof(bf16) + 2 * 2 * 32 * sizeof(float);
+  const size_t smem = static_cast<size_t>((2 * 64 + 2 * 2 * 32) * LD) * sizeof(bf16) + 2 * 2 * 32 * sizeof(float) +
+                      2 * 32 * sizeof(int);
   CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(ceil_div(s.seq, 64)), static_cast<unsigned>(s.batch * s.n_heads));
-  attn_bwd_dkv_kernel<HD><<<grid, kThreads, smem, stream>>>(partial, qkv, dout, lse, dsum, T, s.n_heads,
+  attn_bwd_dkv_kernel<HD><<<grid, kThreads, smem, stream>>>(partial, qkv, dout, lse, dsum, positions, T, s.n_heads,
                                                             s.n_kv_heads, scale_log2, scale);
   CUDA_CHECK_LAUNCH();
   const int64_t units = s.batch * s.seq * s.n_kv_heads * 2 * HD;
   attn_bwd_kv_reduce_kernel<<<static_cast<unsigned>(ceil_div(units, 256)), 256, 0, stream>>>(
       dqkv, partial, units, s.n_heads, s.n_kv_heads, HD);
   CUDA_CHECK_LAUNCH();
-  attn_bwd_dq_kernel<HD><<<grid, kThreads, 0, stream>>>(dqkv, qkv, dout, lse, dsum, T, s.n_heads, s.n_kv_heads,
-                                                        scale_log2, scale);
+  attn_bwd_dq_kernel<HD><<<grid, kThreads, 0, stream>>>(dqkv, qkv, dout, lse, dsum, positions, T, s.n_heads,
+                                                        s.n_kv_heads, scale_log2, scale);
   CUDA_CHECK_LAUNCH();
 }
 
 void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
-                        const AttentionShape& s, void* scratch, cudaStream_t stream) {
+                        const int32_t* positions, const AttentionShape& s, void* scratch, cudaStream_t stream) {
   check_shape(s, qkv, dout);
   if (s.batch * s.seq == 0) return;
   float* dsum = static_cast<float*>(scratch);
@@ -619,10 +663,10 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf1
       dsum, dout, out, units, static_cast<int>(s.seq), s.n_heads, s.head_dim);
   CUDA_CHECK_LAUNCH();
   switch (s.head_dim) {
-    case 16: launch_bwd<16>(dqkv, dout, qkv, lse, dsum, partial, s, stream); break;
-    case 32: launch_bwd<32>(dqkv, dout, qkv, lse, dsum, partial, s, stream); break;
-    case 64: launch_bwd<64>(dqkv, dout, qkv, lse, dsum, partial, s, stream); break;
-    default: launch_bwd<128>(dqkv, dout, qkv, lse, dsum, partial, s, stream); break;
+    case 16: launch_bwd<16>(dqkv, dout, qkv, lse, dsum, positions, partial, s, stream); break;
+    case 32: launch_bwd<32>(dqkv, dout, qkv, lse, dsum, positions, partial, s, stream); break;
+    case 64: launch_bwd<64>(dqkv, dout, qkv, lse, dsum, positions, partial, s, stream); break;
+    default: launch_bwd<128>(dqkv, dout, qkv, lse, dsum, positions, partial, s, stream); break;
   }
 }
 

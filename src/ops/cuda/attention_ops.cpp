@@ -1,5 +1,6 @@
 // Attention's dispatch (CudaOps, cuda_ops.h): cuDNN's fused attention (attention_cudnn.h)
-// where ANVIL_ATTENTION and the shape allow, else the kernels of attention.cu.
+// where ANVIL_ATTENTION and the shape allow, else the kernels of attention.cu. Packed
+// documents (positions) run on the kernels.
 #include "ops/cuda/attention.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -7,6 +8,7 @@ namespace anvil {
 
 using cuda::nv_bf16;
 using cuda::p;
+using cuda::present;
 
 namespace {
 
@@ -23,27 +25,30 @@ cuda::AttentionShape attn_shape(const Tensor& qkv, int n_heads, int n_kv_heads) 
 
 }  // namespace
 
-void CudaOps::attention_forward_impl(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads) {
+void CudaOps::attention_forward_impl(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads,
+                                     Tensor positions) {
   const cuda::AttentionShape s = attn_shape(qkv, n_heads, n_kv_heads);
-  if (cuda::CudnnAttention* dnn = cudnn_attention(s, false)) {
+  const int32_t* pos = present(positions) ? p<int32_t>(positions) : nullptr;
+  if (cuda::CudnnAttention* dnn = pos ? nullptr : cudnn_attention(s, false)) {
     const int64_t ws = dnn->forward_workspace(s);
     if (ws >= 0 && dnn->forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), s, scratch(static_cast<size_t>(ws))))
       return;
   }
-  cuda::attention_forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), s, stream_);
+  cuda::attention_forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), pos, s, stream_);
 }
 
 void CudaOps::attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_heads,
-                                      int n_kv_heads) {
+                                      int n_kv_heads, Tensor positions) {
   const cuda::AttentionShape s = attn_shape(qkv, n_heads, n_kv_heads);
-  if (cuda::CudnnAttention* dnn = cudnn_attention(s, true)) {
+  const int32_t* pos = present(positions) ? p<int32_t>(positions) : nullptr;
+  if (cuda::CudnnAttention* dnn = pos ? nullptr : cudnn_attention(s, true)) {
     const int64_t ws = dnn->backward_workspace(s);
     if (ws >= 0 && dnn->backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out), p<float>(lse),
                                  s, scratch(static_cast<size_t>(ws))))
       return;
   }
-  cuda::attention_backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out), p<float>(lse), s,
-                           scratch(cuda::attention_backward_scratch_bytes(s)), stream_);
+  cuda::attention_backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out), p<float>(lse), pos,
+                           s, scratch(cuda::attention_backward_scratch_bytes(s)), stream_);
 }
 
 }  // namespace anvil

@@ -1,7 +1,7 @@
 // qk-norm + RoPE forward and backward: one warp per (row, head); each lane moves pairs of
 // bf16 (head_dim a multiple of 4, so both halves of a head hold whole pairs).
 //
-// Forward, for a q or k head x (hd values), h = hd/2, position p:
+// Forward, for a q or k head x (hd values), h = hd/2, position p (row r % T, or positions[r]):
 //   n = x * rstd * w (when normed), out[i] = n[i] cos[p,i] - n[i+h] sin[p,i],
 //   out[i+h] = n[i+h] cos[p,i] + n[i] sin[p,i]  (rotate-half, as Hugging Face).
 // Backward applies the transposed rotation to dout to get dn, then the RMSNorm backward of
@@ -32,8 +32,8 @@ __device__ __forceinline__ void st2(__nv_bfloat16* p, float2 v) {
 
 static __global__ void qk_rope_fwd_kernel(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* in,
                                           const __nv_bfloat16* q_w, const __nv_bfloat16* k_w, const float* cos,
-                                          const float* sin, int64_t rows, int64_t seq, int n_heads,
-                                          int n_kv_heads, int hd, float eps) {
+                                          const float* sin, const int32_t* positions, int64_t rows, int64_t seq,
+                                          int n_heads, int n_kv_heads, int hd, float eps) {
   const int lane = threadIdx.x & 31;
   const int heads = n_heads + 2 * n_kv_heads, normed = n_heads + n_kv_heads, half = hd / 2;
   const int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -57,7 +57,7 @@ static __global__ void qk_rope_fwd_kernel(__nv_bfloat16* out, float* rstd, const
     rs = rsqrtf(warp_sum(ss) / static_cast<float>(hd) + eps);
     if (lane == 0) rstd[r * normed + head] = rs;
   }
-  const int64_t p = r % seq;
+  const int64_t p = positions ? positions[r] : r % seq;
   for (int i = 2 * lane; i < half; i += 64) {
     float2 x1 = ld2(x + i), x2 = ld2(x + i + half);
     x1.x *= rs; x1.y *= rs; x2.x *= rs; x2.y *= rs;
@@ -77,8 +77,8 @@ template <int PAIRS>
 static __global__ void qk_rope_bwd_kernel(__nv_bfloat16* din, float* partials, const __nv_bfloat16* dout,
                                           const __nv_bfloat16* in, const __nv_bfloat16* q_w,
                                           const __nv_bfloat16* k_w, const float* rstd, const float* cos,
-                                          const float* sin, int64_t rows, int64_t seq, int n_heads,
-                                          int n_kv_heads, int hd) {
+                                          const float* sin, const int32_t* positions, int64_t rows, int64_t seq,
+                                          int n_heads, int n_kv_heads, int hd) {
   extern __shared__ float acc[];  // (kBwdWarps, 2, hd): each warp's dq_w then dk_w partials
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int heads = n_heads + 2 * n_kv_heads, normed = n_heads + n_kv_heads, half = hd / 2;
@@ -96,7 +96,7 @@ static __global__ void qk_rope_bwd_kernel(__nv_bfloat16* din, float* partials, c
       for (int i = 2 * lane; i < hd; i += 64) st2(dx + i, ld2(d + i));
       continue;
     }
-    const int64_t p = r % seq;
+    const int64_t p = positions ? positions[r] : r % seq;
     if (!norm) {
       for (int i = 2 * lane; i < half; i += 64) {
         const float2 d1 = ld2(d + i), d2 = ld2(d + i + half);
@@ -171,7 +171,7 @@ void qk_norm_rope_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* 
   const int64_t units = s.rows * (s.n_heads + 2 * s.n_kv_heads);
   if (units == 0) return;
   qk_rope_fwd_kernel<<<static_cast<unsigned>(ceil_div(units, kWarps)), kWarps * 32, 0, stream>>>(
-      out, rstd, in, q_w, k_w, cos, sin, s.rows, s.seq, s.n_heads, s.n_kv_heads, s.head_dim, eps);
+      out, rstd, in, q_w, k_w, cos, sin, s.positions, s.rows, s.seq, s.n_heads, s.n_kv_heads, s.head_dim, eps);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -200,8 +200,8 @@ void qk_norm_rope_backward(__nv_bfloat16* din, GradOut dq_w, GradOut dk_w, const
   float* partials = static_cast<float*>(scratch);
   const size_t smem = static_cast<size_t>(kBwdWarps) * 2 * static_cast<size_t>(s.head_dim) * sizeof(float);
   auto kernel = s.head_dim <= 128 ? qk_rope_bwd_kernel<1> : qk_rope_bwd_kernel<kMaxHeadDim / 128>;
-  kernel<<<blocks, kBwdWarps * 32, smem, stream>>>(din, partials, dout, in, q_w, k_w, rstd, cos, sin, s.rows, s.seq,
-                                                   s.n_heads, s.n_kv_heads, s.head_dim);
+  kernel<<<blocks, kBwdWarps * 32, smem, stream>>>(din, partials, dout, in, q_w, k_w, rstd, cos, sin, s.positions,
+                                                   s.rows, s.seq, s.n_heads, s.n_kv_heads, s.head_dim);
   CUDA_CHECK_LAUNCH();
   if (q_w) {
     reduce_partials(dq_w, partials, blocks, s.head_dim, 2 * s.head_dim, accumulate_dw, stream);

@@ -14,7 +14,8 @@ namespace anvil::cuda {
 
 struct QkRopeShape {
   int64_t rows = 0;  // B*T
-  int64_t seq = 0;   // T: the position of row r is r % T
+  int64_t seq = 0;   // T: the position of row r is r % T, or positions[r]
+  const int32_t* positions = nullptr;  // (rows) I32 on the device, or null (packed documents, ops.h)
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
 };
 

@@ -16,7 +16,7 @@ namespace {
 // The kernels' shape of the packed rows (the front has checked them), and their limit: they
 // read angle pairs as float2.
 cuda::QkRopeShape qk_shape(const char* op, const Tensor& in, const Tensor& cos, const Tensor& sin, int n_heads,
-                           int n_kv_heads) {
+                           int n_kv_heads, const Tensor& positions) {
   ANVIL_ENSURE(reinterpret_cast<uintptr_t>(cos.data) % 8 == 0 && reinterpret_cast<uintptr_t>(sin.data) % 8 == 0,
                kInternal, op, ": cos and sin must be 8-byte aligned");
   cuda::QkRopeShape s;
@@ -25,14 +25,15 @@ cuda::QkRopeShape qk_shape(const char* op, const Tensor& in, const Tensor& cos, 
   s.n_kv_heads = n_kv_heads;
   s.rows = in.numel() / ((n_heads + 2 * n_kv_heads) * s.head_dim);
   s.seq = cos.dim(0);
+  s.positions = present(positions) ? p<int32_t>(positions) : nullptr;
   return s;
 }
 
 }  // namespace
 
 void CudaOps::qk_norm_rope_forward_impl(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w, Tensor cos,
-                                        Tensor sin, int n_heads, int n_kv_heads, float eps) {
-  const cuda::QkRopeShape s = qk_shape("qk_norm_rope_forward", in, cos, sin, n_heads, n_kv_heads);
+                                        Tensor sin, int n_heads, int n_kv_heads, float eps, Tensor positions) {
+  const cuda::QkRopeShape s = qk_shape("qk_norm_rope_forward", in, cos, sin, n_heads, n_kv_heads, positions);
   const bool norm = present(q_w);
   cuda::qk_norm_rope_forward(p<nv_bf16>(out), norm ? p<float>(rstd) : nullptr, p<nv_bf16>(in),
                              norm ? p<nv_bf16>(q_w) : nullptr, norm ? p<nv_bf16>(k_w) : nullptr, p<float>(cos),
@@ -41,8 +42,8 @@ void CudaOps::qk_norm_rope_forward_impl(Tensor out, Tensor rstd, Tensor in, Tens
 
 void CudaOps::qk_norm_rope_backward_impl(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in, Tensor q_w,
                                          Tensor k_w, Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads,
-                                         bool accumulate_dw) {
-  const cuda::QkRopeShape s = qk_shape("qk_norm_rope_backward", in, cos, sin, n_heads, n_kv_heads);
+                                         bool accumulate_dw, Tensor positions) {
+  const cuda::QkRopeShape s = qk_shape("qk_norm_rope_backward", in, cos, sin, n_heads, n_kv_heads, positions);
   const bool norm = present(q_w);
   const cuda::GradOut dq_out = norm ? cuda::grad_out(dq_w) : cuda::GradOut{};
   const cuda::GradOut dk_out = norm ? cuda::grad_out(dk_w) : cuda::GradOut{};
