@@ -64,21 +64,14 @@ TrainSummary train_loop(TrainRun& run) {
   Progress progress(run.base.rank == 0);
   const StopOnSignal signals(run.base.rank == 0);
   const auto run_start = Clock::now();
-  const int64_t start = run.point.step, T = run.data->seq_len();
+  const int64_t start = run.point.step;
   TrainSummary summary;
-  double timed_s = 0;
-  int64_t timed_tokens = 0;
-  const int64_t warm = c.steps > 10 ? 10 : 0;  // as the reference: the first 10 steps are not timed
   for (int64_t step = start + 1; step <= c.steps; ++step) {
     hang_if_armed(run, step);
     const auto t0 = Clock::now();
     const StepStats st = run.trainer->step(step_batches(run, step));
     const double dt = seconds_since(t0);
     summary.losses.push_back(st.loss);
-    if (step > warm) {
-      timed_s += dt;
-      timed_tokens += run.per_step * run.base.world * T;
-    }
     Json eval_loss = nullptr;
     if (run.eval_data && (step == c.steps || (c.eval.every > 0 && step % c.eval.every == 0))) {
       progress.clear();
@@ -100,7 +93,7 @@ TrainSummary train_loop(TrainRun& run) {
     progress.draw(step, c.steps, st.loss, eta);
   }
   progress.clear();
-  summary.tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0;
+  summary.tokens_per_s = run.throughput.tokens_per_s();  // log_step counted each step
   return summary;
 }
 

@@ -5,15 +5,16 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/file_lock.h"
 #include "data/blocks.h"
+#include "report/tensorboard.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/metrics_file.h"
 #include "train/open_run.h"
 #include "train/save_copies.h"
 #include "train/trainer.h"
@@ -39,7 +40,10 @@ struct TrainRun {
   int64_t per_step = 0;  // sequences per step on each rank
   SaveSettings save;
   std::unique_ptr<SaveCopies> copies;  // --on-save, on rank 0
-  std::ofstream metrics;
+  std::string run_id;  // new_run_id(), or the resumed checkpoint's
+  std::unique_ptr<MetricsFile> metrics;  // --metrics, on rank 0
+  std::unique_ptr<TensorBoardWriter> tensorboard;  // --tensorboard, on rank 0
+  Throughput throughput{0};
 
   // The resolved config (once the Trainer is built): the one holder of every setting.
   const TrainConfig& config() const { return trainer->settings().config; }
