@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "core/fs.h"
@@ -203,16 +204,18 @@ TEST_F(CliOutput, MetricsRefuseAnotherRunUnlessItResumesOrAppends) {
 }
 
 // A run piped into a reader that exits (as `anvil train 2>&1 | tee log` when Ctrl-C reaches
-// tee too): the run keeps going, and SIGINT still stops it after the step with a checkpoint.
+// tee too): the run keeps going, SIGINT still stops it after the step with a checkpoint, and
+// the stop and resume lines reach the terminal (a pseudo-terminal made by script(1)).
 TEST_F(CliOutput, SigintWithTheOutputPipesReaderGoneStillSaves) {
-  const std::string ckpt = dir() + "/ckpt-pipe", fifo = dir() + "/pipe", rc = dir() + "/pipe-rc";
+  const std::string ckpt = dir() + "/ckpt-pipe", fifo = dir() + "/pipe";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   // The shell starts anvil writing into the fifo and prints its pid; the reader reads up to
   // the first step's line (anvil is in its loop, where SIGINT stops it) and closes the fifo
   // (the reader is gone); then the shell waits for anvil and prints its exit code.
-  testing::Background bg(command(train_args(2000, {"--ckpt-dir", ckpt, "--save-every", "1000"})) + " >" +
-                         testing::shell_quote(fifo) + " 2>&1 & echo \"pid $!\"; grep -m 1 'step 1/' " +
-                         testing::shell_quote(fifo) + " >/dev/null; echo reader-gone; wait $!; echo \"exit $?\"");
+  const std::string shell = command(train_args(2000, {"--ckpt-dir", ckpt, "--save-every", "1000"})) + " >" +
+                            testing::shell_quote(fifo) + " 2>&1 & echo \"pid $!\"; grep -m 1 'step 1/' " +
+                            testing::shell_quote(fifo) + " >/dev/null; echo reader-gone; wait $!; echo \"exit $?\"";
+  testing::Background bg("exec script -qfec " + testing::shell_quote(shell) + " /dev/null");
   ASSERT_TRUE(bg.wait_for_line("reader-gone"));
   const std::string out = bg.out();
   const pid_t pid = static_cast<pid_t>(std::stol(out.substr(out.find("pid ") + 4)));
@@ -222,6 +225,26 @@ TEST_F(CliOutput, SigintWithTheOutputPipesReaderGoneStillSaves) {
   const std::vector<std::string> saved = list_checkpoints(ckpt);
   ASSERT_EQ(saved.size(), 1u) << "the graceful save";
   EXPECT_TRUE(validate_checkpoint(saved[0]).ok());
+  EXPECT_TRUE(has(r.out, "anvil: SIGINT: stopping after the step in flight")) << r.out;
+  EXPECT_TRUE(has(r.out, "stopped by SIGINT after step ")) << r.out;
+  EXPECT_TRUE(has(r.out, "to resume: " + testing::anvil_binary() + " train ")) << r.out;
+}
+
+// The lines a new user reads give sizes, durations and counts in human units.
+TEST_F(CliOutput, LogsSpeakInHumanUnits) {
+  const testing::RunResult r = testing::run_anvil(train_args(1, {"--micro-batch", "1", "--export", dir() + "/units"}));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "24 blocks of 37 tokens, 1 step of 1 sequence\n")) << r.out;
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(r.out, m, std::regex("exported .* \\(bf16, 1 file, [0-9.]+ (kB|MB)\\)\n"))) << r.out;
+  std::ofstream(dir() + "/prompt.jsonl") << "{\"input_ids\": [1, 2, 3]}\n";
+  const testing::RunResult g = testing::run_anvil({"generate", "--model", tiny(), "--input", dir() + "/prompt.jsonl",
+                                                   "--max-new-tokens", "2"});
+  ASSERT_EQ(g.exit_code, 0) << g.out;
+  EXPECT_TRUE(std::regex_search(g.out, m, std::regex("generated for 1 prompt; prefill: 3 tokens in [0-9.]+ (us|ms|s) "
+                                                     "\\([0-9,]+ tokens/s\\); decode: [0-9]+ tokens? in [0-9.]+ "
+                                                     "(us|ms|s) \\([0-9,]+ tokens/s\\)")))
+      << g.out;
 }
 
 TEST_F(CliOutput, PlanSaysWhyAModeDoesNotFit) {

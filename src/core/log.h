@@ -25,6 +25,12 @@ void log_write(LogLevel level, const std::string& message);
 
 void log_result_line(const std::string& message);
 
+// Writes all of [text, text + n) to fd (1 or 2); when the fd is a pipe whose reader has gone
+// (`anvil train 2>&1 | tee log` after Ctrl-C reached tee too), to the controlling terminal
+// instead, if there is one, so that the stop and resume lines are still seen.
+// Async-signal-safe (write and open only).
+void write_or_terminal(int fd, const char* text, size_t n);
+
 template <class... Args>
 void log_info(const Args&... args) { log_write(LogLevel::kInfo, cat(args...)); }
 template <class... Args>
