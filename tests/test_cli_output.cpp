@@ -138,6 +138,9 @@ TEST_F(CliOutput, ResultsOnStdoutProgressOnStderrAndTheRunNamed) {
   ASSERT_EQ(out.size(), 2u) << r.out;
   EXPECT_EQ(out[0].rfind("done: 12 steps, ", 0), 0u) << r.out;
   EXPECT_EQ(out[1].rfind("finished: final loss ", 0), 0u) << r.out;
+  // The results of init and export too.
+  const Split init = run_split({"init", "--preset", "tiny", "--out", dir() + "/fresh"}, "init");
+  EXPECT_EQ(init.out, "wrote " + dir() + "/fresh: Qwen3ForCausalLM, 828800 parameters\n") << init.err;
 
   // The metrics: the header first (the run's id and resolved settings), each record with the id.
   const std::vector<std::string> records = lines_of(read_file(metrics));
