@@ -33,13 +33,16 @@ std::string last_metrics_run(const std::string& path) {
   return run;
 }
 
-MetricsFile::MetricsFile(const std::string& path, const Json& header, bool append) : path_(path) {
+void check_metrics_file(const std::string& path, const std::string& run_id, bool append) {
   const std::string last = last_metrics_run(path);
-  const std::string run = header.value("run_id", "");
-  ANVIL_ENSURE(last.empty() || last == run || append, kUsage, "anvil train: --metrics ", path,
-               " already holds the records of run ", last, ", and this run (", run,
+  ANVIL_ENSURE(last.empty() || last == run_id || append, kUsage, "anvil train: --metrics ", path,
+               " already holds the records of run ", last, ", and this run (", run_id,
                ") does not resume it (give a new file, or --metrics-append to add this run to it: anvil report "
                "draws each run as its own series)");
+}
+
+MetricsFile::MetricsFile(const std::string& path, const Json& header, bool append) : path_(path) {
+  check_metrics_file(path, header.value("run_id", ""), append);
   out_.open(path, std::ios::app);
   ANVIL_ENSURE(out_.good(), kIo, path, ": cannot open for writing");
   write(header);

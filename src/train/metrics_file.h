@@ -22,6 +22,10 @@ std::string new_run_id();
 // "(no header)" when it holds records of a run that wrote none.
 std::string last_metrics_run(const std::string& path);
 
+// Refuses (kUsage) a --metrics file that holds the records of a run other than `run_id`,
+// unless `append` (--metrics-append): checked at the start, before data or weights are read.
+void check_metrics_file(const std::string& path, const std::string& run_id, bool append);
+
 class MetricsFile {
  public:
   // Opens `path` for appending and writes `header` (which carries "run_id"): refused (kUsage)

@@ -92,7 +92,7 @@ std::string checkpoint_run_id(const std::string& ckpt) {
 }
 
 // The run's first line (rank 0): its id (the resumed checkpoint's when it continues one),
-// model, data, mode and seed.
+// model, data, mode and seed; then a --metrics file holding another run is refused.
 void name_run(const TrainConfig& c, TrainRun& run, const std::string& resume) {
   run.run_id = resume.empty() ? "" : checkpoint_run_id(resume);
   if (run.run_id.empty()) run.run_id = new_run_id();
@@ -100,6 +100,7 @@ void name_run(const TrainConfig& c, TrainRun& run, const std::string& resume) {
   log_info("anvil train: run ", run.run_id, resume.empty() ? "" : " (resumed)", ": ",
            c.model.preset.empty() ? "model " + c.model.model : "preset " + c.model.preset, ", data ", c.data.source,
            ", mode ", parallel_mode_name(c.parallel.mode), ", seed ", c.seed);
+  if (!c.log.metrics.empty()) check_metrics_file(c.log.metrics, run.run_id, c.log.metrics_append);
 }
 
 // The data order (after the checkpoint's position), the metrics file, the checkpoints'
