@@ -142,6 +142,25 @@ TEST_F(ReportInChromium, RendersEveryChartWithItsPoints) {
   EXPECT_NE(dom.out.find("train loss at step 50: 0.7473"), std::string::npos);
 }
 
+// The records' mean_tokens_per_s (the train log's "done" figure: tokens over step time) is the
+// report's, not the mean of the logged steps' figures; the MFU follows it.
+TEST(Report, TokensPerSecondIsTheTrainLogs) {
+  const std::string file = testing::temp_dir("report-tps") + "/m.jsonl";
+  {
+    std::ofstream out(file);
+    out << "{\"run_id\":\"t\"}\n";
+    for (int s = 1; s <= 20; ++s)
+      out << "{\"step\":" << s << ",\"loss\":2,\"tokens_per_s\":" << 1000 + 50 * s << ",\"mfu\":"
+          << (1000 + 50 * s) * 1e-5 << ",\"mean_tokens_per_s\":" << (s <= 10 ? 0 : 1234.4) << "}\n";
+  }
+  const ReportSummary s = summarize(read_metrics(file)[0]);
+  EXPECT_DOUBLE_EQ(*s.mean_tokens_per_s, 1234.4);
+  EXPECT_NEAR(*s.mean_mfu, 1234.4e-5, 1e-12);
+  const std::string t = summary_text(s);
+  EXPECT_NE(t.find("tokens/s    1,234, MFU 1.2% (tokens over step time, first 10 steps excluded, as the train log)"),
+            std::string::npos) << t;
+}
+
 // Runs with headers: runs.jsonl holds run "a" (30 steps) and run "b" (20 steps); other.jsonl
 // holds run "c" (25 steps). No eval loss: orange (run b's colour) appears only in b's lines.
 struct TwoFiles {

@@ -360,6 +360,7 @@ ReportSummary summarize(const Metrics& m) {
   double tps = 0, mfu = 0;
   int64_t n_tps = 0, n_mfu = 0;
   std::optional<double> run_tps;  // the train log's figure, from the last record carrying it
+  std::optional<double> mfu_per_tps;  // MFU is tokens/s times a constant of the run
   // As the trainer's own figure, the first 10 steps are not timed when later ones exist.
   const bool skip_warm = s.warm_excluded = s.last_step > 10;
   for (const MetricsRow& r : m.rows) {
@@ -374,6 +375,7 @@ ReportSummary summarize(const Metrics& m) {
     if (r.peak_mem_gib) s.peak_mem_gib = std::max(s.peak_mem_gib.value_or(0), *r.peak_mem_gib);
     if (r.planned_mem_gib) s.planned_mem_gib = r.planned_mem_gib;
     if (r.mean_tokens_per_s) run_tps = r.mean_tokens_per_s;
+    if (r.mfu && r.tokens_per_s && *r.tokens_per_s > 0) mfu_per_tps = *r.mfu / *r.tokens_per_s;
     if (skip_warm && r.step <= 10) continue;
     if (r.tokens_per_s) tps += *r.tokens_per_s, ++n_tps;
     if (r.mfu) mfu += *r.mfu, ++n_mfu;
@@ -381,6 +383,7 @@ ReportSummary summarize(const Metrics& m) {
   if (n_tps) s.mean_tokens_per_s = tps / static_cast<double>(n_tps);
   if (run_tps) s.mean_tokens_per_s = run_tps, s.tokens_as_log = true;
   if (n_mfu) s.mean_mfu = mfu / static_cast<double>(n_mfu);
+  if (run_tps && mfu_per_tps) s.mean_mfu = *run_tps * *mfu_per_tps;  // the train log's MFU
   return s;
 }
 
