@@ -123,7 +123,7 @@ python3 - "$out" <<'PY'
 import json, sys
 d = sys.argv[1]
 def anvil(l):
-    try: return [json.loads(x)["loss"] for x in open("%s/curve_%s.jsonl" % (d, l))]
+    try: return [json.loads(x)["loss"] for x in open("%s/curve_%s.jsonl" % (d, l)) if '"step"' in x]
     except Exception: return []
 curves = {l: anvil(l) for l in ("one", "ddp", "fsdp", "fsdp_bf16")}
 try: curves["ref"] = json.load(open(d + "/curve_ref.json"))
@@ -146,9 +146,9 @@ ck --mode fsdp --nproc-per-node 2 --resume "$out/ck1/step-25" --metrics "$out/ck
 python3 - "$out" <<'PY'
 import json, sys
 d = sys.argv[1]
-base = [json.loads(x)["loss"] for x in open(d + "/curve_one.jsonl")]
+base = [json.loads(x)["loss"] for x in open(d + "/curve_one.jsonl") if '"step"' in x]
 for l in ("ck2to1", "ck1to2"):
-    try: got = [json.loads(x) for x in open("%s/%s.jsonl" % (d, l))]
+    try: got = [json.loads(x) for x in open("%s/%s.jsonl" % (d, l)) if '"step"' in x]
     except Exception: print(l, "failed"); continue
     worst = max(abs(g["loss"] - base[g["step"] - 1]) for g in got)
     print("%s: steps %d-%d, max |diff| vs the uninterrupted 1-GPU curve %.2e" % (l, got[0]["step"], got[-1]["step"], worst))

@@ -35,7 +35,7 @@ run_anvil() {  # $@: extra flags; prints decode tokens/s (the prefill line goes 
     exit 1
   fi
   grep -o 'prefill: .*' "$work/anvil.log" >&2
-  sed -n 's/.*decode: [0-9]* tokens in [0-9.e-]* s (\([0-9.e+]*\) tokens\/s).*/\1/p' "$work/anvil.log"
+  sed -n 's/.*decode: [0-9,]* tokens* in [^(]*(\([0-9,]*\) tokens\/s).*/\1/p' "$work/anvil.log" | tr -d ,
 }
 graphs=$(run_anvil)
 nographs=$(run_anvil --no-cuda-graphs)

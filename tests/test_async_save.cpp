@@ -39,7 +39,6 @@
 #include "io/safetensors.h"
 #include "sys/host_memory.h"
 #include "testing.h"
-#include "token_blocks.h"
 
 namespace anvil {
 namespace {
@@ -58,7 +57,7 @@ class AsyncSave : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(testing::temp_dir("async-save"));
-    testing::write_token_blocks(*dir_ + "/blocks.safetensors", 24, 37, 7);
+    testing::write_random_blocks(*dir_ + "/blocks.safetensors", 24, 37, 7);
   }
   static std::string dir() { return *dir_; }
 

@@ -23,7 +23,6 @@
 #include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "testing.h"
-#include "token_blocks.h"
 
 namespace anvil {
 namespace {
@@ -48,7 +47,7 @@ class Checkpoint : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(testing::temp_dir("checkpoint"));
-    testing::write_token_blocks(*dir_ + "/blocks.safetensors", 24, 37, 11);
+    testing::write_random_blocks(*dir_ + "/blocks.safetensors", 24, 37, 11);
   }
 
   // 8 steps of 4 sequences; micro-batch 4 / nproc. `extra`: more flags; `env`: a prefix.
@@ -72,6 +71,7 @@ class Checkpoint : public ::testing::Test {
     std::string line;
     while (std::getline(m, line)) {
       const Json j = json_parse(line, tag);
+      if (!j.contains("step")) continue;  // the run's header record
       run.losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
     }
     if (r.exit_code == 0) run.params = read_params(out + "/model.safetensors");

@@ -109,10 +109,10 @@ TEST(Cli, BadInputsNameTheFile) {
   write_file_atomic(dir + "/trunc.safetensors", std::string("\x40\x00\x00\x00\x00\x00\x00\x00{", 9));
   auto r = run_anvil({"grad", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3", "--tokens",
                       dir + "/trunc.safetensors", "--out", dir + "/o.safetensors"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("trunc.safetensors"), std::string::npos) << r.out;
   auto m = run_anvil({"grad", "--model", "nobody/no-such-model", "--tokens", "x", "--out", "y"});
-  EXPECT_EQ(m.exit_code, 1);
+  EXPECT_EQ(m.exit_code, 2);
   EXPECT_NE(m.out.find("local Hugging Face cache"), std::string::npos) << m.out;
 }
 
@@ -154,6 +154,8 @@ TEST(Cli, TrainFollowsTheGoldenCurve) {
   std::ifstream m(dir + "/m.jsonl");
   std::string line;
   int step = 0;
+  std::getline(m, line);
+  EXPECT_TRUE(json_parse(line, "metrics").contains("run_id")) << "the run's header first: " << line;
   while (std::getline(m, line)) {
     Json j = json_parse(line, "metrics");
     const double want = curve["fp64"][step]["loss"].get<double>();
@@ -172,6 +174,7 @@ TEST(Cli, TrainFollowsTheGoldenCurve) {
   ASSERT_EQ(r2.exit_code, 0) << r2.out;
   std::ifstream m2(dir + "/m2.jsonl");
   step = 0;
+  std::getline(m2, line);  // the run's header
   while (std::getline(m2, line)) {
     Json j = json_parse(line, "metrics");
     const double want = curve["fp64"][step]["loss"].get<double>();

@@ -116,6 +116,11 @@ TEST(Launcher, AFailedExitCodeIsReportedWithTheLastLine) {
   EXPECT_TRUE(has(c.error, "rank 1 (pid ")) << c.error;
   EXPECT_TRUE(has(c.error, "exited with code 3; its last line: 'error: no GPU'")) << c.error;
   EXPECT_FALSE(has(c.out, "slept")) << "rank 0 ran to its end instead of being stopped\n" << c.out;
+
+  // Bad input (exit 2) on a worker: the launcher's error is bad input too (exit 2).
+  Captured bad = launch_shell(2, "if [ $RANK = 1 ]; then echo 'anvil train: bad row' >&2; exit 2; fi; sleep 60");
+  EXPECT_EQ(bad.kind, ErrorKind::kUsage);
+  EXPECT_EQ(exit_code(bad.kind), 2);
 }
 
 // Rank 1 ignores SIGTERM (its sleep inherits the ignored signal) and says so through the

@@ -130,7 +130,7 @@ std::map<int64_t, double> losses_of(const std::string& metrics) {
   std::string line;
   while (std::getline(in, line)) {
     const Json j = json_parse(line, metrics);
-    out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    if (j.contains("step")) out[j["step"].get<int64_t>()] = j["loss"].get<double>();  // not the run's header
   }
   return out;
 }

@@ -171,6 +171,8 @@ TEST(Error, KindsMapToExitCodes) {
   EXPECT_EQ(exit_code(ErrorKind::kUsage), 2);
   EXPECT_EQ(exit_code(ErrorKind::kNoDevice), 3);
   EXPECT_EQ(exit_code(ErrorKind::kIo), 1);
+  for (ErrorKind bad_input : {ErrorKind::kInvalidInput, ErrorKind::kNotFound, ErrorKind::kUnsupported})
+    EXPECT_EQ(exit_code(bad_input), 2) << error_kind_name(bad_input);
   try {
     ANVIL_ENSURE(1 == 2, kInvalidInput, "value ", 7, " is bad");
     FAIL();

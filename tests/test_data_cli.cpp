@@ -28,7 +28,7 @@ TEST(PrepareCli, WritesGoldenBlocksAndRejectsBadUsage) {
   EXPECT_EQ(testing::run_anvil({"prepare", "--tokenizer", "x", "--seq-len", "8", "--out", out}).exit_code, 2);
   const auto missing = testing::run_anvil({"prepare", "--tokenizer", fixtures() + "/qwen3-tokenizer", "--data",
                                            out + "/nope.jsonl", "--seq-len", "8", "--out", out});
-  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.out.find("nope.jsonl"), std::string::npos) << missing.out;
 }
 
@@ -51,7 +51,7 @@ TEST(TokenizeCli, ChatRowsGiveGoldenRenderingsAndIds) {
 
   const auto text = testing::run_command("printf '{\"text\": \"Hello world\"}\\n\\n{\"text\": 3}\\n' | " +
                                          testing::anvil_binary() + " tokenize --tokenizer " + fixtures() + "/qwen3-tokenizer");
-  EXPECT_EQ(text.exit_code, 1);
+  EXPECT_EQ(text.exit_code, 2);
   EXPECT_NE(text.out.find("{\"ids\":[9707,1879]}"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("stdin:3: bad row"), std::string::npos) << text.out;
 }

@@ -218,7 +218,7 @@ TEST(GenerateCli, BadInputIsOneLineNamingTheRow) {
     return testing::run_anvil({"generate", "--model", model, "--input", write_file(dir, "in.jsonl", rows)});
   };
   auto r = run("{\"input_ids\": [1, 2]}\n{\"text\": \"hello\"}\n");
-  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("in.jsonl:2: a \"text\" row needs a tokenizer"), std::string::npos) << r.out;
   r = run("{\"input_ids\": " + ids_json(std::vector<int32_t>(600, 5)) + "}\n");
   EXPECT_NE(r.out.find("in.jsonl:1: the prompt has 600 tokens: longer than the model's context"), std::string::npos)
@@ -230,7 +230,7 @@ TEST(GenerateCli, BadInputIsOneLineNamingTheRow) {
   r = run("{\"prompt\": \"hi\"}\n");
   EXPECT_NE(r.out.find("in.jsonl:1: a row must hold"), std::string::npos) << r.out;
   r = testing::run_anvil({"generate", "--model", model, "--prompt", "hello"});
-  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("--prompt needs a tokenizer"), std::string::npos) << r.out;
   for (const std::vector<std::string>& bad :
        {std::vector<std::string>{"--chat"}, {"--temperature", "-1"}, {"--top-p", "0"}, {"--batch", "0"},

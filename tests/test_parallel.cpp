@@ -79,7 +79,8 @@ class Parallel : public ::testing::Test {
     TrainRun run;
     std::ifstream m(out + ".jsonl");
     std::string line;
-    while (std::getline(m, line)) run.losses.push_back(json_parse(line, tag)["loss"].get<double>());
+    while (std::getline(m, line))
+      if (const Json j = json_parse(line, tag); j.contains("step")) run.losses.push_back(j["loss"].get<double>());
     if (path_exists(out + "/model.safetensors")) {
       SafetensorsFile f(out + "/model.safetensors");
       for (auto& t : f.tensors()) run.params[t.name] = read_as_f64(t);
@@ -236,7 +237,7 @@ TEST_F(Parallel, KilledWorkerIsNamed) {
   ASSERT_EQ(::kill(rank1, SIGKILL), 0);
   const testing::RunResult r = launcher.finish();
   EXPECT_NE(r.exit_code, 0) << r.out;
-  const size_t named = r.out.find("error: rank 1 (pid " + std::to_string(rank1) + ") was killed by signal 9");
+  const size_t named = r.out.find("anvil train: rank 1 (pid " + std::to_string(rank1) + ") was killed by signal 9");
   ASSERT_NE(named, std::string::npos) << "the launcher does not name rank 1 as the rank that was killed\n" << r.out;
   EXPECT_GE(named, logged) << "the error follows the step line\n" << r.out;
   EXPECT_TRUE(r.out.find("The other 1 worker(s) were stopped", named) != std::string::npos) << r.out;

@@ -1,14 +1,18 @@
-// anvil report: a metrics file written by two runs (a resume appending to the file) is read
-// with the later lines winning; the summary's figures; the HTML rendered by headless
-// Chromium (--dump-dom) holds every chart with each of its data points. Without Chromium
-// the rendering test is skipped with the reason, or fails under CI=true.
+// anvil report: a metrics file written by a run and its resume (appending to the file) is
+// read with the later lines winning; the summary's figures; the HTML rendered by headless
+// Chromium (--dump-dom) holds every chart with each of its data points. Runs with headers
+// (two in one file, one in another) are each their own series, in the DOM and in a
+// screenshot, and the smoothing slider draws TensorBoard's debiased moving average. Without
+// Chromium the rendering tests are skipped with the reason, or fail under CI=true.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "core/fs.h"
+#include "core/json.h"
 #include "report/report.h"
 #include "testing.h"
 
@@ -37,7 +41,9 @@ struct Fixture {
 
 TEST(Report, ReadsResumedFilesAndSummarizes) {
   const Fixture f;
-  const Metrics m = read_metrics(f.file);
+  const std::vector<Metrics> runs = read_metrics(f.file);
+  ASSERT_EQ(runs.size(), 1u) << "a file without headers holds one run";
+  const Metrics& m = runs[0];
   ASSERT_EQ(m.rows.size(), 50u);
   EXPECT_EQ(m.runs, 2);
   EXPECT_DOUBLE_EQ(m.elapsed_s, 30.0);
@@ -75,17 +81,25 @@ std::string find_chromium() {
   return "";
 }
 
-TEST(Report, ChromiumRendersEveryChartWithItsPoints) {
-  const std::string chromium = find_chromium();
-  if (chromium.empty())
-    ANVIL_SKIP_UNLESS_REQUIRED(testing::in_ci(), "chromium is not installed (CI=true needs it): apt-get install "
-                                                 "chromium (tools/setup.sh does)");
+// The tests that render the page: skipped (or failed under CI=true) without Chromium.
+class ReportInChromium : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    chromium = find_chromium();
+    if (chromium.empty())
+      ANVIL_SKIP_UNLESS_REQUIRED(testing::in_ci(), "chromium is not installed (CI=true needs it): apt-get install "
+                                                   "chromium (tools/setup.sh does)");
+  }
+  std::string chromium;
+};
+
+TEST_F(ReportInChromium, RendersEveryChartWithItsPoints) {
   const Fixture f;
   const std::string html = f.dir + "/report.html";
   auto r = testing::run_anvil({"report", f.file, "--out", html});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const std::string page = read_file(html);
-  EXPECT_EQ(page.find("<script"), std::string::npos);
+  EXPECT_EQ(page.find("<script src"), std::string::npos);
   EXPECT_EQ(page.find("http"), std::string::npos) << "the page fetches nothing";
 
   const auto dom = testing::run_command("(timeout 120 '" + chromium + "' --headless --no-sandbox --disable-gpu " +
@@ -107,7 +121,7 @@ TEST(Report, ChromiumRendersEveryChartWithItsPoints) {
     const std::string fig = dom.out.substr(at, dom.out.find("</figure>", at) - at);
     std::smatch g;
     const std::regex series(std::string("<g class=\"series\" data-series=\"") + w.series +
-                            "\" data-count=\"(\\d+)\"><polyline[^>]* points=\"([^\"]*)\"");
+                            "\" data-count=\"(\\d+)\"[^>]*><polyline[^>]* points=\"([^\"]*)\"");
     ASSERT_TRUE(std::regex_search(fig, g, series)) << w.chart << " " << w.series;
     EXPECT_EQ(std::stoul(g[1].str()), w.points) << w.series;
     const std::string pts = g[2].str();
@@ -126,6 +140,110 @@ TEST(Report, ChromiumRendersEveryChartWithItsPoints) {
     }
   }
   EXPECT_NE(dom.out.find("train loss at step 50: 0.7473"), std::string::npos);
+}
+
+// The records' mean_tokens_per_s (the train log's "done" figure: tokens over step time) is the
+// report's, not the mean of the logged steps' figures; the MFU follows it.
+TEST(Report, TokensPerSecondIsTheTrainLogs) {
+  const std::string file = testing::temp_dir("report-tps") + "/m.jsonl";
+  {
+    std::ofstream out(file);
+    out << "{\"run_id\":\"t\"}\n";
+    for (int s = 1; s <= 20; ++s)
+      out << "{\"step\":" << s << ",\"loss\":2,\"tokens_per_s\":" << 1000 + 50 * s << ",\"mfu\":"
+          << (1000 + 50 * s) * 1e-5 << ",\"mean_tokens_per_s\":" << (s <= 10 ? 0 : 1234.4) << "}\n";
+  }
+  const ReportSummary s = summarize(read_metrics(file)[0]);
+  EXPECT_DOUBLE_EQ(*s.mean_tokens_per_s, 1234.4);
+  EXPECT_NEAR(*s.mean_mfu, 1234.4e-5, 1e-12);
+  const std::string t = summary_text(s);
+  EXPECT_NE(t.find("tokens/s    1,234, MFU 1.2% (tokens over step time, first 10 steps excluded, as the train log)"),
+            std::string::npos) << t;
+}
+
+// Runs with headers: runs.jsonl holds run "a" (30 steps) and run "b" (20 steps); other.jsonl
+// holds run "c" (25 steps). No eval loss: orange (run b's colour) appears only in b's lines.
+struct TwoFiles {
+  std::string dir, runs, other;
+  TwoFiles() : dir(testing::temp_dir("report-runs")), runs(dir + "/runs.jsonl"), other(dir + "/other.jsonl") {
+    auto write_run = [](std::ofstream& out, const std::string& id, int steps, double floor) {
+      out << "{\"run_id\":\"" << id << "\",\"model\":\"preset tiny\",\"config\":{\"seed\":0}}\n";
+      for (int s = 1; s <= steps; ++s)
+        out << "{\"step\":" << s << ",\"loss\":" << 3.0 * std::exp(-s / 8.0) + floor + 0.05 * (s % 3)
+            << ",\"lr\":1e-4,\"run_id\":\"" << id << "\"}\n";
+    };
+    std::ofstream a(runs), c(other);
+    write_run(a, "a", 30, 0.5);
+    write_run(a, "b", 20, 1.0);
+    write_run(c, "c", 25, 1.5);
+  }
+};
+
+TEST(Report, RunsWithHeadersAreTheirOwnSeries) {
+  const TwoFiles f;
+  const std::vector<Metrics> runs = read_metrics(f.runs);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].run_id, "a");
+  EXPECT_EQ(runs[0].rows.size(), 30u);
+  EXPECT_EQ(runs[1].run_id, "b");
+  EXPECT_EQ(runs[1].rows.size(), 20u);
+  const auto r = testing::run_anvil({"report", f.runs, f.other, "--out", f.dir + "/page.html"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("run a (" + f.runs + ")\nsteps       1 to 30 (30 logged)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("run c (" + f.other + ")\nsteps       1 to 25 (25 logged)"), std::string::npos) << r.out;
+}
+
+// The loss chart's polyline of run `run` in a dumped DOM: its points as (x, y).
+std::vector<std::pair<double, double>> loss_line(const std::string& dom, const std::string& run) {
+  const size_t at = dom.find("id=\"chart-loss\"");
+  const std::string fig = dom.substr(at, dom.find("</figure>", at) - at);
+  std::smatch g;
+  const std::regex series("<g class=\"series\" data-series=\"loss\" data-count=\"\\d+\" data-run=\"" + run +
+                          "\"><polyline[^>]* points=\"([^\"]*)\"");
+  if (!std::regex_search(fig, g, series)) return {};
+  std::vector<std::pair<double, double>> out;
+  std::istringstream in(g[1].str());
+  for (std::string p; in >> p;) out.emplace_back(std::stod(p), std::stod(p.substr(p.find(',') + 1)));
+  return out;
+}
+
+TEST_F(ReportInChromium, DrawsEachRunAsItsOwnSeriesAndSmooths) {
+  const TwoFiles f;
+  const std::string html = f.dir + "/page.html";
+  ASSERT_EQ(testing::run_anvil({"report", f.runs, f.other, "--out", html}).exit_code, 0);
+  auto browse = [&](const std::string& what, const std::string& address) {
+    return testing::run_command("(timeout 120 '" + chromium + "' --headless --no-sandbox --disable-gpu " +
+                                "--user-data-dir='" + f.dir + "/profile' " + what + " '" + address + "' 2>/dev/null)");
+  };
+  const auto dom = browse("--dump-dom", "file://" + html);
+  ASSERT_EQ(dom.exit_code, 0) << dom.out;
+  const std::vector<std::pair<std::string, size_t>> want = {{"run a", 30}, {"run b", 20}, {"run c", 25}};
+  for (const auto& [run, points] : want) EXPECT_EQ(loss_line(dom.out, run).size(), points) << run;
+
+  // The screenshot shows run a's line in blue and run b's in orange.
+  const std::string shot = f.dir + "/page.png";
+  ASSERT_EQ(browse("--window-size=1280,1400 --screenshot='" + shot + "'", "file://" + html).exit_code, 0);
+  const auto colors = testing::run_command("python3 " + testing::shell_quote(testing::oracle_script("png_colors.py")) +
+                                           " " +
+                                           testing::shell_quote(shot) + " 2563eb ea580c");
+  ASSERT_EQ(colors.exit_code, 0) << colors.out;
+  const Json px = Json::parse(colors.out);
+  EXPECT_GT(px["2563eb"].get<int>(), 200) << colors.out;
+  EXPECT_GT(px["ea580c"].get<int>(), 200) << "run b's series is drawn: " << colors.out;
+
+  // "#smooth=0.6": each point is the debiased EMA of the raw ones (TensorBoard's smoothing).
+  const auto smoothed = browse("--dump-dom", "file://" + html + "#smooth=0.6");
+  ASSERT_EQ(smoothed.exit_code, 0);
+  const auto raw = loss_line(dom.out, "run a"), ema = loss_line(smoothed.out, "run a");
+  ASSERT_EQ(ema.size(), raw.size());
+  double last = 0, w = 0.6, moved = 0;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    last = last * w + (1 - w) * raw[i].second;
+    EXPECT_NEAR(ema[i].second, last / (1 - std::pow(w, static_cast<double>(i + 1))), 0.02) << i;
+    EXPECT_EQ(ema[i].first, raw[i].first);
+    moved = std::max(moved, std::abs(ema[i].second - raw[i].second));
+  }
+  EXPECT_GT(moved, 1.0) << "the smoothed line differs from the raw one";
 }
 
 }  // namespace

@@ -27,9 +27,7 @@
 #include "core/fs.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint_files.h"
-#include "io/safetensors.h"
 #include "testing.h"
-#include "token_blocks.h"
 
 namespace anvil {
 namespace {
@@ -46,7 +44,7 @@ class Safety : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(testing::temp_dir("safety"));
-    testing::write_token_blocks(*dir_ + "/blocks.safetensors", 24, 37, 5);
+    testing::write_random_blocks(*dir_ + "/blocks.safetensors", 24, 37, 5);
   }
 
   static std::string dir() { return *dir_; }
@@ -55,11 +53,7 @@ class Safety : public ::testing::Test {
 
   // anvil train on the tiny fixture model and the 24 blocks, then `extra`.
   static std::vector<std::string> train_args(int64_t steps, const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {"train", "--device", "cpu", "--model", tiny(), "--data", dir() + "/blocks.safetensors",
-                                  "--steps", std::to_string(steps), "--micro-batch", "2", "--lr", "1e-3",
-                                  "--log-every", "1"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
+    return testing::tiny_train_args(dir() + "/blocks.safetensors", steps, extra);
   }
   static std::string command(const std::vector<std::string>& args, const std::string& env = "") {
     std::string cmd = env + " '" + testing::anvil_binary() + "'";
@@ -281,7 +275,7 @@ TEST_F(Safety, SignalsStopAfterTheStepWithACheckpoint) {
   EXPECT_TRUE(has(r.out, "stopped by SIGINT after step " + std::to_string(step) + " of " + std::to_string(kLong) +
                              ": saved " + saved))
       << r.out;
-  EXPECT_TRUE(has(r.out, "to resume: anvil train --device cpu --model " + tiny())) << r.out;
+  EXPECT_TRUE(has(r.out, "to resume: " + testing::anvil_binary() + " train --device cpu --model " + tiny())) << r.out;
   EXPECT_TRUE(validate_checkpoint(saved).ok());
   const testing::RunResult resumed = run(train_args(step + 1, {"--ckpt-dir", ckpt}));
   EXPECT_EQ(resumed.exit_code, 0) << resumed.out;
@@ -381,7 +375,7 @@ TEST_F(Safety, HungRankFailsTheOthersWithinTheTimeout) {
                               << r.out;
   EXPECT_TRUE(has(r.out, "rank 1 stops answering before step 3")) << r.out;
   // The step's first collective is the host sum of its target tokens.
-  EXPECT_TRUE(has(r.out, "error: rank 0 (pid ")) << r.out;
+  EXPECT_TRUE(has(r.out, "anvil train: rank 0 (pid ")) << r.out;
   EXPECT_TRUE(has(r.out, "host_all_gather on rank 0 of 2 (step 3, tag 'target tokens')")) << r.out;
   EXPECT_TRUE(has(r.out, "no answer from rank 1 within 3 s (ANVIL_COMM_TIMEOUT_S)")) << r.out;
 }

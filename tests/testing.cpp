@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 namespace anvil::testing {
@@ -168,6 +169,32 @@ pid_t child_with_env(pid_t parent, const std::string& entry) {
     }
   }
   return -1;
+}
+
+// The safetensors layout written out here (the helpers link no anvil code): an 8-byte
+// little-endian header length, the JSON header padded with spaces to 8 bytes, the data.
+void write_random_blocks(const std::string& path, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int64_t> ids(static_cast<size_t>(rows * cols));
+  for (auto& x : ids) x = static_cast<int64_t>(rng() % 1000);
+  const size_t bytes = ids.size() * sizeof(int64_t);
+  std::string header = "{\"input_ids\":{\"dtype\":\"I64\",\"shape\":[" + std::to_string(rows) + "," +
+                       std::to_string(cols) + "],\"data_offsets\":[0," + std::to_string(bytes) + "]}}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  const uint64_t n = header.size();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << header;
+  out.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(bytes));
+}
+
+std::vector<std::string> tiny_train_args(const std::string& blocks, int64_t steps,
+                                         const std::vector<std::string>& extra) {
+  std::vector<std::string> a = {"train", "--device", "cpu", "--model", shared_dir() + "/fixtures/tiny-qwen3",
+                                "--data", blocks, "--steps", std::to_string(steps), "--micro-batch", "2", "--lr",
+                                "1e-3", "--log-every", "1"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
 }
 
 RunResult run_anvil(const std::vector<std::string>& args) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,14 @@ std::string fixture_dir(const std::string& name);
 // The four golden model fixtures, and their names as test-name suffixes (dashes become _).
 std::vector<std::string> golden_models();
 std::string test_suffix(const std::string& name);
+
+// A prepared-blocks file for training tests: `rows` x `cols` token ids below 1000 (the tiny
+// fixture's vocabulary), input_ids I64, drawn from mt19937(seed).
+void write_random_blocks(const std::string& path, int64_t rows, int64_t cols, uint32_t seed);
+// The arguments of anvil train on the CPU, the tiny fixture model and `blocks`: `steps` steps of
+// micro-batch 2 at lr 1e-3, the loss every step; then `extra`.
+std::vector<std::string> tiny_train_args(const std::string& blocks, int64_t steps,
+                                         const std::vector<std::string>& extra);
 
 struct RunResult {
   int exit_code = -1;

@@ -81,6 +81,15 @@ void Args::usage_error(const std::string& message) const {
   raise(ErrorKind::kUsage, "anvil ", command_, ": ", message, context_, " (see anvil ", command_, " --help)");
 }
 
+// A mistyped flag names the command's flag nearest to it by edit distance, when one is near:
+// within a third of its length (at least 2 edits).
+void Args::unknown_flag(const std::string& name) const {
+  const std::string nearest = nearest_flag(name, std::max<size_t>(2, name.size() / 3));
+  if (nearest.empty()) usage_error(cat("unknown flag ", name));
+  raise(ErrorKind::kUsage, "anvil ", command_, ": unknown flag ", name, " (did you mean ", nearest, "? see anvil ",
+        command_, " --help)");
+}
+
 Args::Spec& Args::add(const std::string& names) {
   specs_.push_back(Spec{});
   specs_.back().names = split_names(names);
@@ -93,6 +102,18 @@ Args::Spec& Args::add(const std::string& names, const std::string& metavar, cons
   s.help = help;
   s.required = required;
   return s;
+}
+
+std::string Args::nearest_flag(const std::string& name, size_t max_distance) const {
+  std::string nearest;
+  size_t best = SIZE_MAX;
+  for (const Spec& c : specs_)
+    for (const std::string& n : c.names) {
+      if (n.rfind("--", 0) != 0 || n == config_flag_) continue;
+      const size_t d = edit_distance(name, n);
+      if (d <= max_distance && d < best) best = d, nearest = n;
+    }
+  return nearest;
 }
 
 Args::Spec* Args::find(const std::string& name) {
@@ -220,14 +241,7 @@ void Args::apply_config_file(const std::string& file) {
     const std::string key(k.str()), name = key_flag(key);
     Spec* s = find(name);
     if (!s || name == config_flag_) {
-      std::string nearest;
-      size_t best = SIZE_MAX;
-      for (const Spec& c : specs_)
-        for (const std::string& n : c.names)
-          if (n.rfind("--", 0) == 0 && n != config_flag_ && edit_distance(name, n) < best) {
-            best = edit_distance(name, n);
-            nearest = n;
-          }
+      const std::string nearest = nearest_flag(name, SIZE_MAX);
       usage_error(cat(file, ": unknown key '", key, "'", nearest.empty() ? "" : cat(" (nearest flag: ", nearest, ")")));
     }
     if (s->seen) continue;  // the command line wins
@@ -275,6 +289,17 @@ Args& Args::positional(const std::string& name, std::string* out, const std::str
   return *this;
 }
 
+Args& Args::positional_list(const std::string& name, std::vector<std::string>* out, const std::string& help) {
+  Spec s;
+  s.names = {name + "..."};
+  s.help = help;
+  s.required = true;
+  s.is_list = true;
+  s.set = [out](const std::string& v) { out->push_back(v); };
+  positionals_.push_back(s);
+  return *this;
+}
+
 bool Args::given(const std::string& name) const {
   for (auto& s : specs_)
     for (auto& n : s.names)
@@ -299,7 +324,7 @@ bool Args::parse(int argc, char** argv) {
         inline_value = true;
       }
       Spec* s = find(name);
-      if (!s) usage_error(cat("unknown flag ", name));
+      if (!s) unknown_flag(name);
       if (!s->takes_value) {
         if (inline_value) usage_error(cat(name, " takes no value"));
         s->set("");
@@ -319,7 +344,7 @@ bool Args::parse(int argc, char** argv) {
     if (next_positional >= positionals_.size()) usage_error(cat("unexpected argument '", a, "'"));
     positionals_[next_positional].set(a);
     positionals_[next_positional].seen = true;
-    ++next_positional;
+    if (!positionals_[next_positional].is_list) ++next_positional;
   }
   if (!config_file_.empty()) apply_config_file(config_file_);
   for (auto& p : positionals_)
@@ -346,7 +371,8 @@ std::string Args::help() const {
     if (s.takes_value) h << " " << s.metavar;
     h << "\n      " << s.help;
     if (s.required) h << " (required)";
-    else if (s.takes_value && !s.default_text.empty() && !s.is_list) h << " [default: " << s.default_text << "]";
+    else if (s.takes_value && !s.default_text.empty() && !s.is_list && s.help.find("[default:") == std::string::npos)
+      h << " [default: " << s.default_text << "]";
     h << "\n";
   }
   h << "  -h, --help\n      show this help\n";

@@ -2,9 +2,11 @@
 //
 // Each subcommand declares its flags against the fields of its options struct, then calls
 // parse(). Flags take "--name value" or "--name=value"; a flag may have aliases
-// ("-b,--minbytes"). An unknown flag, a missing or malformed value, or a missing required
-// flag throws a kUsage Error whose one line names the command and the flag; the CLI turns
-// it into exit code 2. --help prints the generated help and parse() returns false.
+// ("-b,--minbytes"). An unknown flag (with the nearest flag when one is a few edits away), a
+// missing or malformed value, or a missing required flag throws a kUsage Error whose one line
+// names the command and the flag; the CLI turns it into exit code 2. --help prints the
+// generated help (one [default: ...] a flag: the help's own when it says one) and parse()
+// returns false.
 //
 // A command that declares config() takes "--config FILE.toml": every other flag may be a
 // key of the file, spelled as the flag without its dashes ("seq-len = 2048" or
@@ -47,6 +49,9 @@ class Args {
   Args& positional(const std::string& name, std::string* out, const std::string& help,
                    bool required = true);
 
+  // The last positional may take one or more arguments (e.g. the files of anvil report).
+  Args& positional_list(const std::string& name, std::vector<std::string>* out, const std::string& help);
+
   // argv[0] is the first argument after the subcommand's name.
   bool parse(int argc, char** argv);
   std::string help() const;
@@ -69,6 +74,9 @@ class Args {
   // A switch: giving it sets *out to `given`; as TOML, whether *out is `given`.
   Args& add_switch(const std::string& names, bool* out, const std::string& help, bool given);
   Spec* find(const std::string& name);
+  // The long flag nearest to `name` within max_distance edits ("" when none is).
+  std::string nearest_flag(const std::string& name, size_t max_distance) const;
+  [[noreturn]] void unknown_flag(const std::string& name) const;
   void apply_config_file(const std::string& file);
   [[noreturn]] void usage_error(const std::string& message) const;
 

@@ -180,7 +180,7 @@ int cmd_bench(int argc, char** argv) {
 
   const bool on_gpu = device == "cuda";
   if (what == "p2p") {
-    ANVIL_ENSURE(on_gpu, kUsage, "anvil bench p2p measures GPUs; it has no --device cpu");
+    ANVIL_ENSURE(on_gpu, kUsage, "anvil bench p2p: it measures GPUs only (drop --device cpu)");
     const int64_t bytes = parse_size(max_b.empty() ? "256M" : max_b, "-e");
     P2pReport r = bench_p2p(bytes, static_cast<int>(iters), static_cast<int>(warmup));
     print(json ? p2p_json(r).dump(2) + "\n" : p2p_table(r));

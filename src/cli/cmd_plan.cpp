@@ -1,6 +1,7 @@
 // anvil plan: the memory per GPU of each mode, before launching anything (no GPU needed). The
 // flags it shares with anvil train bind to the same config tree (cli/train_flags.h).
 #include <cstdio>
+#include <utility>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -11,6 +12,32 @@
 #include "plan/memory_plan.h"
 
 namespace anvil {
+namespace {
+
+std::string gib(int64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", static_cast<double>(bytes) / (1ll << 30));
+  return b;
+}
+
+// Why the table reads as it does: a mode that does not fit (its total with the reserve against
+// the GPU), and the gradients' dtype (bf16 only where no micro-batches are summed).
+std::string plan_notes(const PlanAdvice& adv, const PlanInput& in, int64_t gpu_bytes, GradDType asked) {
+  std::string notes;
+  for (const auto& [name, plan] : {std::pair<const char*, const MemoryPlan*>{"ddp", &adv.ddp}, {"fsdp", &adv.fsdp}})
+    if (!plan_fits(*plan, gpu_bytes))
+      notes += cat("why: ", name, " does not fit: ", gib(plan->total()), " GiB planned + ", gib(kPlanReserve),
+                   " GiB kept free (the CUDA context, allocator slack) = ", gib(plan->total() + kPlanReserve),
+                   " GiB > ", gib(gpu_bytes), " GiB per GPU\n");
+  if (in.compute_dtype != DType::kBF16 || asked != GradDType::kAuto) return notes;
+  if (in.grad_dtype == DType::kBF16)
+    return notes + "gradients: the blocks' in bf16 (--grad-dtype auto: --grad-accum 1, no micro-batches to sum; "
+                   "the ranks' sum is taken on the --reduce-dtype wire)\n";
+  return notes + "gradients: fp32 (--grad-dtype auto: the gradients of several micro-batches are summed, in fp32); "
+                 "bf16 needs --grad-accum 1, 2 bytes less per parameter of the blocks\n";
+}
+
+}  // namespace
 
 int cmd_plan(int argc, char** argv) {
   TrainConfig c;  // the flags shared with anvil train, at the plan's defaults
@@ -57,11 +84,14 @@ int cmd_plan(int argc, char** argv) {
                   {"host_snapshot", p.host_snapshot},
                   {"recompute", recompute_name(p.recompute)}};
     };
-    Json j = {{"gpu_bytes", gpu_bytes}, {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)}, {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""},
-              {"message", adv.message}};
+    Json j = {{"gpu_bytes", gpu_bytes}, {"reserve_bytes", kPlanReserve},
+              {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)},
+              {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""}, {"message", adv.message},
+              {"grad_dtype", in.grad_dtype == DType::kBF16 ? "bf16" : "fp32"}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::fputs(plan_table(adv, in, gpu_bytes).c_str(), stdout);
+    const std::string notes = plan_notes(adv, in, gpu_bytes, c.parallel.grad_dtype);
+    std::fputs((plan_table(adv, in, gpu_bytes) + notes).c_str(), stdout);
   }
   return 0;
 }

@@ -1,4 +1,12 @@
-// anvil: the table of subcommands, and the one place where errors become exit codes.
+// anvil: the table of subcommands, and the one place where errors become output and exit
+// codes. Every error speaks in one voice, "anvil <command>: <what> (<how to fix>)", on
+// stderr: 2 for bad input, 1 for a failure while running, 3 for a missing device (see
+// exit_code in core/error.h). SIGPIPE is ignored: output piped into a reader that has gone
+// (`anvil train ... | tee log`, then Ctrl-C) fails a write instead of killing the process,
+// so a run still stops gracefully and saves.
+#include <signal.h>
+
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -40,9 +48,36 @@ void print_usage(FILE* out) {
   for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
 }
 
+// True when `what` opens with "<words>: " (lower-case words: a command's name, "bench p2p").
+bool opens_with_command(const std::string& what) {
+  const size_t colon = what.find(": ");
+  if (colon == std::string::npos || colon == 0) return false;
+  for (size_t i = 0; i < colon; ++i) {
+    const unsigned char c = static_cast<unsigned char>(what[i]);
+    if (!std::islower(c) && !std::isdigit(c) && c != ' ') return false;
+  }
+  return true;
+}
+
+// The error's one line: "anvil <command>: <what>"; a message that names its command already
+// ("anvil train: ...", "generate: ...") keeps it, once.
+std::string error_line(const std::string& command, const std::string& what) {
+  if (what.rfind("anvil ", 0) == 0 && opens_with_command(what)) return what;
+  if (what.rfind(command + ": ", 0) == 0) return "anvil " + what;
+  return "anvil " + command + ": " + what;
+}
+
+int report_error(const std::string& command, const std::string& what, int code) {
+  const std::string line = error_line(command, what) + "\n";
+  std::fputs(line.c_str(), stderr);
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);
+  anvil::set_program_name(argv[0]);
   if (argc < 2) {
     print_usage(stderr);
     return 2;
@@ -61,17 +96,11 @@ int main(int argc, char** argv) {
     try {
       return c.run(argc - 2, argv + 2);
     } catch (const anvil::Error& e) {
-      if (e.kind() == anvil::ErrorKind::kUsage || e.kind() == anvil::ErrorKind::kInterrupted ||
-          e.kind() == anvil::ErrorKind::kTerminated)
-        std::fprintf(stderr, "%s\n", e.what());
-      else anvil::log_error(e.what());
-      return anvil::exit_code(e.kind());
+      return report_error(name, e.what(), anvil::exit_code(e.kind()));
     } catch (const std::bad_alloc&) {
-      anvil::log_error("out of host memory");
-      return 1;
+      return report_error(name, "out of host memory (a smaller --micro-batch or --seq-len needs less)", 1);
     } catch (const std::exception& e) {
-      anvil::log_error("unexpected: ", e.what());
-      return 1;
+      return report_error(name, anvil::cat("unexpected: ", e.what()), 1);
     }
   }
   std::fprintf(stderr, "anvil: unknown command '%s' (see anvil --help)\n", name.c_str());

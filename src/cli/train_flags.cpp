@@ -50,7 +50,7 @@ void bind_parallel(Args& a, TrainConfig& c) {
                   "process and --grad-accum 1, else fp32; bf16 rounds each gradient once (as PyTorch's autocast and "
                   "FSDP2 do for the weights' bf16 copies) and halves its memory and bytes moved; the embedding's and "
                   "output layer's stay fp32");
-  a.opt("--seq-len", &c.data.seq_len, "T", "tokens per sequence (must match the data's blocks)")
+  a.opt("--seq-len", &c.data.seq_len, "T", "tokens per sequence (must match the data's blocks) [default: the data's]")
       .opt("--steps", &c.steps, "N", "optimizer steps")
       .opt("--micro-batch,--batch", &c.data.micro_batch, "B", "sequences per micro-batch")
       .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per optimizer step")
@@ -68,7 +68,7 @@ void bind_parallel(Args& a, TrainConfig& c) {
 void bind_optim(Args& a, TrainConfig& c) {
   OptimizerConfig& w = c.optim.adamw;
   ScheduleConfig& s = c.optim.schedule;
-  a.opt("--lr", &s.lr, "LR", "peak learning rate")
+  a.opt("--lr,--learning-rate", &s.lr, "LR", "peak learning rate")
       .opt("--weight-decay", &w.weight_decay, "WD", "AdamW decoupled weight decay")
       .opt("--beta1", &w.beta1, "B1", "AdamW beta1")
       .opt("--beta2", &w.beta2, "B2", "AdamW beta2")
@@ -84,7 +84,11 @@ void bind_optim(Args& a, TrainConfig& c) {
 void bind_outputs(Args& a, TrainConfig& c) {
   CheckpointSection& k = c.checkpoint;
   a.opt("--log-every", &c.log.every, "N", "print the loss every N steps")
-      .opt("--metrics", &c.log.metrics, "FILE", "append one JSON object per logged step")
+      .opt("--metrics", &c.log.metrics, "FILE",
+           "JSON lines: the run's header (run id, settings), then one per logged step; a file holding another "
+           "run is refused unless this run resumes it")
+      .flag("--metrics-append", &c.log.metrics_append, "add this run to a --metrics file holding another run")
+      .opt("--tensorboard", &c.log.tensorboard, "DIR", "write TensorBoard event files (the metrics' scalars) into DIR")
       .opt("--export", &c.export_.dir, "DIR", "write a Hugging Face model folder at the end")
       .choice("--export-dtype", &c.export_.dtype, {"bf16", "fp32"}, "dtype of the exported weights")
       .opt("--save-every", &k.save_every, "N", "write a checkpoint every N steps into --ckpt-dir")

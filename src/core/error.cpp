@@ -25,7 +25,10 @@ const char* error_kind_name(ErrorKind kind) {
 
 int exit_code(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kUsage: return 2;
+    case ErrorKind::kUsage:
+    case ErrorKind::kInvalidInput:
+    case ErrorKind::kNotFound:
+    case ErrorKind::kUnsupported: return 2;  // bad input: the command line, a file or a model given
     case ErrorKind::kNoDevice: return 3;
     case ErrorKind::kInterrupted: return 130;  // 128 + SIGINT, as a shell reports it
     case ErrorKind::kTerminated: return 143;   // 128 + SIGTERM

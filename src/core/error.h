@@ -2,7 +2,9 @@
 //
 // Library code never calls exit(): it throws anvil::Error (or returns a Status where the
 // caller is expected to act on a failure, e.g. checkpoint validation). The CLI turns an
-// Error into one actionable line and an exit code chosen by its kind (exit_code()).
+// Error into one actionable line, "anvil <command>: <what> (<how to fix>)", and an exit
+// code chosen by its kind (exit_code()): 2 for bad input (usage, invalid input, not found,
+// unsupported), 3 for a missing device, 130/143 for a signal, 1 for any other failure.
 // cat(...) builds messages without a formatting library, so the core builds anywhere.
 #pragma once
 
@@ -15,10 +17,10 @@ namespace anvil {
 
 enum class ErrorKind {
   kUsage,         // bad command line: exit code 2
-  kInvalidInput,  // a file or value the user gave is malformed
-  kNotFound,      // a file, tensor or model that should exist does not
+  kInvalidInput,  // a file or value the user gave is malformed: exit code 2
+  kNotFound,      // a file, tensor or model that should exist does not: exit code 2
   kIo,            // the operating system refused a read or write
-  kUnsupported,   // a model, setting or construct anvil does not handle
+  kUnsupported,   // a model, setting or construct anvil does not handle: exit code 2
   kOutOfMemory,   // the plan does not fit, or an allocation failed
   kNoDevice,      // no GPU or no driver where one is required: exit code 3
   kDevice,        // CUDA, cuBLAS, cuDNN failures

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/units.h"
 #include "data/chat_template.h"
 #include "data/jsonl.h"
 #include "data/tokenizer.h"
@@ -460,10 +461,12 @@ int64_t run_generate(const GenerateOptions& o, std::istream& in, std::ostream& o
     run_chat(gen, text, o, in, out, count);
   }
   const GenerateTiming& t = gen.timing();
-  log_info("generated for ", count, count == 1 ? " prompt" : " prompts", "; prefill: ", t.prefill_tokens, " tokens in ", t.prefill_seconds, " s (",
-           t.prefill_seconds > 0 ? t.prefill_tokens / t.prefill_seconds : 0.0, " tokens/s); decode: ", t.decode_tokens,
-           " tokens in ", t.decode_seconds, " s (", t.decode_seconds > 0 ? t.decode_tokens / t.decode_seconds : 0.0,
-           " tokens/s)");
+  const double prefill_rate = t.prefill_seconds > 0 ? t.prefill_tokens / t.prefill_seconds : 0.0;
+  const double decode_rate = t.decode_seconds > 0 ? t.decode_tokens / t.decode_seconds : 0.0;
+  log_info("generated for ", count_of(count, "prompt"), "; prefill: ", count_of(t.prefill_tokens, "token"), " in ",
+           format_seconds(t.prefill_seconds), " (", format_count(prefill_rate), " tokens/s); decode: ",
+           count_of(t.decode_tokens, "token"), " in ", format_seconds(t.decode_seconds), " (",
+           format_count(decode_rate), " tokens/s)");
   return count;
 }
 

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/units.h"
 #include "io/safetensors.h"
 
 namespace anvil {
@@ -115,8 +116,8 @@ void export_hf_folder(const Json& config, const std::vector<HfTensor>& tensors, 
                         "merges.txt", "chat_template.jinja"})
     copy_if_present(s.source_dirs, f, s.out_dir);
   if (!s.config_toml.empty()) write_file_atomic(path_join(s.out_dir, "anvil_config.toml"), s.config_toml);
-  log_info("exported ", s.out_dir, " (", s.dtype == DType::kF32 ? "fp32" : "bf16", ", ", shards.size(),
-           shards.size() == 1 ? " file" : " shards", ", ", static_cast<double>(total) / 1e9, " GB)");
+  log_result("exported ", s.out_dir, " (", s.dtype == DType::kF32 ? "fp32" : "bf16", ", ", shards.size(),
+           shards.size() == 1 ? " file" : " shards", ", ", format_bytes(static_cast<double>(total)), ")");
 }
 
 }  // namespace anvil

@@ -302,8 +302,10 @@ class Launch {
     const int blamed = failing_ ? worker_to_blame(exits_) : -1;
     if (blamed >= 0) {
       const Worker& w = workers_[static_cast<size_t>(blamed)];
-      const bool no_device = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 3;
-      raise(no_device ? ErrorKind::kNoDevice : ErrorKind::kComm, "rank ", w.rank, " (pid ", w.pid, ") ",
+      const int code = WIFEXITED(w.status) ? WEXITSTATUS(w.status) : -1;
+      // The worker's exit code carries on: 3 no device, 2 bad input, else a failure.
+      const ErrorKind kind = code == 3 ? ErrorKind::kNoDevice : code == 2 ? ErrorKind::kUsage : ErrorKind::kComm;
+      raise(kind, "rank ", w.rank, " (pid ", w.pid, ") ",
             describe_exit(w.status), "; its last line: ", w.last_line.empty() ? "(no output)" : "'" + w.last_line + "'",
             ". The other ", o_.nproc - 1, " worker(s) were stopped");
     }

@@ -43,9 +43,10 @@ struct LaunchOptions {
 };
 
 // Returns when every worker has exited with status 0; throws otherwise (see above). The
-// error's kind is kNoDevice when the failed worker exited with code 3 (no GPU), kComm
-// otherwise. One launch at a time per process (it owns SIGCHLD, SIGINT and SIGTERM while
-// it runs, and restores the previous handlers).
+// error's kind is kNoDevice when the failed worker exited with code 3 (no GPU), kUsage when
+// it exited with 2 (bad input), kComm otherwise: the launcher exits as the worker did. One
+// launch at a time per process (it owns SIGCHLD, SIGINT and SIGTERM while it runs, and
+// restores the previous handlers).
 void launch_workers(const LaunchOptions& options);
 
 // This executable's path (/proc/self/exe), to re-run anvil as its own workers.

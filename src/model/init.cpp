@@ -21,7 +21,7 @@ void run_init(const InitOptions& o) {
   j["dtype"] = o.dtype == "bf16" ? "bfloat16" : "float32";
   json_write_file(path_join(o.out, "config.json"), j);
   save_hf_weights(path_join(o.out, "model.safetensors"), table, units, o.dtype == "bf16" ? DType::kBF16 : DType::kF32);
-  log_info("wrote ", o.out, ": ", cfg.architecture, ", ", table.total_numel(), " parameters");
+  log_result("wrote ", o.out, ": ", cfg.architecture, ", ", table.total_numel(), " parameters");
 }
 
 }  // namespace anvil

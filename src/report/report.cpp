@@ -58,6 +58,7 @@ struct Series {
   std::string name, label, color;
   std::vector<std::pair<double, double>> points;  // (step, value)
   bool dashed = false, markers = false;
+  std::string run;  // the run's label
 };
 
 struct Axis {
@@ -135,10 +136,13 @@ std::string plot_axes(const Plot& p, const std::string& y_label) {
 // One series: its line, and a circle per point carrying the value as a tooltip (markers
 // are drawn where they stay readable).
 std::string plot_series(const Plot& p, const Series& s) {
+  // A solid line without markers is smoothed by the page's slider (the eval loss and the plan are not).
+  const bool smooth = !s.dashed && !s.markers;
   std::string svg = "<g class=\"series\" data-series=\"" + s.name + "\" data-count=\"" +
-                    std::to_string(s.points.size()) + "\"><polyline fill=\"none\" stroke=\"" + s.color +
+                    std::to_string(s.points.size()) + "\" data-run=\"" + escape_html(s.run) +
+                    "\"><polyline fill=\"none\" stroke=\"" + s.color +
                     "\" stroke-width=\"2\" stroke-linejoin=\"round\"" + (s.dashed ? " stroke-dasharray=\"6 4\"" : "") +
-                    " points=\"";
+                    (smooth ? " data-smooth=\"1\"" : "") + " points=\"";
   for (auto [x, y] : s.points) svg += fmt("%.2f", p.px(x)) + "," + fmt("%.2f", p.py(y)) + " ";
   svg += "\"/>";
   const bool dots = s.markers || (!s.dashed && s.points.size() <= 60);
@@ -175,12 +179,22 @@ std::string chart(const std::string& id, const std::string& title, const std::st
          "</h2><div class=\"legend\">" + legend + "</div></figcaption>" + svg + "</figure>\n";
 }
 
-Series series_of(const Metrics& m, const std::string& name, const std::string& label, const std::string& color,
-                 std::optional<double> MetricsRow::*field, double scale = 1) {
-  Series s{name, label, color, {}, false, false};
-  for (const MetricsRow& r : m.rows)
-    if (r.*field) s.points.emplace_back(static_cast<double>(r.step), *(r.*field) * scale);
-  return s;
+constexpr const char* kRunColors[] = {"#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#db2777", "#ca8a04",
+                                      "#64748b"};
+
+// A chart's series of one quantity, one per run: in `color` for a single run, else in the run's.
+std::vector<Series> series_of(const std::vector<Metrics>& runs, const std::string& name, const std::string& label,
+                              const std::string& color, std::optional<double> MetricsRow::*field, double scale = 1) {
+  std::vector<Series> out;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const Metrics& m = runs[k];
+    Series s{name, runs.size() == 1 ? label : label + " (" + m.label() + ")",
+             runs.size() == 1 ? color : kRunColors[k % std::size(kRunColors)], {}, false, false, m.label()};
+    for (const MetricsRow& r : m.rows)
+      if (r.*field) s.points.emplace_back(static_cast<double>(r.step), *(r.*field) * scale);
+    if (!s.points.empty()) out.push_back(std::move(s));
+  }
+  return out;
 }
 
 std::string card(const std::string& key, const std::string& value, const std::string& sub) {
@@ -215,53 +229,126 @@ svg .label { fill: var(--muted); font-size: 12px; }
 svg .empty { fill: #94a3b8; font-size: 14px; }
 svg circle:hover { r: 5; }
 footer { color: var(--muted); font-size: 12px; margin-top: 20px; }
+h3.run { font-size: 14px; margin: 6px 0 8px; font-weight: 600; }
+.smooth { margin-left: auto; color: var(--muted); font-size: 13px; display: flex; align-items: center; gap: 8px; }
+)";
+
+// The smoothing slider (TensorBoard's): 0 draws the logged values, w near 1 a long average.
+constexpr const char* kSmoothControl =
+    "<label class=\"smooth\">smoothing <input id=\"smooth\" type=\"range\" min=\"0\" max=\"0.99\" step=\"0.01\" "
+    "value=\"0\"> <output id=\"smooth-value\">0.00</output></label>";
+
+// TensorBoard's debiased exponential moving average over each smoothable line's points, in
+// the SVG's coordinates (the value axis is linear, so it is the same average of the values).
+constexpr const char* kSmoothScript = R"(
+(function () {
+  var lines = Array.prototype.slice.call(document.querySelectorAll('polyline[data-smooth]'));
+  lines.forEach(function (l) { l.rawPoints = l.getAttribute('points'); });
+  function smooth(w) {
+    lines.forEach(function (l) {
+      if (w <= 0) { l.setAttribute('points', l.rawPoints); return; }
+      var last = 0, n = 0, out = [];
+      l.rawPoints.trim().split(/\s+/).forEach(function (p) {
+        var xy = p.split(',');
+        last = last * w + (1 - w) * Number(xy[1]);
+        n += 1;
+        out.push(xy[0] + ',' + (last / (1 - Math.pow(w, n))).toFixed(2));
+      });
+      l.setAttribute('points', out.join(' '));
+    });
+    document.getElementById('smooth-value').textContent = w.toFixed(2);
+  }
+  var slider = document.getElementById('smooth');
+  slider.addEventListener('input', function () { smooth(Number(slider.value)); });
+  var asked = /smooth=([0-9.]+)/.exec(location.hash);
+  if (asked) slider.value = asked[1];
+  smooth(Number(slider.value));
+})();
 )";
 
 }  // namespace
 
-Metrics read_metrics(const std::string& path) {
-  std::ifstream in(path);
-  ANVIL_ENSURE(in.good(), kNotFound, path, ": cannot open");
+namespace {
+
+MetricsRow row_of(const Json& j) {
+  MetricsRow r;
+  r.step = j["step"].get<int64_t>();
+  r.loss = number(j, "loss");
+  r.eval_loss = number(j, "eval_loss");
+  r.lr = number(j, "lr");
+  r.grad_norm = number(j, "grad_norm");
+  r.tokens_per_s = number(j, "tokens_per_s");
+  r.mean_tokens_per_s = number(j, "mean_tokens_per_s");
+  r.mfu = number(j, "mfu");
+  r.peak_mem_gib = number(j, "peak_mem_gib");
+  r.planned_mem_gib = number(j, "planned_mem_gib");
+  r.elapsed_s = number(j, "elapsed_s");
+  return r;
+}
+
+// One run's records as they are read: by step (the latest line wins), and its segments.
+struct RunReader {
   Metrics m;
-  m.source = path;
   std::map<int64_t, MetricsRow> by_step;
+  int64_t prev_step = -1;
+  double prev_elapsed = -1, segment_elapsed = 0;
+
+  void add(const MetricsRow& r) {
+    // A step or an elapsed time going back: the run resumed (another segment).
+    const bool segment = m.runs == 0 || r.step <= prev_step || (r.elapsed_s && *r.elapsed_s < prev_elapsed);
+    if (segment) {
+      m.elapsed_s += segment_elapsed;
+      segment_elapsed = 0;
+      ++m.runs;
+    }
+    if (r.elapsed_s) segment_elapsed = *r.elapsed_s, prev_elapsed = *r.elapsed_s;
+    else if (segment) prev_elapsed = -1;
+    prev_step = r.step;
+    by_step[r.step] = r;
+  }
+  Metrics finish() {
+    m.elapsed_s += segment_elapsed;
+    for (auto& [step, r] : by_step) m.rows.push_back(r);
+    return m;
+  }
+};
+
+}  // namespace
+
+std::string Metrics::label() const { return run_id.empty() ? source : "run " + run_id; }
+
+std::vector<Metrics> read_metrics(const std::string& path) {
+  std::ifstream in(path);
+  ANVIL_ENSURE(in.good(), kNotFound, path, ": cannot open (give a file written by anvil train --metrics)");
+  std::vector<Metrics> runs;
+  RunReader run;
+  run.m.source = path;
   std::string line;
-  int64_t line_no = 0, prev_step = -1;
-  double prev_elapsed = -1, run_elapsed = 0;
+  int64_t line_no = 0;
+  auto close_run = [&] {
+    if (!run.by_step.empty()) runs.push_back(run.finish());
+  };
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(line_no);
     const Json j = json_parse(line, where);
-    ANVIL_ENSURE(j.is_object() && j.contains("step") && j["step"].is_number_integer(), kInvalidInput, where,
-                 ": expected a JSON object with an integer \"step\"");
-    MetricsRow r;
-    r.step = j["step"].get<int64_t>();
-    r.loss = number(j, "loss");
-    r.eval_loss = number(j, "eval_loss");
-    r.lr = number(j, "lr");
-    r.grad_norm = number(j, "grad_norm");
-    r.tokens_per_s = number(j, "tokens_per_s");
-    r.mfu = number(j, "mfu");
-    r.peak_mem_gib = number(j, "peak_mem_gib");
-    r.planned_mem_gib = number(j, "planned_mem_gib");
-    r.elapsed_s = number(j, "elapsed_s");
-    // A step or an elapsed time going back: another run (a resume) appended to the file.
-    const bool new_run = m.runs == 0 || r.step <= prev_step || (r.elapsed_s && *r.elapsed_s < prev_elapsed);
-    if (new_run) {
-      m.elapsed_s += run_elapsed;
-      run_elapsed = 0;
-      ++m.runs;
+    if (j.is_object() && !j.contains("step") && j.contains("run_id") && j["run_id"].is_string()) {
+      const std::string id = j["run_id"].get<std::string>();
+      if (id == run.m.run_id) continue;  // a resume of the same run: its records continue it
+      close_run();
+      run = RunReader{};
+      run.m.source = path;
+      run.m.run_id = id;
+      continue;
     }
-    if (r.elapsed_s) run_elapsed = *r.elapsed_s, prev_elapsed = *r.elapsed_s;
-    else if (new_run) prev_elapsed = -1;
-    prev_step = r.step;
-    by_step[r.step] = r;
+    ANVIL_ENSURE(j.is_object() && j.contains("step") && j["step"].is_number_integer(), kInvalidInput, where,
+                 ": expected a JSON object with an integer \"step\" (or a run's header, with \"run_id\")");
+    run.add(row_of(j));
   }
-  m.elapsed_s += run_elapsed;
-  ANVIL_ENSURE(!by_step.empty(), kInvalidInput, path, ": no metrics lines");
-  for (auto& [step, r] : by_step) m.rows.push_back(r);
-  return m;
+  close_run();
+  ANVIL_ENSURE(!runs.empty(), kInvalidInput, path, ": no metrics lines (is it a --metrics file of anvil train?)");
+  return runs;
 }
 
 ReportSummary summarize(const Metrics& m) {
@@ -272,6 +359,8 @@ ReportSummary summarize(const Metrics& m) {
   s.elapsed_s = m.elapsed_s;
   double tps = 0, mfu = 0;
   int64_t n_tps = 0, n_mfu = 0;
+  std::optional<double> run_tps;  // the train log's figure, from the last record carrying it
+  std::optional<double> mfu_per_tps;  // MFU is tokens/s times a constant of the run
   // As the trainer's own figure, the first 10 steps are not timed when later ones exist.
   const bool skip_warm = s.warm_excluded = s.last_step > 10;
   for (const MetricsRow& r : m.rows) {
@@ -285,13 +374,26 @@ ReportSummary summarize(const Metrics& m) {
     }
     if (r.peak_mem_gib) s.peak_mem_gib = std::max(s.peak_mem_gib.value_or(0), *r.peak_mem_gib);
     if (r.planned_mem_gib) s.planned_mem_gib = r.planned_mem_gib;
+    if (r.mean_tokens_per_s) run_tps = r.mean_tokens_per_s;
+    if (r.mfu && r.tokens_per_s && *r.tokens_per_s > 0) mfu_per_tps = *r.mfu / *r.tokens_per_s;
     if (skip_warm && r.step <= 10) continue;
     if (r.tokens_per_s) tps += *r.tokens_per_s, ++n_tps;
     if (r.mfu) mfu += *r.mfu, ++n_mfu;
   }
   if (n_tps) s.mean_tokens_per_s = tps / static_cast<double>(n_tps);
+  if (run_tps) s.mean_tokens_per_s = run_tps, s.tokens_as_log = true;
   if (n_mfu) s.mean_mfu = mfu / static_cast<double>(n_mfu);
+  if (run_tps && mfu_per_tps) s.mean_mfu = *run_tps * *mfu_per_tps;  // the train log's MFU
   return s;
+}
+
+// What the tokens/s figure is: the train log's (tokens over step time), or for records
+// written before they carried it, the mean of the logged steps' figures.
+std::string tokens_basis(const ReportSummary& s) {
+  if (s.tokens_as_log)
+    return std::string("tokens over step time") + (s.warm_excluded ? ", first 10 steps excluded" : "") +
+           ", as the train log";
+  return s.warm_excluded ? "mean of the logged steps after step 10" : "mean of the logged steps";
 }
 
 std::string summary_text(const ReportSummary& s) {
@@ -305,9 +407,9 @@ std::string summary_text(const ReportSummary& s) {
     t += "eval loss   final " + fmt("%.4f", *s.final_eval) + ", best " + fmt("%.4f", *s.best_eval) + " at step " +
          std::to_string(s.best_eval_step) + "\n";
   if (s.mean_tokens_per_s)
-    t += "tokens/s    mean " + grouped(*s.mean_tokens_per_s) +
-         (s.mean_mfu ? ", MFU " + fmt("%.1f", 100 * *s.mean_mfu) + "%" : std::string()) +
-         (s.warm_excluded ? " (logged steps after step 10)" : " (logged steps)") + "\n";
+    t += "tokens/s    " + grouped(*s.mean_tokens_per_s) +
+         (s.mean_mfu ? ", MFU " + fmt("%.1f", 100 * *s.mean_mfu) + "%" : std::string()) + " (" + tokens_basis(s) +
+         ")\n";
   if (s.peak_mem_gib)
     t += "memory      peak " + fmt("%.2f", *s.peak_mem_gib) + " GiB" +
          (s.planned_mem_gib ? " (planned " + fmt("%.2f", *s.planned_mem_gib) + " GiB)" : std::string()) + "\n";
@@ -328,8 +430,7 @@ std::string summary_cards(const ReportSummary& s) {
     h += card("Eval loss", fmt("%.4f", *s.final_eval), "best " + fmt("%.4f", *s.best_eval) + " at step " +
                                                           std::to_string(s.best_eval_step));
   if (s.mean_tokens_per_s)
-    h += card("Tokens/s", grouped(*s.mean_tokens_per_s),
-              s.warm_excluded ? "mean after step 10" : "mean");
+    h += card("Tokens/s", grouped(*s.mean_tokens_per_s), tokens_basis(s));
   if (s.mean_mfu) h += card("MFU", fmt("%.1f", 100 * *s.mean_mfu) + "%", "mean, dense bf16 peak");
   if (s.peak_mem_gib)
     h += card("Peak memory", fmt("%.2f", *s.peak_mem_gib) + " GiB",
@@ -338,50 +439,69 @@ std::string summary_cards(const ReportSummary& s) {
   return h;
 }
 
+// The series of `more` after those of `into`, styled by `style`.
+void append_series(std::vector<Series>& into, std::vector<Series> more, void (*style)(Series&)) {
+  for (Series& s : more) {
+    style(s);
+    into.push_back(std::move(s));
+  }
+}
+
 // The charts of the report, one per logged quantity (losses together, memory with its plan).
-std::string report_charts(const Metrics& m) {
+std::string report_charts(const std::vector<Metrics>& runs) {
   std::string h;
-  Series loss = series_of(m, "loss", "train loss", "#2563eb", &MetricsRow::loss);
-  Series eval = series_of(m, "eval_loss", "eval loss", "#ea580c", &MetricsRow::eval_loss);
-  eval.markers = true;
-  std::vector<Series> losses = {loss};
-  if (!eval.points.empty()) losses.push_back(eval);
+  std::vector<Series> losses = series_of(runs, "loss", "train loss", "#2563eb", &MetricsRow::loss);
+  append_series(losses, series_of(runs, "eval_loss", "eval loss", "#ea580c", &MetricsRow::eval_loss),
+                [](Series& s) { s.markers = true; });
   h += chart("chart-loss", "Loss", "loss", losses, false, "no loss logged");
-  h += chart("chart-lr", "Learning rate", "learning rate", {series_of(m, "lr", "learning rate", "#16a34a", &MetricsRow::lr)},
-             true, "no learning rate logged");
+  h += chart("chart-lr", "Learning rate", "learning rate",
+             series_of(runs, "lr", "learning rate", "#16a34a", &MetricsRow::lr), true, "no learning rate logged");
   h += chart("chart-grad-norm", "Gradient norm (before clipping)", "norm",
-             {series_of(m, "grad_norm", "gradient norm", "#9333ea", &MetricsRow::grad_norm)}, true, "no gradient norm logged");
+             series_of(runs, "grad_norm", "gradient norm", "#9333ea", &MetricsRow::grad_norm), true,
+             "no gradient norm logged");
   h += chart("chart-tokens-per-s", "Throughput", "tokens/s",
-             {series_of(m, "tokens_per_s", "tokens/s", "#0891b2", &MetricsRow::tokens_per_s)}, true,
+             series_of(runs, "tokens_per_s", "tokens/s", "#0891b2", &MetricsRow::tokens_per_s), true,
              "no throughput logged");
   h += chart("chart-mfu", "Model FLOPs utilisation", "MFU (%)",
-             {series_of(m, "mfu", "MFU", "#db2777", &MetricsRow::mfu, 100.0)}, true,
-             "no MFU: it is measured on GPUs");
-  Series peak = series_of(m, "peak_mem_gib", "peak", "#2563eb", &MetricsRow::peak_mem_gib);
-  Series plan = series_of(m, "planned_mem_gib", "plan", "#64748b", &MetricsRow::planned_mem_gib);
-  plan.dashed = true;
-  std::vector<Series> mem = {peak};
-  if (!plan.points.empty()) mem.push_back(plan);
-  h += chart("chart-memory", plan.points.empty() ? "Peak memory (host; the plan covers GPUs)" : "Peak memory against the plan",
-             "GiB", mem, true, "no memory logged");
+             series_of(runs, "mfu", "MFU", "#db2777", &MetricsRow::mfu, 100.0), true, "no MFU: it is measured on GPUs");
+  std::vector<Series> mem = series_of(runs, "peak_mem_gib", "peak", "#2563eb", &MetricsRow::peak_mem_gib);
+  const size_t peaks = mem.size();
+  append_series(mem, series_of(runs, "planned_mem_gib", "plan", "#64748b", &MetricsRow::planned_mem_gib),
+                [](Series& s) { s.dashed = true; });
+  h += chart("chart-memory",
+             mem.size() == peaks ? "Peak memory (host; the plan covers GPUs)" : "Peak memory against the plan", "GiB",
+             mem, true, "no memory logged");
   return h;
 }
 
 }  // namespace
 
-std::string render_report_html(const Metrics& m) {
-  const ReportSummary s = summarize(m);
+std::string render_report_html(const std::vector<Metrics>& runs) {
+  std::string sources, cards;
+  int64_t logged = 0;
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const Metrics& m = runs[k];
+    if (k == 0 || m.source != runs[k - 1].source) sources += (sources.empty() ? "" : ", ") + m.source;
+    const ReportSummary s = summarize(m);
+    logged += s.logged;
+    if (runs.size() > 1)
+      cards += "<h3 class=\"run\">" + escape_html(m.label()) +
+               (m.run_id.empty() ? "" : " &middot; " + escape_html(m.source)) + "</h3>";
+    cards += "<section class=\"cards\">" + summary_cards(s) + "</section>\n";
+  }
+  const size_t segments = runs.size() == 1 ? static_cast<size_t>(runs[0].runs) : runs.size();
   std::string h = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                   "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                  "<title>anvil report: " + escape_html(m.source) + "</title><style>" + kStyle +
-                  "</style></head>\n<body>\n<header><h1>Training report</h1><p class=\"src\">" +
-                  escape_html(m.source) + (m.runs > 1 ? " &middot; " + std::to_string(m.runs) + " runs" : "") +
-                  "</p></header>\n<section class=\"cards\">";
-  h += summary_cards(s);
-  h += "</section>\n<section class=\"grid\">\n";
-  h += report_charts(m);
-  h += "</section>\n<footer>anvil report &middot; " + std::to_string(s.logged) +
-       " logged steps &middot; hover a point for its value</footer>\n</body></html>\n";
+                  "<title>anvil report: " + escape_html(sources) + "</title><style>" + kStyle +
+                  "</style></head>\n<body>\n<header><h1>Training report</h1><p class=\"src\">" + escape_html(sources) +
+                  (segments > 1 ? " &middot; " + std::to_string(segments) + " runs" : "") + "</p>" + kSmoothControl +
+                  "</header>\n";
+  h += cards;
+  h += "<section class=\"grid\">\n";
+  h += report_charts(runs);
+  h += "</section>\n<footer>anvil report &middot; " + std::to_string(logged) +
+       " logged steps &middot; hover a point for its value</footer>\n<script>" + kSmoothScript +
+       "</script>\n</body></html>\n";
   return h;
 }
 

@@ -76,7 +76,7 @@ void finish_copies(TrainRun& run) {
 }
 
 std::string resume_command(const TrainCommand& command) {
-  std::string cmd = "anvil train";
+  std::string cmd = program_name() + " train";
   for (size_t i = 0; i < command.args.size(); ++i) {
     const std::string& a = command.args[i];
     if (a == "--resume") {

@@ -118,8 +118,9 @@ void check_train(TrainConfig& c, FileLock& ckpt_lock) {
   ANVIL_ENSURE(c.model.model.empty() != c.model.preset.empty(), kUsage,
                "anvil train: give exactly one of --model and --preset");
   ANVIL_ENSURE(!d.source.empty(), kUsage, "anvil train: --data is required");
-  ANVIL_ENSURE(c.steps >= 1 && d.micro_batch >= 1 && d.grad_accum >= 1, kUsage,
-               "anvil train: --steps, --micro-batch and --grad-accum must be at least 1");
+  ANVIL_ENSURE(c.steps >= 1, kUsage, "anvil train: --steps must be at least 1, got ", c.steps);
+  ANVIL_ENSURE(d.micro_batch >= 1, kUsage, "anvil train: --micro-batch must be at least 1, got ", d.micro_batch);
+  ANVIL_ENSURE(d.grad_accum >= 1, kUsage, "anvil train: --grad-accum must be at least 1, got ", d.grad_accum);
   const CheckpointSection& k = c.checkpoint;
   ANVIL_ENSURE(k.save_every >= 0 && k.keep_last >= 0, kUsage, "anvil train: --save-every and --keep-last are counts");
   ANVIL_ENSURE(k.save_every == 0 || !k.dir.empty(), kUsage, "anvil train: --save-every needs --ckpt-dir");

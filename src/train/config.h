@@ -65,7 +65,9 @@ struct EvalSection {
 
 struct LogSection {
   int64_t every = 10;   // the loss line every N steps (and the first and the last)
-  std::string metrics;  // JSON lines, one per logged step
+  std::string metrics;  // JSON lines: a header record, then one per logged step
+  bool metrics_append = false;  // add a new run to a --metrics file that holds another
+  std::string tensorboard;      // a folder for TensorBoard event files
   bool operator==(const LogSection&) const = default;
 };
 

@@ -75,9 +75,6 @@ TrainSummary train_loop(TrainRun& run) {
   const auto run_start = Clock::now();
   const int64_t start = run.point.step;
   TrainSummary summary;
-  double timed_s = 0;
-  int64_t timed_tokens = 0;
-  const int64_t warm = c.steps > 10 ? 10 : 0;  // as the reference: the first 10 steps are not timed
   for (int64_t step = start + 1; step <= c.steps; ++step) {
     hang_if_armed(run, step);
     const auto t0 = Clock::now();
@@ -86,10 +83,6 @@ TrainSummary train_loop(TrainRun& run) {
     const double dt = seconds_since(t0);
     const int64_t tokens = step_real_tokens(run, micro);
     summary.losses.push_back(st.loss);
-    if (step > warm) {
-      timed_s += dt;
-      timed_tokens += tokens;
-    }
     Json eval_loss = nullptr;
     if (run.eval_data && (step == c.steps || (c.eval.every > 0 && step % c.eval.every == 0))) {
       progress.clear();
@@ -111,7 +104,7 @@ TrainSummary train_loop(TrainRun& run) {
     progress.draw(step, c.steps, st.loss, eta);
   }
   progress.clear();
-  summary.tokens_per_s = timed_s > 0 ? static_cast<double>(timed_tokens) / timed_s : 0;
+  summary.tokens_per_s = run.throughput.tokens_per_s();  // log_step counted each step
   return summary;
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/duration.h"
 #include "core/log.h"
+#include "core/units.h"
 #include "train/bench_step.h"
 
 namespace anvil {
@@ -25,17 +26,23 @@ double peak_mem_gib(const TrainRun& run) {
                                    : peak_rss_gib();
 }
 
+// The step's record into --metrics and its scalars into --tensorboard.
 void write_metrics(TrainRun& run, int64_t step, const StepStats& st, double tps, double elapsed,
                    const Json& eval_loss) {
   // The plan of the device's memory; on the CPU, whose memory is not planned, none.
   const Json planned = run.base.device == "cuda"
                            ? Json(static_cast<double>(run.trainer->plan().total()) / (1ll << 30)) : Json(nullptr);
   Json m = {{"step", step}, {"loss", st.loss}, {"grad_norm", st.grad_norm}, {"lr", st.lr},
-            {"tokens_per_s", tps}, {"mfu", mfu_of(run, tps)}, {"peak_mem_gib", peak_mem_gib(run)},
-            {"planned_mem_gib", planned}, {"elapsed_s", elapsed}};
+            {"tokens_per_s", tps}, {"mean_tokens_per_s", run.throughput.tokens_per_s()},
+            {"mfu", mfu_of(run, tps)}, {"peak_mem_gib", peak_mem_gib(run)},
+            {"planned_mem_gib", planned}, {"elapsed_s", elapsed}, {"run_id", run.run_id}};
   if (!eval_loss.is_null()) m["eval_loss"] = eval_loss;
-  run.metrics << m.dump() << "\n";
-  run.metrics.flush();
+  if (run.metrics) run.metrics->write(m);
+  if (!run.tensorboard) return;
+  std::vector<std::pair<std::string, double>> scalars;
+  for (const char* key : {"loss", "eval_loss", "lr", "grad_norm", "tokens_per_s", "mfu", "peak_mem_gib"})
+    if (m.contains(key) && m[key].is_number()) scalars.emplace_back(key, m[key].get<double>());
+  run.tensorboard->scalars(step, scalars);
 }
 
 }  // namespace
@@ -69,6 +76,7 @@ double peak_rss_gib() {
 void log_step(TrainRun& run, int64_t step, const StepStats& st, int64_t tokens, double seconds, double elapsed,
               double eta, const Json& eval_loss) {
   const TrainConfig& c = run.config();
+  run.throughput.add(step, tokens, seconds);
   if (run.base.rank != 0 || !(step % c.log.every == 0 || step == c.steps || step == 1 || !eval_loss.is_null())) return;
   const double tps = static_cast<double>(tokens) / seconds;
   char line[256];
@@ -76,16 +84,20 @@ void log_step(TrainRun& run, int64_t step, const StepStats& st, int64_t tokens, 
                 static_cast<long long>(step), static_cast<long long>(c.steps), st.loss, st.grad_norm, st.lr, tps,
                 run.data->packing() == Packing::kWrapped ? "tok/s" : "real tok/s", format_hms(eta).c_str());
   log_info(line);
-  if (run.metrics.is_open()) write_metrics(run, step, st, tps, elapsed, eval_loss);
+  if (run.metrics || run.tensorboard) write_metrics(run, step, st, tps, elapsed, eval_loss);
 }
 
 void log_done(const TrainRun& run, const TrainSummary& summary) {
   const int64_t steps = run.config().steps;
+  if (summary.losses.empty()) {
+    log_result("done: nothing left to train (the checkpoint is at step ", run.point.step, " of --steps ", steps, ")");
+    return;
+  }
   char done[256];
-  std::string note = run.data->packing() == Packing::kWrapped ? "" : "real tokens: padding excluded, in MFU too";
-  if (steps > 10) note += (note.empty() ? "" : "; ") + std::string("first 10 steps excluded");
-  std::snprintf(done, sizeof done, "done: %lld steps, %.0f tokens/s%s", static_cast<long long>(steps),
-                summary.tokens_per_s, note.empty() ? "" : (" (" + note + ")").c_str());
+  const char* real = run.data->packing() == Packing::kWrapped ? "" : "; real tokens: padding excluded, in MFU too";
+  std::snprintf(done, sizeof done, "done: %lld steps, %s tokens/s (tokens over step time%s%s)",
+                static_cast<long long>(steps), format_count(summary.tokens_per_s).c_str(), real,
+                run.throughput.warm_excluded() ? ", first 10 steps excluded" : "");
   std::string tail;
   if (run.base.device == "cuda") {
     const Json mfu = mfu_of(run, summary.tokens_per_s);
@@ -103,7 +115,7 @@ void log_done(const TrainRun& run, const TrainSummary& summary) {
   }
   char host[64];
   std::snprintf(host, sizeof host, ", peak host memory %.2f GiB", summary.peak_host_gib);
-  log_info(done, tail, host);
+  log_result(done, tail, host);
 }
 
 void log_last_line(const TrainConfig& c, const TrainSummary& summary, double seconds) {
@@ -119,7 +131,7 @@ void log_last_line(const TrainConfig& c, const TrainSummary& summary, double sec
   }
   last += (summary.losses.empty() ? ": " : ", ") + std::string("elapsed ") + format_hms(seconds);
   last += c.export_.dir.empty() ? ", no export (--export DIR writes one)" : ", model exported to " + c.export_.dir;
-  log_info(last);
+  log_result(last);
 }
 
 }  // namespace anvil

@@ -3,7 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+
+#include "core/log.h"
 
 namespace anvil {
 namespace {
@@ -13,7 +16,7 @@ volatile sig_atomic_t g_announce = 0;
 struct sigaction g_previous[2];
 
 void say(const char* text) {
-  if (g_announce) [[maybe_unused]] const ssize_t n = ::write(2, text, std::strlen(text));
+  if (g_announce) write_or_terminal(2, text, std::strlen(text));
 }
 
 void on_signal(int sig) {
@@ -22,8 +25,10 @@ void on_signal(int sig) {
     ::_exit(128 + g_requested);
   }
   g_requested = sig;
+  const int saved_errno = errno;  // the interrupted code's
   say(sig == SIGINT ? "\nanvil: SIGINT: stopping after the step in flight (send it again to stop at once)\n"
                     : "\nanvil: SIGTERM: stopping after the step in flight (send it again to stop at once)\n");
+  errno = saved_errno;
 }
 
 }  // namespace

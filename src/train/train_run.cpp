@@ -1,8 +1,11 @@
 // Opening a training run: see train/train_run.h.
 #include "train/train_run.h"
 
+#include "comm/comm.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/units.h"
+#include "io/checkpoint_files.h"
 
 namespace anvil {
 namespace {
@@ -62,10 +65,46 @@ void log_start(const TrainRun& run) {
   log_info("training ", b.config.architecture, " (", b.table->total_numel(), " parameters) on ", b.world, " x ",
            b.device, " (", parallel_mode_name(run.trainer->mode()), ", ", run.trainer->settings().mode_reason,
            c.parallel.reduce_dtype == DType::kBF16 ? "; gradients reduced in bf16" : "",
-           run.trainer->grad_dtype() == DType::kBF16 ? "; the blocks' gradients in bf16" : "", "): ", data.size(),
-           " blocks of ", data.seq_len(), " tokens, ", c.steps, " steps of ", run.per_step * b.world, " sequences");
+           run.trainer->grad_dtype() == DType::kBF16 ? "; the blocks' gradients in bf16" : "", "): ",
+           count_of(data.size(), "block"), " of ", data.seq_len(), " tokens, ", count_of(c.steps, "step"), " of ",
+           count_of(run.per_step * b.world, "sequence"));
   log_info("data: ", data.summary());
   if (run.eval_data) log_info("eval data: ", run.eval_data->summary());
+}
+
+// The metrics file's first record: the run's id, what it trains and its resolved settings.
+Json metrics_header(const TrainRun& run, bool resumed) {
+  const TrainConfig& c = run.config();
+  Json settings = run.save.train;
+  settings["mode"] = parallel_mode_name(run.trainer->mode());
+  settings["recompute"] = recompute_name(run.trainer->recompute());
+  settings["grad_dtype"] = run.trainer->grad_dtype() == DType::kBF16 ? "bf16" : "fp32";
+  settings["device"] = run.base.device;
+  return Json{{"run_id", run.run_id}, {"model", c.model.preset.empty() ? c.model.model : "preset " + c.model.preset},
+              {"data", c.data.source}, {"seed", c.seed}, {"resumed_at_step", resumed ? run.point.step : 0},
+              {"config", settings}, {"config_toml", run.command.config_toml}};
+}
+
+// The run id a checkpoint was saved under: "" when it has none (saved before run ids) or its
+// meta.json cannot be read (opening the checkpoint then says why).
+std::string checkpoint_run_id(const std::string& ckpt) {
+  try {
+    return read_checkpoint_meta(ckpt).value("train", Json::object()).value("run_id", "");
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+// The run's first line (rank 0): its id (the resumed checkpoint's when it continues one),
+// model, data, mode and seed; then a --metrics file holding another run is refused.
+void name_run(const TrainConfig& c, TrainRun& run, const std::string& resume) {
+  run.run_id = resume.empty() ? "" : checkpoint_run_id(resume);
+  if (run.run_id.empty()) run.run_id = new_run_id();
+  if (comm_options_from_env().rank != 0) return;
+  log_info("anvil train: run ", run.run_id, resume.empty() ? "" : " (resumed)", ": ",
+           c.model.preset.empty() ? "model " + c.model.model : "preset " + c.model.preset, ", data ", c.data.source,
+           ", mode ", parallel_mode_name(c.parallel.mode), ", seed ", c.seed);
+  if (!c.log.metrics.empty()) check_metrics_file(c.log.metrics, run.run_id, c.log.metrics_append);
 }
 
 // The data order (after the checkpoint's position), the metrics file, the checkpoints'
@@ -79,14 +118,16 @@ void open_outputs(TrainRun& run, bool resumed) {
     if (run.point.step >= c.steps)
       log_info("the checkpoint is at step ", run.point.step, " of --steps ", c.steps, ": nothing to train");
   }
-  if (!c.log.metrics.empty()) {
-    run.metrics.open(c.log.metrics, std::ios::app);
-    ANVIL_ENSURE(run.metrics.good(), kIo, c.log.metrics, ": cannot open for writing");
-  }
   SaveSettings& save = run.save;
   save.model_dir = b.model_dir;
   save.tokenizer_dir = c.data.tokenizer;
   save.train = train_record(c, b.world);
+  save.train["run_id"] = run.run_id;
+  run.throughput = Throughput(c.steps);
+  if (!c.log.metrics.empty() && b.rank == 0)
+    run.metrics = std::make_unique<MetricsFile>(c.log.metrics, metrics_header(run, resumed), c.log.metrics_append);
+  if (!c.log.tensorboard.empty() && b.rank == 0)
+    run.tensorboard = std::make_unique<TensorBoardWriter>(c.log.tensorboard);
   save.config_toml = run.command.config_toml;
   if (resumed) {
     std::string changed;
@@ -102,9 +143,10 @@ void open_outputs(TrainRun& run, bool resumed) {
 }  // namespace
 
 void open_train(const TrainConfig& c, TrainRun& run) {
+  const std::string resume = find_resume_checkpoint(c.checkpoint.dir, c.checkpoint.resume);
+  name_run(c, run, resume);
   open_data(c, run);
   check_snapshot_memory(c.checkpoint, *run.base.table, run.base.comm.get());  // before any weight is read
-  const std::string resume = find_resume_checkpoint(c.checkpoint.dir, c.checkpoint.resume);
   open_trainer(c, run, resume);
   log_start(run);
   open_outputs(run, !resume.empty());

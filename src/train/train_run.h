@@ -5,16 +5,17 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/file_lock.h"
 #include "data/blocks.h"
+#include "report/tensorboard.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_async.h"
 #include "train/config.h"
+#include "train/metrics_file.h"
 #include "train/open_run.h"
 #include "train/save_copies.h"
 #include "train/trainer.h"
@@ -41,7 +42,10 @@ struct TrainRun {
   SaveSettings save;
   std::unique_ptr<SaveCopies> copies;  // --on-save, on rank 0
   std::unique_ptr<AsyncSaver> saver;   // --save-every without --sync-save (train/checkpoint_async.h)
-  std::ofstream metrics;
+  std::string run_id;  // new_run_id(), or the resumed checkpoint's
+  std::unique_ptr<MetricsFile> metrics;  // --metrics, on rank 0
+  std::unique_ptr<TensorBoardWriter> tensorboard;  // --tensorboard, on rank 0
+  Throughput throughput{0};
 
   // The resolved config (once the Trainer is built): the one holder of every setting.
   const TrainConfig& config() const { return trainer->settings().config; }

@@ -15,7 +15,6 @@
 #include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "../testing.h"
-#include "../token_blocks.h"
 #include "require_gpu.h"
 
 namespace anvil {
@@ -50,7 +49,7 @@ GpuRun train(const std::string& dir, const std::string& tag, int nproc, const st
 
 void expect_async_equals_sync(int nproc) {
   const std::string dir = testing::temp_dir("gpu-async-save");
-  testing::write_token_blocks(dir + "/train.safetensors", 16, 37, 3);
+  testing::write_random_blocks(dir + "/train.safetensors", 16, 37, 3);
   const std::string n = std::to_string(nproc);
   const GpuRun sync = train(dir, "sync" + n, nproc, {"--ckpt-dir", dir + "/s", "--save-every", "3", "--sync-save"});
   ASSERT_EQ(sync.exit_code, 0) << sync.out;

@@ -51,6 +51,7 @@ GpuRun train(const std::string& dir, const std::string& tag, int nproc, const st
   std::string line;
   while (std::getline(m, line)) {
     const Json j = json_parse(line, tag);
+    if (!j.contains("step")) continue;  // the run's header record
     run.losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
     if (j.contains("eval_loss")) run.eval_losses[j["step"].get<int64_t>()] = j["eval_loss"].get<double>();
   }
