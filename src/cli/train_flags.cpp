@@ -20,8 +20,10 @@ void bind_sources(Args& a, TrainConfig& c) {
       .opt("--eval-data", &c.eval.data, "SOURCE",
            "held-out data (what --data takes, packed the same way): its token-weighted mean loss, all ranks, no "
            "gradients, every --eval-every steps and at the end")
-      .opt("--eval-split", &c.eval.split, "NAME", "the split of a hub dataset id given to --eval-data")
+      .opt("--eval-split", &c.eval.split, "NAME",
+           "the split of a hub dataset id given to --eval-data [default: its validation or test split]")
       .opt("--eval-every", &c.eval.every, "N", "evaluate every N steps (0: only at the end)")
+      .opt("--eval-max-blocks", &c.eval.max_blocks, "N", "evaluate the first N blocks of the eval set (0: all)")
       .flag("--assistant-only-loss", &d.assistant_only_loss, "train only on the assistant turns of chats")
       .flag("--skip-bad-rows", &d.skip_bad_rows, "skip and count malformed rows instead of stopping")
       .opt("--device", &c.model.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]");

@@ -304,6 +304,16 @@ PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& da
   return tally;
 }
 
+// Data with no row at all: says which file is empty (or holds only bad rows) rather than
+// counting its tokens.
+void check_not_empty(const PrepareOptions& o, const PackTally& tally) {
+  if (tally.rows > 0) return;
+  const std::string what = o.data.size() == 1 ? o.data[0] : cat("the ", o.data.size(), " data files");
+  ANVIL_ENSURE(tally.bad_rows > 0, kInvalidInput, "prepare: ", what, o.data.size() == 1 ? " is" : " are",
+               " empty: no rows to train on (one JSON object per line, or Parquet rows)");
+  raise(ErrorKind::kInvalidInput, "prepare: every row of ", what, " is bad (", tally.bad_rows, " skipped)");
+}
+
 // Room for the header (fixed part plus the data file entries), rounded up to a page: where the blocks start.
 size_t data_offset_for(const PrepareOptions& o) {
   size_t header_room = 2048;
@@ -385,6 +395,7 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
     write_all(fd, zeros.data(), zeros.size(), tmp);
     BlockWriter blocks(fd, tmp, o.seq_len, o.assistant_only_loss);
     const PackTally tally = pack_files(o, data_hashes, encoder, blocks);
+    check_not_empty(o, tally);
     ANVIL_ENSURE(blocks.blocks() > 0, kInvalidInput, "prepare: ", tally.total_tokens,
                  " tokens make no block of --seq-len ", o.seq_len, " (more data or a shorter --seq-len)");
     const Json header = packed_header({o, tokenizer, tmpl.get(), tally, blocks.blocks(), data_offset, key});

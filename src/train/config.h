@@ -52,10 +52,12 @@ struct CheckpointSection {
 };
 
 // Held-out blocks (any source --data takes, packed the same way): evaluated every `every`
-// steps (0: only at the end) and at the end. split: for hub dataset ids.
+// steps (0: only at the end) and at the end, the first max_blocks of them (0: all). split:
+// for hub dataset ids (empty: the dataset's validation or test split).
 struct EvalSection {
   std::string data, split;
   int64_t every = 0;
+  int64_t max_blocks = 0;
   bool operator==(const EvalSection&) const = default;
 };
 

@@ -20,18 +20,25 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The eval loss over the whole eval set (every rank takes part), logged on rank 0.
-double evaluate_and_log(TrainRun& run, int64_t step) {
+// The eval loss over the eval set (its first --eval-max-blocks blocks when set; every rank
+// takes part), logged on rank 0 with progress lines while it runs.
+EvalResult evaluate_and_log(TrainRun& run, int64_t step) {
   const TrainConfig& c = run.config();
   const BlockSource& ev_data = *run.eval_data;
-  const EvalResult ev = evaluate(*run.trainer, run.base.comm.get(), ev_data.size(), c.data.micro_batch,
-                                 ev_data.seq_len(), [&](int64_t block, TokenBatch& b) { ev_data.append(block, b); });
+  const int64_t blocks = eval_blocks(c.eval, ev_data.size());
+  if (run.base.rank == 0)
+    log_info("step ", step, "/", c.steps, "  evaluating ", blocks, " blocks",
+             blocks < ev_data.size() ? cat(" of ", ev_data.size(), " (--eval-max-blocks)") : std::string());
+  EvalProgressLog progress(run.base.rank == 0, blocks);
+  const EvalResult ev = evaluate(*run.trainer, run.base.comm.get(), blocks, c.data.micro_batch, ev_data.seq_len(),
+                                 [&](int64_t block, TokenBatch& b) { ev_data.append(block, b); },
+                                 [&](int64_t done) { progress.update(done); });
   char line[200];
   std::snprintf(line, sizeof line, "step %lld/%lld  eval loss %.4f  (%lld blocks, %lld tokens, %.1f s)",
                 static_cast<long long>(step), static_cast<long long>(c.steps), ev.loss,
                 static_cast<long long>(ev.blocks), static_cast<long long>(ev.tokens), ev.seconds);
   log_info(line);
-  return ev.loss;
+  return ev;
 }
 
 // ANVIL_FAULT hang_at_step: this rank stops answering (until a signal) before `step`.
@@ -51,6 +58,20 @@ std::vector<TokenBatch> step_batches(TrainRun& run, int64_t step) {
   return micro;
 }
 
+// A step. One that diverges (a non-finite loss or gradient norm) leaves its record and the
+// reason in --metrics before the error stops the run.
+StepStats run_step(TrainRun& run, int64_t step) {
+  try {
+    return run.trainer->step(step_batches(run, step));
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kNumerics && run.metrics.is_open()) {
+      run.metrics << Json{{"step", step}, {"diverged", e.what()}}.dump() << "\n";
+      run.metrics.flush();
+    }
+    throw;
+  }
+}
+
 // The signal that stops every rank after this step (0: none): the signal may reach them at
 // different times.
 int agreed_stop(const TrainRun& run) {
@@ -66,13 +87,13 @@ TrainSummary train_loop(TrainRun& run) {
   const auto run_start = Clock::now();
   const int64_t start = run.point.step, T = run.data->seq_len();
   TrainSummary summary;
-  double timed_s = 0;
+  double timed_s = 0, eval_s = 0, last_eval_s = 0;
   int64_t timed_tokens = 0;
   const int64_t warm = c.steps > 10 ? 10 : 0;  // as the reference: the first 10 steps are not timed
   for (int64_t step = start + 1; step <= c.steps; ++step) {
     hang_if_armed(run, step);
     const auto t0 = Clock::now();
-    const StepStats st = run.trainer->step(step_batches(run, step));
+    const StepStats st = run_step(run, step);
     const double dt = seconds_since(t0);
     summary.losses.push_back(st.loss);
     if (step > warm) {
@@ -80,13 +101,18 @@ TrainSummary train_loop(TrainRun& run) {
       timed_tokens += run.per_step * run.base.world * T;
     }
     Json eval_loss = nullptr;
-    if (run.eval_data && (step == c.steps || (c.eval.every > 0 && step % c.eval.every == 0))) {
+    if (run.eval_data && eval_due(c, step)) {
       progress.clear();
-      eval_loss = evaluate_and_log(run, step);
-      summary.eval_losses.push_back(eval_loss.get<double>());
+      const EvalResult ev = evaluate_and_log(run, step);
+      eval_loss = ev.loss;
+      summary.eval_losses.push_back(ev.loss);
+      eval_s += ev.seconds;
+      last_eval_s = ev.seconds;
     }
+    // The ETA: the steps left at the training steps' pace, and the evaluations left at the last one's.
     const double elapsed = seconds_since(run_start);
-    const double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(c.steps - step);
+    const double eta = (elapsed - eval_s) / static_cast<double>(step - start) * static_cast<double>(c.steps - step) +
+                       static_cast<double>(evals_after(c, step)) * last_eval_s;
     progress.clear();
     log_step(run, step, st, dt, elapsed, eta, eval_loss);
     save_if_due(run, step);
