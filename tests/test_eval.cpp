@@ -13,13 +13,16 @@
 //  - --eval-max-blocks N evaluates the set's first N blocks; the ETA counts the evaluations
 //    left apart from the steps;
 //  - a hub id without --eval-split is evaluated on its validation split, never silently on
-//    the training split (refused without a held-out split); bad settings exit 2.
+//    the training split (refused without a held-out split); bad settings exit 2;
+//  - --keep-best keeps the checkpoint of the lowest eval loss beside --keep-last's.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 #include "core/fs.h"
 #include "core/json.h"
@@ -294,6 +297,32 @@ TEST_F(Eval, HubEvalDataTakesItsHeldOutSplit) {
   EXPECT_NE(r.out.find("(" + std::to_string(held_blocks) + " blocks,"), std::string::npos) << r.out;
 }
 
+// --keep-best with --keep-last 1: the newest checkpoint and the one of the lowest eval loss
+// (best.json names it), whatever rotation deleted; the run's losses are a plain run's.
+TEST_F(Eval, KeepBestKeepsTheLowestEvalLossCheckpoint) {
+  const std::string ckpt = *dir_ + "/best-ckpt";
+  const std::vector<std::string> every = {"--eval-data", *dir_ + "/eval2.safetensors", "--eval-every", "1",
+                                          "--lr", "2e-2"};
+  const TrainRun plain = train("best-plain", 1, every);
+  std::vector<std::string> args = every;
+  args.insert(args.end(), {"--save-every", "1", "--ckpt-dir", ckpt, "--keep-last", "1", "--keep-best"});
+  const TrainRun best = train("best", 1, args);
+  ASSERT_EQ(best.exit_code, 0) << best.out;
+  EXPECT_EQ(best.eval_losses, plain.eval_losses);
+  ASSERT_EQ(best.eval_losses.size(), 6u) << best.out;
+  int64_t argmin = 1;
+  for (const auto& [step, loss] : best.eval_losses)
+    if (loss < best.eval_losses.at(argmin)) argmin = step;
+  ASSERT_LT(argmin, 6) << "the eval loss must rise after its lowest point for rotation to matter";
+  std::set<std::string> kept;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt))
+    if (e.path().filename().string().rfind("step-", 0) == 0) kept.insert(e.path().filename().string());
+  EXPECT_EQ(kept, (std::set<std::string>{"step-6", "step-" + std::to_string(argmin)})) << best.out;
+  const Json record = json_read_file(ckpt + "/best.json");
+  EXPECT_EQ(record["checkpoint"], "step-" + std::to_string(argmin));
+  EXPECT_EQ(record["eval_loss"].get<double>(), best.eval_losses.at(argmin));
+}
+
 TEST_F(Eval, BadEvalSettingsAreUsageErrors) {
   auto r = testing::run_anvil({"train", "--device", "cpu", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3",
                                "--data", *dir_ + "/train.safetensors", "--eval-every", "2"});
@@ -308,6 +337,11 @@ TEST_F(Eval, BadEvalSettingsAreUsageErrors) {
                           "--data", *dir_ + "/train.safetensors", "--eval-split", "test"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("anvil train: --eval-split needs --eval-data"), std::string::npos) << r.out;
+  r = testing::run_anvil({"train", "--device", "cpu", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3",
+                          "--data", *dir_ + "/train.safetensors", "--save-every", "2", "--ckpt-dir",
+                          *dir_ + "/no-best", "--keep-best"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("anvil train: --keep-best needs --save-every N and --eval-data"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -24,7 +24,14 @@ void bind_sources(Args& a, TrainConfig& c) {
            "the split of a hub dataset id given to --eval-data [default: its validation or test split]")
       .opt("--eval-every", &c.eval.every, "N", "evaluate every N steps (0: only at the end)")
       .opt("--eval-max-blocks", &c.eval.max_blocks, "N", "evaluate the first N blocks of the eval set (0: all)")
+      .opt("--eval-fraction", &c.eval.fraction, "F",
+           "hold out this fraction of the training rows as the eval set (chosen by --seed; instead of --eval-data)")
+      .opt("--eval-rows", &c.eval.rows, "N", "hold out N of the training rows as the eval set (as --eval-fraction)")
       .flag("--assistant-only-loss", &d.assistant_only_loss, "train only on the assistant turns of chats")
+      .flag_off("--no-completion-only-loss", &d.completion_only_loss,
+                "train prompt-completion rows on the prompt too (by default, as TRL, only on the completion)")
+      .opt("--columns", &d.columns, "FIELD=COLUMN,...",
+           "read a field from another column: messages=conversations, text=body, prompt=..., completion=...")
       .flag("--skip-bad-rows", &d.skip_bad_rows, "skip and count malformed rows instead of stopping")
       .opt("--device", &c.model.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]");
 }
@@ -85,6 +92,8 @@ void bind_outputs(Args& a, TrainConfig& c) {
       .opt("--ckpt-dir", &k.dir, "DIR",
            "checkpoint folder; a run resumes from the newest complete checkpoint found there")
       .opt("--keep-last", &k.keep_last, "K", "keep only the newest K checkpoints (0: all)")
+      .flag("--keep-best", &k.keep_best,
+            "also keep the checkpoint of the lowest eval loss (each save step must be an --eval-every step)")
       .opt("--resume", &k.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)")
       .opt("--on-save", &k.on_save, "CMD",
            "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "

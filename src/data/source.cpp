@@ -138,7 +138,8 @@ class JsonlReader : public RowReader {
 };
 
 // ---------------------------------------------------------------------------------------
-// Parquet: the `messages` column (list<struct<role, content, ...>>) and the `text` column.
+// Parquet: the `messages` column (list<struct<role, content, ...>>, or ShareGPT's `conversations`
+// of {from, value}) and the `text` column.
 
 // Where a messages leaf's definition levels put each thing (see the rows below).
 struct MessagesLayout {
@@ -162,7 +163,7 @@ MessagesLayout messages_layout(const parquet::File& f, int node) {
   const auto& s = f.schema();
   const auto at = [&](int i) -> const parquet::SchemaNode& { return s[static_cast<size_t>(i)]; };
   const parquet::SchemaNode& m = at(node);
-  const char* shape = "expected a list of {role, content} structs";
+  const char* shape = "expected a list of {role, content} (or ShareGPT's {from, value}) structs";
   MessagesLayout l;
   l.node = node;
   int repeated = node;  // the repeated node: messages itself (legacy 2-level) or its only child
@@ -181,14 +182,14 @@ MessagesLayout messages_layout(const parquet::File& f, int node) {
   l.d_element = e.max_def;
   for (int c : e.children) {
     const parquet::SchemaNode& leaf = at(c);
-    if (leaf.name != "role" && leaf.name != "content") continue;
+    if (leaf.name != "role" && leaf.name != "content" && leaf.name != "from" && leaf.name != "value") continue;
     if (!leaf.children.empty() || leaf.repetition == parquet::Repetition::kRepeated)
       schema_error(f, leaf.path, cat("a nested field, ", shape, " with string fields"));
     check_string_leaf(f, leaf);
     l.leaves.push_back(c);
     l.names.push_back(leaf.name);
   }
-  if (l.leaves.empty()) schema_error(f, m.path, cat("no role or content field; ", shape));
+  if (l.leaves.empty()) schema_error(f, m.path, cat("no role, content, from or value field; ", shape));
   if (at(l.leaves[0]).max_rep != 1) schema_error(f, m.path, "lists nested in lists; expected a list of structs");
   return l;
 }
@@ -204,7 +205,7 @@ struct Group {
   };
   std::string path;
   int64_t first_row = 0;  // index in the file of row 0
-  std::vector<std::string> keys;  // top-level keys in schema order: "messages", "text"
+  std::vector<std::string> keys;  // top-level keys in schema order: "messages" (or "conversations"), "text"
   MessagesLayout layout;
   std::vector<Column> message_fields;  // parallel to layout.leaves
   std::vector<size_t> entry_start;     // per row + 1: level entries of the messages leaves
@@ -231,7 +232,7 @@ OrderedJson group_row(const Group& g, size_t r) {
     const size_t s = g.entry_start[r], e = g.entry_start[r + 1];
     const int d0 = lead.def[s];
     if (d0 < l.d_present) {
-      row["messages"] = nullptr;
+      row[key] = nullptr;
       continue;
     }
     OrderedJson messages = OrderedJson::array();
@@ -252,7 +253,7 @@ OrderedJson group_row(const Group& g, size_t r) {
         messages.push_back(std::move(m));
       }
     }
-    row["messages"] = std::move(messages);
+    row[key] = std::move(messages);
   }
   return row;
 }
@@ -276,7 +277,7 @@ class ParquetReader : public RowReader {
   explicit ParquetReader(const std::string& path) : file_(path) {
     for (int c : file_.schema()[0].children) {
       const std::string& name = file_.schema()[static_cast<size_t>(c)].name;
-      if (name == "messages") {
+      if ((name == "messages" || name == "conversations") && layout_.leaves.empty()) {  // conversations: ShareGPT's
         layout_ = messages_layout(file_, c);
         keys_.push_back(name);
       } else if (name == "text") {
@@ -291,7 +292,8 @@ class ParquetReader : public RowReader {
     if (keys_.empty()) {
       std::string names;
       for (int c : file_.schema()[0].children) names += (names.empty() ? "" : ", ") + file_.schema()[static_cast<size_t>(c)].name;
-      raise(ErrorKind::kInvalidInput, path, ": no \"messages\" or \"text\" column (columns: ", names, ")");
+      raise(ErrorKind::kInvalidInput, path, ": no \"messages\" or \"text\" column (columns: ", names,
+            "); Parquet rows are read from a messages, conversations (ShareGPT) or text column");
     }
   }
 

@@ -1,6 +1,7 @@
 // When a training run writes checkpoints: every --save-every steps, on a stop asked by
 // SIGINT or SIGTERM (with the command that resumes), and the --on-save copies waited for at
-// the end (keep_last then applies to what they pinned).
+// the end (keep_last then applies to what they pinned). With --keep-best, <ckpt-dir>/best.json
+// names the checkpoint of the lowest eval loss so far, which --keep-last never deletes.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +11,8 @@
 
 namespace anvil {
 
-// The checkpoint of `step` when --save-every says so.
-void save_if_due(TrainRun& run, int64_t step);
+// The checkpoint of `step` when --save-every says so; eval_loss: this step's (null: none).
+void save_if_due(TrainRun& run, int64_t step, const Json& eval_loss);
 // A stop asked by signal `sig` after `step`: the checkpoint (unless this step's was just
 // written) and what to run to go on.
 void stop_at(TrainRun& run, int64_t step, int sig);

@@ -99,11 +99,29 @@ std::string held_out_split(const std::string& id, const DataSection& d) {
         why, "): name the split to evaluate with --eval-split NAME");
 }
 
+// --eval-fraction / --eval-rows: a held-out set carved from the training rows. True when asked.
+bool check_carve(const TrainConfig& c) {
+  const EvalSection& e = c.eval;
+  ANVIL_ENSURE(e.fraction >= 0 && e.fraction < 1, kUsage, "anvil train: --eval-fraction ", e.fraction,
+               " is out of range: it must be in [0, 1)");
+  ANVIL_ENSURE(e.rows >= 0, kUsage, "anvil train: --eval-rows is a count of rows");
+  const bool carve = e.fraction > 0 || e.rows > 0;
+  if (!carve) return false;
+  ANVIL_ENSURE(e.fraction == 0 || e.rows == 0, kUsage, "anvil train: give --eval-fraction or --eval-rows, not both");
+  ANVIL_ENSURE(e.data.empty(), kUsage, "anvil train: --eval-fraction and --eval-rows hold out training rows instead "
+               "of --eval-data: give one of them");
+  ANVIL_ENSURE(data_kind(c.data.source) == DataKind::kRows, kUsage, "anvil train: --eval-fraction and --eval-rows "
+               "hold out rows: --data ", c.data.source, " holds blocks (give rows: JSONL, Parquet, a hub id)");
+  return true;
+}
+
 void check_eval(TrainConfig& c) {
   EvalSection& e = c.eval;
   ANVIL_ENSURE(e.every >= 0, kUsage, "anvil train: --eval-every is a count of steps");
   ANVIL_ENSURE(e.max_blocks >= 0, kUsage, "anvil train: --eval-max-blocks is a count of blocks (0: all)");
-  ANVIL_ENSURE(e.every == 0 || !e.data.empty(), kUsage, "anvil train: --eval-every needs --eval-data");
+  const bool carve = check_carve(c);
+  ANVIL_ENSURE(e.every == 0 || !e.data.empty() || carve, kUsage, "anvil train: --eval-every needs --eval-data "
+               "(or --eval-fraction)");
   ANVIL_ENSURE(e.split.empty() || !e.data.empty(), kUsage,
                "anvil train: --eval-split needs --eval-data (the hub dataset id whose split is evaluated)");
   const bool hub_id = data_kind(e.data) == DataKind::kRows && !path_exists(e.data);
@@ -162,6 +180,9 @@ void check_train(TrainConfig& c, FileLock& ckpt_lock) {
   ANVIL_ENSURE(k.on_save.empty() || !k.dir.empty(), kUsage, "anvil train: --on-save needs --ckpt-dir");
   ANVIL_ENSURE(k.keep_last == 0 || !k.dir.empty(), kUsage,
                "anvil train: --keep-last needs --ckpt-dir (and --save-every N: the checkpoints it keeps)");
+  ANVIL_ENSURE(!k.keep_best || (k.save_every > 0 && c.eval.every > 0 && k.save_every % c.eval.every == 0), kUsage,
+               "anvil train: --keep-best needs --save-every N and --eval-data with --eval-every M, M dividing N "
+               "(each checkpoint's step then has an eval loss)");
   check_optimizer(c.optim, c.steps, "anvil train");
   c.model.device = resolve_device(c.model.device);
   // A check before data is packed: the grad dtype against the device and accumulation

@@ -48,16 +48,20 @@ struct CheckpointSection {
   int64_t keep_last = 0;
   std::string resume;
   std::string on_save;  // run in the background on each complete checkpoint (train/save_copies.h)
+  bool keep_best = false;  // keep the checkpoint of the lowest eval loss beside the newest keep_last
   bool operator==(const CheckpointSection&) const = default;
 };
 
 // Held-out blocks (any source --data takes, packed the same way): evaluated every `every`
 // steps (0: only at the end) and at the end, the first max_blocks of them (0: all). split:
-// for hub dataset ids (empty: the dataset's validation or test split).
+// for hub dataset ids (empty: the dataset's validation or test split). Instead of data, a
+// fraction or a count of the training rows, chosen by the run's seed.
 struct EvalSection {
   std::string data, split;
   int64_t every = 0;
   int64_t max_blocks = 0;
+  double fraction = 0;  // or carve a held-out set from the training rows (data/holdout.h)
+  int64_t rows = 0;
   bool operator==(const EvalSection&) const = default;
 };
 

@@ -115,7 +115,7 @@ TrainSummary train_loop(TrainRun& run) {
                        static_cast<double>(evals_after(c, step)) * last_eval_s;
     progress.clear();
     log_step(run, step, st, dt, elapsed, eta, eval_loss);
-    save_if_due(run, step);
+    save_if_due(run, step, eval_loss);
     if (run.copies) run.copies->report_finished();
     if (const int sig = agreed_stop(run); sig != 0) {
       progress.clear();
