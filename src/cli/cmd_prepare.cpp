@@ -30,7 +30,7 @@ int cmd_prepare(int argc, char** argv) {
       .flag_off("--no-completion-only-loss", &o.completion_only_loss,
                 "store no labels for prompt-completion rows (by default, as TRL, -100 on the prompt)")
       .opt("--columns", &o.columns, "FIELD=COLUMN,...",
-           "read a field from another column: messages=conversations, text=body, prompt=..., completion=...")
+           "read a field from another column, e.g. messages=dialog,text=body (ShareGPT's conversations needs none)")
       .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed rows instead of stopping at the first");
   if (!args.parse(argc, argv)) return 0;
   for (const std::string& spec : specs) {

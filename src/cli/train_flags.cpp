@@ -31,7 +31,7 @@ void bind_sources(Args& a, TrainConfig& c) {
       .flag_off("--no-completion-only-loss", &d.completion_only_loss,
                 "train prompt-completion rows on the prompt too (by default, as TRL, only on the completion)")
       .opt("--columns", &d.columns, "FIELD=COLUMN,...",
-           "read a field from another column: messages=conversations, text=body, prompt=..., completion=...")
+           "read a field from another column, e.g. messages=dialog,text=body (ShareGPT's conversations needs none)")
       .flag("--skip-bad-rows", &d.skip_bad_rows, "skip and count malformed rows instead of stopping")
       .opt("--device", &c.model.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]");
 }
