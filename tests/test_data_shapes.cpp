@@ -5,7 +5,7 @@
 //    equal to those TRL's SFTTrainer prepares for the same tokenizer and template
 //    (tests/oracle/trl_sft_oracle.py), through anvil prepare's blocks too;
 //    --no-completion-only-loss keeps no labels;
-//  - a ShareGPT data set in Parquet packs as the same chats in JSONL;
+//  - ShareGPT and plain prompt-completion data sets in Parquet pack as the same rows in JSONL;
 //  - a row of no known shape names the shapes expected.
 #include <gtest/gtest.h>
 
@@ -174,8 +174,44 @@ TEST_F(WithOracles, PreparedBlocksHoldTrlsLabels) {
             std::string::npos) << r.out;
 }
 
-// A ShareGPT data set in Parquet (pyarrow writes the JSONL rows): the same blocks and
-// assistant-only labels as the chats in JSONL.
+// Rows in Parquet (pyarrow writes them from JSONL) pack as in JSONL.
+void expect_same_blocks(const std::string& a_dir, const std::string& b_dir) {
+  const PackedDataset a = PackedDataset::open(a_dir), b = PackedDataset::open(b_dir);
+  ASSERT_EQ(a.num_blocks(), b.num_blocks());
+  ASSERT_EQ(a.has_labels(), b.has_labels());
+  const int64_t t = a.seq_len();
+  for (int64_t k = 0; k < a.num_blocks(); ++k) {
+    EXPECT_EQ(std::vector<int32_t>(a.input_ids(k), a.input_ids(k) + t),
+              std::vector<int32_t>(b.input_ids(k), b.input_ids(k) + t));
+    EXPECT_EQ(std::vector<int32_t>(a.labels(k), a.labels(k) + t), std::vector<int32_t>(b.labels(k), b.labels(k) + t));
+  }
+}
+
+std::string to_parquet(const std::string& jsonl, const std::string& parquet) {
+  const auto w = testing::run_command(
+      testing::shell_quote(testing::oracle_python()) +
+      " -c 'import sys, pyarrow.json as j, pyarrow.parquet as p; "
+      "p.write_table(j.read_json(sys.argv[1]), sys.argv[2])' " +
+      testing::shell_quote(jsonl) + " " + testing::shell_quote(parquet));
+  EXPECT_EQ(w.exit_code, 0) << w.out;
+  return parquet;
+}
+
+// Plain prompt-completion rows in Parquet: TRL's ids and completion labels, as from JSONL.
+TEST_F(WithOracles, PromptCompletionParquetPacksAsJsonl) {
+  const std::string jsonl = write("plain.jsonl", kPlain);
+  const std::string parquet = to_parquet(jsonl, dir_ + "/plain.parquet");
+  for (const auto& [data, out] : {std::pair{jsonl, dir_ + "/a"}, std::pair{parquet, dir_ + "/b"}}) {
+    const auto r = testing::run_anvil({"prepare", "--tokenizer", demo(), "--data", data, "--seq-len", "16",
+                                       "--out", out});
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+  EXPECT_TRUE(PackedDataset::open(dir_ + "/b").has_labels());
+  expect_same_blocks(dir_ + "/a", dir_ + "/b");
+}
+
+// A ShareGPT data set in Parquet: the same blocks and assistant-only labels as the chats in
+// JSONL.
 TEST_F(WithOracles, ShareGptParquetPacksAsTheChats) {
   std::string chats, share;
   for (const char* q : {"2 + 3", "7 - 4", "9 + 9"}) {
@@ -184,25 +220,14 @@ TEST_F(WithOracles, ShareGptParquetPacksAsTheChats) {
     share += std::string(R"({"conversations": [{"from": "human", "value": "What is )") + q +
              R"(?"}, {"from": "gpt", "value": ")" + q + R"("}]})" + "\n";
   }
-  const std::string jsonl = write("chats.jsonl", chats), rows = write("share.jsonl", share);
-  const auto w = testing::run_command(
-      testing::shell_quote(testing::oracle_python()) +
-      " -c 'import sys, pyarrow.json as j, pyarrow.parquet as p; "
-      "p.write_table(j.read_json(sys.argv[1]), sys.argv[2])' " +
-      testing::shell_quote(rows) + " " + testing::shell_quote(dir_ + "/share.parquet"));
-  ASSERT_EQ(w.exit_code, 0) << w.out;
-  for (const auto& [data, out] : {std::pair{jsonl, dir_ + "/a"}, std::pair{dir_ + "/share.parquet", dir_ + "/b"}}) {
+  const std::string jsonl = write("chats.jsonl", chats);
+  const std::string parquet = to_parquet(write("share.jsonl", share), dir_ + "/share.parquet");
+  for (const auto& [data, out] : {std::pair{jsonl, dir_ + "/c"}, std::pair{parquet, dir_ + "/d"}}) {
     const auto r = testing::run_anvil({"prepare", "--tokenizer", demo(), "--data", data, "--seq-len", "16",
                                        "--assistant-only-loss", "--out", out});
     ASSERT_EQ(r.exit_code, 0) << r.out;
   }
-  const PackedDataset a = PackedDataset::open(dir_ + "/a"), b = PackedDataset::open(dir_ + "/b");
-  ASSERT_EQ(a.num_blocks(), b.num_blocks());
-  for (int64_t k = 0; k < a.num_blocks(); ++k) {
-    EXPECT_EQ(std::vector<int32_t>(a.input_ids(k), a.input_ids(k) + 16),
-              std::vector<int32_t>(b.input_ids(k), b.input_ids(k) + 16));
-    EXPECT_EQ(std::vector<int32_t>(a.labels(k), a.labels(k) + 16), std::vector<int32_t>(b.labels(k), b.labels(k) + 16));
-  }
+  expect_same_blocks(dir_ + "/c", dir_ + "/d");
 }
 
 }  // namespace

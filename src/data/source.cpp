@@ -139,7 +139,7 @@ class JsonlReader : public RowReader {
 
 // ---------------------------------------------------------------------------------------
 // Parquet: the `messages` column (list<struct<role, content, ...>>, or ShareGPT's `conversations`
-// of {from, value}) and the `text` column.
+// of {from, value}) and the string columns `text`, `prompt` and `completion`.
 
 // Where a messages leaf's definition levels put each thing (see the rows below).
 struct MessagesLayout {
@@ -209,7 +209,7 @@ struct Group {
   MessagesLayout layout;
   std::vector<Column> message_fields;  // parallel to layout.leaves
   std::vector<size_t> entry_start;     // per row + 1: level entries of the messages leaves
-  Column text;
+  std::vector<Column> strings;  // the string columns: text, prompt, completion
 };
 
 std::string checked(std::string_view v, const char* what) {
@@ -221,10 +221,12 @@ std::string checked(std::string_view v, const char* what) {
 OrderedJson group_row(const Group& g, size_t r) {
   OrderedJson row = OrderedJson::object();
   for (const std::string& key : g.keys) {
-    if (key == "text") {
-      const Group::Column& c = g.text;
+    const auto string_column = std::find_if(g.strings.begin(), g.strings.end(),
+                                            [&](const Group::Column& c) { return c.name == key; });
+    if (string_column != g.strings.end()) {
+      const Group::Column& c = *string_column;
       const bool present = c.max_def == 0 || c.data.def[r] == c.max_def;
-      row["text"] = present ? OrderedJson(checked(c.data.value(c.value_start[r]), "text")) : OrderedJson();
+      row[key] = present ? OrderedJson(checked(c.data.value(c.value_start[r]), key.c_str())) : OrderedJson();
       continue;
     }
     const MessagesLayout& l = g.layout;
@@ -280,12 +282,14 @@ class ParquetReader : public RowReader {
       if ((name == "messages" || name == "conversations") && layout_.leaves.empty()) {  // conversations: ShareGPT's
         layout_ = messages_layout(file_, c);
         keys_.push_back(name);
-      } else if (name == "text") {
+      } else if (name == "text" || name == "prompt" || name == "completion") {
         const parquet::SchemaNode& n = file_.schema()[static_cast<size_t>(c)];
         if (!n.children.empty() || n.repetition == parquet::Repetition::kRepeated)
-          schema_error(file_, n.path, "expected a string column");
+          schema_error(file_, n.path, name == "text" ? "expected a string column"
+                                                     : "expected a string column (prompt-completion rows of "
+                                                       "messages are read from JSONL)");
         check_string_leaf(file_, n);
-        text_node_ = c;
+        string_nodes_.push_back(c);
         keys_.push_back(name);
       }
     }
@@ -293,7 +297,8 @@ class ParquetReader : public RowReader {
       std::string names;
       for (int c : file_.schema()[0].children) names += (names.empty() ? "" : ", ") + file_.schema()[static_cast<size_t>(c)].name;
       raise(ErrorKind::kInvalidInput, path, ": no \"messages\" or \"text\" column (columns: ", names,
-            "); Parquet rows are read from a messages, conversations (ShareGPT) or text column");
+            "); Parquet rows are read from the messages, conversations (ShareGPT), text, prompt and completion "
+            "columns");
     }
   }
 
@@ -320,7 +325,7 @@ class ParquetReader : public RowReader {
     rows_ = file_.row_group_rows(g);
     first_row_ += rows_;
     pos_ = 0;
-    if (text_node_ >= 0) load_text(*grp, g);
+    for (int node : string_nodes_) load_string(*grp, g, node);
     if (!layout_.leaves.empty()) load_messages(*grp, g);
     group_ = std::move(grp);
   }
@@ -349,12 +354,13 @@ class ParquetReader : public RowReader {
     }
   }
 
-  void load_text(Group& grp, int g) const {
-    grp.text = read(g, text_node_, "text");
-    if (grp.text.data.num_entries != rows_) fail(g, text_node_, cat(grp.text.data.num_entries, " values for ", rows_, " rows"));
+  void load_string(Group& grp, int g, int node) const {
+    Group::Column c = read(g, node, file_.schema()[static_cast<size_t>(node)].name);
+    if (c.data.num_entries != rows_) fail(g, node, cat(c.data.num_entries, " values for ", rows_, " rows"));
     std::vector<size_t> starts(static_cast<size_t>(rows_));
     for (size_t r = 0; r < starts.size(); ++r) starts[r] = r;
-    index_values(grp.text, starts);
+    index_values(c, starts);
+    grp.strings.push_back(std::move(c));
   }
 
   // The role/content leaves share the list structure: a row starts at each repetition
@@ -379,7 +385,7 @@ class ParquetReader : public RowReader {
 
   parquet::File file_;
   MessagesLayout layout_;
-  int text_node_ = -1;
+  std::vector<int> string_nodes_;  // text, prompt, completion
   std::vector<std::string> keys_;
   std::shared_ptr<const Group> group_;
   int next_group_ = 0;
