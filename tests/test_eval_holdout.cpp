@@ -4,7 +4,8 @@
 //  - --eval-rows holds out exactly N rows; the same seed makes the same split, another seed
 //    another one;
 //  - anvil train packs and evaluates exactly the held-out rows and trains on the others
-//    (their block counts are those of prepare_packed on each side).
+//    (their block counts are those of prepare_packed on each side); a fraction too small
+//    to hold out a row says so.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -82,6 +83,12 @@ TEST(EvalHoldout, TrainEvaluatesTheHeldOutRows) {
   const auto both = testing::run_anvil({"train", "--device", "cpu", "--preset", "tiny", "--tokenizer", demo(),
                                         "--data", file, "--seq-len", "32", "--eval-rows", "4", "--eval-data", file});
   EXPECT_EQ(both.exit_code, 2) << both.out;
+  const auto none = testing::run_anvil({"train", "--device", "cpu", "--preset", "tiny", "--tokenizer", demo(),
+                                        "--data", file, "--seq-len", "32", "--eval-fraction", "1e-30",
+                                        "--data-cache", dir + "/cache"});
+  EXPECT_NE(none.exit_code, 0) << none.out;
+  EXPECT_NE(none.out.find("no row of " + file + " falls in the held-out set of --eval-fraction 1e-30"),
+            std::string::npos) << none.out;
 }
 
 }  // namespace

@@ -255,6 +255,8 @@ PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& da
 void check_not_empty(const PrepareOptions& o, const PackTally& tally) {
   if (tally.rows > 0) return;
   const std::string what = o.data.size() == 1 ? o.data[0] : cat("the ", o.data.size(), " data files");
+  ANVIL_ENSURE(!o.holdout.held_out || tally.bad_rows > 0, kInvalidInput, "no row of ", what, " falls in the held-out "
+               "set of --eval-fraction ", o.holdout.fraction, ": hold out a larger fraction, or --eval-rows N");
   ANVIL_ENSURE(tally.bad_rows > 0, kInvalidInput, "prepare: ", what, o.data.size() == 1 ? " is" : " are",
                " empty: no rows to train on (one JSON object per line, or Parquet rows)");
   raise(ErrorKind::kInvalidInput, "prepare: every row of ", what, " is bad (", tally.bad_rows, " skipped)");
