@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The demo: builds anvil (tools/setup.sh) and trains the tiny preset from fresh weights on
 # the bundled one-digit arithmetic conversations (data/demo/digits.jsonl: "What is 7 + 5?",
-# "7 + 5 = 12"), on the GPU when there is one, else on the CPU (under three minutes on two
-# idle cores: tests/test_demo.cpp checks both), and writes the trained model to build/demo-model. Then it
+# "7 + 5 = 12"), on the GPU when there is one, else on the CPU (tests/test_demo.cpp holds it to
+# three minutes on two cores and 45 right answers), and writes the trained model to build/demo-model. Then it
 # asks the model the 50 held-out questions of data/demo/digits_heldout.jsonl and counts the
 # exact answers: the demo fails below 45 (90%). Extra flags go to `anvil train`.
 # ANVIL_BIN=FILE runs that anvil binary without the setup (the test of the demo does).
