@@ -9,19 +9,27 @@
 //    target count is that of `anvil prepare --assistant-only-loss` on the same rows;
 //  - on 2 fsdp ranks evaluated after every step, the eval losses are ddp's: the last
 //    block FSDP keeps gathered after a forward is never reused across an update;
-//  - eval_loss in the --metrics lines, the log line, the run's last line, the ETA.
+//  - eval_loss in the --metrics lines, the log line, the run's last line, the ETA;
+//  - --eval-max-blocks N evaluates the set's first N blocks; the ETA counts the evaluations
+//    left apart from the steps;
+//  - a hub id without --eval-split is evaluated on its validation split, never silently on
+//    the training split (refused without a held-out split); bad settings exit 2;
+//  - --keep-best keeps the checkpoint of the lowest eval loss beside --keep-last's.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 #include "core/fs.h"
 #include "core/json.h"
 #include "data/packing.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
+#include "train/eval.h"
 #include "train/open_run.h"
 #include "testing.h"
 
@@ -215,6 +223,108 @@ TEST_F(Eval, PackedLikeTrainingDataWithAssistantOnlyLoss) {
   }
 }
 
+// --eval-max-blocks 2 of a 3-block set: the loss of the first 2 blocks (anvil grad on them),
+// announced with the set's size.
+TEST_F(Eval, MaxBlocksEvaluatesTheFirstBlocks) {
+  SafetensorsFile three(*dir_ + "/eval3.safetensors");
+  std::vector<int64_t> ids = read_as_i64(three.get("input_ids"));
+  ids.resize(2 * 37);
+  SafetensorsWriter w;
+  w.add("input_ids", DType::kI64, {2, 37}, ids.data());
+  w.write(*dir_ + "/eval3_first2.safetensors");
+  const TrainRun capped = train("capped", 1, {"--eval-data", *dir_ + "/eval3.safetensors", "--eval-max-blocks", "2"});
+  ASSERT_EQ(capped.exit_code, 0) << capped.out;
+  ASSERT_EQ(capped.eval_losses.size(), 1u) << capped.out;
+  EXPECT_EQ(static_cast<float>(capped.eval_losses.at(6)), grad_loss("capped", "eval3_first2"));
+  EXPECT_NE(capped.out.find("step 6/6  evaluating 2 blocks of 3 (--eval-max-blocks)"), std::string::npos)
+      << capped.out;
+  EXPECT_NE(capped.out.find("(2 blocks, 72 tokens"), std::string::npos) << capped.out;
+}
+
+// The ETA counts the evaluations still to come, at the last one's pace, apart from the steps.
+TEST(EvalSchedule, DueStepsAndTheEvaluationsLeft) {
+  TrainConfig c;
+  c.steps = 10;
+  c.eval.every = 3;
+  std::vector<int64_t> due;
+  for (int64_t s = 1; s <= 10; ++s)
+    if (eval_due(c, s)) due.push_back(s);
+  EXPECT_EQ(due, (std::vector<int64_t>{3, 6, 9, 10}));
+  EXPECT_EQ(evals_after(c, 0), 4);
+  EXPECT_EQ(evals_after(c, 3), 3);
+  EXPECT_EQ(evals_after(c, 8), 2);
+  EXPECT_EQ(evals_after(c, 9), 1);
+  EXPECT_EQ(evals_after(c, 10), 0);
+  c.steps = 9;
+  EXPECT_EQ(evals_after(c, 6), 1);
+  c.eval.every = 0;
+  EXPECT_EQ(evals_after(c, 1), 1);
+  EXPECT_EQ(evals_after(c, 9), 0);
+  c.eval.max_blocks = 5;
+  EXPECT_EQ(eval_blocks(c.eval, 3), 3);
+  EXPECT_EQ(eval_blocks(c.eval, 7), 5);
+}
+
+// A hub dataset given to --eval-data without --eval-split: its validation split (said in a
+// resolved line), never the training split; without a held-out split, refused.
+TEST_F(Eval, HubEvalDataTakesItsHeldOutSplit) {
+  const std::string demo = std::string(ANVIL_SOURCE_DIR) + "/data/demo";
+  std::ifstream in(demo + "/arithmetic.jsonl");
+  std::string rows, held, line;
+  for (int i = 0; i < 240 && std::getline(in, line); ++i) (i < 200 ? rows : held) += line + "\n";
+  const std::string cache = *dir_ + "/hub";
+  const std::string root = cache + "/datasets--org--sums";
+  make_directories(root + "/refs");
+  write_file_atomic(root + "/refs/main", "abc\n");
+  make_directories(root + "/snapshots/abc/data");
+  write_file_atomic(root + "/snapshots/abc/data/train-00000-of-00001.jsonl", rows);
+  write_file_atomic(*dir_ + "/held.jsonl", held);
+  auto prep = testing::run_anvil({"prepare", "--tokenizer", demo, "--data", *dir_ + "/held.jsonl", "--seq-len", "64",
+                                  "--out", *dir_ + "/held-packed"});
+  ASSERT_EQ(prep.exit_code, 0) << prep.out;
+  const int64_t held_blocks = PackedDataset::open(*dir_ + "/held-packed").num_blocks();
+  const std::string train = "HF_HUB_CACHE=" + testing::shell_quote(cache) + " " +
+                            testing::shell_quote(testing::anvil_binary()) + " train --device cpu --preset tiny" +
+                            " --tokenizer " + testing::shell_quote(demo) + " --data org/sums --eval-data org/sums" +
+                            " --seq-len 64 --steps 1 --data-cache " + testing::shell_quote(*dir_ + "/hub-cache");
+  auto r = testing::run_command(train);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("anvil train: --eval-data org/sums has no validation or test split"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--eval-split NAME"), std::string::npos) << r.out;
+  write_file_atomic(root + "/snapshots/abc/data/validation-00000-of-00001.jsonl", held);
+  r = testing::run_command(train);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("resolved eval split validation: the held-out split of org/sums"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(" + std::to_string(held_blocks) + " blocks,"), std::string::npos) << r.out;
+}
+
+// --keep-best with --keep-last 1: the newest checkpoint and the one of the lowest eval loss
+// (best.json names it), whatever rotation deleted; the run's losses are a plain run's.
+TEST_F(Eval, KeepBestKeepsTheLowestEvalLossCheckpoint) {
+  const std::string ckpt = *dir_ + "/best-ckpt";
+  const std::vector<std::string> every = {"--eval-data", *dir_ + "/eval2.safetensors", "--eval-every", "1",
+                                          "--lr", "2e-2"};
+  const TrainRun plain = train("best-plain", 1, every);
+  std::vector<std::string> args = every;
+  args.insert(args.end(), {"--save-every", "1", "--ckpt-dir", ckpt, "--keep-last", "1", "--keep-best"});
+  const TrainRun best = train("best", 1, args);
+  ASSERT_EQ(best.exit_code, 0) << best.out;
+  EXPECT_EQ(best.eval_losses, plain.eval_losses);
+  ASSERT_EQ(best.eval_losses.size(), 6u) << best.out;
+  int64_t argmin = 1;
+  for (const auto& [step, loss] : best.eval_losses)
+    if (loss < best.eval_losses.at(argmin)) argmin = step;
+  ASSERT_LT(argmin, 6) << "the eval loss must rise after its lowest point for rotation to matter";
+  std::set<std::string> kept;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt))
+    if (e.path().filename().string().rfind("step-", 0) == 0) kept.insert(e.path().filename().string());
+  EXPECT_EQ(kept, (std::set<std::string>{"step-6", "step-" + std::to_string(argmin)})) << best.out;
+  const Json record = json_read_file(ckpt + "/best.json");
+  EXPECT_EQ(record["checkpoint"], "step-" + std::to_string(argmin));
+  EXPECT_EQ(record["eval_loss"].get<double>(), best.eval_losses.at(argmin));
+}
+
 TEST_F(Eval, BadEvalSettingsAreUsageErrors) {
   auto r = testing::run_anvil({"train", "--device", "cpu", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3",
                                "--data", *dir_ + "/train.safetensors", "--eval-every", "2"});
@@ -225,6 +335,15 @@ TEST_F(Eval, BadEvalSettingsAreUsageErrors) {
                           "--eval-split", "test"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("a split applies to hub dataset ids"), std::string::npos) << r.out;
+  r = testing::run_anvil({"train", "--device", "cpu", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3",
+                          "--data", *dir_ + "/train.safetensors", "--eval-split", "test"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("anvil train: --eval-split needs --eval-data"), std::string::npos) << r.out;
+  r = testing::run_anvil({"train", "--device", "cpu", "--model", testing::shared_dir() + "/fixtures/tiny-qwen3",
+                          "--data", *dir_ + "/train.safetensors", "--save-every", "2", "--ckpt-dir",
+                          *dir_ + "/no-best", "--keep-best"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("anvil train: --keep-best needs --save-every N and --eval-data"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "core/fs.h"
 #include "core/json.h"
+#include "data/tokenizer.h"
 #include "infer/decoder.h"
 #include "model/weights.h"
 #include "infer/generate.h"
@@ -211,6 +214,26 @@ TEST(GenerateCli, InputIdsRowsGiveTheGoldenIds) {
   EXPECT_EQ(i, g.prompts.size()) << r.out;
 }
 
+// A model folder whose configs name no EOS (the fixture's eos_token_id is null) stops at
+// tokenizer_config.json's eos_token: here the golden continuation's first token.
+TEST(GenerateCli, StopsAtTheTokenizersEosToken) {
+  const Golden g = read_golden("tiny-qwen3");
+  ASSERT_GT(g.margins[0][0], kMinMargin);
+  const std::string dir = testing::temp_dir("gen-eos");
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
+    std::filesystem::copy_file(testing::fixture_dir("tiny-qwen3") + "/" + f, dir + "/" + f);
+  const int32_t stop = g.ids[0][0];
+  write_file(dir, "tokenizer_config.json",
+             Json{{"eos_token", "<stop>"}, {"added_tokens_decoder", {{std::to_string(stop), {{"content", "<stop>"}}}}}}
+                 .dump());
+  const std::string in = write_file(dir, "rows.jsonl", "{\"input_ids\": " + ids_json(g.prompts[0]) + "}\n");
+  auto r = testing::run_anvil({"generate", "--model", dir, "--input", in, "--max-new-tokens", "20"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t pos = r.out.find("{\"ids\":");
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  EXPECT_EQ(Json::parse(r.out.substr(pos, r.out.find('\n', pos) - pos))["ids"], Json::array({stop})) << r.out;
+}
+
 TEST(GenerateCli, BadInputIsOneLineNamingTheRow) {
   const std::string dir = testing::temp_dir("gen-bad");
   const std::string model = testing::fixture_dir("tiny-qwen3");
@@ -251,6 +274,11 @@ TEST(GenerateCli, TrainExportThenChat) {
                                "--seq-len", "64", "--steps", "2", "--data-cache", dir + "/cache", "--export",
                                dir + "/out"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
+  // The preset's config names no EOS: the export takes the tokenizer's eos_token (<|im_end|>).
+  const std::optional<int32_t> im_end = Tokenizer::load(demo).token_to_id("<|im_end|>");
+  ASSERT_TRUE(im_end.has_value());
+  EXPECT_EQ(json_read_file(dir + "/out/config.json").value("eos_token_id", Json()), Json(*im_end));
+  EXPECT_EQ(json_read_file(dir + "/out/generation_config.json").value("eos_token_id", Json()), Json(*im_end));
   r = testing::run_anvil({"generate", "--model", dir + "/out", "--prompt", "What is 2 + 3?", "--chat",
                           "--max-new-tokens", "5"});
   ASSERT_EQ(r.exit_code, 0) << r.out;

@@ -5,8 +5,12 @@
   Qwen's (NFC, the same split regex, ByteLevel), with the 256 byte tokens, merges for the
   most frequent pairs of the demo text, and the ChatML special tokens.
 - tokenizer_config.json: a ChatML chat template (Qwen's turn format).
-- arithmetic.jsonl: conversations that ask for a sum or a difference of two numbers, and
-  the answer. A small model learns the format in a few dozen steps and the digits after.
+- arithmetic.jsonl: conversations that ask for a sum or a difference of two numbers below
+  100, and the answer (the tokenizer's merges come from these; benchmarks and tests read it).
+- digits.jsonl: the same conversations with one-digit numbers: the demo's training set, a
+  task small enough for the tiny preset to learn on two CPU cores in under three minutes.
+- digits_heldout.jsonl: 50 more such questions, drawn with another seed, each with its
+  "answer": tools/demo.sh asks the trained model and counts the exact answers.
 Deterministic: the same files every run.
 """
 import json
@@ -34,10 +38,10 @@ def bytes_to_unicode():
     return dict(zip(bs, (chr(c) for c in cs)))
 
 
-def conversations(rng, n):
+def conversations(rng, n, top=99):
     rows = []
     for _ in range(n):
-        a, b = rng.randint(0, 99), rng.randint(0, 99)
+        a, b = rng.randint(0, top), rng.randint(0, top)
         if rng.random() < 0.5:
             q, ans = f"What is {a} + {b}?", f"{a} + {b} = {a + b}"
         else:
@@ -47,13 +51,21 @@ def conversations(rng, n):
     return rows
 
 
+def write_rows(name, rows):
+    with open(os.path.join(OUT, name), "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     rng = random.Random(1234)
     rows = conversations(rng, 6000)
-    with open(os.path.join(OUT, "arithmetic.jsonl"), "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    write_rows("arithmetic.jsonl", rows)
+    write_rows("digits.jsonl", conversations(random.Random(2024), 6000, top=9))
+    heldout = [{"messages": r["messages"][:1], "answer": r["messages"][1]["content"]}
+               for r in conversations(random.Random(77), 50, top=9)]
+    write_rows("digits_heldout.jsonl", heldout)
 
     b2u = bytes_to_unicode()
     vocab = {b2u[b]: i for i, b in enumerate(range(256))}
@@ -114,7 +126,7 @@ def main():
     }
     with open(os.path.join(OUT, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, ensure_ascii=False, indent=1)
-    print(f"wrote {OUT}: {len(rows)} conversations, vocabulary {len(vocab) + len(added)}")
+    print(f"wrote {OUT}: {len(rows)} conversations (and the one-digit set), vocabulary {len(vocab) + len(added)}")
 
 
 if __name__ == "__main__":

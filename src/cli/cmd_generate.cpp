@@ -18,7 +18,8 @@ int cmd_generate(int argc, char** argv) {
          "its generation prompt, {\"text\": ...} or {\"input_ids\": [...]}) give one JSON line each on stdout,\n"
          "{\"ids\": [new ids], \"text\": \"new text\"} (no text without a tokenizer); --prompt streams its text; with\n"
          "neither, an interactive chat reads one message per line from stdin and keeps the conversation.\n"
-         "Temperature 0 is greedy; generation stops at the model's EOS tokens or --max-new-tokens.\n"
+         "Temperature 0 is greedy; generation stops at the model's EOS tokens (generation_config.json,\n"
+         "config.json and tokenizer_config.json's eos_token) or --max-new-tokens.\n"
          "Prefill and decode timings go to stderr.");
   a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache", true)
       .opt("--input", &o.input, "FILE", "JSONL rows (plain, .gz or .zst)")

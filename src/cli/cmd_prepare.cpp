@@ -31,6 +31,10 @@ int cmd_prepare(int argc, char** argv) {
                "longer rows cut at --seq-len; wrapped: rows concatenated and cut every --seq-len tokens")
       .flag("--assistant-only-loss", &o.assistant_only_loss,
             "store labels that are -100 outside the assistant turns of each chat")
+      .flag_off("--no-completion-only-loss", &o.completion_only_loss,
+                "store no labels for prompt-completion rows (by default, as TRL, -100 on the prompt)")
+      .opt("--columns", &o.columns, "FIELD=COLUMN,...",
+           "read a field from another column, e.g. messages=dialog,text=body (ShareGPT's conversations needs none)")
       .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed rows instead of stopping at the first");
   if (!args.parse(argc, argv)) return 0;
   for (const std::string& spec : specs) {

@@ -20,10 +20,15 @@ void bind_sources(Args& a, TrainConfig& c) {
       .opt("--eval-data", &c.eval.data, "SOURCE",
            "held-out data (what --data takes, packed the same way): its token-weighted mean loss, all ranks, no "
            "gradients, every --eval-every steps and at the end")
-      .opt("--eval-split", &c.eval.split, "NAME", "the split of a hub dataset id given to --eval-data")
+      .opt("--eval-split", &c.eval.split, "NAME",
+           "the split of a hub dataset id given to --eval-data [default: its validation or test split]")
       .opt("--eval-every", &c.eval.every, "N", "evaluate every N steps (0: only at the end)")
       .choice("--eval-packing", &c.eval.packing, {"same", "bfd-split", "bfd", "wrapped"},
-              "how --eval-data rows are packed (same: as --packing)");
+              "how --eval-data rows are packed (same: as --packing)")
+      .opt("--eval-max-blocks", &c.eval.max_blocks, "N", "evaluate the first N blocks of the eval set (0: all)")
+      .opt("--eval-fraction", &c.eval.fraction, "F",
+           "hold out this fraction of the training rows as the eval set (chosen by --seed; instead of --eval-data)")
+      .opt("--eval-rows", &c.eval.rows, "N", "hold out N of the training rows as the eval set (as --eval-fraction)");
   bind_packing(a, &d.packing,
                "how rows are packed into sequences of --seq-len: bfd-split, whole rows in best-fit-decreasing bins "
                "(TRL's bfd), a row longer than --seq-len split into pieces packed like rows; bfd, the same with a "
@@ -31,6 +36,10 @@ void bind_sources(Args& a, TrainConfig& c) {
                "--seq-len tokens (the seed's). bfd packings: each row's tokens attend only within it, positions "
                "restart at 0, the rest of a sequence is padding no loss counts");
   a.flag("--assistant-only-loss", &d.assistant_only_loss, "train only on the assistant turns of chats")
+      .flag_off("--no-completion-only-loss", &d.completion_only_loss,
+                "train prompt-completion rows on the prompt too (by default, as TRL, only on the completion)")
+      .opt("--columns", &d.columns, "FIELD=COLUMN,...",
+           "read a field from another column, e.g. messages=dialog,text=body (ShareGPT's conversations needs none)")
       .flag("--skip-bad-rows", &d.skip_bad_rows, "skip and count malformed rows instead of stopping")
       .opt("--device", &c.model.device, "cpu|cuda", "where to train [default: cuda when a GPU is present, else cpu]");
 }
@@ -95,6 +104,8 @@ void bind_outputs(Args& a, TrainConfig& c) {
       .opt("--ckpt-dir", &k.dir, "DIR",
            "checkpoint folder; a run resumes from the newest complete checkpoint found there")
       .opt("--keep-last", &k.keep_last, "K", "keep only the newest K checkpoints (0: all)")
+      .flag("--keep-best", &k.keep_best,
+            "also keep the checkpoint of the lowest eval loss (each save step must be an --eval-every step)")
       .opt("--resume", &k.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)")
       .flag("--reset-data-position", &c.data.reset_position,
             "on resuming, read the blocks from the start instead of after the checkpoint's position (needed to "

@@ -23,7 +23,7 @@ std::string data_cache_dir(const DataSection& d) {
 }
 
 BlockSource::BlockSource(const DataSection& d, const std::string& source, const std::string& split,
-                         const std::string& model_dir, const PrepareTurn& turn) {
+                         const std::string& model_dir, const PrepareTurn& turn, const RowHoldout& holdout) {
   if (data_kind(source) == DataKind::kSafetensors) {
     open_safetensors(source);
     return;
@@ -37,6 +37,9 @@ BlockSource::BlockSource(const DataSection& d, const std::string& source, const 
     p.seq_len = d.seq_len;
     p.packing = d.packing;
     p.assistant_only_loss = d.assistant_only_loss;
+    p.completion_only_loss = d.completion_only_loss;
+    p.columns = d.columns;
+    p.holdout = holdout;
     p.skip_bad_rows = d.skip_bad_rows;
     const std::string cache = data_cache_dir(d);
     // The first process prepares; the others open what it wrote.

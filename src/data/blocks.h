@@ -31,6 +31,8 @@ struct DataSection {
   int64_t micro_batch = 1, grad_accum = 1;  // sequences per micro-batch, micro-batches per step
   bool shuffle = true;
   bool assistant_only_loss = false;
+  bool completion_only_loss = true;  // prompt-completion rows: loss on the completion only (as TRL)
+  std::string columns;               // renamed columns: messages=conversations,... (data/row_shapes.h)
   bool skip_bad_rows = false;
   bool reset_position = false;  // a resumed run reads the blocks from the start (--reset-data-position)
   bool operator==(const DataSection&) const = default;
@@ -66,8 +68,9 @@ struct PrepareTurn {
 // options; `split` empty: d.split).
 class BlockSource {
  public:
+  // holdout: the side of the rows held out for evaluation this source packs (none: all rows).
   BlockSource(const DataSection& d, const std::string& source, const std::string& split, const std::string& model_dir,
-              const PrepareTurn& turn);
+              const PrepareTurn& turn, const RowHoldout& holdout = RowHoldout());
 
   int64_t size() const { return n_; }
   int64_t seq_len() const { return t_; }

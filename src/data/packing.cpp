@@ -41,67 +41,6 @@ std::unique_ptr<ChatTemplate> load_template_if_any(const std::string& dir) {
 
 }  // namespace
 
-RowEncoder::RowEncoder(const Tokenizer& tokenizer, const ChatTemplate* chat_template, bool assistant_only_loss)
-    : tokenizer_(tokenizer), template_(chat_template), assistant_only_loss_(assistant_only_loss) {}
-
-void RowEncoder::encode_line(std::string_view line, TokenizedRow& out) const {
-  OrderedJson row;
-  try {
-    row = OrderedJson::parse(line);
-  } catch (const nlohmann::json::exception& e) {
-    raise(ErrorKind::kInvalidInput, "not valid JSON (", e.what(), ")");
-  }
-  encode_row(row, out);
-}
-
-void RowEncoder::encode_row(const OrderedJson& row, TokenizedRow& out) const {
-  out.ids.clear();
-  out.labels.clear();
-  out.rendered.clear();
-  ANVIL_ENSURE(row.is_object(), kInvalidInput, "a row must be a JSON object with \"messages\" or \"text\"");
-  if (row.contains("messages")) {
-    const OrderedJson& messages = row["messages"];
-    ANVIL_ENSURE(messages.is_array() && !messages.empty(), kInvalidInput, "\"messages\" must be a non-empty array");
-    for (size_t i = 0; i < messages.size(); ++i) {
-      const OrderedJson& m = messages[i];
-      ANVIL_ENSURE(m.is_object() && m.contains("role") && m["role"].is_string(), kInvalidInput, "message ", i,
-                   " must be an object with a string \"role\"");
-      // Chat templates skip a role they do not know without a word: the turn would vanish.
-      const std::string& role = m["role"].get_ref<const std::string&>();
-      ANVIL_ENSURE(role == "system" || role == "user" || role == "assistant" || role == "tool" || role == "ipython",
-                   kInvalidInput, "message ", i, " has the unknown role \"", role,
-                   "\" (known: system, user, assistant, tool, ipython)");
-    }
-    ANVIL_ENSURE(template_ != nullptr, kInvalidInput,
-                 "a \"messages\" row needs a chat template, and the tokenizer folder has none");
-    out.rendered = template_->render(messages, false);
-    ANVIL_ENSURE(!out.rendered.empty(), kInvalidInput, "the chat template renders this row to nothing");
-    tokenizer_.encode_append(out.rendered, out.ids);
-    if (assistant_only_loss_) out.labels = span_labels(tokenizer_, out.ids, template_->assistant_spans(messages, out.rendered));
-    return;
-  }
-  if (row.contains("text")) {
-    ANVIL_ENSURE(row["text"].is_string(), kInvalidInput, "\"text\" must be a string");
-    ANVIL_ENSURE(!assistant_only_loss_, kInvalidInput,
-                 "assistant-only loss needs conversational rows ({\"messages\": [...]}), this is a text row");
-    tokenizer_.encode_append(row["text"].get_ref<const std::string&>(), out.ids);
-    return;
-  }
-  raise(ErrorKind::kInvalidInput, "a row must hold \"messages\" or \"text\"");
-}
-
-std::vector<int32_t> span_labels(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,
-                                 const std::vector<std::pair<size_t, size_t>>& spans) {
-  std::vector<int32_t> labels(ids.size(), kIgnoreIndex);
-  size_t offset = 0, s = 0;
-  for (size_t k = 0; k < ids.size(); ++k) {
-    while (s < spans.size() && spans[s].second <= offset) ++s;
-    if (s < spans.size() && offset >= spans[s].first && offset < spans[s].second) labels[k] = ids[k];
-    offset += tokenizer.token_bytes(ids[k]).size();
-  }
-  return labels;
-}
-
 // ---------------------------------------------------------------------------------------
 // PackedDataset
 
@@ -237,6 +176,10 @@ std::string key_and_data_hashes(const PrepareOptions& o, std::vector<std::string
   h.update(cat("seq_len=", o.seq_len, ";aol=", o.assistant_only_loss, ";skip=", o.skip_bad_rows));
   // A wrapped file's key is what it was before the bfd packings: those caches are still used.
   if (o.packing != Packing::kWrapped) h.update(cat(";packing=", packing_name(o.packing), ";window=", kBinWindowRows));
+  if (!o.completion_only_loss) h.update(";completion_only_loss=0");
+  if (!o.columns.empty()) h.update(";columns=" + o.columns);
+  const RowHoldout& k = o.holdout;
+  if (k.any()) h.update(cat(";holdout=", k.fraction, ",", k.rows, ",", k.seed, ",", k.held_out));
   return h.hex();
 }
 
@@ -266,6 +209,8 @@ void encode_batch(const RowEncoder& encoder, const RowBatch& batch, WorkerPool& 
 // --skip-bad-rows is counted (the first few of each file said).
 PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& data_hashes, const RowEncoder& encoder,
                      BlockSink& out) {
+  const HoldoutRule side = HoldoutRule::make(o.holdout, o.data);
+  int64_t index = 0;  // of the row among all rows read
   WorkerPool pool(hardware_threads());
   PackTally tally;
   constexpr size_t kBatchRows = 4096, kBatchBytes = 16u << 20;
@@ -278,6 +223,7 @@ PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& da
     while (const std::unique_ptr<RowBatch> batch = reader->next(kBatchRows, kBatchBytes)) {
       encode_batch(encoder, *batch, pool, results, errors);
       for (size_t k = 0; k < batch->size(); ++k) {
+        if (!side.keeps(index++)) continue;
         if (!errors[k].empty()) {
           ANVIL_ENSURE(o.skip_bad_rows, kUsage, batch->where(k), ": bad row: ", errors[k],
                        " (--skip-bad-rows skips and counts such rows)");
@@ -298,6 +244,30 @@ PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& da
   return tally;
 }
 
+// Data with no row at all: says which file is empty (or holds only bad rows) rather than
+// counting its tokens.
+void check_not_empty(const PrepareOptions& o, const PackTally& tally) {
+  if (tally.rows > 0) return;
+  const std::string what = o.data.size() == 1 ? o.data[0] : cat("the ", o.data.size(), " data files");
+  ANVIL_ENSURE(!o.holdout.held_out || tally.bad_rows > 0, kInvalidInput, "no row of ", what, " falls in the held-out "
+               "set of --eval-fraction ", o.holdout.fraction, ": hold out a larger fraction, or --eval-rows N");
+  ANVIL_ENSURE(tally.bad_rows > 0, kInvalidInput, "prepare: ", what, o.data.size() == 1 ? " is" : " are",
+               " empty: no rows to train on (one JSON object per line, or Parquet rows)");
+  raise(ErrorKind::kInvalidInput, "prepare: every row of ", what, " is bad (", tally.bad_rows, " skipped)");
+}
+
+// How prepare encodes rows: labels are kept with assistant-only loss, or for the completions
+// of prompt-completion data.
+RowOptions row_options(const PrepareOptions& o, const ChatTemplate* tmpl) {
+  RowOptions r;
+  r.assistant_only_loss = o.assistant_only_loss;
+  r.completion_only_loss = o.completion_only_loss;
+  r.columns = ColumnMap::parse(o.columns);
+  r.labels = o.assistant_only_loss || (o.completion_only_loss && prompt_rows_first(o.data, r.columns));
+  r.eos_token = tmpl ? tmpl->eos_token() : std::string();
+  return r;
+}
+
 // Room for the header (fixed part plus the data file entries), rounded up to a page: where the blocks start.
 size_t data_offset_for(const PrepareOptions& o) {
   size_t header_room = 2048;
@@ -312,6 +282,7 @@ struct PackedHeaderInputs {
   const ChatTemplate* tmpl;
   const PackTally& tally;
   int64_t blocks;
+  bool labels;
   size_t data_offset;
   const std::string& key;
   const BinWriter* bins;  // bfd, bfd-split; null: wrapped
@@ -341,8 +312,8 @@ Json packed_header(const PackedHeaderInputs& in) {
   Json h = {{"format", kFormat},
           {"seq_len", seq},
           {"num_blocks", in.blocks},
-          {"has_labels", in.o.assistant_only_loss},
-          {"block_stride", seq * (in.o.assistant_only_loss ? 2 : 1)},
+          {"has_labels", in.labels},
+          {"block_stride", seq * (in.labels ? 2 : 1)},
           {"dtype", "int32"},
           {"data_offset", in.data_offset},
           {"assistant_only_loss", in.o.assistant_only_loss},
@@ -370,11 +341,11 @@ int32_t padding_id(const Tokenizer& tokenizer, const std::string& dir) {
   return 0;
 }
 
-// The writer of o's packing, writing blocks to fd at its position.
-std::unique_ptr<BlockSink> block_sink(const PrepareOptions& o, int fd, const std::string& path, int32_t pad_id) {
-  if (o.packing == Packing::kWrapped) return std::make_unique<WrappedWriter>(fd, path, o.seq_len, o.assistant_only_loss);
-  return std::make_unique<BinWriter>(fd, path, o.seq_len, o.assistant_only_loss, o.packing == Packing::kBfdSplit,
-                                     pad_id);
+// The writer of o's packing, writing blocks to fd at its position (with the rows' labels).
+std::unique_ptr<BlockSink> block_sink(const PrepareOptions& o, int fd, const std::string& path, int32_t pad_id,
+                                      bool labels) {
+  if (o.packing == Packing::kWrapped) return std::make_unique<WrappedWriter>(fd, path, o.seq_len, labels);
+  return std::make_unique<BinWriter>(fd, path, o.seq_len, labels, o.packing == Packing::kBfdSplit, pad_id);
 }
 
 // Writes the magic, the header's length (8 bytes, little-endian) and the header at the file's start.
@@ -405,7 +376,9 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
   const Tokenizer tokenizer = Tokenizer::load(o.tokenizer);
   const std::string dir = is_directory(o.tokenizer) ? o.tokenizer : std::string(".");
   const std::unique_ptr<ChatTemplate> tmpl = load_template_if_any(dir);
-  const RowEncoder encoder(tokenizer, tmpl.get(), o.assistant_only_loss);
+  const RowOptions rows = row_options(o, tmpl.get());
+  const bool labels = rows.labels;
+  const RowEncoder encoder(tokenizer, tmpl.get(), rows);
   make_directories(out_dir);
   const std::string path = path_join(out_dir, "packed.bin");
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
@@ -417,14 +390,15 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
     std::vector<char> zeros(data_offset, ' ');
     write_all(fd, zeros.data(), zeros.size(), tmp);
     const int32_t pad_id = o.packing == Packing::kWrapped ? 0 : padding_id(tokenizer, dir);
-    const std::unique_ptr<BlockSink> blocks = block_sink(o, fd, tmp, pad_id);
+    const std::unique_ptr<BlockSink> blocks = block_sink(o, fd, tmp, pad_id, labels);
     const PackTally tally = pack_files(o, data_hashes, encoder, *blocks);
     blocks->finish();
+    check_not_empty(o, tally);
     ANVIL_ENSURE(blocks->blocks() > 0, kInvalidInput, "prepare: ", tally.total_tokens,
                  " tokens make no block of --seq-len ", o.seq_len, " (more data or a shorter --seq-len)");
     const auto* bins = dynamic_cast<const BinWriter*>(blocks.get());
     const Json header =
-        packed_header({o, tokenizer, tmpl.get(), tally, blocks->blocks(), data_offset, key, bins, pad_id});
+        packed_header({o, tokenizer, tmpl.get(), tally, blocks->blocks(), labels, data_offset, key, bins, pad_id});
     write_header(fd, tmp, header, data_offset);
     ANVIL_ENSURE(::fsync(fd) == 0, kIo, tmp, ": sync failed (", errno_text(), ")");
     ::close(fd);

@@ -10,8 +10,9 @@
 //     (rows, or pieces of rows longer than seq_len) then padding: ids the tokenizer's pad token
 //     (else eos, else 0), labels -100.
 // With assistant_only_loss, labels are the ids inside assistant turns
-// (ChatTemplate::assistant_spans) and -100 elsewhere; without it the labels are the ids
-// themselves and are not stored.
+// (ChatTemplate::assistant_spans) and -100 elsewhere; with prompt-completion rows
+// (data/row_shapes.h) and completion_only_loss, the ids of the completion; otherwise the
+// labels are the ids themselves and are not stored.
 //
 // File (packed.bin): "ANVILPK1", a little-endian uint64 header length, the JSON header
 // (format, packing, seq_len, num_blocks, has_labels, data_offset, block_stride, tokenizer and
@@ -34,6 +35,8 @@
 #include "core/json.h"
 #include "data/bin_packing.h"
 #include "data/chat_template.h"
+#include "data/holdout.h"
+#include "data/row_shapes.h"
 #include "data/tokenizer.h"
 
 namespace anvil {
@@ -42,25 +45,48 @@ constexpr int32_t kIgnoreIndex = -100;
 
 struct TokenizedRow {
   std::vector<int32_t> ids;
-  std::vector<int32_t> labels;  // filled only with assistant_only_loss
+  std::vector<int32_t> labels;  // filled only when RowOptions::labels
   std::string rendered;         // the chat rendering (messages rows only)
 };
 
-// Turns one row (a JSONL line, or a RowBatch's row) into tokens. A malformed row throws
-// kInvalidInput saying what is wrong (the caller adds where it is). Thread-safe.
+// How rows become tokens and labels.
+struct RowOptions {
+  bool assistant_only_loss = false;
+  bool completion_only_loss = true;  // prompt-completion rows: loss on the completion only (TRL's default)
+  bool labels = false;    // labels are kept: with assistant_only_loss, or prompt-completion data (prompt_rows_first)
+  std::string eos_token;  // appended to a plain completion that does not end with it (as TRL)
+  ColumnMap columns;
+};
+
+// Turns one row (a JSONL line, or a RowBatch's row) into tokens: a chat, a text, or a prompt
+// and its completion (data/row_shapes.h). A prompt-completion row is tokenized as TRL's
+// SFTTrainer does: the prompt alone (a chat's with the generation prompt) and the prompt
+// followed by its completion (a plain completion ending with the eos token); the completion
+// starts where the two ids part. A malformed row throws kInvalidInput saying what is wrong
+// (the caller adds where it is). Thread-safe.
 class RowEncoder {
  public:
   // chat_template may be null when no row holds messages.
   RowEncoder(const Tokenizer& tokenizer, const ChatTemplate* chat_template, bool assistant_only_loss);
+  RowEncoder(const Tokenizer& tokenizer, const ChatTemplate* chat_template, RowOptions options);
   void encode_line(std::string_view line, TokenizedRow& out) const;
   // Same, for a row already parsed.
   void encode_row(const OrderedJson& row, TokenizedRow& out) const;
 
  private:
+  void encode_chat(const OrderedJson& messages, TokenizedRow& out) const;
+  void encode_text(const std::string& text, TokenizedRow& out) const;
+  void encode_prompt_completion(const ShapedRow& row, TokenizedRow& out) const;
+  const ChatTemplate& need_template(const char* what) const;
+
   const Tokenizer& tokenizer_;
   const ChatTemplate* template_;
-  bool assistant_only_loss_;
+  RowOptions o_;
 };
+
+// Whether the first row of the data is a prompt-completion row: its blocks then keep labels
+// (the completion's) when completion_only_loss is on, as TRL decides from its first example.
+bool prompt_rows_first(const std::vector<std::string>& files, const ColumnMap& columns);
 
 // Labels for ids of `rendered`: the id where its first byte lies inside a span, else -100.
 std::vector<int32_t> span_labels(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,
@@ -110,7 +136,10 @@ struct PrepareOptions {
   int64_t seq_len = 0;
   Packing packing = Packing::kBfdSplit;
   bool assistant_only_loss = false;
-  bool skip_bad_rows = false;     // count and skip malformed rows instead of failing
+  bool completion_only_loss = true;  // prompt-completion rows: labels on the completion only
+  std::string columns;               // --columns renames (data/row_shapes.h)
+  RowHoldout holdout;                // rows held out for evaluation: this side's (data/holdout.h)
+  bool skip_bad_rows = false;        // count and skip malformed rows instead of failing
 };
 
 // Tokenizes and packs o.data into out_dir/packed.bin on every core; returns its header.

@@ -138,7 +138,8 @@ class JsonlReader : public RowReader {
 };
 
 // ---------------------------------------------------------------------------------------
-// Parquet: the `messages` column (list<struct<role, content, ...>>) and the `text` column.
+// Parquet: the `messages` column (list<struct<role, content, ...>>, or ShareGPT's `conversations`
+// of {from, value}) and the string columns `text`, `prompt` and `completion`.
 
 // Where a messages leaf's definition levels put each thing (see the rows below).
 struct MessagesLayout {
@@ -162,7 +163,7 @@ MessagesLayout messages_layout(const parquet::File& f, int node) {
   const auto& s = f.schema();
   const auto at = [&](int i) -> const parquet::SchemaNode& { return s[static_cast<size_t>(i)]; };
   const parquet::SchemaNode& m = at(node);
-  const char* shape = "expected a list of {role, content} structs";
+  const char* shape = "expected a list of {role, content} (or ShareGPT's {from, value}) structs";
   MessagesLayout l;
   l.node = node;
   int repeated = node;  // the repeated node: messages itself (legacy 2-level) or its only child
@@ -181,14 +182,14 @@ MessagesLayout messages_layout(const parquet::File& f, int node) {
   l.d_element = e.max_def;
   for (int c : e.children) {
     const parquet::SchemaNode& leaf = at(c);
-    if (leaf.name != "role" && leaf.name != "content") continue;
+    if (leaf.name != "role" && leaf.name != "content" && leaf.name != "from" && leaf.name != "value") continue;
     if (!leaf.children.empty() || leaf.repetition == parquet::Repetition::kRepeated)
       schema_error(f, leaf.path, cat("a nested field, ", shape, " with string fields"));
     check_string_leaf(f, leaf);
     l.leaves.push_back(c);
     l.names.push_back(leaf.name);
   }
-  if (l.leaves.empty()) schema_error(f, m.path, cat("no role or content field; ", shape));
+  if (l.leaves.empty()) schema_error(f, m.path, cat("no role, content, from or value field; ", shape));
   if (at(l.leaves[0]).max_rep != 1) schema_error(f, m.path, "lists nested in lists; expected a list of structs");
   return l;
 }
@@ -204,11 +205,11 @@ struct Group {
   };
   std::string path;
   int64_t first_row = 0;  // index in the file of row 0
-  std::vector<std::string> keys;  // top-level keys in schema order: "messages", "text"
+  std::vector<std::string> keys;  // top-level keys in schema order: "messages" (or "conversations"), "text"
   MessagesLayout layout;
   std::vector<Column> message_fields;  // parallel to layout.leaves
   std::vector<size_t> entry_start;     // per row + 1: level entries of the messages leaves
-  Column text;
+  std::vector<Column> strings;  // the string columns: text, prompt, completion
 };
 
 std::string checked(std::string_view v, const char* what) {
@@ -220,10 +221,12 @@ std::string checked(std::string_view v, const char* what) {
 OrderedJson group_row(const Group& g, size_t r) {
   OrderedJson row = OrderedJson::object();
   for (const std::string& key : g.keys) {
-    if (key == "text") {
-      const Group::Column& c = g.text;
+    const auto string_column = std::find_if(g.strings.begin(), g.strings.end(),
+                                            [&](const Group::Column& c) { return c.name == key; });
+    if (string_column != g.strings.end()) {
+      const Group::Column& c = *string_column;
       const bool present = c.max_def == 0 || c.data.def[r] == c.max_def;
-      row["text"] = present ? OrderedJson(checked(c.data.value(c.value_start[r]), "text")) : OrderedJson();
+      row[key] = present ? OrderedJson(checked(c.data.value(c.value_start[r]), key.c_str())) : OrderedJson();
       continue;
     }
     const MessagesLayout& l = g.layout;
@@ -231,7 +234,7 @@ OrderedJson group_row(const Group& g, size_t r) {
     const size_t s = g.entry_start[r], e = g.entry_start[r + 1];
     const int d0 = lead.def[s];
     if (d0 < l.d_present) {
-      row["messages"] = nullptr;
+      row[key] = nullptr;
       continue;
     }
     OrderedJson messages = OrderedJson::array();
@@ -252,7 +255,7 @@ OrderedJson group_row(const Group& g, size_t r) {
         messages.push_back(std::move(m));
       }
     }
-    row["messages"] = std::move(messages);
+    row[key] = std::move(messages);
   }
   return row;
 }
@@ -276,22 +279,26 @@ class ParquetReader : public RowReader {
   explicit ParquetReader(const std::string& path) : file_(path) {
     for (int c : file_.schema()[0].children) {
       const std::string& name = file_.schema()[static_cast<size_t>(c)].name;
-      if (name == "messages") {
+      if ((name == "messages" || name == "conversations") && layout_.leaves.empty()) {  // conversations: ShareGPT's
         layout_ = messages_layout(file_, c);
         keys_.push_back(name);
-      } else if (name == "text") {
+      } else if (name == "text" || name == "prompt" || name == "completion") {
         const parquet::SchemaNode& n = file_.schema()[static_cast<size_t>(c)];
         if (!n.children.empty() || n.repetition == parquet::Repetition::kRepeated)
-          schema_error(file_, n.path, "expected a string column");
+          schema_error(file_, n.path, name == "text" ? "expected a string column"
+                                                     : "expected a string column (prompt-completion rows of "
+                                                       "messages are read from JSONL)");
         check_string_leaf(file_, n);
-        text_node_ = c;
+        string_nodes_.push_back(c);
         keys_.push_back(name);
       }
     }
     if (keys_.empty()) {
       std::string names;
       for (int c : file_.schema()[0].children) names += (names.empty() ? "" : ", ") + file_.schema()[static_cast<size_t>(c)].name;
-      raise(ErrorKind::kInvalidInput, path, ": no \"messages\" or \"text\" column (columns: ", names, ")");
+      raise(ErrorKind::kInvalidInput, path, ": no \"messages\" or \"text\" column (columns: ", names,
+            "); Parquet rows are read from the messages, conversations (ShareGPT), text, prompt and completion "
+            "columns");
     }
   }
 
@@ -318,7 +325,7 @@ class ParquetReader : public RowReader {
     rows_ = file_.row_group_rows(g);
     first_row_ += rows_;
     pos_ = 0;
-    if (text_node_ >= 0) load_text(*grp, g);
+    for (int node : string_nodes_) load_string(*grp, g, node);
     if (!layout_.leaves.empty()) load_messages(*grp, g);
     group_ = std::move(grp);
   }
@@ -347,12 +354,13 @@ class ParquetReader : public RowReader {
     }
   }
 
-  void load_text(Group& grp, int g) const {
-    grp.text = read(g, text_node_, "text");
-    if (grp.text.data.num_entries != rows_) fail(g, text_node_, cat(grp.text.data.num_entries, " values for ", rows_, " rows"));
+  void load_string(Group& grp, int g, int node) const {
+    Group::Column c = read(g, node, file_.schema()[static_cast<size_t>(node)].name);
+    if (c.data.num_entries != rows_) fail(g, node, cat(c.data.num_entries, " values for ", rows_, " rows"));
     std::vector<size_t> starts(static_cast<size_t>(rows_));
     for (size_t r = 0; r < starts.size(); ++r) starts[r] = r;
-    index_values(grp.text, starts);
+    index_values(c, starts);
+    grp.strings.push_back(std::move(c));
   }
 
   // The role/content leaves share the list structure: a row starts at each repetition
@@ -377,7 +385,7 @@ class ParquetReader : public RowReader {
 
   parquet::File file_;
   MessagesLayout layout_;
-  int text_node_ = -1;
+  std::vector<int> string_nodes_;  // text, prompt, completion
   std::vector<std::string> keys_;
   std::shared_ptr<const Group> group_;
   int next_group_ = 0;

@@ -7,9 +7,10 @@
 //   - a hub dataset id ORG/NAME in the local Hugging Face cache (io/hub.h):
 //     <snapshot>/data/<split>-*.parquet, or <snapshot>/<config>/<split>-*.parquet with a
 //     config (JSONL files named so are taken too).
-// Rows hold {"messages": [{role, content}, ...]} or {"text": ...}; other fields (Parquet:
-// other columns) are ignored. A Parquet row becomes the same JSON object its JSONL line
-// would parse to, so both go through RowEncoder::encode_row and pack identically.
+// Rows hold the shapes of data/row_shapes.h (JSONL: any; Parquet: the columns messages, or
+// ShareGPT's conversations, text, and prompt and completion as strings); other fields
+// (Parquet: other columns) are ignored. A Parquet row becomes the same JSON object its
+// JSONL line would parse to, so both go through RowEncoder::encode_row and pack identically.
 #pragma once
 
 #include <cstdint>

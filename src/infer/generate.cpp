@@ -7,6 +7,7 @@
 #include <cmath>
 #include <istream>
 #include <numeric>
+#include <optional>
 #include <ostream>
 #include <random>
 
@@ -17,6 +18,7 @@
 #include "data/chat_template.h"
 #include "data/jsonl.h"
 #include "data/tokenizer.h"
+#include "io/hf_export.h"
 #include "io/hub.h"
 #include "infer/decoder.h"
 #include "model/weights.h"
@@ -36,9 +38,11 @@ void add_ids(const Json& v, std::vector<int32_t>& out) {
       if (e.is_number_integer()) out.push_back(e.get<int32_t>());
 }
 
-// EOS ids of generation_config.json and config.json (either may give one id or a list).
+// EOS ids of generation_config.json and config.json (either may give one id or a list) and
+// the id of tokenizer_config.json's eos_token (where a chat template ends a turn).
 std::vector<int32_t> read_eos_ids(const std::string& dir, const ModelConfig& c) {
   std::vector<int32_t> ids;
+  if (const std::optional<int64_t> id = tokenizer_eos_id(dir)) ids.push_back(static_cast<int32_t>(*id));
   const std::string gen = path_join(dir, "generation_config.json");
   if (path_exists(gen)) {
     const Json g = json_read_file(gen);

@@ -2,8 +2,8 @@
 //
 // Generator loads a model folder for inference (compute copies of the weights only) and
 // continues batches of prompts: one prefill of every prompt of the batch, then one token
-// per sequence per step, until each stops at an EOS token (generation_config.json and
-// config.json), at max_new_tokens, or at the model's context. Temperature 0 is greedy
+// per sequence per step, until each stops at an EOS token (generation_config.json,
+// config.json and tokenizer_config.json's eos_token), at max_new_tokens, or at the model's context. Temperature 0 is greedy
 // (the first largest logit); otherwise the logits are divided by the temperature, cut to
 // the top_k largest and the top_p nucleus, and sampled with a generator seeded by (seed,
 // the prompt's index), so a prompt's continuation does not depend on the batch it is in.

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "core/bf16.h"
 #include "core/error.h"
@@ -64,37 +65,93 @@ void write_weight_file(const std::string& path, const std::vector<const HfTensor
   w.write(path);
 }
 
-void copy_if_present(const std::vector<std::string>& dirs, const std::string& file, const std::string& out_dir) {
+// The first source folder that holds `file`, or "".
+std::string first_with(const std::vector<std::string>& dirs, const std::string& file) {
   for (const std::string& d : dirs)
-    if (!d.empty() && path_exists(path_join(d, file))) {
-      write_file_atomic(path_join(out_dir, file), read_file(path_join(d, file)));
-      return;
-    }
+    if (!d.empty() && path_exists(path_join(d, file))) return d;
+  return "";
 }
 
-// generation_config.json from the first source folder that has one, else made from config's token ids.
+void copy_if_present(const std::vector<std::string>& dirs, const std::string& file, const std::string& out_dir) {
+  const std::string d = first_with(dirs, file);
+  if (!d.empty()) write_file_atomic(path_join(out_dir, file), read_file(path_join(d, file)));
+}
+
+bool has_eos(const Json& j) { return j.contains("eos_token_id") && !j["eos_token_id"].is_null(); }
+
+// config, with eos_token_id from the exported tokenizer's eos_token when the model's config has none.
+Json with_eos_id(const Json& config, const std::vector<std::string>& source_dirs) {
+  Json j = config;
+  if (has_eos(j)) return j;
+  const std::string dir = first_with(source_dirs, "tokenizer_config.json");
+  if (dir.empty()) return j;
+  if (const std::optional<int64_t> id = tokenizer_eos_id(dir)) j["eos_token_id"] = *id;
+  return j;
+}
+
+// generation_config.json from the first source folder that has one (eos_token_id added from
+// config when it has none), else made from config's token ids.
 void write_generation_config(const std::vector<std::string>& source_dirs, const Json& config,
                              const std::string& out_dir) {
-  bool have_generation = false;
-  for (const std::string& d : source_dirs)
-    have_generation |= !d.empty() && path_exists(path_join(d, "generation_config.json"));
-  if (have_generation) {
-    copy_if_present(source_dirs, "generation_config.json", out_dir);
+  const std::string dir = first_with(source_dirs, "generation_config.json");
+  const std::string out = path_join(out_dir, "generation_config.json");
+  if (!dir.empty()) {
+    const std::string path = path_join(dir, "generation_config.json");
+    const std::string text = read_file(path);
+    Json g = has_eos(config) ? json_parse(text, path) : Json::object();
+    if (!has_eos(config) || has_eos(g)) {
+      write_file_atomic(out, text);
+      return;
+    }
+    g["eos_token_id"] = config["eos_token_id"];
+    json_write_file(out, g);
     return;
   }
   Json g = {{"_from_model_config", true}};
   for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
     if (config.contains(k) && !config[k].is_null()) g[k] = config[k];
-  json_write_file(path_join(out_dir, "generation_config.json"), g);
+  json_write_file(out, g);
+}
+
+// A special token in tokenizer_config.json: a string or an AddedToken object {"content": ...}.
+std::string token_content(const Json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
+  return "";
+}
+
+// The id of token text `content` among tokenizer.json's added tokens, else in its vocabulary.
+std::optional<int64_t> tokenizer_json_id(const std::string& path, const std::string& content) {
+  if (!path_exists(path)) return std::nullopt;
+  const Json tok = json_read_file(path);
+  if (tok.contains("added_tokens") && tok["added_tokens"].is_array())
+    for (const Json& t : tok["added_tokens"])
+      if (token_content(t) == content && t.contains("id")) return t["id"].get<int64_t>();
+  if (!tok.contains("model") || !tok["model"].contains("vocab")) return std::nullopt;
+  const Json& vocab = tok["model"]["vocab"];
+  if (vocab.is_object() && vocab.contains(content)) return vocab[content].get<int64_t>();
+  return std::nullopt;
 }
 
 }  // namespace
+
+std::optional<int64_t> tokenizer_eos_id(const std::string& dir) {
+  const std::string path = path_join(dir, "tokenizer_config.json");
+  if (dir.empty() || !path_exists(path)) return std::nullopt;
+  const Json config = json_read_file(path);
+  const std::string eos = token_content(config.value("eos_token", Json()));
+  if (eos.empty()) return std::nullopt;
+  if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object())
+    for (const auto& [id, t] : config["added_tokens_decoder"].items())
+      if (token_content(t) == eos) return std::stoll(id);
+  return tokenizer_json_id(path_join(dir, "tokenizer.json"), eos);
+}
 
 void export_hf_folder(const Json& config, const std::vector<HfTensor>& tensors, const HfExportSettings& s) {
   ANVIL_ENSURE(s.dtype == DType::kF32 || s.dtype == DType::kBF16, kUnsupported, "export dtype ", dtype_name(s.dtype));
   make_directories(s.out_dir);
   remove_old_weights(s.out_dir);
-  Json j = config;
+  Json j = with_eos_id(config, s.source_dirs);
   j["dtype"] = s.dtype == DType::kF32 ? "float32" : "bfloat16";
   json_write_file(path_join(s.out_dir, "config.json"), j);
 

@@ -3,6 +3,8 @@
 // the end (keep_last then applies to what they pinned). Saves are asynchronous unless
 // --sync-save (train/checkpoint_async.h): one in flight completes after a later step, and
 // the run waits for it before a stop and at its end.
+// With --keep-best, <ckpt-dir>/best.json names the checkpoint of the lowest eval loss so
+// far (noted when its save completes), which --keep-last never deletes.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +17,9 @@ namespace anvil {
 // Before the first step: the snapshot of asynchronous saves (refused when it does not fit).
 void prepare_saves(TrainRun& run);
 // After every step: the save in flight completed when written, and the checkpoint of `step`
-// when --save-every says so (at the last step, written before this returns).
-void save_if_due(TrainRun& run, int64_t step);
+// when --save-every says so (at the last step, written before this returns); eval_loss: this
+// step's (null: none), for --keep-best.
+void save_if_due(TrainRun& run, int64_t step, const Json& eval_loss);
 // A stop asked by signal `sig` after `step`: the checkpoint (unless this step's was just
 // written) and what to run to go on.
 void stop_at(TrainRun& run, int64_t step, int sig);

@@ -6,6 +6,7 @@
 #include "comm/comm.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "data/source.h"
 #include "data/tokenizer.h"
 #include "io/hub.h"
@@ -44,6 +45,14 @@ int64_t rows_vocab(const DataSection& d, const std::string& model_dir, std::stri
   return Tokenizer::load(dir).vocab_size();
 }
 
+// Sequences no longer than the positions the model was trained for (max_position_embeddings,
+// which already counts a RoPE scaling the model has: llama3's).
+void check_positions(int64_t seq_len, const ModelConfig& cfg, const std::string& model_what, const std::string& what) {
+  ANVIL_ENSURE(seq_len <= cfg.max_position_embeddings, kUsage, "anvil train: ", what, " ", seq_len,
+               " is longer than the ", cfg.max_position_embeddings, " positions of ", model_what,
+               " (max_position_embeddings): use --seq-len ", cfg.max_position_embeddings, " or less");
+}
+
 // Data the run can read: the tokenizer's ids (or those of prepared data) must fit the
 // model's vocabulary.
 void check_data(const TrainConfig& c) {
@@ -66,16 +75,61 @@ void check_data(const TrainConfig& c) {
   }
   ANVIL_ENSURE(vocab <= cfg.vocab_size, kUsage, "anvil train: ", vocab_what, " has ", vocab, " tokens, more than the ",
                cfg.vocab_size, " rows of the vocabulary of ", model_what, ": use the model's own tokenizer");
+  const int64_t seq = kind == DataKind::kPacked && d.seq_len == 0 ? PackedDataset::open(d.source).seq_len() : d.seq_len;
+  check_positions(seq, cfg, model_what, d.seq_len == 0 ? cat("the blocks of ", d.source) : std::string("--seq-len"));
 }
 
-void check_eval(const TrainConfig& c) {
+// A hub dataset id given to --eval-data without --eval-split: its validation split, else its
+// test split; never silently the training split. Refused when it has neither.
+std::string held_out_split(const std::string& id, const DataSection& d) {
+  std::string why;
+  for (const char* split : {"validation", "test"}) {
+    try {
+      resolve_data_source(id, split, d.config);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kNotFound) throw;
+      if (why.empty()) why = e.what();
+      continue;
+    }
+    if (comm_options_from_env().rank == 0)
+      log_info("resolved eval split ", split, ": the held-out split of ", id, " (no --eval-split given)");
+    return split;
+  }
+  raise(ErrorKind::kUsage, "anvil train: --eval-data ", id, " has no validation or test split in the local cache (",
+        why, "): name the split to evaluate with --eval-split NAME");
+}
+
+// --eval-fraction / --eval-rows: a held-out set carved from the training rows. True when asked.
+bool check_carve(const TrainConfig& c) {
   const EvalSection& e = c.eval;
+  ANVIL_ENSURE(e.fraction >= 0 && e.fraction < 1, kUsage, "anvil train: --eval-fraction ", e.fraction,
+               " is out of range: it must be in [0, 1)");
+  ANVIL_ENSURE(e.rows >= 0, kUsage, "anvil train: --eval-rows is a count of rows");
+  const bool carve = e.fraction > 0 || e.rows > 0;
+  if (!carve) return false;
+  ANVIL_ENSURE(e.fraction == 0 || e.rows == 0, kUsage, "anvil train: give --eval-fraction or --eval-rows, not both");
+  ANVIL_ENSURE(e.data.empty(), kUsage, "anvil train: --eval-fraction and --eval-rows hold out training rows instead "
+               "of --eval-data: give one of them");
+  ANVIL_ENSURE(data_kind(c.data.source) == DataKind::kRows, kUsage, "anvil train: --eval-fraction and --eval-rows "
+               "hold out rows: --data ", c.data.source, " holds blocks (give rows: JSONL, Parquet, a hub id)");
+  return true;
+}
+
+void check_eval(TrainConfig& c) {
+  EvalSection& e = c.eval;
   ANVIL_ENSURE(e.every >= 0, kUsage, "anvil train: --eval-every is a count of steps");
-  ANVIL_ENSURE(e.every == 0 || !e.data.empty(), kUsage, "anvil train: --eval-every needs --eval-data");
-  ANVIL_ENSURE(e.split.empty() || (data_kind(e.data) == DataKind::kRows && !path_exists(e.data)), kUsage,
-               "anvil train: --eval-split: a split applies to hub dataset ids; --eval-data ", e.data,
-               " is a file or folder");
-  if (!e.data.empty()) check_source(e.data, e.split.empty() ? c.data.split : e.split, "--eval-data", c.data);
+  ANVIL_ENSURE(e.max_blocks >= 0, kUsage, "anvil train: --eval-max-blocks is a count of blocks (0: all)");
+  const bool carve = check_carve(c);
+  ANVIL_ENSURE(e.every == 0 || !e.data.empty() || carve, kUsage, "anvil train: --eval-every needs --eval-data "
+               "(or --eval-fraction)");
+  ANVIL_ENSURE(e.split.empty() || !e.data.empty(), kUsage,
+               "anvil train: --eval-split needs --eval-data (the hub dataset id whose split is evaluated)");
+  const bool hub_id = data_kind(e.data) == DataKind::kRows && !path_exists(e.data);
+  ANVIL_ENSURE(e.split.empty() || hub_id, kUsage, "anvil train: --eval-split: a split applies to hub dataset ids; "
+               "--eval-data ", e.data, " is a file or folder");
+  if (e.data.empty()) return;
+  if (hub_id && e.split.empty()) e.split = held_out_split(e.data, c.data);
+  check_source(e.data, e.split.empty() ? c.data.split : e.split, "--eval-data", c.data);
 }
 
 // Writable outputs; the checkpoint folder locked by rank 0 (or the only process) for the run.
@@ -125,6 +179,11 @@ void check_train(TrainConfig& c, FileLock& ckpt_lock) {
   ANVIL_ENSURE(k.save_every >= 0 && k.keep_last >= 0, kUsage, "anvil train: --save-every and --keep-last are counts");
   ANVIL_ENSURE(k.save_every == 0 || !k.dir.empty(), kUsage, "anvil train: --save-every needs --ckpt-dir");
   ANVIL_ENSURE(k.on_save.empty() || !k.dir.empty(), kUsage, "anvil train: --on-save needs --ckpt-dir");
+  ANVIL_ENSURE(k.keep_last == 0 || !k.dir.empty(), kUsage,
+               "anvil train: --keep-last needs --ckpt-dir (and --save-every N: the checkpoints it keeps)");
+  ANVIL_ENSURE(!k.keep_best || (k.save_every > 0 && c.eval.every > 0 && k.save_every % c.eval.every == 0), kUsage,
+               "anvil train: --keep-best needs --save-every N and --eval-data with --eval-every M, M dividing N "
+               "(each checkpoint's step then has an eval loss)");
   check_optimizer(c.optim, c.steps, "anvil train");
   c.model.device = resolve_device(c.model.device);
   // A check before data is packed: the grad dtype against the device and accumulation

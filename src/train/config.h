@@ -50,16 +50,22 @@ struct CheckpointSection {
   std::string on_save;  // run in the background on each complete checkpoint (train/save_copies.h)
   bool sync_save = false;  // write in the foreground, no host snapshot (else train/checkpoint_async.h)
   bool skip_busy = false;  // skip a save due while the last one is still being written (else wait)
+  bool keep_best = false;  // keep the checkpoint of the lowest eval loss beside the newest keep_last
   bool operator==(const CheckpointSection&) const = default;
 };
 
 // Held-out blocks (any source --data takes, packed the same way unless `packing` says
-// otherwise): evaluated every `every` steps (0: only at the end) and at the end. split: for
-// hub dataset ids.
+// otherwise): evaluated every `every` steps (0: only at the end) and at the end, the first
+// max_blocks of them (0: all). split: for hub dataset ids (empty: the dataset's validation or
+// test split). Instead of data, a fraction or a count of the training rows, chosen by the
+// run's seed.
 struct EvalSection {
   std::string data, split;
   std::string packing = "same";  // same (as --packing) | bfd-split | bfd | wrapped
   int64_t every = 0;
+  int64_t max_blocks = 0;
+  double fraction = 0;  // or carve a held-out set from the training rows (data/holdout.h)
+  int64_t rows = 0;
   bool operator==(const EvalSection&) const = default;
 };
 

@@ -1,13 +1,17 @@
+// Evaluation, its schedule and its progress lines: see train/eval.h.
 #include "train/eval.h"
 
-#include <chrono>
+#include <algorithm>
 
+#include "core/duration.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace anvil {
 
 EvalResult evaluate(Trainer& trainer, Comm* comm, int64_t blocks, int64_t micro_batch, int64_t seq_len,
-                    const std::function<void(int64_t, TokenBatch&)>& append) {
+                    const std::function<void(int64_t, TokenBatch&)>& append,
+                    const std::function<void(int64_t)>& on_progress) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
   const int64_t per_round = micro_batch * world;
@@ -33,6 +37,7 @@ EvalResult evaluate(Trainer& trainer, Comm* comm, int64_t blocks, int64_t micro_
     const Trainer::LossSum s = trainer.forward_loss(batch);
     sum += s.sum;
     tokens += s.tokens;
+    if (on_progress) on_progress(std::min(blocks, (k + 1) * per_round));
   }
   EvalResult r;
   r.blocks = blocks;
@@ -41,6 +46,30 @@ EvalResult evaluate(Trainer& trainer, Comm* comm, int64_t blocks, int64_t micro_
   r.loss = (comm ? comm->host_sum(sum, "eval loss") : sum) / static_cast<double>(r.tokens);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+int64_t eval_blocks(const EvalSection& e, int64_t size) { return e.max_blocks > 0 ? std::min(e.max_blocks, size) : size; }
+
+bool eval_due(const TrainConfig& c, int64_t step) {
+  return step == c.steps || (c.eval.every > 0 && step % c.eval.every == 0);
+}
+
+int64_t evals_after(const TrainConfig& c, int64_t step) {
+  if (step >= c.steps) return 0;
+  if (c.eval.every == 0) return 1;
+  return c.steps / c.eval.every - step / c.eval.every + (c.steps % c.eval.every != 0 ? 1 : 0);
+}
+
+EvalProgressLog::EvalProgressLog(bool on, int64_t blocks)
+    : on_(on), blocks_(blocks), start_(std::chrono::steady_clock::now()), last_(start_) {}
+
+void EvalProgressLog::update(int64_t done) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!on_ || done >= blocks_ || now - last_ < std::chrono::seconds(10)) return;
+  last_ = now;
+  const double spent = std::chrono::duration<double>(now - start_).count();
+  log_info("eval: ", done, "/", blocks_, " blocks (", 100 * done / blocks_, "%), ETA ",
+           format_hms(spent / static_cast<double>(done) * static_cast<double>(blocks_ - done)));
 }
 
 }  // namespace anvil

@@ -20,18 +20,25 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The eval loss over the whole eval set (every rank takes part), logged on rank 0.
-double evaluate_and_log(TrainRun& run, int64_t step) {
+// The eval loss over the eval set (its first --eval-max-blocks blocks when set; every rank
+// takes part), logged on rank 0 with progress lines while it runs.
+EvalResult evaluate_and_log(TrainRun& run, int64_t step) {
   const TrainConfig& c = run.config();
   const BlockSource& ev_data = *run.eval_data;
-  const EvalResult ev = evaluate(*run.trainer, run.base.comm.get(), ev_data.size(), c.data.micro_batch,
-                                 ev_data.seq_len(), [&](int64_t block, TokenBatch& b) { ev_data.append(block, b); });
+  const int64_t blocks = eval_blocks(c.eval, ev_data.size());
+  if (run.base.rank == 0)
+    log_info("step ", step, "/", c.steps, "  evaluating ", blocks, " blocks",
+             blocks < ev_data.size() ? cat(" of ", ev_data.size(), " (--eval-max-blocks)") : std::string());
+  EvalProgressLog progress(run.base.rank == 0, blocks);
+  const EvalResult ev = evaluate(*run.trainer, run.base.comm.get(), blocks, c.data.micro_batch, ev_data.seq_len(),
+                                 [&](int64_t block, TokenBatch& b) { ev_data.append(block, b); },
+                                 [&](int64_t done) { progress.update(done); });
   char line[200];
   std::snprintf(line, sizeof line, "step %lld/%lld  eval loss %.4f  (%lld blocks, %lld tokens, %.1f s)",
                 static_cast<long long>(step), static_cast<long long>(c.steps), ev.loss,
                 static_cast<long long>(ev.blocks), static_cast<long long>(ev.tokens), ev.seconds);
   log_info(line);
-  return ev.loss;
+  return ev;
 }
 
 // ANVIL_FAULT hang_at_step: this rank stops answering (until a signal) before `step`.
@@ -60,6 +67,18 @@ int64_t step_real_tokens(const TrainRun& run, const std::vector<TokenBatch>& mic
   return run.base.comm->host_sum(mine, "real tokens");
 }
 
+// A step. One that diverges (a non-finite loss or gradient norm) leaves its record and the
+// reason in --metrics before the error stops the run.
+StepStats run_step(TrainRun& run, int64_t step, const std::vector<TokenBatch>& micro) {
+  try {
+    return run.trainer->step(micro);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kNumerics && run.metrics)
+      run.metrics->write(Json{{"run_id", run.run_id}, {"step", step}, {"diverged", e.what()}});
+    throw;
+  }
+}
+
 // The signal that stops every rank after this step (0: none): the signal may reach them at
 // different times.
 int agreed_stop(const TrainRun& run) {
@@ -75,25 +94,31 @@ TrainSummary train_loop(TrainRun& run) {
   const auto run_start = Clock::now();
   const int64_t start = run.point.step;
   TrainSummary summary;
+  double eval_s = 0, last_eval_s = 0;
   for (int64_t step = start + 1; step <= c.steps; ++step) {
     hang_if_armed(run, step);
     const auto t0 = Clock::now();
     const std::vector<TokenBatch> micro = step_batches(run, step);
-    const StepStats st = run.trainer->step(micro);
+    const StepStats st = run_step(run, step, micro);
     const double dt = seconds_since(t0);
     const int64_t tokens = step_real_tokens(run, micro);
     summary.losses.push_back(st.loss);
     Json eval_loss = nullptr;
-    if (run.eval_data && (step == c.steps || (c.eval.every > 0 && step % c.eval.every == 0))) {
+    if (run.eval_data && eval_due(c, step)) {
       progress.clear();
-      eval_loss = evaluate_and_log(run, step);
-      summary.eval_losses.push_back(eval_loss.get<double>());
+      const EvalResult ev = evaluate_and_log(run, step);
+      eval_loss = ev.loss;
+      summary.eval_losses.push_back(ev.loss);
+      eval_s += ev.seconds;
+      last_eval_s = ev.seconds;
     }
+    // The ETA: the steps left at the training steps' pace, and the evaluations left at the last one's.
     const double elapsed = seconds_since(run_start);
-    const double eta = elapsed / static_cast<double>(step - start) * static_cast<double>(c.steps - step);
+    const double eta = (elapsed - eval_s) / static_cast<double>(step - start) * static_cast<double>(c.steps - step) +
+                       static_cast<double>(evals_after(c, step)) * last_eval_s;
     progress.clear();
     log_step(run, step, st, tokens, dt, elapsed, eta, eval_loss);
-    save_if_due(run, step);
+    save_if_due(run, step, eval_loss);
     if (run.copies) run.copies->report_finished();
     if (const int sig = agreed_stop(run); sig != 0) {
       progress.clear();

@@ -10,8 +10,13 @@
 namespace anvil {
 namespace {
 
+// --eval-fraction / --eval-rows: one side of the training rows' split by the run's seed.
+RowHoldout holdout_side(const TrainConfig& c, bool held_out) {
+  return {c.eval.fraction, c.eval.rows, static_cast<uint64_t>(c.seed), held_out};
+}
+
 // The group, the model's config, the training data and the eval data (packed as it, or as
-// --eval-packing says).
+// --eval-packing says; --eval-data, or the held-out rows of --data).
 void open_data(const TrainConfig& c, TrainRun& run) {
   run.base = open_run(c.model);
   const OpenRun& b = run.base;
@@ -19,15 +24,17 @@ void open_data(const TrainConfig& c, TrainRun& run) {
   PrepareTurn turn;
   turn.first = b.rank == 0;
   if (comm) turn.barrier = [comm] { comm->barrier("data preparation"); };
-  run.data = std::make_unique<BlockSource>(c.data, c.data.source, "", b.model_dir, turn);
+  run.data = std::make_unique<BlockSource>(c.data, c.data.source, "", b.model_dir, turn, holdout_side(c, false));
   const BlockSource& data = *run.data;
   ANVIL_ENSURE(c.data.seq_len == 0 || c.data.seq_len == data.seq_len(), kUsage, "anvil train: --seq-len ",
                c.data.seq_len, " differs from the ", data.seq_len(), " tokens per block of ", c.data.source);
-  if (!c.eval.data.empty()) {
+  if (!c.eval.data.empty() || holdout_side(c, true).any()) {
     DataSection packed_as = c.data;
     packed_as.seq_len = data.seq_len();
     packed_as.packing = c.eval.packing == "same" ? data.packing() : parse_packing(c.eval.packing);
-    run.eval_data = std::make_unique<BlockSource>(packed_as, c.eval.data, c.eval.split, b.model_dir, turn);
+    const bool carved = c.eval.data.empty();  // the held-out rows of --data
+    run.eval_data = std::make_unique<BlockSource>(packed_as, carved ? c.data.source : c.eval.data,
+                                                  carved ? "" : c.eval.split, b.model_dir, turn, holdout_side(c, true));
     ANVIL_ENSURE(run.eval_data->seq_len() == data.seq_len(), kUsage, "anvil train: --eval-data ", c.eval.data,
                  " holds blocks of ", run.eval_data->seq_len(), " tokens, the training data ", data.seq_len());
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,7 @@ struct TrainRun {
   SaveSettings save;
   std::unique_ptr<SaveCopies> copies;  // --on-save, on rank 0
   std::unique_ptr<AsyncSaver> saver;   // --save-every without --sync-save (train/checkpoint_async.h)
+  std::map<std::string, double> save_eval_losses;  // --keep-best: a save in flight's eval loss, by path
   std::string run_id;  // new_run_id(), or the resumed checkpoint's
   std::unique_ptr<MetricsFile> metrics;  // --metrics, on rank 0
   std::unique_ptr<TensorBoardWriter> tensorboard;  // --tensorboard, on rank 0

@@ -1,0 +1,52 @@
+// The shapes of rows users bring, turned into one of three: a chat ({"messages": [...]}), a
+// text ({"text": "..."}) or a prompt and its completion (TRL's prompt-completion format:
+// {"prompt": ..., "completion": ...}, both strings or both lists of messages).
+//
+// Columns are found under their own names or renamed with --columns (messages=conversations,
+// text=body: the canonical name, then the row's); a "conversations" column is a chat, as TRL
+// reads it. Messages in ShareGPT's shape ({"from": "human"|"gpt"|"system", "value": ...})
+// become {"role": "user"|"assistant"|"system", "content": ...}. A row of no known shape is
+// kInvalidInput naming the shapes expected.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/chat_template.h"  // OrderedJson
+
+namespace anvil {
+
+// --columns: canonical field (messages, text, prompt, completion) -> the row's key.
+class ColumnMap {
+ public:
+  ColumnMap() = default;
+  // spec: "messages=conversations,text=body" (empty: no renames). Throws kUsage on a bad spec.
+  static ColumnMap parse(const std::string& spec);
+  // The row's key for a canonical field.
+  std::string key(const std::string& field) const;
+  bool empty() const { return renames_.empty(); }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> renames_;
+};
+
+enum class RowShape { kMessages, kText, kPromptCompletion };
+
+struct ShapedRow {
+  RowShape shape = RowShape::kText;
+  bool conversational = false;  // messages, or prompt and completion as lists of messages
+  OrderedJson messages;         // kMessages: {role, content} messages
+  OrderedJson prompt, completion;  // kPromptCompletion: strings, or lists of {role, content}
+  std::string text;             // kText
+};
+
+// The row in its canonical shape. Throws kInvalidInput saying what is wrong and which
+// shapes are expected.
+ShapedRow shape_row(const OrderedJson& row, const ColumnMap& columns);
+
+// A list of messages with {role, content} (ShareGPT's {from, value} converted and its roles
+// named as chat templates know them); `field` names the list in errors.
+OrderedJson chat_messages(const OrderedJson& list, const std::string& field);
+
+}  // namespace anvil
