@@ -138,8 +138,8 @@ TEST_F(WithOracles, PromptCompletionIdsAndLabelsAreTrls) {
   }
 }
 
-// anvil prepare keeps the completion's labels (as TRL's) in the blocks; with
-// --no-completion-only-loss it keeps none.
+// anvil prepare keeps the completion's labels (as TRL's) in the (wrapped: concatenated) blocks;
+// with --no-completion-only-loss it keeps none.
 TEST_F(WithOracles, PreparedBlocksHoldTrlsLabels) {
   const std::string file = write("plain.jsonl", kPlain);
   const std::vector<Json> want = trl_rows(file, dir_ + "/trl.jsonl");
@@ -150,7 +150,7 @@ TEST_F(WithOracles, PreparedBlocksHoldTrlsLabels) {
   }
   const int64_t seq = static_cast<int64_t>(ids.size()) - 3;
   auto r = testing::run_anvil({"prepare", "--tokenizer", demo(), "--data", file, "--seq-len", std::to_string(seq),
-                               "--out", dir_ + "/packed"});
+                               "--packing", "wrapped", "--out", dir_ + "/packed"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const PackedDataset d = PackedDataset::open(dir_ + "/packed");
   ASSERT_TRUE(d.has_labels());
@@ -160,7 +160,7 @@ TEST_F(WithOracles, PreparedBlocksHoldTrlsLabels) {
   EXPECT_EQ(std::vector<int32_t>(d.labels(0), d.labels(0) + seq),
             std::vector<int32_t>(labels.begin(), labels.end() - 3));
   r = testing::run_anvil({"prepare", "--tokenizer", demo(), "--data", file, "--seq-len", std::to_string(seq),
-                          "--no-completion-only-loss", "--out", dir_ + "/whole"});
+                          "--packing", "wrapped", "--no-completion-only-loss", "--out", dir_ + "/whole"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const PackedDataset whole = PackedDataset::open(dir_ + "/whole");
   EXPECT_FALSE(whole.has_labels());

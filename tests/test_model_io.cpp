@@ -265,7 +265,8 @@ TEST(HfExport, Fp32FileAndTheSourceFoldersFiles) {
   EXPECT_EQ(std::memcmp(f.get("w").data, w.data(), w.size() * sizeof(float)), 0);
   EXPECT_EQ(read_file(s.out_dir + "/tokenizer.json"), "first tokenizer");
   EXPECT_EQ(read_file(s.out_dir + "/merges.txt"), "a b");
-  EXPECT_EQ(read_file(s.out_dir + "/generation_config.json"), R"({"temperature": 0.6})");
+  // The source's generation config, with the model's eos_token_id added (generate stops there).
+  EXPECT_EQ(json_read_file(s.out_dir + "/generation_config.json"), Json({{"eos_token_id", 7}, {"temperature", 0.6}}));
   EXPECT_EQ(read_file(s.out_dir + "/anvil_config.toml"), "lr = 1e-5\n");
   EXPECT_FALSE(path_exists(s.out_dir + "/vocab.json"));
 }

@@ -41,6 +41,7 @@ GpuRun train(const std::string& dir, const std::string& tag, int nproc, const st
   std::string line;
   while (std::getline(m, line)) {
     const Json j = json_parse(line, tag);
+    if (!j.contains("step")) continue;  // the run's header record
     run.losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
   }
   if (r.exit_code == 0) run.params = read_file(out + "/model.safetensors");
