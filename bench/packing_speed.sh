@@ -15,7 +15,7 @@ for packing in wrapped bfd-split; do
 done
 "$py" - "$work" <<'PY'
 import re, sys
-tps = {p: float(re.search(r"done: \d+ steps, (\d+) tokens/s", open(f"{sys.argv[1]}/train-{p}.log").read()).group(1))
-       for p in ("wrapped", "bfd-split")}
+tps = {p: float(re.search(r"done: \d+ steps, ([\d,]+) tokens/s", open(f"{sys.argv[1]}/train-{p}.log").read())
+                 .group(1).replace(",", "")) for p in ("wrapped", "bfd-split")}
 print("bfd-split / wrapped real tokens/s: %.3f (bar 0.97)" % (tps["bfd-split"] / tps["wrapped"]))
 PY

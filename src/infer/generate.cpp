@@ -134,9 +134,9 @@ struct Generator::Impl {
     }
     decoder = std::make_unique<Decoder>(config, table, *ops, *weights);
     eos = read_eos_ids(dir, config);
-    log_info("loaded ", dir, ": ", config.architecture, ", ", config.num_parameters(), " parameters, ",
-             dtype_name(ops->compute_dtype()), " on ", ops->name(), " (", weights->bytes() / 1e9, " GB, ",
-             now_seconds() - t0, " s)");
+    log_info("loaded ", dir, ": ", config.architecture, ", ", format_count(static_cast<double>(config.num_parameters())),
+             " parameters, ", dtype_name(ops->compute_dtype()), " on ", ops->name(), " (",
+             format_bytes(static_cast<double>(weights->bytes())), ", ", format_seconds(now_seconds() - t0), ")");
   }
 
   bool is_eos(int32_t id) const { return std::binary_search(eos.begin(), eos.end(), id); }
