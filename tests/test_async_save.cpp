@@ -39,6 +39,7 @@
 #include "io/safetensors.h"
 #include "sys/host_memory.h"
 #include "testing.h"
+#include "metrics_losses.h"
 
 namespace anvil {
 namespace {
@@ -88,13 +89,7 @@ class AsyncSave : public ::testing::Test {
   static TrainOutput collect(const testing::RunResult& r, const std::vector<std::string>& a) {
     TrainOutput run;
     run.result = r;
-    std::ifstream m(a[16]);
-    std::string line;
-    while (std::getline(m, line)) {
-      const Json j = json_parse(line, a[16]);
-      if (!j.contains("step")) continue;  // the run's header record
-      run.losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
-    }
+    run.losses = testing::read_metrics_losses(a[16]).loss;
     if (r.exit_code == 0) run.params = read_file(a[18] + "/model.safetensors");
     return run;
   }

@@ -23,6 +23,7 @@
 #include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "testing.h"
+#include "metrics_losses.h"
 
 namespace anvil {
 namespace {
@@ -67,13 +68,7 @@ class Checkpoint : public ::testing::Test {
     TrainRun run;
     run.exit_code = r.exit_code;
     run.out = r.out;
-    std::ifstream m(out + ".jsonl");
-    std::string line;
-    while (std::getline(m, line)) {
-      const Json j = json_parse(line, tag);
-      if (!j.contains("step")) continue;  // the run's header record
-      run.losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
-    }
+    run.losses = testing::read_metrics_losses(out + ".jsonl").loss;
     if (r.exit_code == 0) run.params = read_params(out + "/model.safetensors");
     return run;
   }

@@ -32,6 +32,7 @@
 #include "train/eval.h"
 #include "train/open_run.h"
 #include "testing.h"
+#include "metrics_losses.h"
 
 namespace anvil {
 namespace {
@@ -73,14 +74,9 @@ class Eval : public ::testing::Test {
     TrainRun run;
     run.exit_code = r.exit_code;
     run.out = r.out;
-    std::ifstream m(out + ".jsonl");
-    std::string line;
-    while (std::getline(m, line)) {
-      const Json j = json_parse(line, tag);
-      if (!j.contains("step")) continue;  // the run's header record
-      run.losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
-      if (j.contains("eval_loss")) run.eval_losses[j["step"].get<int64_t>()] = j["eval_loss"].get<double>();
-    }
+    const testing::MetricsLosses m = testing::read_metrics_losses(out + ".jsonl");
+    run.losses = m.loss;
+    run.eval_losses = m.eval_loss;
     if (r.exit_code == 0) {
       SafetensorsFile f(out + "/model.safetensors");
       for (auto& t : f.tensors()) run.params[t.name] = read_as_f64(t);

@@ -15,6 +15,7 @@
 #include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "../testing.h"
+#include "../metrics_losses.h"
 #include "require_gpu.h"
 
 namespace anvil {
@@ -37,13 +38,7 @@ GpuRun train(const std::string& dir, const std::string& tag, int nproc, const st
   args.insert(args.end(), extra.begin(), extra.end());
   const testing::RunResult r = testing::run_anvil(args);
   GpuRun run{r.exit_code, r.out, {}, ""};
-  std::ifstream m(out + ".jsonl");
-  std::string line;
-  while (std::getline(m, line)) {
-    const Json j = json_parse(line, tag);
-    if (!j.contains("step")) continue;  // the run's header record
-    run.losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
-  }
+  run.losses = testing::read_metrics_losses(out + ".jsonl").loss;
   if (r.exit_code == 0) run.params = read_file(out + "/model.safetensors");
   return run;
 }
