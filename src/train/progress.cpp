@@ -96,8 +96,8 @@ void log_done(const TrainRun& run, const TrainSummary& summary) {
   char done[256];
   const char* real = run.data->packing() == Packing::kWrapped ? "" : "; real tokens: padding excluded, in MFU too";
   std::snprintf(done, sizeof done, "done: %lld steps, %s tokens/s (tokens over step time%s%s)",
-                static_cast<long long>(steps), format_count(summary.tokens_per_s).c_str(), real,
-                run.throughput.warm_excluded() ? ", first 10 steps excluded" : "");
+                static_cast<long long>(steps), format_count(summary.tokens_per_s).c_str(),
+                run.throughput.warm_excluded() ? ", first 10 steps excluded" : "", real);
   std::string tail;
   if (run.base.device == "cuda") {
     const Json mfu = mfu_of(run, summary.tokens_per_s);
