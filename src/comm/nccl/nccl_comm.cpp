@@ -223,6 +223,7 @@ class NcclComm final : public Comm {
 
   // The watchdog (top of this file): the oldest unfinished collective, every 100 ms.
   void watch() {
+    (void)cudaSetDevice(device_);  // this thread's device as the constructor's (which checked the call)
     std::unique_lock<std::mutex> lock(mutex_);
     while (!wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
       for (Pending& p : pending_) {
