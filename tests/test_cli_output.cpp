@@ -206,6 +206,35 @@ TEST_F(CliOutput, MetricsRefuseAnotherRunUnlessItResumesOrAppends) {
   EXPECT_FALSE(has(r.out, " 0 tokens/s")) << r.out;
 }
 
+// A run killed while it wrote a metrics record (SIGKILL stops a write() where it crosses a page
+// of the file) leaves a last line without its newline: the resumed run drops it, says so, and
+// every line of the file parses.
+TEST_F(CliOutput, ATornMetricsLineFromAKilledRunIsDroppedOnResume) {
+  const std::string metrics = dir() + "/torn.jsonl", ckpt = dir() + "/ckpt-torn";
+  const testing::RunResult first =
+      testing::run_anvil(train_args(4, {"--metrics", metrics, "--ckpt-dir", ckpt, "--save-every", "2"}));
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  const std::string whole = read_file(metrics);
+  const std::string torn = R"({"run_id":"x","step":5,"loss":2.5,"lr")";
+  write_file_atomic(metrics, whole + torn);
+  testing::RunResult r = testing::run_anvil({"report", metrics, "--out", dir() + "/torn.html"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, metrics + ":6: the last line is incomplete")) << r.out;
+  EXPECT_TRUE(has(r.out, "steps       1 to 4 (4 logged)")) << r.out;
+
+
+  r = testing::run_anvil(train_args(6, {"--metrics", metrics, "--ckpt-dir", ckpt, "--save-every", "2"}));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "--metrics " + metrics + ": its last line (" + std::to_string(torn.size()) +
+                             " bytes, no newline) was cut short by a run killed while writing it")) << r.out;
+  const std::string after = read_file(metrics);
+  EXPECT_EQ(after.substr(0, whole.size()), whole);
+  const std::vector<std::string> lines = lines_of(after);
+  ASSERT_EQ(lines.size(), 5u + 1u + 2u) << after;
+  for (const std::string& line : lines) EXPECT_TRUE(Json::parse(line, nullptr, false).is_object()) << line;
+  EXPECT_EQ(Json::parse(lines[5])["resumed_at_step"], 4);
+}
+
 // A run piped into a reader that exits (as `anvil train 2>&1 | tee log` when Ctrl-C reaches
 // tee too): the run keeps going, SIGINT still stops it after the step with a checkpoint, and
 // the stop and resume lines reach the terminal (a pseudo-terminal made by script(1)).

@@ -10,6 +10,7 @@
 #include "core/duration.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/log.h"
 
 namespace anvil {
 namespace {
@@ -332,6 +333,10 @@ std::vector<Metrics> read_metrics(const std::string& path) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(line_no);
+    if (in.eof() && Json::parse(line, nullptr, false).is_discarded()) {  // no newline: still being written, or torn
+      log_warn(where, ": the last line is incomplete (a run writing it, or killed while it did): left out");
+      break;
+    }
     const Json j = json_parse(line, where);
     if (j.is_object() && !j.contains("step") && j.contains("run_id") && j["run_id"].is_string()) {
       const std::string id = j["run_id"].get<std::string>();

@@ -3,9 +3,11 @@
 
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <random>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace anvil {
 
@@ -41,15 +43,44 @@ void check_metrics_file(const std::string& path, const std::string& run_id, bool
                "draws each run as its own series)");
 }
 
+uintmax_t cut_torn_last_line(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size == 0) return 0;
+  std::ifstream in(path, std::ios::binary);
+  uintmax_t end = size;  // the torn line is [keep, size): keep is one past the last newline
+  char chunk[4096];
+  while (end > 0) {
+    const uintmax_t n = end < sizeof chunk ? end : sizeof chunk;
+    in.seekg(static_cast<std::streamoff>(end - n));
+    ANVIL_ENSURE(in.read(chunk, static_cast<std::streamsize>(n)), kIo, path, ": cannot read its last line");
+    uintmax_t i = n;
+    while (i > 0 && chunk[i - 1] != '\n') --i;
+    if (i > 0) {
+      end = end - n + i;
+      break;
+    }
+    end -= n;
+  }
+  if (end == size) return 0;
+  std::filesystem::resize_file(path, end, ec);
+  ANVIL_ENSURE(!ec, kIo, path, ": cannot cut its torn last line: ", ec.message());
+  return size - end;
+}
+
 MetricsFile::MetricsFile(const std::string& path, const Json& header, bool append) : path_(path) {
   check_metrics_file(path, header.value("run_id", ""), append);
+  if (const uintmax_t cut = cut_torn_last_line(path))
+    log_warn("--metrics ", path, ": its last line (", cut,
+             " bytes, no newline) was cut short by a run killed while writing it; it is dropped before this run's "
+             "records");
   out_.open(path, std::ios::app);
   ANVIL_ENSURE(out_.good(), kIo, path, ": cannot open for writing");
   write(header);
 }
 
 void MetricsFile::write(const Json& record) {
-  out_ << record.dump() << "\n";
+  out_ << record.dump() + "\n";  // one write for the line
   out_.flush();
 }
 

@@ -26,10 +26,16 @@ std::string last_metrics_run(const std::string& path);
 // unless `append` (--metrics-append): checked at the start, before data or weights are read.
 void check_metrics_file(const std::string& path, const std::string& run_id, bool append);
 
+// A run killed while it wrote a record (SIGKILL can stop a write() where it crosses a page of
+// the file) leaves a last line without its newline. Cuts that line off `path` and returns
+// its length in bytes; 0 when the file is absent, empty or ends with a newline.
+uintmax_t cut_torn_last_line(const std::string& path);
+
 class MetricsFile {
  public:
   // Opens `path` for appending and writes `header` (which carries "run_id"): refused (kUsage)
-  // when the file holds another run and `append` (--metrics-append) is off.
+  // when the file holds another run and `append` (--metrics-append) is off. A torn last line
+  // (cut_torn_last_line) is dropped first, with a warning.
   MetricsFile(const std::string& path, const Json& header, bool append);
   void write(const Json& record);
   const std::string& path() const { return path_; }
