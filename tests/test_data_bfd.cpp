@@ -274,6 +274,10 @@ TEST(BfdPacking, TrainReportsThePackingAndResumesOnlyWithTheSame) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("step 4/4"), std::string::npos) << r.out;
   EXPECT_EQ(json_read_file(dir + "/ckpt/step-4/meta.json")["data"]["packing"], "wrapped");
+  // The reset acts once: the settings the checkpoint keeps (anvil train --config) leave it out.
+  const std::string toml = read_file(dir + "/ckpt/step-4/anvil_config.toml");
+  EXPECT_NE(toml.find("packing = \"wrapped\""), std::string::npos) << toml;
+  EXPECT_EQ(toml.find("reset-data-position"), std::string::npos) << toml;
   EXPECT_EQ(train(6, {}).exit_code, 2);
   r = train(6, {"--packing", "wrapped"});
   EXPECT_EQ(r.exit_code, 0) << r.out;

@@ -127,6 +127,11 @@ Args& Args::flag(const std::string& names, bool* out, const std::string& help) {
   return add_switch(names, out, help, true);
 }
 
+Args& Args::once() {
+  if (!specs_.empty()) specs_.back().toml = nullptr;
+  return *this;
+}
+
 Args& Args::flag_off(const std::string& names, bool* out, const std::string& help) {
   return add_switch(names, out, help, false);
 }

@@ -45,6 +45,9 @@ class Args {
              const std::string& help, bool required = false);
   // --config FILE.toml (see above).
   Args& config(const std::string& names);
+  // The flag declared last acts on this invocation only: to_toml() leaves it out, so a run
+  // started again from the written settings does not repeat it (--resume PATH, a reset).
+  Args& once();
   // Positional arguments (e.g. the collective of `anvil bench all_reduce`).
   Args& positional(const std::string& name, std::string* out, const std::string& help,
                    bool required = true);
@@ -57,7 +60,8 @@ class Args {
   std::string help() const;
   // True when the flag was given on the command line (not left at its default).
   bool given(const std::string& name) const;
-  // Every flag's resolved value as TOML (key = the first long name without dashes), one a line.
+  // Every flag's resolved value as TOML (key = the first long name without dashes), one a line;
+  // not the once() flags.
   std::string to_toml() const;
 
  private:

@@ -107,9 +107,11 @@ void bind_outputs(Args& a, TrainConfig& c) {
       .flag("--keep-best", &k.keep_best,
             "also keep the checkpoint of the lowest eval loss (each save step must be an --eval-every step)")
       .opt("--resume", &k.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)")
+      .once()
       .flag("--reset-data-position", &c.data.reset_position,
             "on resuming, read the blocks from the start instead of after the checkpoint's position (needed to "
             "resume with another --packing)")
+      .once()
       .opt("--on-save", &k.on_save, "CMD",
            "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "
            "machine); --keep-last keeps what a copy still needs")
