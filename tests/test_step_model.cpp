@@ -1,0 +1,267 @@
+// The step model (plan/step_model.h, step_ops.h, op_costs.h): the op list against the ops a
+// real step issues on the CPU backend, the collectives' bytes against closed forms, the
+// overlap rule's limits, the op-cost table's fit and scaling, and `anvil plan`'s lines.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "io/hub.h"
+#include "model/params.h"
+#include "plan/step_model.h"
+#include "testing.h"
+
+namespace anvil {
+namespace {
+
+const GpuSpec& h200() { return *find_gpu_spec("NVIDIA H200"); }
+
+std::map<std::string, double> program_ops(const std::vector<StepItem>& program) {
+  std::map<std::string, double> calls;
+  for (const StepItem& it : program)
+    if (it.kind == StepItem::Kind::kOp) calls[it.op.label()] += 1;
+  return calls;
+}
+
+// One case of the op list's test: anvil bench step on the CPU with these flags.
+struct RecordedCase {
+  std::string model;  // a preset, or a folder under the test data
+  ParallelMode mode;
+  int world;
+  int64_t micro_batch, grad_accum;
+  Recompute recompute;
+  DType reduce_dtype;
+};
+
+StepInput input_of(const RecordedCase& k) {
+  StepInput in;
+  in.plan.config = k.model == "tiny" ? preset_config("tiny") : load_config(testing::fixture_dir(k.model));
+  in.plan.mode = k.mode;
+  in.plan.world = k.world;
+  in.plan.seq_len = 32;
+  in.plan.micro_batch = k.micro_batch;
+  in.plan.recompute = k.recompute;
+  in.plan.compute_dtype = in.plan.grad_dtype = DType::kF32;  // the CPU backend
+  in.plan.reduce_dtype = k.reduce_dtype;
+  in.grad_accum = k.grad_accum;
+  return in;
+}
+
+// The ops one step issued, by label, from anvil bench step --op-times on the CPU (rank 0's line).
+std::map<std::string, double> recorded_ops(const RecordedCase& k) {
+  std::vector<std::string> args = {"bench", "step", "--device", "cpu", "--seq-len", "32", "--steps", "2", "--warmup",
+                                   "1", "--op-times", "--no-overlap-optimizer", "--micro-batch",
+                                   std::to_string(k.micro_batch), "--grad-accum", std::to_string(k.grad_accum),
+                                   "--mode", parallel_mode_name(k.mode), "--recompute", recompute_name(k.recompute),
+                                   "--reduce-dtype", k.reduce_dtype == DType::kBF16 ? "bf16" : "fp32"};
+  if (k.model == "tiny") args.insert(args.end(), {"--preset", "tiny"});
+  else args.insert(args.end(), {"--model", testing::fixture_dir(k.model)});
+  if (k.world > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(k.world)});
+  const testing::RunResult r = testing::run_anvil(args);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  std::map<std::string, double> calls;
+  const size_t key = r.out.find("\"bench\":\"step\"");
+  if (key == std::string::npos) {
+    ADD_FAILURE() << "no JSON line in " << r.out;
+    return calls;
+  }
+  const size_t line = r.out.rfind('\n', key);
+  const size_t begin = line == std::string::npos ? 0 : line + 1;
+  const Json j = json_parse(r.out.substr(begin, r.out.find('\n', key) - begin), "bench step's line");
+  for (const Json& op : j.at("op_times").at("ops")) calls[op.at("op").get<std::string>()] = op.at("calls").get<double>();
+  return calls;
+}
+
+TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
+  const RecordedCase cases[] = {
+      {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32},
+      {"tiny", ParallelMode::kDdp, 1, 2, 2, Recompute::kSelective, DType::kF32},
+      {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kFull, DType::kF32},
+      {"tiny-qwen3-untied", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32},
+      {"tiny-qwen2", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32},
+      {"tiny", ParallelMode::kDdp, 2, 1, 2, Recompute::kNone, DType::kF32},
+      {"tiny", ParallelMode::kDdp, 2, 1, 1, Recompute::kNone, DType::kBF16},
+      {"tiny", ParallelMode::kFsdp, 2, 1, 2, Recompute::kSelective, DType::kF32},
+      {"tiny-qwen3-untied", ParallelMode::kFsdp, 2, 1, 1, Recompute::kNone, DType::kBF16},
+  };
+  const OpCostTable table = OpCostTable::builtin();
+  for (const RecordedCase& k : cases) {
+    SCOPED_TRACE(k.model + " " + parallel_mode_name(k.mode) + " x" + std::to_string(k.world) + " accum " +
+                 std::to_string(k.grad_accum) + " " + recompute_name(k.recompute));
+    const std::vector<StepItem> program = step_program(input_of(k));
+    const std::map<std::string, double> recorded = recorded_ops(k);
+    EXPECT_EQ(program_ops(program), recorded);
+    // The step's compute is the table's price of the ops the model issued, call by call.
+    std::map<std::string, const OpCall*> by_label;
+    for (const StepItem& it : program)
+      if (it.kind == StepItem::Kind::kOp) by_label[it.op.label()] = &it.op;
+    double priced = 0;
+    for (const auto& [label, calls] : recorded) {
+      ASSERT_TRUE(by_label.count(label)) << label << " ran but the step model does not issue it";
+      priced += calls * table.seconds(*by_label.at(label), h200());
+    }
+    EXPECT_NEAR(compute_seconds(program, table, h200()), priced, 1e-12 * priced);
+  }
+}
+
+StepInput big_input(const std::string& preset, ParallelMode mode, int world) {
+  StepInput in;
+  in.plan.config = preset_config(preset);
+  in.plan.mode = mode;
+  in.plan.world = world;
+  in.plan.seq_len = 2048;
+  in.plan.grad_dtype = DType::kBF16;
+  return in;
+}
+
+// ddp: every unit all-reduced once a step on the wire; fsdp: bf16 weights gathered for the
+// forward (the tied embedding again as the head) and the blocks but the last for the
+// backward, every unit reduce-scattered each micro-batch.
+TEST(StepModel, CommBytesAreTheClosedForms) {
+  for (const char* preset : {"qwen3-1.7b", "qwen3-8b"}) {
+    const ModelConfig c = preset_config(preset);
+    for (int n : {1, 2, 8}) {
+      SCOPED_TRACE(std::string(preset) + " x" + std::to_string(n));
+      const ParamTable t(c, n);
+      const int64_t P = t.total_padded(), E = t.units()[0].padded, B = t.units()[1].padded, L = c.num_layers;
+      StepInput ddp = big_input(preset, ParallelMode::kDdp, n);
+      const CommBytes d = comm_bytes(step_program(ddp));
+      EXPECT_EQ(d.all_reduce, n == 1 ? 0 : 4 * P);
+      EXPECT_EQ(d.all_gather + d.reduce_scatter, 0);
+      ddp.plan.reduce_dtype = DType::kBF16;
+      EXPECT_EQ(comm_bytes(step_program(ddp)).all_reduce, n == 1 ? 0 : 2 * P);
+      StepInput fsdp = big_input(preset, ParallelMode::kFsdp, n);
+      fsdp.grad_accum = 3;
+      const CommBytes f = comm_bytes(step_program(fsdp));
+      const int64_t gathered = 2 * (P + (c.tie_word_embeddings ? E : 0) + (L - 1) * B);
+      EXPECT_EQ(f.all_gather, n == 1 ? 0 : 3 * gathered) << "gathered again in each micro-batch";
+      EXPECT_EQ(f.reduce_scatter, n == 1 ? 0 : 3 * 4 * P);
+      EXPECT_EQ(f.all_reduce, 0);
+      fsdp.plan.fsdp_defer_sync = true;
+      EXPECT_EQ(comm_bytes(step_program(fsdp)).reduce_scatter, n == 1 ? 0 : 4 * P);
+      const double k = (n - 1.0) / n;
+      EXPECT_DOUBLE_EQ(bus_bytes(d, n), 2 * k * static_cast<double>(d.all_reduce));
+      EXPECT_DOUBLE_EQ(bus_bytes(f, n), k * static_cast<double>(f.all_gather + f.reduce_scatter));
+    }
+  }
+}
+
+TEST(StepModel, OneGpuIsItsCompute) {
+  const OpCostTable table = OpCostTable::builtin();
+  const StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 1);
+  const StepPrediction p = predict_step(in, table, h200(), 0);
+  EXPECT_DOUBLE_EQ(p.step_s, compute_seconds(step_program(in), table, h200()));
+  EXPECT_EQ(p.comm_s, 0);
+  EXPECT_EQ(p.exposed_s, 0);
+  EXPECT_NEAR(p.forward_s + p.backward_s + p.optimizer_s, p.step_s, 1e-12);
+  EXPECT_DOUBLE_EQ(p.tokens_per_s, 2048 / p.step_s);
+}
+
+// More GPUs at a fixed batch per GPU never predict fewer tokens/s with an unbounded bus;
+// with almost no bandwidth the step is its communication.
+TEST(StepModel, ScalingAndCommBound) {
+  const OpCostTable table = OpCostTable::builtin();
+  for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
+    double last = 0;
+    for (int n : {1, 2, 4, 8, 16}) {
+      const StepPrediction p = predict_step(big_input("qwen3-1.7b", mode, n), table, h200(), 1e12);
+      EXPECT_GE(p.tokens_per_s, last) << parallel_mode_name(mode) << " x" << n;
+      last = p.tokens_per_s;
+    }
+    const StepPrediction slow = predict_step(big_input("qwen3-1.7b", mode, 8), table, h200(), 1e-3);
+    EXPECT_GE(slow.step_s, slow.comm_s);
+    EXPECT_GT(slow.exposed_s, 0.999 * slow.comm_s) << "at 1 MB/s nothing hides the collectives";
+    EXPECT_THROW(predict_step(big_input("qwen3-1.7b", mode, 8), table, h200(), 0), Error);
+  }
+}
+
+// The overlap rule: ddp's reductions hide behind the backward of the units after them; the
+// last one (the embedding's, issued after the last op of the backward) never does, and only
+// what is still on the link when it is issued (at most the first block's) adds to it.
+TEST(StepModel, OverlapHidesAllButTheLastReductions) {
+  const OpCostTable table = OpCostTable::builtin();
+  StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 8);
+  in.plan.grad_dtype = DType::kF32;  // in place on the fp32 wire: several in flight
+  const double bus = 1000;
+  const StepPrediction p = predict_step(in, table, h200(), bus);
+  const ParamTable t(in.plan.config, 8);
+  auto seconds = [&](int unit) { return 4.0 * static_cast<double>(t.units()[unit].padded) * 1.75 / (bus * 1e9); };
+  EXPECT_LT(p.exposed_s, 0.5 * p.comm_s);
+  EXPECT_GE(p.exposed_s, seconds(t.embed_unit()) - 1e-12);
+  EXPECT_LE(p.exposed_s, seconds(t.embed_unit()) + seconds(t.block_unit(0)));
+  EXPECT_NEAR(p.step_s, p.forward_s + p.backward_s + p.optimizer_s + p.exposed_s, 1e-12);
+}
+
+// Another GPU's rates: FLOP-priced ops scale with the peak, the rest with the bandwidth.
+TEST(StepModel, OtherGpusScaleByPeakAndBandwidth) {
+  const OpCostTable table = OpCostTable::builtin();
+  const GpuSpec& a100 = *find_gpu_spec("NVIDIA A100-SXM4-80GB");
+  OpCall gemm{"linear_forward", "2048x2048x2048", 2048, 1.7e10, 2.5e7};
+  OpCall norm{"rmsnorm_forward", "2048x2048", 2048, 0, 1.6e7};
+  EXPECT_NEAR(table.seconds(gemm, a100), table.seconds(gemm, h200()) * 989.4 / 312.0, 1e-15);
+  EXPECT_NEAR(table.seconds(norm, a100), table.seconds(norm, h200()) * 4.8 / 2.039, 1e-15);
+  EXPECT_EQ(find_gpu_spec("NVIDIA L40S")->peak_tflops, 362.1) << "L40S before L40";
+  EXPECT_EQ(find_gpu_spec("Tesla V100"), nullptr);
+}
+
+// A table fitted from a step's op times gives the rates those times imply, and the fixed
+// cost per call the untimed step leaves; the op it did not time keeps the fallback's rate.
+TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
+  const OpCostTable base = OpCostTable::builtin();
+  const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1));
+  std::vector<Ops::OpTime> measured;
+  std::map<std::string, size_t> row;
+  double sum_ms = 0, calls = 0;
+  for (const StepItem& it : program) {
+    if (it.kind != StepItem::Kind::kOp || it.op.op == "zero") continue;  // zero: not timed here
+    auto [r, fresh] = row.emplace(it.op.label(), measured.size());
+    if (fresh) measured.push_back({it.op.label(), 0, 0, 0});
+    const double ms = 2e3 * base.seconds(it.op, h200());  // every op at half the table's rate
+    measured[r->second].calls += 1;
+    measured[r->second].device_ms += ms;
+    sum_ms += ms;
+    calls += 1;
+  }
+  const OpCostTable fit = fit_op_table(program, measured, sum_ms + 3e-3 * calls, h200(), base, "test");
+  EXPECT_TRUE(fit.measured);
+  EXPECT_NEAR(fit.per_op_us, 3.0, 1e-9);
+  for (const StepItem& it : program) {
+    if (it.kind != StepItem::Kind::kOp) continue;
+    const double want = 3e-6 + (it.op.op == "zero" ? 1 : 2) * base.seconds(it.op, h200());
+    EXPECT_NEAR(fit.seconds(it.op, h200()), want, 1e-9 * want) << it.op.label();
+  }
+  const OpCostTable back = OpCostTable::from_json(fit.to_json(), "round trip");
+  EXPECT_EQ(back.to_json(), fit.to_json());
+}
+
+TEST(StepModel, PlanPrintsEachModesPrediction) {
+  const auto r = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "8", "--gpu", "H200", "--bus-gbps",
+                                     "400", "--recompute", "none"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("step, predicted for 8 x H200 (op costs: H200 table, NOT measured"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bus 400 GB/s: --bus-gbps"), std::string::npos) << r.out;
+  StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 8);
+  const OpCostTable table = OpCostTable::builtin();
+  const std::string ddp = prediction_line("ddp", predict_step(in, table, h200(), 400));
+  in.plan.mode = ParallelMode::kFsdp;
+  const std::string fsdp = prediction_line("fsdp", predict_step(in, table, h200(), 400));
+  EXPECT_NE(r.out.find(ddp), std::string::npos) << "want " << ddp << " in " << r.out;
+  EXPECT_NE(r.out.find(fsdp), std::string::npos) << "want " << fsdp << " in " << r.out;
+
+  const auto topo = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "8", "--topo-answers",
+                                        testing::testdata_dir() + "/topo/nvlink_8gpu_nvswitch.json", "--json"});
+  ASSERT_EQ(topo.exit_code, 0) << topo.out;
+  const Json j = json_parse(topo.out, "plan --json");
+  EXPECT_EQ(j.at("predicted").at("bus_gbps").get<double>(), 360.0) << topo.out;
+  EXPECT_NE(j.at("predicted").at("bus_source").get<std::string>().find("NVLink 4.0 via NVSwitch"), std::string::npos);
+  EXPECT_GT(j.at("predicted").at("fsdp").at("tokens_per_s").get<double>(), 0);
+
+  const auto bad = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--gpu", "V100"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("unknown GPU 'V100' (--gpu takes one of"), std::string::npos) << bad.out;
+}
+
+}  // namespace
+}  // namespace anvil
