@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/json.h"
 #include "io/hub.h"
 #include "model/params.h"
@@ -258,9 +259,46 @@ TEST(StepModel, PlanPrintsEachModesPrediction) {
   EXPECT_NE(j.at("predicted").at("bus_source").get<std::string>().find("NVLink 4.0 via NVSwitch"), std::string::npos);
   EXPECT_GT(j.at("predicted").at("fsdp").at("tokens_per_s").get<double>(), 0);
 
+  // This machine's GPU (recorded answers here) names the GPU; one the model does not know
+  // leaves the step unpredicted and the memory plan as it was.
+  Json v100 = json_read_file(testing::testdata_dir() + "/topo/one_gpu.json");
+  v100["gpus"][0]["name"] = "Tesla V100-SXM2-16GB";
+  const std::string answers = testing::temp_dir("topo") + "/v100.json";
+  json_write_file(answers, v100);
+  const auto unknown = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--topo-answers", answers});
+  EXPECT_EQ(unknown.exit_code, 0) << unknown.out;
+  EXPECT_NE(unknown.out.find("step: not predicted: this machine's GPU, Tesla V100-SXM2-16GB, is not one"),
+            std::string::npos) << unknown.out;
+  const auto h100 = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "8", "--topo-answers",
+                                        testing::testdata_dir() + "/topo/nvlink_8gpu_nvswitch.json"});
+  EXPECT_NE(h100.out.find("step, predicted for 8 x H100 "), std::string::npos) << h100.out;
+
   const auto bad = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--gpu", "V100"});
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_NE(bad.out.find("unknown GPU 'V100' (--gpu takes one of"), std::string::npos) << bad.out;
+}
+
+// --write-op-table prices ops that ran alone on one GPU: refused otherwise, before a step runs
+// where it can be, and on a device the step model does not know.
+TEST(StepModel, BenchStepWritesATableOnlyFromALoneStep) {
+  const std::string table = testing::temp_dir("op-table") + "/table.json";
+  const std::vector<std::string> base = {"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "32",
+                                         "--steps", "2", "--warmup", "1", "--write-op-table", table};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::run_anvil(args);
+  };
+  const auto overlapped = with({"--op-times"});
+  EXPECT_EQ(overlapped.exit_code, 2) << overlapped.out;
+  EXPECT_NE(overlapped.out.find("add --op-times --no-overlap-optimizer"), std::string::npos) << overlapped.out;
+  const auto ranks = with({"--op-times", "--no-overlap-optimizer", "--nproc-per-node", "2"});
+  EXPECT_NE(ranks.exit_code, 0) << ranks.out;
+  EXPECT_NE(ranks.out.find("--write-op-table measures one GPU's ops"), std::string::npos) << ranks.out;
+  const auto cpu = with({"--op-times", "--no-overlap-optimizer"});
+  EXPECT_EQ(cpu.exit_code, 2) << cpu.out;
+  EXPECT_NE(cpu.out.find("needs a GPU the step model knows"), std::string::npos) << cpu.out;
+  EXPECT_FALSE(path_exists(table));
 }
 
 }  // namespace

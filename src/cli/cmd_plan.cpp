@@ -43,7 +43,8 @@ std::string plan_notes(const PlanAdvice& adv, const PlanInput& in, int64_t gpu_b
 // What the step model runs on: the GPU, its op costs and the bus between GPUs, each with
 // where the figure comes from.
 struct StepTarget {
-  const GpuSpec* gpu = nullptr;
+  const GpuSpec* gpu = nullptr;  // null: this machine's GPU is not one the step model knows
+  std::string gpu_name;
   OpCostTable table;
   double bus_gbps = 0;
   std::string bus_source;
@@ -72,7 +73,10 @@ StepTarget step_target(const TargetFlags& f, int nproc) {
   const Topology topo = ask ? local_topology(f.topo_answers) : build_topology(TopoAnswers{});
   const std::string name = !f.gpu.empty() ? f.gpu : topo.gpus > 0 ? topo.answers.gpus[0].name : "H200";
   t.gpu = find_gpu_spec(name);
-  ANVIL_ENSURE(t.gpu, kUsage, "anvil plan: unknown GPU '", name, "' (--gpu takes one of ", known_gpu_names(), ")");
+  ANVIL_ENSURE(t.gpu || f.gpu.empty(), kUsage, "anvil plan: unknown GPU '", name, "' (--gpu takes one of ",
+               known_gpu_names(), ")");
+  t.gpu_name = name;
+  if (!t.gpu) return t;  // this machine's GPU, unknown: no prediction, the memory plan still
   t.table = f.op_table.empty() ? OpCostTable::builtin() : OpCostTable::from_json(json_read_file(f.op_table), f.op_table);
   if (f.bus_gbps > 0) {
     t.bus_gbps = f.bus_gbps;
@@ -94,6 +98,9 @@ StepPrediction predict_mode(const PlanInput& in, const MemoryPlan& plan, int64_t
 }
 
 std::string prediction_text(const StepTarget& t, int nproc, const StepPrediction& ddp, const StepPrediction& fsdp) {
+  if (!t.gpu)
+    return cat("step: not predicted: this machine's GPU, ", t.gpu_name, ", is not one the step model knows (--gpu ",
+               "NAME predicts on one of ", known_gpu_names(), ")\n");
   std::string s = cat("step, predicted for ", nproc, " x ", t.gpu->key, " (op costs: ", t.table.gpu, " table, ",
                       t.table.measured ? "measured" : "NOT measured, derived from the GPU's limits",
                       nproc > 1 ? cat("; bus ", t.bus_gbps, " GB/s: ", t.bus_source) : std::string(), "):\n");
@@ -104,6 +111,12 @@ Json prediction_json(const StepPrediction& p) {
   return Json{{"tokens_per_s", p.tokens_per_s}, {"step_ms", 1e3 * p.step_s},     {"forward_ms", 1e3 * p.forward_s},
               {"backward_ms", 1e3 * p.backward_s}, {"optimizer_ms", 1e3 * p.optimizer_s},
               {"communication_ms", 1e3 * p.comm_s}, {"exposed_ms", 1e3 * p.exposed_s}};
+}
+
+Json predicted_json(const StepTarget& t, const StepPrediction& ddp, const StepPrediction& fsdp) {
+  if (!t.gpu) return Json(nullptr);
+  return Json{{"gpu", t.gpu->key},       {"op_table_measured", t.table.measured}, {"bus_gbps", t.bus_gbps},
+              {"bus_source", t.bus_source}, {"ddp", prediction_json(ddp)},           {"fsdp", prediction_json(fsdp)}};
 }
 
 }  // namespace
@@ -155,8 +168,11 @@ int cmd_plan(int argc, char** argv) {
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
   const PlanAdvice adv = advise(in, c.parallel.recompute, gpu_bytes);
   const StepTarget target_of = step_target(target, in.world);
-  const StepPrediction ddp = predict_mode(in, adv.ddp, d.grad_accum, target_of);
-  const StepPrediction fsdp = predict_mode(in, adv.fsdp, d.grad_accum, target_of);
+  StepPrediction ddp, fsdp;
+  if (target_of.gpu) {
+    ddp = predict_mode(in, adv.ddp, d.grad_accum, target_of);
+    fsdp = predict_mode(in, adv.fsdp, d.grad_accum, target_of);
+  }
   if (json) {
     auto j_of = [](const MemoryPlan& p) {
       return Json{{"params", p.params}, {"grads", p.grads}, {"optimizer", p.optimizer}, {"weights", p.weights},
@@ -168,9 +184,7 @@ int cmd_plan(int argc, char** argv) {
               {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)},
               {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""}, {"message", adv.message},
               {"grad_dtype", in.grad_dtype == DType::kBF16 ? "bf16" : "fp32"},
-              {"predicted", {{"gpu", target_of.gpu->key}, {"op_table_measured", target_of.table.measured},
-                             {"bus_gbps", target_of.bus_gbps}, {"bus_source", target_of.bus_source},
-                             {"ddp", prediction_json(ddp)}, {"fsdp", prediction_json(fsdp)}}}};
+              {"predicted", predicted_json(target_of, ddp, fsdp)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     const std::string notes = plan_notes(adv, in, gpu_bytes, c.parallel.grad_dtype);
