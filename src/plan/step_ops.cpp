@@ -9,15 +9,6 @@
 namespace anvil {
 namespace {
 
-std::string dims(std::initializer_list<int64_t> d) {
-  std::string s;
-  for (int64_t v : d) {
-    if (!s.empty()) s += 'x';
-    s += std::to_string(v);
-  }
-  return s;
-}
-
 // Walks one step; each method mirrors the function of the trainer, model or store it names.
 class StepWalk {
  public:
@@ -64,28 +55,26 @@ class StepWalk {
     it.id = id;
     items_.push_back(it);
   }
-  void zero(int64_t bytes) { op("zero", std::to_string(bytes) + " bytes", bytes, 0, static_cast<double>(bytes)); }
+  void zero(int64_t bytes) { op("zero", cat(bytes, " bytes"), bytes, 0, static_cast<double>(bytes)); }
   void convert(DType from, DType to, int64_t n) {
-    op("convert", std::string(dtype_name(from)) + "->" + dtype_name(to) + " " + std::to_string(n), n, 0,
+    op("convert", cat(dtype_name(from), "->", dtype_name(to), " ", n), n, 0,
        static_cast<double>(n * static_cast<int64_t>(dtype_size(from) + dtype_size(to))));
   }
   void linear(const char* name, int64_t M, int64_t N, int64_t K) {
-    op(name, dims({M, N, K}), M, 2.0 * M * N * K, cb_ * static_cast<double>(M * K + N * K + M * N));
+    op(name, cat(M, "x", N, "x", K), M, 2.0 * M * N * K, cb_ * static_cast<double>(M * K + N * K + M * N));
   }
   void per_token(const char* name, int64_t C, double bytes_per_element) {
-    op(name, dims({N_, C}), N_, 0, bytes_per_element * cb_ * static_cast<double>(N_ * C));
+    op(name, cat(N_, "x", C), N_, 0, bytes_per_element * cb_ * static_cast<double>(N_ * C));
   }
   void attention(const char* name, double times) {
     const int64_t B = in_.plan.micro_batch, T = in_.plan.seq_len, H = c_.num_heads;
-    op(name, dims({B, T}) + "x" + std::to_string(H) + "/" + std::to_string(c_.num_kv_heads) + "x" +
-                 std::to_string(c_.head_dim),
+    op(name, cat(B, "x", T, "x", H, "/", c_.num_kv_heads, "x", c_.head_dim),
        T, times * 2.0 * static_cast<double>(B * H * T * T * c_.head_dim),
        cb_ * static_cast<double>(N_ * (c_.qkv_dim() + c_.q_dim())) * times);
   }
   void qk_norm_rope(const char* name, double bytes_per_element) {
     const int64_t heads = c_.num_heads + 2 * c_.num_kv_heads;
-    op(name, std::to_string(N_) + "x" + std::to_string(c_.num_heads) + "+" + std::to_string(c_.num_kv_heads) + "x" +
-                 std::to_string(c_.head_dim),
+    op(name, cat(N_, "x", c_.num_heads, "+", c_.num_kv_heads, "x", c_.head_dim),
        N_, 0, bytes_per_element * cb_ * static_cast<double>(N_ * heads * c_.head_dim));
   }
   DType unit_grad_dtype(int u) const {
@@ -133,7 +122,7 @@ void StepWalk::forward_backward() {
   const int embed = table_.embed_unit(), norm = table_.norm_unit();
   phase_ = StepPhase::kForward;
   weights(embed);
-  op("embedding_forward", dims({N_, C}), N_, 0, 2 * cb_ * static_cast<double>(N_ * C));
+  op("embedding_forward", cat(N_, "x", C), N_, 0, 2 * cb_ * static_cast<double>(N_ * C));
   release(embed);
   for (int64_t l = 0; l < L; ++l) {
     weights(table_.block_unit(l));
@@ -159,7 +148,7 @@ void StepWalk::forward_backward() {
     grads_ready(u);
   }
   grads(embed);
-  op("embedding_backward", dims({N_, C}), N_, 0, (cb_ + 8) * static_cast<double>(N_ * C));
+  op("embedding_backward", cat(N_, "x", C), N_, 0, (cb_ + 8) * static_cast<double>(N_ * C));
   grads_ready(embed);
 }
 
@@ -176,7 +165,7 @@ void StepWalk::block_forward(bool to_output) {
   if (!to_output) return;
   per_token("swiglu_forward", I, 3);
   linear("linear_forward", N_, C, I);
-  op("add", std::string(dtype_name(in_.plan.compute_dtype)) + " " + std::to_string(N_ * C), N_ * C, 0,
+  op("add", cat(dtype_name(in_.plan.compute_dtype), " ", N_ * C), N_ * C, 0,
      3 * cb_ * static_cast<double>(N_ * C));
 }
 
@@ -209,7 +198,7 @@ void StepWalk::head_forward_backward() {
   phase_ = StepPhase::kBackward;
   weights(head);
   grads(head);
-  op("cross_entropy_forward_backward", dims({N_, V, C}), N_, 6.0 * static_cast<double>(N_ * V * C),
+  op("cross_entropy_forward_backward", cat(N_, "x", V, "x", C), N_, 6.0 * static_cast<double>(N_ * V * C),
      cb_ * static_cast<double>(2 * N_ * C + V * C) + 8.0 * static_cast<double>(V * C));
   release(head);
   if (head != embed) grads_ready(head);
@@ -291,7 +280,7 @@ void StepWalk::finish_pending() {
     convert(wire, pending_grad_, pending_n_);
   } else {
     if (wire == DType::kBF16) convert(DType::kBF16, DType::kF32, pending_n_);
-    op("add", "F32 " + std::to_string(pending_n_), pending_n_, 0, 12.0 * static_cast<double>(pending_n_));
+    op("add", cat("F32 ", pending_n_), pending_n_, 0, 12.0 * static_cast<double>(pending_n_));
   }
   pending_ = -1;
 }
@@ -309,17 +298,17 @@ void StepWalk::optimizer_step() {
   for (size_t u = 0; u < units; ++u) {
     const UnitInfo& info = table_.units()[u];
     owned[u] = {sharded_ ? info.shard() : info.padded, sharded_ ? DType::kF32 : unit_grad_dtype(static_cast<int>(u))};
-    op("sum_squares", std::string(dtype_name(owned[u].second)) + " " + std::to_string(owned[u].first),
+    op("sum_squares", cat(dtype_name(owned[u].second), " ", owned[u].first),
        owned[u].first, 0, static_cast<double>(owned[u].first * static_cast<int64_t>(dtype_size(owned[u].second))));
   }
   for (size_t u = 0; u < units; ++u) {
     const auto [n, g] = owned[u];
     const double gb = static_cast<double>(dtype_size(g)), e = static_cast<double>(n);
     if (split_) {
-      op("adamw_step", "split " + std::to_string(n), n, 0, (24 + gb) * e);
+      op("adamw_step", cat("split ", n), n, 0, (24 + gb) * e);
       if (sharded_) zero(n * 4);
     } else {
-      op("adamw_step", std::to_string(n), n, 0, (24 + gb * (sharded_ ? 2 : 1)) * e);
+      op("adamw_step", cat(n), n, 0, (24 + gb * (sharded_ ? 2 : 1)) * e);
     }
   }
 }
