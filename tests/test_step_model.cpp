@@ -71,7 +71,8 @@ std::map<std::string, double> recorded_ops(const RecordedCase& k) {
   const size_t line = r.out.rfind('\n', key);
   const size_t begin = line == std::string::npos ? 0 : line + 1;
   const Json j = json_parse(r.out.substr(begin, r.out.find('\n', key) - begin), "bench step's line");
-  for (const Json& op : j.at("op_times").at("ops")) calls[op.at("op").get<std::string>()] = op.at("calls").get<double>();
+  for (const Json& op : j.at("op_times").at("ops"))
+    calls[op.at("op").get<std::string>()] = op.at("calls").get<double>();
   return calls;
 }
 

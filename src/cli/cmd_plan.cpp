@@ -77,7 +77,7 @@ StepTarget step_target(const TargetFlags& f, int nproc) {
                known_gpu_names(), ")");
   t.gpu_name = name;
   if (!t.gpu) return t;  // this machine's GPU, unknown: no prediction, the memory plan still
-  t.table = f.op_table.empty() ? OpCostTable::builtin() : OpCostTable::from_json(json_read_file(f.op_table), f.op_table);
+  t.table = OpCostTable::load(f.op_table);
   if (f.bus_gbps > 0) {
     t.bus_gbps = f.bus_gbps;
     t.bus_source = "--bus-gbps";
@@ -85,7 +85,8 @@ StepTarget step_target(const TargetFlags& f, int nproc) {
     t.bus_gbps = topology_bus_gbps(topo, &t.bus_source);
   } else {
     t.bus_gbps = t.gpu->bus_gbps;
-    t.bus_source = cat("assumed for ", t.gpu->key, " machines: ", t.gpu->link, "; measure with anvil bench, pass --bus-gbps");
+    t.bus_source =
+        cat("assumed for ", t.gpu->key, " machines: ", t.gpu->link, "; measure with anvil bench, pass --bus-gbps");
   }
   return t;
 }

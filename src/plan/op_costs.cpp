@@ -27,7 +27,8 @@ const GpuSpec kGpus[] = {
     {"4090", 165.2, 1.008, "PCIe gen4", 20},             {"A10", 125.0, 0.6, "PCIe gen4", 20}};
 
 double log_distance(int64_t a, int64_t b) {
-  return std::fabs(std::log(static_cast<double>(std::max<int64_t>(a, 1)) / static_cast<double>(std::max<int64_t>(b, 1))));
+  const double x = static_cast<double>(std::max<int64_t>(a, 1)), y = static_cast<double>(std::max<int64_t>(b, 1));
+  return std::fabs(std::log(x / y));
 }
 
 // The rate of the entry for `op` measured nearest to `size`; sized entries before "any size".
@@ -76,7 +77,13 @@ bool op_priced_by_flops(const std::string& op) {
          op == "attention_forward" || op == "attention_backward" || op == "cross_entropy_forward_backward";
 }
 
-OpCostTable OpCostTable::builtin() { return from_json(json_parse(builtin_op_table_json(), "h200_op_costs.json"), "the built-in H200 table"); }
+OpCostTable OpCostTable::builtin() {
+  return from_json(json_parse(builtin_op_table_json(), "h200_op_costs.json"), "the built-in H200 table");
+}
+
+OpCostTable OpCostTable::load(const std::string& path) {
+  return path.empty() ? builtin() : from_json(json_read_file(path), path);
+}
 
 OpCostTable OpCostTable::from_json(const Json& j, const std::string& what) {
   OpCostTable t;

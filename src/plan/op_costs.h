@@ -64,6 +64,7 @@ struct OpCostTable {
   std::vector<OpRate> rates;
 
   static OpCostTable builtin();  // the H200 table embedded at build time
+  static OpCostTable load(const std::string& path);  // a table file (write_op_table's); empty: builtin()
   static OpCostTable from_json(const Json& j, const std::string& what);
   Json to_json() const;
   // Seconds of one call of `c` on `gpu`; throws kInvalidInput when the table has no rate for the op.

@@ -166,8 +166,7 @@ StepInput step_input(Trainer& trainer, const OpenRun& run) {
 Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   const GpuSpec* gpu = find_gpu_spec(trainer.ops().name());
   if (!gpu) return Json(nullptr);
-  const OpCostTable table =
-      o.op_table.empty() ? OpCostTable::builtin() : OpCostTable::from_json(json_read_file(o.op_table), o.op_table);
+  const OpCostTable table = OpCostTable::load(o.op_table);
   const double bus = o.bus_gbps > 0 ? o.bus_gbps : gpu->bus_gbps;
   const StepPrediction p = predict_step(step_input(trainer, run), table, *gpu, bus);
   return Json{{"tokens_per_s", p.tokens_per_s}, {"step_ms", 1e3 * p.step_s},
@@ -189,9 +188,10 @@ void write_op_table(Trainer& trainer, const OpenRun& run, const BenchStepOptions
     measured.push_back({op.at("op").get<std::string>(), static_cast<int64_t>(op.at("calls").get<double>() + 0.5),
                         op.at("device_ms").get<double>(), op.at("host_ms").get<double>()});
   const TrainConfig& c = trainer.settings().config;
-  const std::string source = cat("measured by anvil bench step --op-times on ", trainer.ops().name(), ": ",
-                                 c.model.model.empty() ? c.model.preset : c.model.model, ", seq ", c.data.seq_len,
-                                 ", micro-batch ", c.data.micro_batch, ", recompute ", recompute_name(trainer.recompute()));
+  const std::string source =
+      cat("measured by anvil bench step --op-times on ", trainer.ops().name(), ": ",
+          c.model.model.empty() ? c.model.preset : c.model.model, ", seq ", c.data.seq_len, ", micro-batch ",
+          c.data.micro_batch, ", recompute ", recompute_name(trainer.recompute()));
   const OpCostTable t = fit_op_table(step_program(step_input(trainer, run)), measured, step_ms, *gpu,
                                      OpCostTable::builtin(), source);
   json_write_file(o.write_op_table, t.to_json());
