@@ -20,6 +20,8 @@
 //   step and the last reduction never are, and exposed = step - compute.
 // The optimizer runs after the backward on the compute queue: overlapped with the next
 // forward it takes turns with it on the multiprocessors and saves little (bench/NOTES.md).
+// Not modelled: the collectives' own use of the multiprocessors and memory, which slows the
+// compute they overlap, and their latency (each is large: a unit's weights or gradient).
 #pragma once
 
 #include <string>
