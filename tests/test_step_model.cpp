@@ -181,9 +181,11 @@ TEST(StepModel, ScalingAndCommBound) {
 
 // The overlap rule: ddp's reductions hide behind the backward of the units after them; the
 // last one (the embedding's, issued after the last op of the backward) never does, and only
-// what is still on the link when it is issued (at most the first block's) adds to it.
+// what is still on the link when it is issued (at most the first block's) adds to it. Beside
+// the collectives the compute loses comm_overlap_cost of their time.
 TEST(StepModel, OverlapHidesAllButTheLastReductions) {
-  const OpCostTable table = OpCostTable::builtin();
+  OpCostTable table = OpCostTable::builtin();
+  table.comm_overlap_cost = 0;
   StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 8);
   in.plan.grad_dtype = DType::kF32;  // in place on the fp32 wire: several in flight
   const double bus = 1000;
@@ -193,7 +195,15 @@ TEST(StepModel, OverlapHidesAllButTheLastReductions) {
   EXPECT_LT(p.exposed_s, 0.5 * p.comm_s);
   EXPECT_GE(p.exposed_s, seconds(t.embed_unit()) - 1e-12);
   EXPECT_LE(p.exposed_s, seconds(t.embed_unit()) + seconds(t.block_unit(0)));
+  EXPECT_NEAR(p.slowed_s, 0, 1e-12);
   EXPECT_NEAR(p.step_s, p.forward_s + p.backward_s + p.optimizer_s + p.exposed_s, 1e-12);
+
+  // At half speed beside the link (cost 1) the compute loses half of the link time it hides.
+  table.comm_overlap_cost = 1;
+  const StepPrediction q = predict_step(in, table, h200(), bus);
+  EXPECT_GT(q.exposed_s, 0);
+  EXPECT_NEAR(q.slowed_s, 0.5 * (q.comm_s - q.exposed_s), 1e-12);
+  EXPECT_NEAR(q.step_s, q.forward_s + q.backward_s + q.optimizer_s + q.exposed_s + q.slowed_s, 1e-12);
 }
 
 // Another GPU's rates: FLOP-priced ops scale with the peak, the rest with the bandwidth.

@@ -111,7 +111,8 @@ std::string prediction_text(const StepTarget& t, int nproc, const StepPrediction
 Json prediction_json(const StepPrediction& p) {
   return Json{{"tokens_per_s", p.tokens_per_s}, {"step_ms", 1e3 * p.step_s},     {"forward_ms", 1e3 * p.forward_s},
               {"backward_ms", 1e3 * p.backward_s}, {"optimizer_ms", 1e3 * p.optimizer_s},
-              {"communication_ms", 1e3 * p.comm_s}, {"exposed_ms", 1e3 * p.exposed_s}};
+              {"communication_ms", 1e3 * p.comm_s}, {"exposed_ms", 1e3 * p.exposed_s},
+              {"slowed_ms", 1e3 * p.slowed_s}};
 }
 
 Json predicted_json(const StepTarget& t, const StepPrediction& ddp, const StepPrediction& fsdp) {

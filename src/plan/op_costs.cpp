@@ -92,6 +92,7 @@ OpCostTable OpCostTable::from_json(const Json& j, const std::string& what) {
     t.peak_tflops = j.at("peak_tflops").get<double>();
     t.hbm_tbps = j.at("hbm_tbps").get<double>();
     t.per_op_us = j.value("per_op_us", 0.0);
+    t.comm_overlap_cost = j.value("comm_overlap_cost", 0.0);
     t.measured = j.at("measured").get<bool>();
     t.source = j.value("source", "");
     for (const Json& r : j.at("ops")) {
@@ -109,6 +110,8 @@ OpCostTable OpCostTable::from_json(const Json& j, const std::string& what) {
   }
   ANVIL_ENSURE(t.peak_tflops > 0 && t.hbm_tbps > 0, kInvalidInput, "op-cost table ", what,
                ": peak_tflops and hbm_tbps must be positive");
+  ANVIL_ENSURE(t.comm_overlap_cost >= 0, kInvalidInput, "op-cost table ", what, ": comm_overlap_cost ",
+               t.comm_overlap_cost, " is negative (0: the compute keeps its speed beside a collective)");
   return t;
 }
 
@@ -119,8 +122,11 @@ Json OpCostTable::to_json() const {
     if (r.size) o["size"] = r.size;
     ops.push_back(o);
   }
-  return Json{{"gpu", gpu},         {"peak_tflops", peak_tflops}, {"hbm_tbps", hbm_tbps}, {"per_op_us", per_op_us},
-              {"measured", measured}, {"source", source},          {"ops", ops}};
+  return Json{{"gpu", gpu},           {"peak_tflops", peak_tflops},
+              {"hbm_tbps", hbm_tbps}, {"per_op_us", per_op_us},
+              {"comm_overlap_cost", comm_overlap_cost},
+              {"measured", measured}, {"source", source},
+              {"ops", ops}};
 }
 
 double OpCostTable::seconds(const OpCall& c, const GpuSpec& g) const {
@@ -159,6 +165,7 @@ OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector
   t.measured = true;
   t.source = source;
   t.per_op_us = calls > 0 ? 1e3 * (step_ms - ops_ms) / calls : 0;
+  t.comm_overlap_cost = fallback.comm_overlap_cost;  // one GPU has no collectives to measure it by
   for (const auto& [key, s] : sums)
     if (s.ms > 0 && s.work > 0) t.rates.push_back({key.first, key.second, s.work / (s.ms * 1e-3) / 1e12, true});
   for (OpRate r : fallback.rates) {

@@ -59,6 +59,8 @@ struct OpCostTable {
   std::string gpu;  // the GPU the rates are for ("H200")
   double peak_tflops = 0, hbm_tbps = 0;
   double per_op_us = 0;  // added to every call
+  // c: beside a collective the compute runs at 1 / (1 + c) of its speed (plan/step_model.h).
+  double comm_overlap_cost = 0;
   bool measured = false;
   std::string source;  // how the rates were obtained
   std::vector<OpRate> rates;
@@ -76,7 +78,8 @@ struct OpCostTable {
 // time untimed. Each (op, size) gets the rate sum of work / sum of device time of its
 // labels; per_op_us is what the untimed step differs from the ops' sum, per call (the
 // timing events' cost shows as a negative figure); ops the step did not run keep the rates
-// of `fallback`, marked not measured.
+// of `fallback`, marked not measured, and so does comm_overlap_cost (one GPU has no
+// collectives; bench/op_table.sh prints the figure its two-GPU rows imply).
 OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Ops::OpTime>& measured,
                          double step_ms, const GpuSpec& gpu, const OpCostTable& fallback, const std::string& source);
 

@@ -17,11 +17,15 @@
 //   gathered unit's first use, the one reduction in flight of a wire copy, the optimizer's
 //   wait for every gradient) the compute queue idles until it ends. So a collective is
 //   hidden up to the compute between its issue and its first use, the first gather of a
-//   step and the last reduction never are, and exposed = step - compute.
+//   step and the last reduction never are: exposed = the compute queue's idle time.
+// compute slowed beside the collectives: while a collective is on the link the compute runs
+//   at 1 / (1 + comm_overlap_cost) of its speed (the op-cost table's figure), for NCCL's
+//   kernels take multiprocessors and memory bandwidth from it; so it loses c / (1 + c) of the
+//   communication it hides. step = compute + exposed + slowed.
 // The optimizer runs after the backward on the compute queue: overlapped with the next
 // forward it takes turns with it on the multiprocessors and saves little (bench/NOTES.md).
-// Not modelled: the collectives' own use of the multiprocessors and memory, which slows the
-// compute they overlap, and their latency (each is large: a unit's weights or gradient).
+// Not modelled: the collectives' latency (each is large: a unit's weights or gradient), and
+// packed batches' attention (anvil's kernel on each document: bench step's batches are wrapped).
 #pragma once
 
 #include <string>
@@ -46,6 +50,7 @@ struct StepPrediction {
   double forward_s = 0, backward_s = 0, optimizer_s = 0;  // compute, by phase
   double comm_s = 0;     // every collective's time, overlapped or not
   double exposed_s = 0;  // what the overlap does not hide
+  double slowed_s = 0;   // compute time lost beside the collectives it overlaps
   CommBytes bytes;
 };
 
