@@ -171,7 +171,8 @@ Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions
   const StepPrediction p = predict_step(step_input(trainer, run), table, *gpu, bus);
   return Json{{"tokens_per_s", p.tokens_per_s}, {"step_ms", 1e3 * p.step_s},
               {"forward_ms", 1e3 * p.forward_s}, {"backward_ms", 1e3 * p.backward_s},
-              {"optimizer_ms", 1e3 * p.optimizer_s}, {"exposed_ms", 1e3 * p.exposed_s},
+              {"optimizer_ms", 1e3 * p.optimizer_s}, {"communication_ms", 1e3 * p.comm_s},
+              {"exposed_ms", 1e3 * p.exposed_s},
               {"slowed_ms", 1e3 * p.slowed_s}, {"comm_overlap_cost", table.comm_overlap_cost},
               {"op_table_measured", table.measured}, {"bus_gbps", run.world > 1 ? Json(bus) : Json(nullptr)}};
 }
