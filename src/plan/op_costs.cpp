@@ -12,11 +12,13 @@ namespace {
 
 // Dense bf16 tensor-core peaks and HBM bandwidths from the vendors' datasheets (SXM parts
 // unless named), first match wins (so "L40S" before "L40", "A100" before "A10"). bus_gbps:
-// the all-reduce bus bandwidth (nccl-tests' busbw) assumed over the usual link of an
-// 8-GPU machine of that part: NVLink 4 through NVSwitch 360 GB/s (nccl-tests' large
-// all-reduce on 8-GPU H100/H200 nodes without NVLink SHARP: 18 links of 25 GB/s per
-// direction, 80% of it), NVLink 3 240, NVLink 5 720; PCIe gen4/gen5 through the host 20/40.
-// Assumptions until `anvil bench` measures the machine: pass that figure as --bus-gbps.
+// the all-reduce bus bandwidth (nccl-tests' busbw) assumed over the usual link of an 8-GPU
+// machine of that part: NVLink 4 through NVSwitch 360 GB/s (published nccl-tests runs on
+// 8 x H100 with the ring alone: 365-370 GB/s all-reduce, 350-360 reduce-scatter and
+// all-gather; NVLink SHARP, which anvil leaves off, reads 464-482 on 8 x H200; 80% of 18
+// links of 25 GB/s per direction), NVLink 3 240 and NVLink 5 720 by the same 80%; PCIe
+// gen4/gen5 through the host 20/40 (published 8-GPU PCIe servers: 20-35 GB/s).
+// Assumptions until `anvil bench` measures the machine: pass its figure as --bus-gbps.
 const GpuSpec kGpus[] = {
     {"H100 PCIe", 756.0, 2.0, "PCIe gen5", 40},       {"H100", 989.4, 3.35, "NVLink 4 via NVSwitch", 360},
     {"H200", 989.4, 4.8, "NVLink 4 via NVSwitch", 360}, {"GH200", 989.4, 4.0, "NVLink 4 via NVSwitch", 360},

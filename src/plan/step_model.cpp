@@ -8,30 +8,22 @@
 #include "core/units.h"
 
 namespace anvil {
-namespace {
-
-double bus_factor(CollectiveKind k, int world) {
-  const double n = world;
-  return k == CollectiveKind::kAllReduce ? 2 * (n - 1) / n : (n - 1) / n;
-}
-
-}  // namespace
 
 CommBytes comm_bytes(const std::vector<StepItem>& program) {
   CommBytes b;
   for (const StepItem& it : program) {
     if (it.kind != StepItem::Kind::kCollective) continue;
-    (it.collective == CollectiveKind::kAllGather       ? b.all_gather
-     : it.collective == CollectiveKind::kReduceScatter ? b.reduce_scatter
-                                                       : b.all_reduce) += it.bytes;
+    (it.collective == BenchCollective::kAllGather       ? b.all_gather
+     : it.collective == BenchCollective::kReduceScatter ? b.reduce_scatter
+                                                        : b.all_reduce) += it.bytes;
   }
   return b;
 }
 
 double bus_bytes(const CommBytes& b, int world) {
-  return static_cast<double>(b.all_gather) * bus_factor(CollectiveKind::kAllGather, world) +
-         static_cast<double>(b.reduce_scatter) * bus_factor(CollectiveKind::kReduceScatter, world) +
-         static_cast<double>(b.all_reduce) * bus_factor(CollectiveKind::kAllReduce, world);
+  return static_cast<double>(b.all_gather) * bench_bus_factor(BenchCollective::kAllGather, world) +
+         static_cast<double>(b.reduce_scatter) * bench_bus_factor(BenchCollective::kReduceScatter, world) +
+         static_cast<double>(b.all_reduce) * bench_bus_factor(BenchCollective::kAllReduce, world);
 }
 
 double compute_seconds(const std::vector<StepItem>& program, const OpCostTable& table, const GpuSpec& gpu) {
@@ -104,7 +96,7 @@ StepPrediction predict_step(const StepInput& in, const OpCostTable& table, const
                                                                                        : p.optimizer_s) += s;
       p.slowed_s += q.run(s);
     } else if (it.kind == StepItem::Kind::kCollective) {
-      const double s = static_cast<double>(it.bytes) * bus_factor(it.collective, world) / (bus_gbps * 1e9);
+      const double s = static_cast<double>(it.bytes) * bench_bus_factor(it.collective, world) / (bus_gbps * 1e9);
       p.comm_s += s;
       q.issue(s);
     } else {

@@ -38,7 +38,7 @@ class StepWalk {
     it.op = OpCall{name, std::move(shape), size, flops, bytes};
     items_.push_back(std::move(it));
   }
-  int collective(CollectiveKind kind, int64_t bytes) {
+  int collective(BenchCollective kind, int64_t bytes) {
     StepItem it;
     it.kind = StepItem::Kind::kCollective;
     it.phase = phase_;
@@ -93,7 +93,7 @@ class StepWalk {
   void release(int u);
   void grads(int u);
   void grads_ready(int u);
-  void reduce(int u, CollectiveKind kind);
+  void reduce(int u, BenchCollective kind);
   void finish_pending();
 
   const StepInput& in_;
@@ -212,7 +212,7 @@ void StepWalk::head_forward_backward() {
 void StepWalk::prefetch(int u) {
   if (!sharded_ || gathered_[u]) return;
   if (!split_) convert(DType::kF32, DType::kF32, unit(u).shard());  // fp32 compute: a copy of the shard
-  in_flight_[u] = collective(CollectiveKind::kAllGather, unit(u).padded * static_cast<int64_t>(cb_));
+  in_flight_[u] = collective(BenchCollective::kAllGather, unit(u).padded * static_cast<int64_t>(cb_));
   gathered_[u] = true;
 }
 
@@ -246,17 +246,17 @@ void StepWalk::grads(int u) {
 void StepWalk::grads_ready(int u) {
   if (in_.plan.world == 1) return;
   if (!sharded_) {
-    if (last_micro_) reduce(u, CollectiveKind::kAllReduce);  // no_sync before the last micro-batch
+    if (last_micro_) reduce(u, BenchCollective::kAllReduce);  // no_sync before the last micro-batch
     return;
   }
   if (in_.plan.fsdp_defer_sync && !last_micro_) return;
-  reduce(u, CollectiveKind::kReduceScatter);
+  reduce(u, BenchCollective::kReduceScatter);
   full_grads_[u] = false;
 }
 
 // GradReducer::all_reduce and reduce_scatter: in place when the gradient is in the wire
 // dtype (DDP: several in flight), else through a wire copy, one reduction in flight.
-void StepWalk::reduce(int u, CollectiveKind kind) {
+void StepWalk::reduce(int u, BenchCollective kind) {
   const DType g = unit_grad_dtype(u), wire = in_.plan.reduce_dtype;
   const int64_t padded = unit(u).padded, bytes = padded * static_cast<int64_t>(dtype_size(wire));
   if (!sharded_ && g == wire) {

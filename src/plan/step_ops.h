@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/bench.h"
 #include "plan/memory_plan.h"
 
 namespace anvil {
@@ -31,7 +32,6 @@ struct OpCall {
 };
 
 enum class StepPhase { kForward, kBackward, kOptimizer };
-enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce };
 
 // One entry of the step in issue order: an op on the main queue, a collective (ordered
 // after everything queued before it, as the NCCL comm orders it; `bytes` is nccl-tests'
@@ -41,7 +41,7 @@ struct StepItem {
   enum class Kind { kOp, kCollective, kWait } kind = Kind::kOp;
   StepPhase phase = StepPhase::kForward;
   OpCall op;
-  CollectiveKind collective = CollectiveKind::kAllReduce;
+  BenchCollective collective = BenchCollective::kAllReduce;  // all-reduce, all-gather or reduce-scatter
   int64_t bytes = 0;
   int id = 0;
 };
