@@ -65,18 +65,20 @@ Topology local_topology(const std::string& answers) {
   }
 }
 
-// --gpu, else this machine's GPU, else an H200; --bus-gbps, else the links topo finds when
-// they join at least nproc GPUs, else the usual link of the GPU's machines (an assumption).
+// --gpu, else this machine's GPU, else an H200; --bus-gbps, else (planning this machine:
+// no --gpu) the links topo finds when they join at least nproc GPUs, else the usual link of
+// the GPU's machines (an assumption).
 StepTarget step_target(const TargetFlags& f, int nproc) {
+  ANVIL_ENSURE(f.bus_gbps >= 0, kUsage, "anvil plan: --bus-gbps ", f.bus_gbps,
+               " is negative (give anvil bench's all-reduce busbw in GB/s)");
   StepTarget t;
-  const bool ask = f.gpu.empty() || (f.bus_gbps <= 0 && nproc > 1);
-  const Topology topo = ask ? local_topology(f.topo_answers) : build_topology(TopoAnswers{});
+  const Topology topo = f.gpu.empty() ? local_topology(f.topo_answers) : build_topology(TopoAnswers{});
   const std::string name = !f.gpu.empty() ? f.gpu : topo.gpus > 0 ? topo.answers.gpus[0].name : "H200";
   t.gpu = find_gpu_spec(name);
   ANVIL_ENSURE(t.gpu || f.gpu.empty(), kUsage, "anvil plan: unknown GPU '", name, "' (--gpu takes one of ",
                known_gpu_names(), ")");
   t.gpu_name = name;
-  if (!t.gpu) return t;  // this machine's GPU, unknown: no prediction, the memory plan still
+  if (!t.gpu) return t;  // this machine's GPU, unknown: no prediction (the memory plan as ever)
   t.table = OpCostTable::load(f.op_table);
   if (f.bus_gbps > 0) {
     t.bus_gbps = f.bus_gbps;
