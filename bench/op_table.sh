@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The step model's op-cost table (plan/op_costs.h) measured on this GPU, then its predictions
 # beside the measured tokens/s (plan/step_model.h).
-#  1. Qwen3-1.7B, sequence 2048, one sequence, --recompute none, every op timed with the
-#     optimizer alone after the backward: `anvil bench step --op-times --no-overlap-optimizer
-#     --write-op-table TABLE` fits the table (default: src/plan/h200_op_costs.json, the one
-#     the binary embeds at its next build).
+#  1. Qwen3-1.7B, --recompute none, every op timed with the optimizer alone after the
+#     backward: `anvil bench step --op-times --no-overlap-optimizer --write-op-table TABLE` at
+#     sequence 1024 and 2048 with one sequence and 2048 with four (1024, 2048 and 8192 rows),
+#     each fit merged into the last (default TABLE: src/plan/h200_op_costs.json, the one the
+#     binary embeds at its next build; of an unmeasured table there only the rates of ops no
+#     step here runs stay, marked not measured: convert, of several GPUs' wire copies).
 #  2. One GPU, as training runs (the optimizer overlapped): 0.6B (sequence 1024), 1.7B (one
 #     sequence, none; four, selective), 8B (none): measured and predicted with --op-table TABLE.
 #  3. With two GPUs or more: the all-reduce bus bandwidth at 256 MB fp32 (`anvil bench`, about
@@ -17,8 +19,11 @@ table=${1:-$(dirname "$0")/../src/plan/h200_op_costs.json}
 anvil=${ANVIL:-build/anvil} steps=${STEPS:-20} log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 run() { "$anvil" "$@" 2> "$log" || { tail -5 "$log" >&2; exit 1; }; }
-run bench step --preset qwen3-1.7b --seq-len 2048 --recompute none --steps "$steps" --op-times \
-  --no-overlap-optimizer --write-op-table "$table" > /dev/null
+for shape in "1024 1" "2048 4" "2048 1"; do
+  set -- $shape
+  run bench step --preset qwen3-1.7b --seq-len "$1" --micro-batch "$2" --recompute none --steps "$steps" \
+    --op-times --no-overlap-optimizer --write-op-table "$table" > /dev/null
+done
 echo "op-cost table written: $table"
 row() {  # LABEL, then bench step's flags: measured and predicted tokens/s side by side
   local label=$1

@@ -218,25 +218,35 @@ TEST(StepModel, OtherGpusScaleByPeakAndBandwidth) {
   EXPECT_EQ(find_gpu_spec("Tesla V100"), nullptr);
 }
 
-// A table fitted from a step's op times gives the rates those times imply, and the fixed
-// cost per call the untimed step leaves; the op it did not time keeps the fallback's rate.
+// Op times of `program` as if every op but zero (not timed here) ran at 1 / slower of the
+// table's rate; `calls` gets their count.
+std::vector<Ops::OpTime> times_at(const std::vector<StepItem>& program, const OpCostTable& table, double slower,
+                                  double* ms, double* calls) {
+  std::vector<Ops::OpTime> measured;
+  std::map<std::string, size_t> row;
+  *ms = *calls = 0;
+  for (const StepItem& it : program) {
+    if (it.kind != StepItem::Kind::kOp || it.op.op == "zero") continue;
+    auto [r, fresh] = row.emplace(it.op.label(), measured.size());
+    if (fresh) measured.push_back({it.op.label(), 0, 0, 0});
+    const double t = 1e3 * slower * table.seconds(it.op, h200());
+    measured[r->second].calls += 1;
+    measured[r->second].device_ms += t;
+    *ms += t;
+    *calls += 1;
+  }
+  return measured;
+}
+
+// A table fitted from a step's op times gives the rates those times imply and the fixed cost
+// per call the untimed step leaves; merged with the built-in table, the op it did not time
+// keeps the built-in rate; a second fit at other sizes joins the first.
 TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
   const OpCostTable base = OpCostTable::builtin();
   const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1));
-  std::vector<Ops::OpTime> measured;
-  std::map<std::string, size_t> row;
-  double sum_ms = 0, calls = 0;
-  for (const StepItem& it : program) {
-    if (it.kind != StepItem::Kind::kOp || it.op.op == "zero") continue;  // zero: not timed here
-    auto [r, fresh] = row.emplace(it.op.label(), measured.size());
-    if (fresh) measured.push_back({it.op.label(), 0, 0, 0});
-    const double ms = 2e3 * base.seconds(it.op, h200());  // every op at half the table's rate
-    measured[r->second].calls += 1;
-    measured[r->second].device_ms += ms;
-    sum_ms += ms;
-    calls += 1;
-  }
-  const OpCostTable fit = fit_op_table(program, measured, sum_ms + 3e-3 * calls, h200(), base, "test");
+  double ms = 0, calls = 0;
+  const std::vector<Ops::OpTime> measured = times_at(program, base, 2, &ms, &calls);
+  const OpCostTable fit = merge_op_tables(fit_op_table(program, measured, ms + 3e-3 * calls, h200(), "test"), base);
   EXPECT_TRUE(fit.measured);
   EXPECT_NEAR(fit.per_op_us, 3.0, 1e-9);
   for (const StepItem& it : program) {
@@ -246,6 +256,23 @@ TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
   }
   const OpCostTable back = OpCostTable::from_json(fit.to_json(), "round trip");
   EXPECT_EQ(back.to_json(), fit.to_json());
+
+  StepInput short_seq = big_input("qwen3-0.6b", ParallelMode::kDdp, 1);
+  short_seq.plan.seq_len = 1024;
+  const std::vector<StepItem> program2 = step_program(short_seq);
+  double ms2 = 0, calls2 = 0;
+  const std::vector<Ops::OpTime> measured2 = times_at(program2, base, 3, &ms2, &calls2);
+  const OpCostTable both =
+      merge_op_tables(fit_op_table(program2, measured2, ms2 + 1e-3 * calls2, h200(), "test 2"), fit);
+  EXPECT_NEAR(both.per_op_us, (3 * calls + calls2) / (calls + calls2), 1e-9);
+  EXPECT_EQ(both.source, "test; test 2");
+  for (const auto& [prog, slower] : {std::pair{&program, 2.0}, std::pair{&program2, 3.0}})
+    for (const StepItem& it : *prog) {
+      // the optimizer's sizes are the same in both (the second's rates), zero not timed
+      if (it.kind != StepItem::Kind::kOp || it.phase == StepPhase::kOptimizer || it.op.op == "zero") continue;
+      const double want = both.per_op_us * 1e-6 + slower * base.seconds(it.op, h200());
+      EXPECT_NEAR(both.seconds(it.op, h200()), want, 1e-9 * want) << it.op.label();
+    }
 }
 
 TEST(StepModel, PlanPrintsEachModesPrediction) {

@@ -95,6 +95,7 @@ OpCostTable OpCostTable::from_json(const Json& j, const std::string& what) {
     t.hbm_tbps = j.at("hbm_tbps").get<double>();
     t.per_op_us = j.value("per_op_us", 0.0);
     t.comm_overlap_cost = j.value("comm_overlap_cost", 0.0);
+    t.per_op_calls = j.value("per_op_calls", 0.0);
     t.measured = j.at("measured").get<bool>();
     t.source = j.value("source", "");
     for (const Json& r : j.at("ops")) {
@@ -125,7 +126,7 @@ Json OpCostTable::to_json() const {
     ops.push_back(o);
   }
   return Json{{"gpu", gpu},           {"peak_tflops", peak_tflops},
-              {"hbm_tbps", hbm_tbps}, {"per_op_us", per_op_us},
+              {"hbm_tbps", hbm_tbps}, {"per_op_us", per_op_us}, {"per_op_calls", per_op_calls},
               {"comm_overlap_cost", comm_overlap_cost},
               {"measured", measured}, {"source", source},
               {"ops", ops}};
@@ -141,7 +142,7 @@ double OpCostTable::seconds(const OpCall& c, const GpuSpec& g) const {
 }
 
 OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Ops::OpTime>& measured,
-                         double step_ms, const GpuSpec& gpu, const OpCostTable& fallback, const std::string& source) {
+                         double step_ms, const GpuSpec& gpu, const std::string& source) {
   std::map<std::string, const OpCall*> by_label;
   for (const StepItem& it : program)
     if (it.kind == StepItem::Kind::kOp) by_label.emplace(it.op.label(), &it.op);
@@ -167,15 +168,32 @@ OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector
   t.measured = true;
   t.source = source;
   t.per_op_us = calls > 0 ? 1e3 * (step_ms - ops_ms) / calls : 0;
-  t.comm_overlap_cost = fallback.comm_overlap_cost;  // one GPU has no collectives to measure it by
+  t.per_op_calls = calls;
   for (const auto& [key, s] : sums)
     if (s.ms > 0 && s.work > 0) t.rates.push_back({key.first, key.second, s.work / (s.ms * 1e-3) / 1e12, true});
-  for (OpRate r : fallback.rates) {
-    if (nearest_rate(t.rates, r.op, 0)) continue;
-    r.rate *= op_priced_by_flops(r.op) ? gpu.peak_tflops / fallback.peak_tflops : gpu.hbm_tbps / fallback.hbm_tbps;
-    r.measured = false;
+  return t;
+}
+
+OpCostTable merge_op_tables(const OpCostTable& fit, const OpCostTable& base) {
+  OpCostTable t = fit;
+  const bool earlier_fit = base.measured && base.gpu == fit.gpu;
+  auto has = [&](const OpRate& r, bool any_size) {
+    for (const OpRate& f : fit.rates)
+      if (f.op == r.op && (any_size || f.size == r.size)) return true;
+    return false;
+  };
+  for (OpRate r : base.rates) {
+    if (has(r, false) || (!(earlier_fit && r.measured) && has(r, true))) continue;
+    r.rate *= op_priced_by_flops(r.op) ? fit.peak_tflops / base.peak_tflops : fit.hbm_tbps / base.hbm_tbps;
+    r.measured = r.measured && earlier_fit;
     t.rates.push_back(r);
   }
+  t.comm_overlap_cost = base.comm_overlap_cost;  // one GPU has no collectives to measure it by
+  if (!earlier_fit) return t;
+  t.per_op_calls = fit.per_op_calls + base.per_op_calls;
+  if (t.per_op_calls > 0)
+    t.per_op_us = (fit.per_op_us * fit.per_op_calls + base.per_op_us * base.per_op_calls) / t.per_op_calls;
+  t.source = base.source + "; " + fit.source;
   return t;
 }
 

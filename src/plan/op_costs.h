@@ -3,7 +3,7 @@
 //
 // The table is per op kind and size class: a matrix product or attention is priced by its
 // FLOPs at a rate (TFLOP/s), every other op by the bytes it moves at a rate (TB/s); each
-// rate belongs to a size (tokens of a per-token op, T of attention, elements of the
+// rate belongs to a size (tokens of a per-token op, attention's included, elements of the
 // optimizer's ops) and a call takes the rate of the nearest measured size (by ratio), so
 // shapes and models that were not measured are predicted from those that were. A fixed
 // cost per op call (per_op_us) is added. The table names its GPU's dense bf16 peak and HBM
@@ -58,7 +58,8 @@ struct OpRate {
 struct OpCostTable {
   std::string gpu;  // the GPU the rates are for ("H200")
   double peak_tflops = 0, hbm_tbps = 0;
-  double per_op_us = 0;  // added to every call
+  double per_op_us = 0;     // added to every call
+  double per_op_calls = 0;  // the op calls per_op_us was fitted over (0: not fitted)
   // c: beside a collective the compute runs at 1 / (1 + c) of its speed (plan/step_model.h).
   double comm_overlap_cost = 0;
   bool measured = false;
@@ -77,11 +78,15 @@ struct OpCostTable {
 // `measured` the same step's op times (Ops::take_op_times, per step), `step_ms` the step's
 // time untimed. Each (op, size) gets the rate sum of work / sum of device time of its
 // labels; per_op_us is what the untimed step differs from the ops' sum, per call (the
-// timing events' cost shows as a negative figure); ops the step did not run keep the rates
-// of `fallback`, marked not measured, and so does comm_overlap_cost (one GPU has no
-// collectives; bench/op_table.sh prints the figure its two-GPU rows imply).
+// timing events' cost shows as a negative figure). Only the step's ops have rates.
 OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Ops::OpTime>& measured,
-                         double step_ms, const GpuSpec& gpu, const OpCostTable& fallback, const std::string& source);
+                         double step_ms, const GpuSpec& gpu, const std::string& source);
+// `fit` completed from `base`: an earlier fit of the same GPU keeps its measured sizes that
+// `fit` did not measure (per_op_us the mean over both fits' calls), so steps of several
+// shapes build one table; base's rates of the ops `fit` has none of are kept, marked not
+// measured (scaled to fit's GPU), and so is comm_overlap_cost (one GPU has no collectives;
+// bench/op_table.sh prints the figure its two-GPU rows imply).
+OpCostTable merge_op_tables(const OpCostTable& fit, const OpCostTable& base);
 
 // The embedded JSON (generated at build time from src/plan/h200_op_costs.json).
 const char* builtin_op_table_json();

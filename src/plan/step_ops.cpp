@@ -69,7 +69,7 @@ class StepWalk {
   void attention(const char* name, double times) {
     const int64_t B = in_.plan.micro_batch, T = in_.plan.seq_len, H = c_.num_heads;
     op(name, cat(B, "x", T, "x", H, "/", c_.num_kv_heads, "x", c_.head_dim),
-       T, times * 2.0 * static_cast<double>(B * H * T * T * c_.head_dim),
+       N_, times * 2.0 * static_cast<double>(B * H * T * T * c_.head_dim),
        cb_ * static_cast<double>(N_ * (c_.qkv_dim() + c_.q_dim())) * times);
   }
   void qk_norm_rope(const char* name, double bytes_per_element) {

@@ -26,7 +26,7 @@ namespace anvil {
 struct OpCall {
   std::string op;     // "linear_forward"
   std::string shape;  // "2048x4096x2048"
-  int64_t size = 0;   // rows (tokens) of a per-token op, T of attention, elements of the optimizer's
+  int64_t size = 0;   // rows (tokens) of a per-token op (attention: B x T), elements of the optimizer's
   double flops = 0, bytes = 0;
   std::string label() const { return op + " " + shape; }
 };

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "plan/step_model.h"
 #include "train/open_run.h"
 
@@ -178,8 +179,10 @@ Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions
 }
 
 // --write-op-table: the op-cost table fitted to the timed ops of this step, whose untimed
-// time is the throughput's (plan/op_costs.h, fit_op_table). Only a step whose ops ran alone
-// on the GPU prices them: one process, the optimizer not overlapped.
+// time is the throughput's (plan/op_costs.h, fit_op_table), merged into the file's table
+// when it holds an earlier fit of this GPU (another shape's sizes), else into the built-in
+// one. Only a step whose ops ran alone on the GPU prices them: one process, the optimizer not
+// overlapped.
 void write_op_table(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o, const Json& op_times,
                     double step_ms) {
   const GpuSpec* gpu = find_gpu_spec(trainer.ops().name());
@@ -194,9 +197,9 @@ void write_op_table(Trainer& trainer, const OpenRun& run, const BenchStepOptions
       cat("measured by anvil bench step --op-times on ", trainer.ops().name(), ": ",
           c.model.model.empty() ? c.model.preset : c.model.model, ", seq ", c.data.seq_len, ", micro-batch ",
           c.data.micro_batch, ", recompute ", recompute_name(trainer.recompute()));
-  const OpCostTable t = fit_op_table(step_program(step_input(trainer, run)), measured, step_ms, *gpu,
-                                     OpCostTable::builtin(), source);
-  json_write_file(o.write_op_table, t.to_json());
+  const OpCostTable fit = fit_op_table(step_program(step_input(trainer, run)), measured, step_ms, *gpu, source);
+  const OpCostTable base = path_exists(o.write_op_table) ? OpCostTable::load(o.write_op_table) : OpCostTable::builtin();
+  json_write_file(o.write_op_table, merge_op_tables(fit, base).to_json());
 }
 
 // Throughput (the timed steps back to back, the device synchronised only around them), the
