@@ -110,10 +110,13 @@ StepPrediction predict_step(const StepInput& in, const OpCostTable& table, const
 }
 
 std::string prediction_line(const char* mode, const StepPrediction& p) {
+  const std::string comm = p.comm_s > 0 ? cat("; communication ", format_seconds(p.comm_s), ", exposed ",
+                                              format_seconds(p.exposed_s), ", compute slowed beside it ",
+                                              format_seconds(p.slowed_s))
+                                        : std::string();
   return cat("predicted ", mode, ": ", format_count(p.tokens_per_s), " tokens/s, step ", format_seconds(p.step_s),
              " (forward ", format_seconds(p.forward_s), ", backward ", format_seconds(p.backward_s), ", optimizer ",
-             format_seconds(p.optimizer_s), "; communication ", format_seconds(p.comm_s), ", exposed ",
-             format_seconds(p.exposed_s), ", compute slowed beside it ", format_seconds(p.slowed_s), ")\n");
+             format_seconds(p.optimizer_s), comm, ")\n");
 }
 
 }  // namespace anvil

@@ -57,7 +57,9 @@ struct StepPrediction {
 // bus_gbps: the collectives' bus bandwidth (GB/s; 0 with world 1, where there are none).
 StepPrediction predict_step(const StepInput& in, const OpCostTable& table, const GpuSpec& gpu, double bus_gbps);
 
-// One line of `anvil plan`: "predicted ddp: 123,456 tokens/s, step 12.3 ms (...)".
+// One line of `anvil plan`: "predicted ddp: 123,456 tokens/s, step 12.3 ms (forward ..., backward
+// ..., optimizer ...; communication ..., exposed ..., compute slowed beside it ...)", the part
+// after ";" only where there are collectives.
 std::string prediction_line(const char* mode, const StepPrediction& p);
 
 }  // namespace anvil
