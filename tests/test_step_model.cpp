@@ -208,7 +208,8 @@ TEST(StepModel, OverlapHidesAllButTheLastReductions) {
 
 // Another GPU's rates: FLOP-priced ops scale with the peak, the rest with the bandwidth.
 TEST(StepModel, OtherGpusScaleByPeakAndBandwidth) {
-  const OpCostTable table = OpCostTable::builtin();
+  OpCostTable table = OpCostTable::builtin();
+  table.per_op_us = 0;  // the same on every GPU
   const GpuSpec& a100 = *find_gpu_spec("NVIDIA A100-SXM4-80GB");
   OpCall gemm{"linear_forward", "2048x2048x2048", 2048, 1.7e10, 2.5e7};
   OpCall norm{"rmsnorm_forward", "2048x2048", 2048, 0, 1.6e7};
@@ -242,7 +243,9 @@ std::vector<Ops::OpTime> times_at(const std::vector<StepItem>& program, const Op
 // per call the untimed step leaves; merged with the built-in table, the op it did not time
 // keeps the built-in rate; a second fit at other sizes joins the first.
 TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
-  const OpCostTable base = OpCostTable::builtin();
+  OpCostTable base = OpCostTable::builtin();  // the rates of a table not fitted (whether the built-in one is or not)
+  base.measured = false;
+  base.per_op_us = base.per_op_calls = 0;
   const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1));
   double ms = 0, calls = 0;
   const std::vector<Ops::OpTime> measured = times_at(program, base, 2, &ms, &calls);
@@ -279,7 +282,9 @@ TEST(StepModel, PlanPrintsEachModesPrediction) {
   const auto r = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "8", "--gpu", "H200", "--bus-gbps",
                                      "400", "--recompute", "none"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("step, predicted for 8 x H200 (op costs: H200 table, NOT measured"), std::string::npos) << r.out;
+  const std::string measured = OpCostTable::builtin().measured ? "measured" : "NOT measured";
+  EXPECT_NE(r.out.find("step, predicted for 8 x H200 (op costs: H200 table, " + measured), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("bus 400 GB/s: --bus-gbps"), std::string::npos) << r.out;
   StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 8);
   const OpCostTable table = OpCostTable::builtin();

@@ -138,7 +138,7 @@ double OpCostTable::seconds(const OpCall& c, const GpuSpec& g) const {
                " (measure one with anvil bench step --op-times --write-op-table FILE)");
   const double s = op_priced_by_flops(c.op) ? c.flops / (r->rate * 1e12 * g.peak_tflops / peak_tflops)
                                             : c.bytes / (r->rate * 1e12 * g.hbm_tbps / hbm_tbps);
-  return s + per_op_us * 1e-6;
+  return std::max(0.0, s + per_op_us * 1e-6);  // a fitted per_op_us may be negative (the events' cost)
 }
 
 OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Ops::OpTime>& measured,

@@ -70,7 +70,8 @@ struct OpCostTable {
   static OpCostTable load(const std::string& path);  // a table file (write_op_table's); empty: builtin()
   static OpCostTable from_json(const Json& j, const std::string& what);
   Json to_json() const;
-  // Seconds of one call of `c` on `gpu`; throws kInvalidInput when the table has no rate for the op.
+  // Seconds of one call of `c` on `gpu`, at least 0; throws kInvalidInput when the table has no
+  // rate for the op.
   double seconds(const OpCall& c, const GpuSpec& gpu) const;
 };
 
