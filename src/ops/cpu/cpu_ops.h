@@ -47,7 +47,7 @@ class CpuOps final : public Ops {
 
  private:
   bool op_timing_ = false, in_op_ = false;
-  size_t current_ = 0;  // the row of the op in its call
+  size_t current_ = 0;  // the row of the op being timed
   std::chrono::steady_clock::time_point start_, first_start_;
   OpTimes times_;                                // since the last take_op_times()
   std::unordered_map<std::string, size_t> row_;  // op name -> its row of times_.ops
