@@ -83,7 +83,12 @@ int bench_step(int argc, char** argv) {
       .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]")
       .flag("--op-times", &o.op_times,
             "then time every op of up to 3 more steps (main queue, device and host ms per step, by op and "
-            "shape): a table on stderr and \"op_times\" in the JSON line");
+            "shape): a table on stderr and \"op_times\" in the JSON line")
+      .opt("--write-op-table", &o.write_op_table, "FILE",
+           "with --op-times --no-overlap-optimizer on one GPU: the op-cost table fitted to the timed ops, for anvil "
+           "plan --op-table (src/plan/h200_op_costs.json is the built-in one)")
+      .opt("--op-table", &o.op_table, "FILE", "op costs of \"predicted\" in the JSON line [default: built-in H200]")
+      .opt("--bus-gbps", &o.bus_gbps, "GB/s", "bus bandwidth of \"predicted\" [default: the GPU's usual link]");
   launch.declare(a);
   if (!a.parse(argc, argv)) return 0;
   const bool on_gpu = c.model.device == "cuda" || (c.model.device.empty() && cuda_available());

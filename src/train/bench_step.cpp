@@ -6,6 +6,8 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/fs.h"
+#include "plan/step_model.h"
 #include "train/open_run.h"
 
 namespace anvil {
@@ -19,18 +21,8 @@ double model_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 }
 
 double gpu_peak_tflops(const std::string& name) {
-  struct Peak {
-    const char* key;
-    double tflops;
-  };
-  // Dense bf16 tensor-core rates from the vendors' datasheets (SXM parts).
-  static const Peak kPeaks[] = {{"H100", 989.4}, {"H200", 989.4}, {"GH200", 989.4}, {"H800", 989.4},
-                                {"B200", 2250.0}, {"B100", 1750.0}, {"A100", 312.0}, {"A800", 312.0},
-                                {"L40S", 362.1}, {"L40", 181.0}, {"L4", 121.0},   {"4090", 165.2},
-                                {"A10", 125.0}};
-  for (const Peak& p : kPeaks)
-    if (name.find(p.key) != std::string::npos) return p.tflops;
-  return 0;
+  const GpuSpec* g = find_gpu_spec(name);
+  return g ? g->peak_tflops : 0;
 }
 
 namespace {
@@ -153,6 +145,63 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
   return j;
 }
 
+// The step model's input for the setting the trainer runs (every auto resolved).
+StepInput step_input(Trainer& trainer, const OpenRun& run) {
+  const TrainConfig& c = trainer.settings().config;
+  StepInput in;
+  in.plan.config = run.config;
+  in.plan.mode = trainer.mode();
+  in.plan.world = run.world;
+  in.plan.seq_len = c.data.seq_len;
+  in.plan.micro_batch = c.data.micro_batch;
+  in.plan.recompute = trainer.recompute();
+  in.plan.compute_dtype = trainer.ops().compute_dtype();
+  in.plan.fsdp_defer_sync = c.parallel.fsdp_defer_sync;
+  in.plan.reduce_dtype = c.parallel.reduce_dtype;
+  in.plan.grad_dtype = trainer.grad_dtype();
+  in.grad_accum = c.data.grad_accum;
+  return in;
+}
+
+// The step model's figures for this setting on this GPU (null on a GPU it does not know).
+Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
+  const GpuSpec* gpu = find_gpu_spec(trainer.ops().name());
+  if (!gpu) return Json(nullptr);
+  const OpCostTable table = OpCostTable::load(o.op_table);
+  const double bus = o.bus_gbps > 0 ? o.bus_gbps : gpu->bus_gbps;
+  const StepPrediction p = predict_step(step_input(trainer, run), table, *gpu, bus);
+  return Json{{"tokens_per_s", p.tokens_per_s}, {"step_ms", 1e3 * p.step_s},
+              {"forward_ms", 1e3 * p.forward_s}, {"backward_ms", 1e3 * p.backward_s},
+              {"optimizer_ms", 1e3 * p.optimizer_s}, {"communication_ms", 1e3 * p.comm_s},
+              {"exposed_ms", 1e3 * p.exposed_s},
+              {"slowed_ms", 1e3 * p.slowed_s}, {"comm_overlap_cost", table.comm_overlap_cost},
+              {"op_table_measured", table.measured}, {"bus_gbps", run.world > 1 ? Json(bus) : Json(nullptr)}};
+}
+
+// --write-op-table: the op-cost table fitted to the timed ops of this step, whose untimed
+// time is the throughput's (plan/op_costs.h, fit_op_table), merged into the file's table
+// when it holds an earlier fit of this GPU (another shape's sizes), else into the built-in
+// one. Only a step whose ops ran alone on the GPU prices them: one process, the optimizer not
+// overlapped.
+void write_op_table(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o, const Json& op_times,
+                    double step_ms) {
+  const GpuSpec* gpu = find_gpu_spec(trainer.ops().name());
+  ANVIL_ENSURE(gpu, kUsage, "anvil bench step: --write-op-table needs a GPU the step model knows (",
+               known_gpu_names(), "); this is ", trainer.ops().name());
+  std::vector<Ops::OpTime> measured;
+  for (const Json& op : op_times.at("ops"))
+    measured.push_back({op.at("op").get<std::string>(), static_cast<int64_t>(op.at("calls").get<double>() + 0.5),
+                        op.at("device_ms").get<double>(), op.at("host_ms").get<double>()});
+  const TrainConfig& c = trainer.settings().config;
+  const std::string source =
+      cat("measured by anvil bench step --op-times on ", trainer.ops().name(), ": ",
+          c.model.model.empty() ? c.model.preset : c.model.model, ", seq ", c.data.seq_len, ", micro-batch ",
+          c.data.micro_batch, ", recompute ", recompute_name(trainer.recompute()));
+  const OpCostTable fit = fit_op_table(step_program(step_input(trainer, run)), measured, step_ms, *gpu, source);
+  const OpCostTable base = path_exists(o.write_op_table) ? OpCostTable::load(o.write_op_table) : OpCostTable::builtin();
+  json_write_file(o.write_op_table, merge_op_tables(fit, base).to_json());
+}
+
 // Throughput (the timed steps back to back, the device synchronised only around them), the
 // phases of up to 3 more steps, and with op_times each op's time over up to 3 more.
 Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
@@ -174,7 +223,10 @@ Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   t.phases = time_phases(trainer, batches, next, phase_steps);
   const Json op_times = o.op_times ? time_ops(trainer, batches, next, phase_steps) : Json(nullptr);
   Json j = result_json(trainer, run, o, t);
+  j["predicted"] = predicted_json(trainer, run, o);
   if (o.op_times) j["op_times"] = op_times;
+  if (!o.write_op_table.empty() && run.rank == 0)
+    write_op_table(trainer, run, o, op_times, 1e3 * t.timed / static_cast<double>(t.timed_steps));
   return j;
 }
 
@@ -193,9 +245,14 @@ Json run_bench_step(const BenchStepOptions& options) {
   TrainConfig c = options.config;
   ANVIL_ENSURE(c.steps > options.warmup && options.warmup >= 0, kUsage,
                "anvil bench step: --steps must exceed --warmup");
+  ANVIL_ENSURE(options.write_op_table.empty() || (options.op_times && !c.parallel.overlap_optimizer), kUsage,
+               "anvil bench step: --write-op-table fits the timed ops of steps whose ops run alone: add --op-times "
+               "--no-overlap-optimizer");
   if (!c.model.model.empty()) c.model.preset.clear();
   c.model.device = resolve_device(c.model.device);
   OpenRun run = open_run(c.model);
+  ANVIL_ENSURE(options.write_op_table.empty() || run.world == 1, kUsage,
+               "anvil bench step: --write-op-table measures one GPU's ops: run it without --nproc-per-node");
   std::unique_ptr<Trainer> trainer;
   {
     HostUnits fresh;

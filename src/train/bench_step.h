@@ -8,6 +8,8 @@
 // peak memory measured beside the plan's. It is the figure compared side by side with the
 // reference trainer (ref_train.py). With op_times, "op_times" adds each op's device and host
 // milliseconds per step (main queue, by op and shape) from up to 3 more steps.
+// "predicted" puts the step model's figures (plan/step_model.h) for the same setting beside
+// the measured ones; write_op_table fits an op-cost table to the timed ops (plan/op_costs.h).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,9 @@ struct BenchStepOptions {
   int64_t warmup = 5;      // untimed first steps (of config.steps; then up to 3 more, phases timed)
   double peak_tflops = 0;  // 0: the GPU's dense bf16 rate from its name
   bool op_times = false;   // then up to 3 more steps with every op timed (Ops::take_op_times)
+  std::string write_op_table;  // with op_times: the op-cost table fitted to them, written here
+  std::string op_table;        // the prediction's op costs [default: the built-in table]
+  double bus_gbps = 0;         // the prediction's bus bandwidth [default: the GPU's usual link]
 
   static TrainConfig bench_defaults();
 };
@@ -35,7 +40,7 @@ struct BenchStepOptions {
 // Model FLOPs per trained token: 6 x (parameters in matrix products) + 6 x layers x
 // seq_len x q_dim (causal attention, forward and backward, no recomputation counted).
 double model_flops_per_token(const ModelConfig& c, int64_t seq_len);
-// Dense bf16 TFLOP/s of a GPU by its name (H100/H200, A100, ...); 0 when unknown.
+// Dense bf16 TFLOP/s of a GPU by its name (H100/H200, A100, ...: plan/op_costs.h); 0 when unknown.
 double gpu_peak_tflops(const std::string& device_name);
 
 Json run_bench_step(const BenchStepOptions& o);

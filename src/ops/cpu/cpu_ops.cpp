@@ -1,5 +1,5 @@
-// The CPU backend's memory (host memory, 64-byte aligned), copies and dtype conversion;
-// make_cpu_ops. The ops are in the files named for them (cpu_ops.h).
+// The CPU backend's memory (host memory, 64-byte aligned), copies and dtype conversion, op
+// timing (the host's clock); make_cpu_ops. The ops are in the files named for them (cpu_ops.h).
 #include "ops/cpu/cpu_ops.h"
 
 #include <cstdlib>
@@ -24,6 +24,33 @@ void CpuOps::release_impl(void* p) { std::free(p); }
 void CpuOps::upload_impl(Tensor dst, const void* src) { std::memcpy(dst.data, src, dst.bytes()); }
 void CpuOps::download_impl(void* dst, Tensor src) { std::memcpy(dst, src.data, src.bytes()); }
 void CpuOps::zero_impl(Tensor t) { std::memset(t.data, 0, t.bytes()); }
+
+void CpuOps::begin_op(const std::string& name) {
+  auto [it, fresh] = row_.emplace(name, times_.ops.size());
+  if (fresh) times_.ops.push_back({name, 0, 0, 0});
+  current_ = it->second;
+  in_op_ = true;
+  start_ = std::chrono::steady_clock::now();
+  if (times_.ops.size() == 1 && times_.ops[0].calls == 0) first_start_ = start_;
+}
+
+void CpuOps::end_op() noexcept {
+  const auto end = std::chrono::steady_clock::now();
+  OpTime& t = times_.ops[current_];
+  const double ms = std::chrono::duration<double, std::milli>(end - start_).count();
+  ++t.calls;
+  t.device_ms += ms;
+  t.host_ms += ms;
+  times_.span_ms = std::chrono::duration<double, std::milli>(end - first_start_).count();
+  in_op_ = false;
+}
+
+Ops::OpTimes CpuOps::take_op_times() {
+  OpTimes r;
+  std::swap(r, times_);
+  row_.clear();
+  return r;
+}
 
 void CpuOps::convert_impl(Tensor dst, Tensor src) {
   const int64_t n = dst.numel();

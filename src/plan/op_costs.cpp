@@ -1,0 +1,200 @@
+// The op-cost table and the GPUs' datasheet figures (plan/op_costs.h).
+#include "plan/op_costs.h"
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+
+namespace anvil {
+
+namespace {
+
+// Dense bf16 tensor-core peaks and HBM bandwidths from the vendors' datasheets (SXM parts
+// unless named), first match wins (so "L40S" before "L40", "A100" before "A10"). bus_gbps:
+// the all-reduce bus bandwidth (nccl-tests' busbw) assumed over the usual link of an 8-GPU
+// machine of that part: NVLink 4 through NVSwitch 360 GB/s (published nccl-tests runs on
+// 8 x H100 with the ring alone: 365-370 GB/s all-reduce, 350-360 reduce-scatter and
+// all-gather; NVLink SHARP, which anvil leaves off, reads 464-482 on 8 x H200; 80% of 18
+// links of 25 GB/s per direction), NVLink 3 240 and NVLink 5 720 by the same 80%; PCIe
+// gen4/gen5 through the host 20/40 (published 8-GPU PCIe servers: 20-35 GB/s).
+// Assumptions until `anvil bench` measures the machine: pass its figure as --bus-gbps.
+const GpuSpec kGpus[] = {
+    {"H100 PCIe", 756.0, 2.0, "PCIe gen5", 40},       {"H100", 989.4, 3.35, "NVLink 4 via NVSwitch", 360},
+    {"H200", 989.4, 4.8, "NVLink 4 via NVSwitch", 360}, {"GH200", 989.4, 4.0, "NVLink 4 via NVSwitch", 360},
+    {"H800", 989.4, 3.35, "NVLink 4 (400 GB/s)", 160},   {"B200", 2250.0, 8.0, "NVLink 5 via NVSwitch", 720},
+    {"B100", 1750.0, 8.0, "NVLink 5 via NVSwitch", 720}, {"A100", 312.0, 2.039, "NVLink 3 via NVSwitch", 240},
+    {"A800", 312.0, 2.039, "NVLink 3 (400 GB/s)", 160},  {"L40S", 362.1, 0.864, "PCIe gen4", 20},
+    {"L40", 181.0, 0.864, "PCIe gen4", 20},              {"L4", 121.0, 0.3, "PCIe gen4", 20},
+    {"4090", 165.2, 1.008, "PCIe gen4", 20},             {"A10", 125.0, 0.6, "PCIe gen4", 20}};
+
+double log_distance(int64_t a, int64_t b) {
+  const double x = static_cast<double>(std::max<int64_t>(a, 1)), y = static_cast<double>(std::max<int64_t>(b, 1));
+  return std::fabs(std::log(x / y));
+}
+
+// The rate of the entry for `op` measured nearest to `size`; sized entries before "any size".
+const OpRate* nearest_rate(const std::vector<OpRate>& rates, const std::string& op, int64_t size) {
+  const OpRate* best = nullptr;
+  for (const OpRate& r : rates) {
+    if (r.op != op) continue;
+    if (!best || (best->size == 0 && r.size != 0) ||
+        (r.size != 0 && log_distance(r.size, size) < log_distance(best->size, size)))
+      best = &r;
+  }
+  return best;
+}
+
+}  // namespace
+
+const GpuSpec* find_gpu_spec(const std::string& name) {
+  for (const GpuSpec& g : kGpus)
+    if (name.find(g.key) != std::string::npos) return &g;
+  return nullptr;
+}
+
+std::string known_gpu_names() {
+  std::string s;
+  for (const GpuSpec& g : kGpus) s += (s.empty() ? "" : ", ") + std::string(g.key);
+  return s;
+}
+
+double topology_bus_gbps(const Topology& t, std::string* why) {
+  if (t.gpus < 2) {
+    *why = "fewer than two GPUs here";
+    return 0;
+  }
+  if (t.worst_link.rfind("NV", 0) == 0) {
+    const double gbps = 0.8 * t.nvlinks_per_gpu * t.nvlink_gbps_per_link;
+    *why = cat("anvil topo: NVLink ", t.nvlink_generation, t.nvswitch ? " via NVSwitch" : "", ", ", t.nvlinks_per_gpu,
+               " links of ", t.nvlink_gbps_per_link, " GB/s per direction, 80% of them");
+    return gbps;
+  }
+  *why = cat("anvil topo: the slowest path is ", t.worst_link, " (PCIe through the host), 20 GB/s assumed");
+  return 20;
+}
+
+bool op_priced_by_flops(const std::string& op) {
+  return op == "linear_forward" || op == "linear_backward_input" || op == "linear_backward_weight" ||
+         op == "attention_forward" || op == "attention_backward" || op == "cross_entropy_forward_backward";
+}
+
+OpCostTable OpCostTable::builtin() {
+  return from_json(json_parse(builtin_op_table_json(), "h200_op_costs.json"), "the built-in H200 table");
+}
+
+OpCostTable OpCostTable::load(const std::string& path) {
+  return path.empty() ? builtin() : from_json(json_read_file(path), path);
+}
+
+OpCostTable OpCostTable::from_json(const Json& j, const std::string& what) {
+  OpCostTable t;
+  try {
+    t.gpu = j.at("gpu").get<std::string>();
+    t.peak_tflops = j.at("peak_tflops").get<double>();
+    t.hbm_tbps = j.at("hbm_tbps").get<double>();
+    t.per_op_us = j.value("per_op_us", 0.0);
+    t.comm_overlap_cost = j.value("comm_overlap_cost", 0.0);
+    t.per_op_calls = j.value("per_op_calls", 0.0);
+    t.measured = j.at("measured").get<bool>();
+    t.source = j.value("source", "");
+    for (const Json& r : j.at("ops")) {
+      OpRate o;
+      o.op = r.at("op").get<std::string>();
+      o.size = r.value("size", int64_t{0});
+      o.rate = r.at(op_priced_by_flops(o.op) ? "tflops" : "tbps").get<double>();
+      o.measured = r.value("measured", t.measured);
+      ANVIL_ENSURE(o.rate > 0, kInvalidInput, "rate of ", o.op, " is ", o.rate);
+      t.rates.push_back(o);
+    }
+  } catch (const Json::exception& e) {
+    raise(ErrorKind::kInvalidInput, "op-cost table ", what, ": ", e.what(),
+          " (write one with anvil bench step --op-times --write-op-table FILE)");
+  }
+  ANVIL_ENSURE(t.peak_tflops > 0 && t.hbm_tbps > 0, kInvalidInput, "op-cost table ", what,
+               ": peak_tflops and hbm_tbps must be positive");
+  ANVIL_ENSURE(t.comm_overlap_cost >= 0, kInvalidInput, "op-cost table ", what, ": comm_overlap_cost ",
+               t.comm_overlap_cost, " is negative (0: the compute keeps its speed beside a collective)");
+  return t;
+}
+
+Json OpCostTable::to_json() const {
+  Json ops = Json::array();
+  for (const OpRate& r : rates) {
+    Json o = {{"op", r.op}, {op_priced_by_flops(r.op) ? "tflops" : "tbps", r.rate}, {"measured", r.measured}};
+    if (r.size) o["size"] = r.size;
+    ops.push_back(o);
+  }
+  return Json{{"gpu", gpu},           {"peak_tflops", peak_tflops},
+              {"hbm_tbps", hbm_tbps}, {"per_op_us", per_op_us}, {"per_op_calls", per_op_calls},
+              {"comm_overlap_cost", comm_overlap_cost},
+              {"measured", measured}, {"source", source},
+              {"ops", ops}};
+}
+
+double OpCostTable::seconds(const OpCall& c, const GpuSpec& g) const {
+  const OpRate* r = nearest_rate(rates, c.op, c.size);
+  ANVIL_ENSURE(r, kInvalidInput, "the op-cost table of ", gpu, " has no rate for ", c.op,
+               " (measure one with anvil bench step --op-times --write-op-table FILE)");
+  const double s = op_priced_by_flops(c.op) ? c.flops / (r->rate * 1e12 * g.peak_tflops / peak_tflops)
+                                            : c.bytes / (r->rate * 1e12 * g.hbm_tbps / hbm_tbps);
+  return std::max(0.0, s + per_op_us * 1e-6);  // a fitted per_op_us may be negative (the events' cost)
+}
+
+OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Ops::OpTime>& measured,
+                         double step_ms, const GpuSpec& gpu, const std::string& source) {
+  std::map<std::string, const OpCall*> by_label;
+  for (const StepItem& it : program)
+    if (it.kind == StepItem::Kind::kOp) by_label.emplace(it.op.label(), &it.op);
+  struct Sum {
+    double work = 0, ms = 0;
+  };
+  std::map<std::pair<std::string, int64_t>, Sum> sums;
+  double ops_ms = 0, calls = 0;
+  for (const Ops::OpTime& m : measured) {
+    ops_ms += m.device_ms;
+    calls += static_cast<double>(m.calls);
+    auto it = by_label.find(m.op);
+    if (it == by_label.end()) continue;  // not an op of the model's step (none expected)
+    const OpCall& c = *it->second;
+    Sum& s = sums[{c.op, c.size}];
+    s.work += static_cast<double>(m.calls) * (op_priced_by_flops(c.op) ? c.flops : c.bytes);
+    s.ms += m.device_ms;
+  }
+  OpCostTable t;
+  t.gpu = gpu.key;
+  t.peak_tflops = gpu.peak_tflops;
+  t.hbm_tbps = gpu.hbm_tbps;
+  t.measured = true;
+  t.source = source;
+  t.per_op_us = calls > 0 ? 1e3 * (step_ms - ops_ms) / calls : 0;
+  t.per_op_calls = calls;
+  for (const auto& [key, s] : sums)
+    if (s.ms > 0 && s.work > 0) t.rates.push_back({key.first, key.second, s.work / (s.ms * 1e-3) / 1e12, true});
+  return t;
+}
+
+OpCostTable merge_op_tables(const OpCostTable& fit, const OpCostTable& base) {
+  OpCostTable t = fit;
+  const bool earlier_fit = base.measured && base.gpu == fit.gpu;
+  auto has = [&](const OpRate& r, bool any_size) {
+    for (const OpRate& f : fit.rates)
+      if (f.op == r.op && (any_size || f.size == r.size)) return true;
+    return false;
+  };
+  for (OpRate r : base.rates) {
+    if (has(r, false) || (!(earlier_fit && r.measured) && has(r, true))) continue;
+    r.rate *= op_priced_by_flops(r.op) ? fit.peak_tflops / base.peak_tflops : fit.hbm_tbps / base.hbm_tbps;
+    r.measured = r.measured && earlier_fit;
+    t.rates.push_back(r);
+  }
+  t.comm_overlap_cost = base.comm_overlap_cost;  // one GPU has no collectives to measure it by
+  if (!earlier_fit) return t;
+  t.per_op_calls = fit.per_op_calls + base.per_op_calls;
+  if (t.per_op_calls > 0)
+    t.per_op_us = (fit.per_op_us * fit.per_op_calls + base.per_op_us * base.per_op_calls) / t.per_op_calls;
+  t.source = base.source + "; " + fit.source;
+  return t;
+}
+
+}  // namespace anvil

@@ -1,0 +1,324 @@
+// The ops of a training step in issue order (plan/step_ops.h): the model's, the store's and
+// the optimizer's, mirrored from the code that issues them.
+#include "plan/step_ops.h"
+
+#include <map>
+
+#include "core/error.h"
+
+namespace anvil {
+namespace {
+
+// Walks one step; each method mirrors the function of the trainer, model or store it names.
+class StepWalk {
+ public:
+  explicit StepWalk(const StepInput& in)
+      : in_(in), c_(in.plan.config), table_(c_, in.plan.world), N_(in.plan.micro_batch * in.plan.seq_len),
+        cb_(static_cast<double>(dtype_size(in.plan.compute_dtype))),
+        sharded_(in.plan.mode == ParallelMode::kFsdp && in.plan.world > 1),
+        split_(in.plan.compute_dtype != DType::kF32) {
+    if (table_.norm_unit() > 1) keep_unit_ = table_.norm_unit() - 1;
+  }
+
+  std::vector<StepItem> run() {
+    zero(4);  // the loss sum (Trainer::step)
+    for (int64_t k = 0; k < in_.grad_accum; ++k) {
+      last_micro_ = k + 1 == in_.grad_accum;
+      forward_backward();
+    }
+    optimizer_step();
+    return std::move(items_);
+  }
+
+ private:
+  // ---- what is issued
+  void op(const char* name, std::string shape, int64_t size, double flops, double bytes) {
+    StepItem it;
+    it.phase = phase_;
+    it.op = OpCall{name, std::move(shape), size, flops, bytes};
+    items_.push_back(std::move(it));
+  }
+  int collective(BenchCollective kind, int64_t bytes) {
+    StepItem it;
+    it.kind = StepItem::Kind::kCollective;
+    it.phase = phase_;
+    it.collective = kind;
+    it.bytes = bytes;
+    it.id = next_id_++;
+    items_.push_back(it);
+    return it.id;
+  }
+  void wait(int id) {
+    StepItem it;
+    it.kind = StepItem::Kind::kWait;
+    it.phase = phase_;
+    it.id = id;
+    items_.push_back(it);
+  }
+  void zero(int64_t bytes) { op("zero", cat(bytes, " bytes"), bytes, 0, static_cast<double>(bytes)); }
+  void convert(DType from, DType to, int64_t n) {
+    op("convert", cat(dtype_name(from), "->", dtype_name(to), " ", n), n, 0,
+       static_cast<double>(n * static_cast<int64_t>(dtype_size(from) + dtype_size(to))));
+  }
+  void linear(const char* name, int64_t M, int64_t N, int64_t K) {
+    op(name, cat(M, "x", N, "x", K), M, 2.0 * M * N * K, cb_ * static_cast<double>(M * K + N * K + M * N));
+  }
+  void per_token(const char* name, int64_t C, double bytes_per_element) {
+    op(name, cat(N_, "x", C), N_, 0, bytes_per_element * cb_ * static_cast<double>(N_ * C));
+  }
+  void attention(const char* name, double times) {
+    const int64_t B = in_.plan.micro_batch, T = in_.plan.seq_len, H = c_.num_heads;
+    op(name, cat(B, "x", T, "x", H, "/", c_.num_kv_heads, "x", c_.head_dim),
+       N_, times * 2.0 * static_cast<double>(B * H * T * T * c_.head_dim),
+       cb_ * static_cast<double>(N_ * (c_.qkv_dim() + c_.q_dim())) * times);
+  }
+  void qk_norm_rope(const char* name, double bytes_per_element) {
+    const int64_t heads = c_.num_heads + 2 * c_.num_kv_heads;
+    op(name, cat(N_, "x", c_.num_heads, "+", c_.num_kv_heads, "x", c_.head_dim),
+       N_, 0, bytes_per_element * cb_ * static_cast<double>(N_ * heads * c_.head_dim));
+  }
+  DType unit_grad_dtype(int u) const {
+    return table_.grads_written_once(u) ? in_.plan.grad_dtype : DType::kF32;
+  }
+  const UnitInfo& unit(int u) const { return table_.units()[static_cast<size_t>(u)]; }
+
+  void forward_backward();
+  void block_forward(bool to_output);
+  void block_backward();
+  void head_forward_backward();
+  void optimizer_step();
+  // the store (parallel/): weights, prefetch, release, grads, grads_ready
+  void weights(int u);
+  void prefetch(int u);
+  void release(int u);
+  void grads(int u);
+  void grads_ready(int u);
+  void reduce(int u, BenchCollective kind);
+  void finish_pending();
+
+  const StepInput& in_;
+  const ModelConfig& c_;
+  ParamTable table_;
+  const int64_t N_;
+  const double cb_;
+  const bool sharded_, split_;
+  StepPhase phase_ = StepPhase::kForward;
+  bool last_micro_ = true;
+  std::vector<StepItem> items_;
+  int next_id_ = 0;
+  // the store's state
+  int keep_unit_ = -1;
+  bool kept_ = false;
+  std::map<int, int> in_flight_;  // unit -> its gather
+  std::map<int, bool> gathered_, full_grads_;
+  int pending_ = -1, last_all_reduce_ = -1;  // the reduction whose result is not yet taken
+  DType pending_grad_ = DType::kF32;
+  int64_t pending_n_ = 0;
+};
+
+// Transformer::forward_backward: the embedding, the blocks, the head, the blocks' backward.
+void StepWalk::forward_backward() {
+  const int64_t L = c_.num_layers, C = c_.hidden_size;
+  const int embed = table_.embed_unit(), norm = table_.norm_unit();
+  phase_ = StepPhase::kForward;
+  weights(embed);
+  op("embedding_forward", cat(N_, "x", C), N_, 0, 2 * cb_ * static_cast<double>(N_ * C));
+  release(embed);
+  for (int64_t l = 0; l < L; ++l) {
+    weights(table_.block_unit(l));
+    prefetch(l + 1 < L ? table_.block_unit(l + 1) : norm);
+    block_forward(true);
+    release(table_.block_unit(l));
+  }
+  head_forward_backward();
+  phase_ = StepPhase::kBackward;
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const int u = table_.block_unit(l);
+    weights(u);
+    if (l > 0) prefetch(table_.block_unit(l - 1));
+    if (in_.plan.recompute == Recompute::kFull) block_forward(false);
+    if (in_.plan.recompute == Recompute::kSelective) {
+      per_token("rmsnorm_forward", C, 2);
+      qk_norm_rope("qk_norm_rope_forward", 2);
+      per_token("rmsnorm_forward", C, 2);
+    }
+    grads(u);
+    block_backward();
+    release(u);
+    grads_ready(u);
+  }
+  grads(embed);
+  op("embedding_backward", cat(N_, "x", C), N_, 0, (cb_ + 8) * static_cast<double>(N_ * C));
+  grads_ready(embed);
+}
+
+// Transformer::block_forward (to_output false: full recomputation, up to gate_up).
+void StepWalk::block_forward(bool to_output) {
+  const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
+  per_token("rmsnorm_forward", C, 2);
+  linear("linear_forward", N_, Q, C);
+  qk_norm_rope("qk_norm_rope_forward", 2);
+  attention("attention_forward", 1.0);
+  linear("linear_forward", N_, C, c_.q_dim());
+  per_token("add_rmsnorm_forward", C, 4);
+  linear("linear_forward", N_, 2 * I, C);
+  if (!to_output) return;
+  per_token("swiglu_forward", I, 3);
+  linear("linear_forward", N_, C, I);
+  op("add", cat(dtype_name(in_.plan.compute_dtype), " ", N_ * C), N_ * C, 0,
+     3 * cb_ * static_cast<double>(N_ * C));
+}
+
+// Transformer::block_backward.
+void StepWalk::block_backward() {
+  const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
+  linear("linear_backward_input", N_, C, I);
+  per_token("swiglu_backward", I, 6);
+  linear("linear_backward_weight", N_, C, I);
+  linear("linear_backward_weight", N_, 2 * I, C);
+  linear("linear_backward_input", N_, 2 * I, C);
+  per_token("rmsnorm_backward", C, 3);
+  linear("linear_backward_weight", N_, C, c_.q_dim());
+  linear("linear_backward_input", N_, C, c_.q_dim());
+  attention("attention_backward", 2.5);
+  qk_norm_rope("qk_norm_rope_backward", 3);
+  linear("linear_backward_weight", N_, Q, C);
+  linear("linear_backward_input", N_, Q, C);
+  per_token("rmsnorm_backward", C, 3);
+}
+
+// Transformer::head_forward_backward: the final norm, the output projection fused with the
+// cross-entropy (forward, dh and dw: 3 products of N x V x C), the norm's backward.
+void StepWalk::head_forward_backward() {
+  const int64_t C = c_.hidden_size, V = c_.vocab_size;
+  const int embed = table_.embed_unit(), norm = table_.norm_unit(), head = table_.lm_head_unit();
+  weights(norm);
+  if (head != norm) prefetch(head);
+  per_token("rmsnorm_forward", C, 2);
+  phase_ = StepPhase::kBackward;
+  weights(head);
+  grads(head);
+  op("cross_entropy_forward_backward", cat(N_, "x", V, "x", C), N_, 6.0 * static_cast<double>(N_ * V * C),
+     cb_ * static_cast<double>(2 * N_ * C + V * C) + 8.0 * static_cast<double>(V * C));
+  release(head);
+  if (head != embed) grads_ready(head);
+  grads(norm);
+  per_token("rmsnorm_backward", C, 3);
+  release(norm);
+  grads_ready(norm);
+}
+
+// ---- the store
+void StepWalk::prefetch(int u) {
+  if (!sharded_ || gathered_[u]) return;
+  if (!split_) convert(DType::kF32, DType::kF32, unit(u).shard());  // fp32 compute: a copy of the shard
+  in_flight_[u] = collective(BenchCollective::kAllGather, unit(u).padded * static_cast<int64_t>(cb_));
+  gathered_[u] = true;
+}
+
+void StepWalk::weights(int u) {
+  if (!sharded_) return;
+  if (u == keep_unit_ && kept_) return;  // gathered since its forward
+  prefetch(u);
+  wait(in_flight_.at(u));
+  in_flight_.erase(u);
+}
+
+void StepWalk::release(int u) {
+  if (!sharded_) return;
+  if (u == keep_unit_) {
+    kept_ = !kept_;
+    if (kept_) return;  // after its forward: its backward comes next
+  }
+  gathered_[u] = false;
+}
+
+void StepWalk::grads(int u) {
+  if (!sharded_ || full_grads_[u]) return;
+  const UnitInfo& info = unit(u);
+  if (unit_grad_dtype(u) == DType::kF32)
+    zero(info.padded * 4);  // summed into
+  else if (info.padded > info.numel)
+    zero((info.padded - info.numel) * 2);  // bf16 is overwritten, all but the padding
+  full_grads_[u] = true;
+}
+
+void StepWalk::grads_ready(int u) {
+  if (in_.plan.world == 1) return;
+  if (!sharded_) {
+    if (last_micro_) reduce(u, BenchCollective::kAllReduce);  // no_sync before the last micro-batch
+    return;
+  }
+  if (in_.plan.fsdp_defer_sync && !last_micro_) return;
+  reduce(u, BenchCollective::kReduceScatter);
+  full_grads_[u] = false;
+}
+
+// GradReducer::all_reduce and reduce_scatter: in place when the gradient is in the wire
+// dtype (DDP: several in flight), else through a wire copy, one reduction in flight.
+void StepWalk::reduce(int u, BenchCollective kind) {
+  const DType g = unit_grad_dtype(u), wire = in_.plan.reduce_dtype;
+  const int64_t padded = unit(u).padded, bytes = padded * static_cast<int64_t>(dtype_size(wire));
+  if (!sharded_ && g == wire) {
+    last_all_reduce_ = collective(kind, bytes);
+    return;
+  }
+  finish_pending();
+  if (g != wire) convert(g, wire, padded);
+  pending_ = collective(kind, bytes);
+  pending_grad_ = g;
+  pending_n_ = sharded_ ? unit(u).shard() : padded;
+}
+
+// GradReducer::finish_pending: DDP converts the reduced copy back into the gradient; FSDP
+// adds the reduced shard (widened from a bf16 wire) into the owned one.
+void StepWalk::finish_pending() {
+  if (pending_ < 0) return;
+  wait(pending_);
+  const DType wire = in_.plan.reduce_dtype;
+  if (!sharded_) {
+    convert(wire, pending_grad_, pending_n_);
+  } else {
+    if (wire == DType::kBF16) convert(DType::kBF16, DType::kF32, pending_n_);
+    op("add", cat("F32 ", pending_n_), pending_n_, 0, 12.0 * static_cast<double>(pending_n_));
+  }
+  pending_ = -1;
+}
+
+// ParamStore::optimizer_step: the reductions finished, the global norm (a zeroed scalar and
+// each owned gradient's sum of squares), then AdamW unit by unit (split masters: 26 or 28
+// bytes an element; FSDP's owned gradients zeroed after, where the next step adds into them).
+void StepWalk::optimizer_step() {
+  phase_ = StepPhase::kOptimizer;
+  finish_pending();
+  if (last_all_reduce_ >= 0) wait(last_all_reduce_);
+  zero(4);
+  const size_t units = table_.units().size();
+  std::vector<std::pair<int64_t, DType>> owned(units);
+  for (size_t u = 0; u < units; ++u) {
+    const UnitInfo& info = table_.units()[u];
+    owned[u] = {sharded_ ? info.shard() : info.padded, sharded_ ? DType::kF32 : unit_grad_dtype(static_cast<int>(u))};
+    op("sum_squares", cat(dtype_name(owned[u].second), " ", owned[u].first),
+       owned[u].first, 0, static_cast<double>(owned[u].first * static_cast<int64_t>(dtype_size(owned[u].second))));
+  }
+  for (size_t u = 0; u < units; ++u) {
+    const auto [n, g] = owned[u];
+    const double gb = static_cast<double>(dtype_size(g)), e = static_cast<double>(n);
+    if (split_) {
+      op("adamw_step", cat("split ", n), n, 0, (24 + gb) * e);
+      if (sharded_) zero(n * 4);
+    } else {
+      op("adamw_step", cat(n), n, 0, (24 + gb * (sharded_ ? 2 : 1)) * e);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<StepItem> step_program(const StepInput& in) {
+  ANVIL_ENSURE(in.plan.recompute != Recompute::kAuto, kInternal, "step_program: recompute auto is unresolved");
+  ANVIL_ENSURE(in.grad_accum >= 1 && in.plan.world >= 1, kUsage, "step model: --grad-accum and --nproc must be >= 1");
+  return StepWalk(in).run();
+}
+
+}  // namespace anvil

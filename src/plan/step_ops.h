@@ -1,0 +1,56 @@
+// The ops a training step issues, in order: what the step model (plan/step_model.h) prices.
+//
+// step_program() walks one optimizer step as the trainer runs it (train/trainer.cpp: the
+// micro-batches, then the optimizer), the model (model/transformer.cpp: the embedding, the
+// blocks' forward, recomputation and backward, the head) and the parameter store
+// (parallel/replicated_store.cpp, sharded_store.cpp, grad_reducer.cpp: gathers, gradient
+// reductions and their wire copies), and lists every op with the label the op front gives
+// it (ops/ops.cpp: "linear_forward 2048x4096x2048"), every collective with its bytes, and
+// every point where the main queue waits for a collective. tests/test_step_model.cpp holds
+// the op list against what the CPU backend records in a real step (Ops::take_op_times),
+// so the two cannot drift apart unnoticed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/bench.h"
+#include "plan/memory_plan.h"
+
+namespace anvil {
+
+// One op call: its name and shape as the op front labels it, the key the cost table looks
+// up its size class by, and the work it is priced by (FLOPs for the matrix products and
+// attention, bytes moved to and from memory for the rest).
+struct OpCall {
+  std::string op;     // "linear_forward"
+  std::string shape;  // "2048x4096x2048"
+  int64_t size = 0;   // rows (tokens) of a per-token op (attention: B x T), elements of the optimizer's
+  double flops = 0, bytes = 0;
+  std::string label() const { return op + " " + shape; }
+};
+
+enum class StepPhase { kForward, kBackward, kOptimizer };
+
+// One entry of the step in issue order: an op on the main queue, a collective (ordered
+// after everything queued before it, as the NCCL comm orders it; `bytes` is nccl-tests'
+// size: the gathered output, the reduce-scatter input, the all-reduced buffer), or the
+// main queue waiting for the collective `id`.
+struct StepItem {
+  enum class Kind { kOp, kCollective, kWait } kind = Kind::kOp;
+  StepPhase phase = StepPhase::kForward;
+  OpCall op;
+  BenchCollective collective = BenchCollective::kAllReduce;  // all-reduce, all-gather or reduce-scatter
+  int64_t bytes = 0;
+  int id = 0;
+};
+
+struct StepInput {
+  PlanInput plan;  // model, mode, world, shapes, recompute (resolved), dtypes
+  int64_t grad_accum = 1;
+};
+
+std::vector<StepItem> step_program(const StepInput& in);
+
+}  // namespace anvil

@@ -1,0 +1,348 @@
+// The step model (plan/step_model.h, step_ops.h, op_costs.h): the op list against the ops a
+// real step issues on the CPU backend, the collectives' bytes against closed forms, the
+// overlap rule's limits, the op-cost table's fit and scaling, and `anvil plan`'s lines.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/json.h"
+#include "io/hub.h"
+#include "model/params.h"
+#include "plan/step_model.h"
+#include "testing.h"
+
+namespace anvil {
+namespace {
+
+const GpuSpec& h200() { return *find_gpu_spec("NVIDIA H200"); }
+
+std::map<std::string, double> program_ops(const std::vector<StepItem>& program) {
+  std::map<std::string, double> calls;
+  for (const StepItem& it : program)
+    if (it.kind == StepItem::Kind::kOp) calls[it.op.label()] += 1;
+  return calls;
+}
+
+// One case of the op list's test: anvil bench step on the CPU with these flags.
+struct RecordedCase {
+  std::string model;  // a preset, or a folder under the test data
+  ParallelMode mode;
+  int world;
+  int64_t micro_batch, grad_accum;
+  Recompute recompute;
+  DType reduce_dtype;
+};
+
+StepInput input_of(const RecordedCase& k) {
+  StepInput in;
+  in.plan.config = k.model == "tiny" ? preset_config("tiny") : load_config(testing::fixture_dir(k.model));
+  in.plan.mode = k.mode;
+  in.plan.world = k.world;
+  in.plan.seq_len = 32;
+  in.plan.micro_batch = k.micro_batch;
+  in.plan.recompute = k.recompute;
+  in.plan.compute_dtype = in.plan.grad_dtype = DType::kF32;  // the CPU backend
+  in.plan.reduce_dtype = k.reduce_dtype;
+  in.grad_accum = k.grad_accum;
+  return in;
+}
+
+// The ops one step issued, by label, from anvil bench step --op-times on the CPU (rank 0's line).
+std::map<std::string, double> recorded_ops(const RecordedCase& k) {
+  std::vector<std::string> args = {"bench", "step", "--device", "cpu", "--seq-len", "32", "--steps", "2", "--warmup",
+                                   "1", "--op-times", "--no-overlap-optimizer", "--micro-batch",
+                                   std::to_string(k.micro_batch), "--grad-accum", std::to_string(k.grad_accum),
+                                   "--mode", parallel_mode_name(k.mode), "--recompute", recompute_name(k.recompute),
+                                   "--reduce-dtype", k.reduce_dtype == DType::kBF16 ? "bf16" : "fp32"};
+  if (k.model == "tiny") args.insert(args.end(), {"--preset", "tiny"});
+  else args.insert(args.end(), {"--model", testing::fixture_dir(k.model)});
+  if (k.world > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(k.world)});
+  const testing::RunResult r = testing::run_anvil(args);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  std::map<std::string, double> calls;
+  const size_t key = r.out.find("\"bench\":\"step\"");
+  if (key == std::string::npos) {
+    ADD_FAILURE() << "no JSON line in " << r.out;
+    return calls;
+  }
+  const size_t line = r.out.rfind('\n', key);
+  const size_t begin = line == std::string::npos ? 0 : line + 1;
+  const Json j = json_parse(r.out.substr(begin, r.out.find('\n', key) - begin), "bench step's line");
+  for (const Json& op : j.at("op_times").at("ops"))
+    calls[op.at("op").get<std::string>()] = op.at("calls").get<double>();
+  return calls;
+}
+
+TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
+  const RecordedCase cases[] = {
+      {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32},
+      {"tiny", ParallelMode::kDdp, 1, 2, 2, Recompute::kSelective, DType::kF32},
+      {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kFull, DType::kF32},
+      {"tiny-qwen3-untied", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32},
+      {"tiny-qwen2", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32},
+      {"tiny", ParallelMode::kDdp, 2, 1, 2, Recompute::kNone, DType::kF32},
+      {"tiny", ParallelMode::kDdp, 2, 1, 1, Recompute::kNone, DType::kBF16},
+      {"tiny", ParallelMode::kFsdp, 2, 1, 2, Recompute::kSelective, DType::kF32},
+      {"tiny-qwen3-untied", ParallelMode::kFsdp, 2, 1, 1, Recompute::kNone, DType::kBF16},
+  };
+  const OpCostTable table = OpCostTable::builtin();
+  for (const RecordedCase& k : cases) {
+    SCOPED_TRACE(k.model + " " + parallel_mode_name(k.mode) + " x" + std::to_string(k.world) + " accum " +
+                 std::to_string(k.grad_accum) + " " + recompute_name(k.recompute));
+    const std::vector<StepItem> program = step_program(input_of(k));
+    const std::map<std::string, double> recorded = recorded_ops(k);
+    EXPECT_EQ(program_ops(program), recorded);
+    // The step's compute is the table's price of the ops the model issued, call by call.
+    std::map<std::string, const OpCall*> by_label;
+    for (const StepItem& it : program)
+      if (it.kind == StepItem::Kind::kOp) by_label[it.op.label()] = &it.op;
+    double priced = 0;
+    for (const auto& [label, calls] : recorded) {
+      ASSERT_TRUE(by_label.count(label)) << label << " ran but the step model does not issue it";
+      priced += calls * table.seconds(*by_label.at(label), h200());
+    }
+    EXPECT_NEAR(compute_seconds(program, table, h200()), priced, 1e-12 * priced);
+  }
+}
+
+StepInput big_input(const std::string& preset, ParallelMode mode, int world) {
+  StepInput in;
+  in.plan.config = preset_config(preset);
+  in.plan.mode = mode;
+  in.plan.world = world;
+  in.plan.seq_len = 2048;
+  in.plan.grad_dtype = DType::kBF16;
+  return in;
+}
+
+// ddp: every unit all-reduced once a step on the wire; fsdp: bf16 weights gathered for the
+// forward (the tied embedding again as the head) and the blocks but the last for the
+// backward, every unit reduce-scattered each micro-batch.
+TEST(StepModel, CommBytesAreTheClosedForms) {
+  for (const char* preset : {"qwen3-1.7b", "qwen3-8b"}) {
+    const ModelConfig c = preset_config(preset);
+    for (int n : {1, 2, 8}) {
+      SCOPED_TRACE(std::string(preset) + " x" + std::to_string(n));
+      const ParamTable t(c, n);
+      const int64_t P = t.total_padded(), E = t.units()[0].padded, B = t.units()[1].padded, L = c.num_layers;
+      StepInput ddp = big_input(preset, ParallelMode::kDdp, n);
+      const CommBytes d = comm_bytes(step_program(ddp));
+      EXPECT_EQ(d.all_reduce, n == 1 ? 0 : 4 * P);
+      EXPECT_EQ(d.all_gather + d.reduce_scatter, 0);
+      ddp.plan.reduce_dtype = DType::kBF16;
+      EXPECT_EQ(comm_bytes(step_program(ddp)).all_reduce, n == 1 ? 0 : 2 * P);
+      StepInput fsdp = big_input(preset, ParallelMode::kFsdp, n);
+      fsdp.grad_accum = 3;
+      const CommBytes f = comm_bytes(step_program(fsdp));
+      const int64_t gathered = 2 * (P + (c.tie_word_embeddings ? E : 0) + (L - 1) * B);
+      EXPECT_EQ(f.all_gather, n == 1 ? 0 : 3 * gathered) << "gathered again in each micro-batch";
+      EXPECT_EQ(f.reduce_scatter, n == 1 ? 0 : 3 * 4 * P);
+      EXPECT_EQ(f.all_reduce, 0);
+      fsdp.plan.fsdp_defer_sync = true;
+      EXPECT_EQ(comm_bytes(step_program(fsdp)).reduce_scatter, n == 1 ? 0 : 4 * P);
+      const double k = (n - 1.0) / n;
+      EXPECT_DOUBLE_EQ(bus_bytes(d, n), 2 * k * static_cast<double>(d.all_reduce));
+      EXPECT_DOUBLE_EQ(bus_bytes(f, n), k * static_cast<double>(f.all_gather + f.reduce_scatter));
+    }
+  }
+}
+
+TEST(StepModel, OneGpuIsItsCompute) {
+  const OpCostTable table = OpCostTable::builtin();
+  const StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 1);
+  const StepPrediction p = predict_step(in, table, h200(), 0);
+  EXPECT_DOUBLE_EQ(p.step_s, compute_seconds(step_program(in), table, h200()));
+  EXPECT_EQ(p.comm_s, 0);
+  EXPECT_EQ(p.exposed_s, 0);
+  EXPECT_NEAR(p.forward_s + p.backward_s + p.optimizer_s, p.step_s, 1e-12);
+  EXPECT_DOUBLE_EQ(p.tokens_per_s, 2048 / p.step_s);
+}
+
+// More GPUs at a fixed batch per GPU never predict fewer tokens/s with an unbounded bus;
+// with almost no bandwidth the step is its communication.
+TEST(StepModel, ScalingAndCommBound) {
+  const OpCostTable table = OpCostTable::builtin();
+  for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
+    double last = 0;
+    for (int n : {1, 2, 4, 8, 16}) {
+      const StepPrediction p = predict_step(big_input("qwen3-1.7b", mode, n), table, h200(), 1e12);
+      EXPECT_GE(p.tokens_per_s, last) << parallel_mode_name(mode) << " x" << n;
+      last = p.tokens_per_s;
+    }
+    const StepPrediction slow = predict_step(big_input("qwen3-1.7b", mode, 8), table, h200(), 1e-3);
+    EXPECT_GE(slow.step_s, slow.comm_s);
+    EXPECT_GT(slow.exposed_s, 0.999 * slow.comm_s) << "at 1 MB/s nothing hides the collectives";
+    EXPECT_THROW(predict_step(big_input("qwen3-1.7b", mode, 8), table, h200(), 0), Error);
+  }
+}
+
+// The overlap rule: ddp's reductions hide behind the backward of the units after them; the
+// last one (the embedding's, issued after the last op of the backward) never does, and only
+// what is still on the link when it is issued (at most the first block's) adds to it. Beside
+// the collectives the compute loses comm_overlap_cost of their time.
+TEST(StepModel, OverlapHidesAllButTheLastReductions) {
+  OpCostTable table = OpCostTable::builtin();
+  table.comm_overlap_cost = 0;
+  StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 8);
+  in.plan.grad_dtype = DType::kF32;  // in place on the fp32 wire: several in flight
+  const double bus = 1000;
+  const StepPrediction p = predict_step(in, table, h200(), bus);
+  const ParamTable t(in.plan.config, 8);
+  auto seconds = [&](int unit) { return 4.0 * static_cast<double>(t.units()[unit].padded) * 1.75 / (bus * 1e9); };
+  EXPECT_LT(p.exposed_s, 0.5 * p.comm_s);
+  EXPECT_GE(p.exposed_s, seconds(t.embed_unit()) - 1e-12);
+  EXPECT_LE(p.exposed_s, seconds(t.embed_unit()) + seconds(t.block_unit(0)));
+  EXPECT_NEAR(p.slowed_s, 0, 1e-12);
+  EXPECT_NEAR(p.step_s, p.forward_s + p.backward_s + p.optimizer_s + p.exposed_s, 1e-12);
+
+  // At half speed beside the link (cost 1) the compute loses half of the link time it hides.
+  table.comm_overlap_cost = 1;
+  const StepPrediction q = predict_step(in, table, h200(), bus);
+  EXPECT_GT(q.exposed_s, 0);
+  EXPECT_NEAR(q.slowed_s, 0.5 * (q.comm_s - q.exposed_s), 1e-12);
+  EXPECT_NEAR(q.step_s, q.forward_s + q.backward_s + q.optimizer_s + q.exposed_s + q.slowed_s, 1e-12);
+}
+
+// Another GPU's rates: FLOP-priced ops scale with the peak, the rest with the bandwidth.
+TEST(StepModel, OtherGpusScaleByPeakAndBandwidth) {
+  OpCostTable table = OpCostTable::builtin();
+  table.per_op_us = 0;  // the same on every GPU
+  const GpuSpec& a100 = *find_gpu_spec("NVIDIA A100-SXM4-80GB");
+  OpCall gemm{"linear_forward", "2048x2048x2048", 2048, 1.7e10, 2.5e7};
+  OpCall norm{"rmsnorm_forward", "2048x2048", 2048, 0, 1.6e7};
+  EXPECT_NEAR(table.seconds(gemm, a100), table.seconds(gemm, h200()) * 989.4 / 312.0, 1e-15);
+  EXPECT_NEAR(table.seconds(norm, a100), table.seconds(norm, h200()) * 4.8 / 2.039, 1e-15);
+  EXPECT_EQ(find_gpu_spec("NVIDIA L40S")->peak_tflops, 362.1) << "L40S before L40";
+  EXPECT_EQ(find_gpu_spec("Tesla V100"), nullptr);
+}
+
+// Op times of `program` as if every op but zero (not timed here) ran at 1 / slower of the
+// table's rate; `calls` gets their count.
+std::vector<Ops::OpTime> times_at(const std::vector<StepItem>& program, const OpCostTable& table, double slower,
+                                  double* ms, double* calls) {
+  std::vector<Ops::OpTime> measured;
+  std::map<std::string, size_t> row;
+  *ms = *calls = 0;
+  for (const StepItem& it : program) {
+    if (it.kind != StepItem::Kind::kOp || it.op.op == "zero") continue;
+    auto [r, fresh] = row.emplace(it.op.label(), measured.size());
+    if (fresh) measured.push_back({it.op.label(), 0, 0, 0});
+    const double t = 1e3 * slower * table.seconds(it.op, h200());
+    measured[r->second].calls += 1;
+    measured[r->second].device_ms += t;
+    *ms += t;
+    *calls += 1;
+  }
+  return measured;
+}
+
+// A table fitted from a step's op times gives the rates those times imply and the fixed cost
+// per call the untimed step leaves; merged with the built-in table, the op it did not time
+// keeps the built-in rate; a second fit at other sizes joins the first.
+TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
+  OpCostTable base = OpCostTable::builtin();  // the rates of a table not fitted (whether the built-in one is or not)
+  base.measured = false;
+  base.per_op_us = base.per_op_calls = 0;
+  const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1));
+  double ms = 0, calls = 0;
+  const std::vector<Ops::OpTime> measured = times_at(program, base, 2, &ms, &calls);
+  const OpCostTable fit = merge_op_tables(fit_op_table(program, measured, ms + 3e-3 * calls, h200(), "test"), base);
+  EXPECT_TRUE(fit.measured);
+  EXPECT_NEAR(fit.per_op_us, 3.0, 1e-9);
+  for (const StepItem& it : program) {
+    if (it.kind != StepItem::Kind::kOp) continue;
+    const double want = 3e-6 + (it.op.op == "zero" ? 1 : 2) * base.seconds(it.op, h200());
+    EXPECT_NEAR(fit.seconds(it.op, h200()), want, 1e-9 * want) << it.op.label();
+  }
+  const OpCostTable back = OpCostTable::from_json(fit.to_json(), "round trip");
+  EXPECT_EQ(back.to_json(), fit.to_json());
+
+  StepInput short_seq = big_input("qwen3-0.6b", ParallelMode::kDdp, 1);
+  short_seq.plan.seq_len = 1024;
+  const std::vector<StepItem> program2 = step_program(short_seq);
+  double ms2 = 0, calls2 = 0;
+  const std::vector<Ops::OpTime> measured2 = times_at(program2, base, 3, &ms2, &calls2);
+  const OpCostTable both =
+      merge_op_tables(fit_op_table(program2, measured2, ms2 + 1e-3 * calls2, h200(), "test 2"), fit);
+  EXPECT_NEAR(both.per_op_us, (3 * calls + calls2) / (calls + calls2), 1e-9);
+  EXPECT_EQ(both.source, "test; test 2");
+  for (const auto& [prog, slower] : {std::pair{&program, 2.0}, std::pair{&program2, 3.0}})
+    for (const StepItem& it : *prog) {
+      // the optimizer's sizes are the same in both (the second's rates), zero not timed
+      if (it.kind != StepItem::Kind::kOp || it.phase == StepPhase::kOptimizer || it.op.op == "zero") continue;
+      const double want = both.per_op_us * 1e-6 + slower * base.seconds(it.op, h200());
+      EXPECT_NEAR(both.seconds(it.op, h200()), want, 1e-9 * want) << it.op.label();
+    }
+}
+
+TEST(StepModel, PlanPrintsEachModesPrediction) {
+  const auto r = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "8", "--gpu", "H200", "--bus-gbps",
+                                     "400", "--recompute", "none"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string measured = OpCostTable::builtin().measured ? "measured" : "NOT measured";
+  EXPECT_NE(r.out.find("step, predicted for 8 x H200 (op costs: H200 table, " + measured), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("bus 400 GB/s: --bus-gbps"), std::string::npos) << r.out;
+  StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 8);
+  const OpCostTable table = OpCostTable::builtin();
+  const std::string ddp = prediction_line("ddp", predict_step(in, table, h200(), 400));
+  in.plan.mode = ParallelMode::kFsdp;
+  const std::string fsdp = prediction_line("fsdp", predict_step(in, table, h200(), 400));
+  EXPECT_NE(r.out.find(ddp), std::string::npos) << "want " << ddp << " in " << r.out;
+  EXPECT_NE(r.out.find(fsdp), std::string::npos) << "want " << fsdp << " in " << r.out;
+
+  const auto topo = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "8", "--topo-answers",
+                                        testing::testdata_dir() + "/topo/nvlink_8gpu_nvswitch.json", "--json"});
+  ASSERT_EQ(topo.exit_code, 0) << topo.out;
+  const Json j = json_parse(topo.out, "plan --json");
+  EXPECT_EQ(j.at("predicted").at("bus_gbps").get<double>(), 360.0) << topo.out;
+  EXPECT_NE(j.at("predicted").at("bus_source").get<std::string>().find("NVLink 4.0 via NVSwitch"), std::string::npos);
+  EXPECT_GT(j.at("predicted").at("fsdp").at("tokens_per_s").get<double>(), 0);
+
+  // This machine's GPU (recorded answers here) names the GPU; one the model does not know
+  // leaves the step unpredicted and the memory plan as it was.
+  Json v100 = json_read_file(testing::testdata_dir() + "/topo/one_gpu.json");
+  v100["gpus"][0]["name"] = "Tesla V100-SXM2-16GB";
+  const std::string answers = testing::temp_dir("topo") + "/v100.json";
+  json_write_file(answers, v100);
+  const auto unknown = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--topo-answers", answers});
+  EXPECT_EQ(unknown.exit_code, 0) << unknown.out;
+  EXPECT_NE(unknown.out.find("step: not predicted: this machine's GPU, Tesla V100-SXM2-16GB, is not one"),
+            std::string::npos) << unknown.out;
+  const auto h100 = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "8", "--topo-answers",
+                                        testing::testdata_dir() + "/topo/nvlink_8gpu_nvswitch.json"});
+  EXPECT_NE(h100.out.find("step, predicted for 8 x H100 "), std::string::npos) << h100.out;
+
+  const auto bad = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--gpu", "V100"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("unknown GPU 'V100' (--gpu takes one of"), std::string::npos) << bad.out;
+}
+
+// --write-op-table prices ops that ran alone on one GPU: refused otherwise, before a step runs
+// where it can be, and on a device the step model does not know.
+TEST(StepModel, BenchStepWritesATableOnlyFromALoneStep) {
+  const std::string table = testing::temp_dir("op-table") + "/table.json";
+  const std::vector<std::string> base = {"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "32",
+                                         "--steps", "2", "--warmup", "1", "--write-op-table", table};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::run_anvil(args);
+  };
+  const auto overlapped = with({"--op-times"});
+  EXPECT_EQ(overlapped.exit_code, 2) << overlapped.out;
+  EXPECT_NE(overlapped.out.find("add --op-times --no-overlap-optimizer"), std::string::npos) << overlapped.out;
+  const auto ranks = with({"--op-times", "--no-overlap-optimizer", "--nproc-per-node", "2"});
+  EXPECT_NE(ranks.exit_code, 0) << ranks.out;
+  EXPECT_NE(ranks.out.find("--write-op-table measures one GPU's ops"), std::string::npos) << ranks.out;
+  const auto cpu = with({"--op-times", "--no-overlap-optimizer"});
+  EXPECT_EQ(cpu.exit_code, 2) << cpu.out;
+  EXPECT_NE(cpu.out.find("needs a GPU the step model knows"), std::string::npos) << cpu.out;
+  EXPECT_FALSE(path_exists(table));
+}
+
+}  // namespace
+}  // namespace anvil
