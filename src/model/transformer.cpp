@@ -89,17 +89,12 @@ Tensor& Transformer::one_of_each(Activation what) {
   }
 }
 
-// RoPE tables as transformers computes them: fp32 angles inv_freq * position, fp32 cos/sin.
+// RoPE tables as transformers computes them (rope_row): fp32 angles, fp32 cos/sin.
 void Transformer::upload_rope_tables() {
   const std::vector<float> inv = rope_inv_freq(c_);
   const int64_t half = c_.head_dim / 2;
   std::vector<float> cs(static_cast<size_t>(T_ * half)), sn(cs.size());
-  for (int64_t t = 0; t < T_; ++t)
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = inv[static_cast<size_t>(i)] * static_cast<float>(t);
-      cs[static_cast<size_t>(t * half + i)] = std::cos(angle);
-      sn[static_cast<size_t>(t * half + i)] = std::sin(angle);
-    }
+  for (int64_t t = 0; t < T_; ++t) rope_row(c_, inv, t, &cs[static_cast<size_t>(t * half)], &sn[static_cast<size_t>(t * half)]);
   ops_.upload(rope_cos_, cs.data());
   ops_.upload(rope_sin_, sn.data());
 }
