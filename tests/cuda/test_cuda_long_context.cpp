@@ -18,13 +18,13 @@
 namespace anvil {
 namespace {
 
-struct Run {
+struct MlpRun {
   double loss = 0;
   HostUnits grads;
   int64_t mlp_tile = 0;
 };
 
-Run run_fixture(const std::string& dir, int64_t mlp_tile, GradDType grad_dtype) {
+MlpRun run_fixture(const std::string& dir, int64_t mlp_tile, GradDType grad_dtype) {
   ModelConfig cfg = load_config(dir);
   SafetensorsFile gold(dir + "/golden_step0.safetensors");
   const SafeTensorInfo& ids = gold.get("input_ids");
@@ -41,7 +41,7 @@ Run run_fixture(const std::string& dir, int64_t mlp_tile, GradDType grad_dtype) 
   const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
   TokenBatch b;
   b.ids = read_as_i64(ids);
-  Run r;
+  MlpRun r;
   r.loss = t->loss_and_grads(b, nullptr);
   r.grads = t->grads();
   r.mlp_tile = t->settings().config.parallel.mlp_tile;
@@ -54,7 +54,7 @@ TEST_P(GpuTiledMlp, MatchesUntiled) {
   REQUIRE_GPU();
   const std::string dir = testing::fixture_dir(GetParam());
   for (GradDType gd : {GradDType::kF32, GradDType::kBF16}) {
-    const Run whole = run_fixture(dir, 0, gd), tiled = run_fixture(dir, 16, gd);
+    const MlpRun whole = run_fixture(dir, 0, gd), tiled = run_fixture(dir, 16, gd);
     ASSERT_GT(whole.mlp_tile, 16) << "auto leaves a small fixture untiled";
     ASSERT_EQ(tiled.mlp_tile, 16);
     EXPECT_NEAR(tiled.loss, whole.loss, 1e-3 * std::abs(whole.loss)) << grad_dtype_name(gd);
