@@ -53,11 +53,18 @@ void expect_same_bits(const std::string& a_path, const std::string& b_path, cons
   }
 }
 
-TEST(LongContext, TiledMlpAt4096TokensMatchesTransformers) {
-  ANVIL_REQUIRE_ORACLE();
-  const std::string& dir = oracle_dir();
-  ASSERT_FALSE(dir.empty());
-  const std::string c = dir + "/long";
+// The tests on the oracle's folders: skipped (failed under CI=true) without the oracle.
+class LongContextOracle : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ANVIL_REQUIRE_ORACLE();
+    ASSERT_FALSE(oracle_dir().empty());
+  }
+  static std::string folder(const char* name) { return oracle_dir() + "/" + name; }
+};
+
+TEST_F(LongContextOracle, TiledMlpAt4096TokensMatchesTransformers) {
+  const std::string c = folder("long");
   testing::Worst worst;
   testing::expect_golden(testing::anvil_grad(c, "tokens.safetensors", "tiled.safetensors", {"--mlp-tile", "512"}),
                          c + "/golden.safetensors", "seq 4096, mlp tile 512", worst);
@@ -65,11 +72,8 @@ TEST(LongContext, TiledMlpAt4096TokensMatchesTransformers) {
               static_cast<long long>(kSeq), worst.loss, worst.logits, worst.grad, worst.grad_name.c_str());
 }
 
-TEST(LongContext, TilingOnAndOffAreTheSameBits) {
-  ANVIL_REQUIRE_ORACLE();
-  const std::string& dir = oracle_dir();
-  ASSERT_FALSE(dir.empty());
-  const std::string c = dir + "/long";
+TEST_F(LongContextOracle, TilingOnAndOffAreTheSameBits) {
+  const std::string c = folder("long");
   const std::string whole = testing::anvil_grad(c, "tokens.safetensors", "whole.safetensors", {"--mlp-tile", "4096"});
   for (const char* tile : {"512", "300"})
     expect_same_bits(whole, testing::anvil_grad(c, "tokens.safetensors", std::string("tile") + tile + ".safetensors",
@@ -77,11 +81,8 @@ TEST(LongContext, TilingOnAndOffAreTheSameBits) {
                      std::string("mlp tile ") + tile + " against untiled");
 }
 
-TEST(LongContext, YarnMatchesTransformers) {
-  ANVIL_REQUIRE_ORACLE();
-  const std::string& dir = oracle_dir();
-  ASSERT_FALSE(dir.empty());
-  const std::string c = dir + "/yarn";
+TEST_F(LongContextOracle, YarnMatchesTransformers) {
+  const std::string c = folder("yarn");
   testing::Worst worst;
   testing::expect_golden(testing::anvil_grad(c, "tokens.safetensors", "anvil.safetensors"), c + "/golden.safetensors",
                          "yarn", worst);

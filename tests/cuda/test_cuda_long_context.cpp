@@ -10,8 +10,7 @@
 #include <cmath>
 
 #include "io/safetensors.h"
-#include "model/weights.h"
-#include "train/open_run.h"
+#include "../folder_trainer.h"
 #include "../testing.h"
 #include "require_gpu.h"
 
@@ -35,10 +34,7 @@ MlpRun run_fixture(const std::string& dir, int64_t mlp_tile, GradDType grad_dtyp
   c.parallel.mlp_tile = mlp_tile;
   c.data.micro_batch = ids.shape[0];
   c.data.seq_len = ids.shape[1];
-  ParamTable table(cfg, 1);
-  HostUnits w = make_host_units(table);
-  load_hf_weights(dir, table, w);
-  const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+  const std::unique_ptr<Trainer> t = testing::folder_trainer(dir, cfg, c);
   TokenBatch b;
   b.ids = read_as_i64(ids);
   MlpRun r;
