@@ -3,7 +3,7 @@
 // a small Qwen3 (rope_theta 1e6) on one sequence of 4,096 tokens with the MLP tiled, loss,
 // logits and every gradient within the model parity bars (tests/model_golden.h); tiled and
 // untiled runs the same bits (loss, logits, every gradient), with a tile that divides the
-// tokens and one that does not; YaRN (rope_parameters rope_type "yarn") against transformers'
+// tokens and one that does not, and under every recomputation policy; YaRN (rope_parameters rope_type "yarn") against transformers'
 // _compute_yarn_parameters and attention scaling; an unsupported RoPE type refused by name; and
 // the memory plan of Qwen3-8B at 32,768 tokens: the tiled activation shapes, the attention
 // kernel's scratch in place of cuDNN's T^2 dP, and the total within 132 GiB.
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "folder_trainer.h"
 #include "io/safetensors.h"
 #include "model/activations.h"
 #include "model_golden.h"
@@ -79,6 +80,32 @@ TEST_F(LongContextOracle, TilingOnAndOffAreTheSameBits) {
     expect_same_bits(whole, testing::anvil_grad(c, "tokens.safetensors", std::string("tile") + tile + ".safetensors",
                                                 {"--mlp-tile", tile}),
                      std::string("mlp tile ") + tile + " against untiled");
+}
+
+// The tiled MLP under every recomputation policy (kFull stops its forward at h2; kSelective
+// keeps no gate_up), through the Trainer: the bits of the untiled run without recomputation.
+TEST_F(LongContextOracle, TiledUnderEveryRecomputePolicyTheSameBits) {
+  const std::string c = folder("long");
+  const ModelConfig cfg = load_config(c);
+  SafetensorsFile tokens(c + "/tokens.safetensors");
+  TokenBatch batch;
+  batch.ids = read_as_i64(tokens.get("input_ids"));
+  auto run = [&](Recompute r, int64_t mlp_tile) {
+    TrainConfig t;
+    t.model.device = "cpu";
+    t.parallel.recompute = r;
+    t.parallel.mlp_tile = mlp_tile;
+    t.data.seq_len = kSeq;
+    const std::unique_ptr<Trainer> trainer = testing::folder_trainer(c, cfg, t);
+    const double loss = trainer->loss_and_grads(batch, nullptr);
+    return std::make_pair(loss, trainer->grads());
+  };
+  const auto whole = run(Recompute::kNone, kSeq);
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    const auto tiled = run(r, 300);
+    EXPECT_EQ(tiled.first, whole.first) << recompute_name(r);
+    EXPECT_TRUE(tiled.second == whole.second) << "recompute " << recompute_name(r) << ", tiles of 300: gradients";
+  }
 }
 
 TEST_F(LongContextOracle, YarnMatchesTransformers) {
