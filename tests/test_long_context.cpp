@@ -23,6 +23,7 @@
 #include "ops/cross_entropy_chunks.h"
 #include "plan/memory_plan.h"
 #include "testing.h"
+#include "train/resolve.h"
 
 namespace anvil {
 namespace {
@@ -185,6 +186,36 @@ TEST(LongContext, PlanOfQwen3_8bAt32kTokens) {
   EXPECT_FALSE(has(2048, Activation::kMlpDw));
   EXPECT_FALSE(has(N, Activation::kGateUp));
   EXPECT_TRUE(has(N, Activation::kGateUpTile));
+}
+
+// --mlp-tile auto is resolved once, with its reason: Qwen3-8B on an H200 untiled at 2,048
+// tokens (gate_up 96 MiB), tiles of 4,096 at 32,768 (gate_up 1.5 GiB); a given tile stays.
+TEST(LongContext, MlpTileAutoIsResolvedOnce) {
+  const ModelConfig m = preset_config("qwen3-8b");
+  RunFacts f;
+  f.model = &m;
+  f.compute_dtype = DType::kBF16;
+  f.capacity = kH200Bytes;
+  auto resolve = [&](int64_t seq, int64_t tile) {
+    TrainConfig c;
+    c.data.seq_len = seq;
+    c.parallel.recompute = Recompute::kFull;
+    c.parallel.mlp_tile = tile;
+    return resolve_config(c, f);
+  };
+  auto reason = [](const ResolvedConfig& r) {
+    for (const std::string& x : r.reasons)
+      if (x.rfind("mlp tile", 0) == 0) return x;
+    return std::string();
+  };
+  const ResolvedConfig short_run = resolve(2048, kMlpTileAuto), long_run = resolve(32768, kMlpTileAuto);
+  EXPECT_EQ(short_run.config.parallel.mlp_tile, 2048);
+  EXPECT_EQ(reason(short_run), "mlp tile 2048 tokens (untiled): gate_up of the micro-batch takes 96 MiB, at most 512");
+  EXPECT_EQ(long_run.config.parallel.mlp_tile, 4096);
+  EXPECT_EQ(reason(long_run), "mlp tile 4096 tokens: gate_up of the micro-batch would take 1536 MiB, a tile at most 256");
+  const ResolvedConfig given = resolve(32768, 512);
+  EXPECT_EQ(given.config.parallel.mlp_tile, 512);
+  EXPECT_EQ(reason(given), "");
 }
 
 }  // namespace
