@@ -43,7 +43,8 @@ void read_yarn(const Json& j, const Json& scaling, const std::string& source, Ro
   const double ratio = static_cast<double>(max_pos) / static_cast<double>(rope->original_max_position_embeddings);
   rope->factor = get_or<double>(scaling, "factor", ratio);
   ANVIL_ENSURE(rope->factor > 0, kInvalidInput, source, ": yarn RoPE needs factor > 0, got ", rope->factor);
-  const double mscale = get_or<double>(scaling, "mscale", 0), mscale_all_dim = get_or<double>(scaling, "mscale_all_dim", 0);
+  const double mscale = get_or<double>(scaling, "mscale", 0);
+  const double mscale_all_dim = get_or<double>(scaling, "mscale_all_dim", 0);
   const double inferred = mscale != 0 && mscale_all_dim != 0
                               ? yarn_mscale(rope->factor, mscale) / yarn_mscale(rope->factor, mscale_all_dim)
                               : yarn_mscale(rope->factor, 1.0);
@@ -70,7 +71,8 @@ void read_rope(const Json& j, const std::string& source, RopeConfig* rope) {
   rope->theta = theta;
   if (!scaling) return;
   std::string type = get_or<std::string>(*scaling, "rope_type", get_or<std::string>(*scaling, "type", "default"));
-  const double partial = get_or<double>(*scaling, "partial_rotary_factor", get_or<double>(j, "partial_rotary_factor", 1));
+  const double partial =
+      get_or<double>(*scaling, "partial_rotary_factor", get_or<double>(j, "partial_rotary_factor", 1.0));
   ANVIL_ENSURE(partial == 1.0, kUnsupported, source, ": partial_rotary_factor ", partial,
                " is not supported (RoPE over the whole head only)");
   if (type == "default") return;
@@ -303,7 +305,8 @@ std::vector<float> yarn_inv_freq(const ModelConfig& c, const std::vector<float>&
   low = std::max(low, 0.0);
   high = std::min(high, dim - 1);
   if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
-  const float lo = static_cast<float>(low), width = static_cast<float>(high - low), factor = static_cast<float>(r.factor);
+  const float lo = static_cast<float>(low), width = static_cast<float>(high - low);
+  const float factor = static_cast<float>(r.factor);
   const float base = static_cast<float>(r.theta);
   std::vector<float> inv(extrapolation.size());
   for (size_t i = 0; i < inv.size(); ++i) {

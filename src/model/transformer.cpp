@@ -94,7 +94,8 @@ void Transformer::upload_rope_tables() {
   const std::vector<float> inv = rope_inv_freq(c_);
   const int64_t half = c_.head_dim / 2;
   std::vector<float> cs(static_cast<size_t>(T_ * half)), sn(cs.size());
-  for (int64_t t = 0; t < T_; ++t) rope_row(c_, inv, t, &cs[static_cast<size_t>(t * half)], &sn[static_cast<size_t>(t * half)]);
+  for (int64_t t = 0; t < T_; ++t)
+    rope_row(c_, inv, t, &cs[static_cast<size_t>(t * half)], &sn[static_cast<size_t>(t * half)]);
   ops_.upload(rope_cos_, cs.data());
   ops_.upload(rope_sin_, sn.data());
 }

@@ -31,8 +31,8 @@ void resolve_mlp_tile(ResolvedConfig& r, const RunFacts& f) {
   r.reasons.push_back(p.mlp_tile == tokens
                           ? cat("mlp tile ", tokens, " tokens (untiled): gate_up of the micro-batch takes ",
                                 gate_up >> 20, " MiB, at most ", kMlpUntiledBytes >> 20)
-                          : cat("mlp tile ", p.mlp_tile, " tokens: gate_up of the micro-batch would take ", gate_up >> 20,
-                                " MiB, a tile at most ", kMlpTileBytes >> 20));
+                          : cat("mlp tile ", p.mlp_tile, " tokens: gate_up of the micro-batch would take ",
+                                gate_up >> 20, " MiB, a tile at most ", kMlpTileBytes >> 20));
 }
 
 // Mode and recomputation from the memory plan: ddp when it fits, else fsdp; recompute auto:
