@@ -3,10 +3,11 @@
 // a small Qwen3 (rope_theta 1e6) on one sequence of 4,096 tokens with the MLP tiled, loss,
 // logits and every gradient within the model parity bars (tests/model_golden.h); tiled and
 // untiled runs the same bits (loss, logits, every gradient), with a tile that divides the
-// tokens and one that does not, and under every recomputation policy; YaRN (rope_parameters rope_type "yarn") against transformers'
-// _compute_yarn_parameters and attention scaling; an unsupported RoPE type refused by name; and
-// the memory plan of Qwen3-8B at 32,768 tokens: the tiled activation shapes, the attention
-// kernel's scratch in place of cuDNN's T^2 dP, and the total within 132 GiB.
+// tokens and one that does not, and under every recomputation policy; YaRN (rope_parameters
+// rope_type "yarn") against transformers' _compute_yarn_parameters and attention scaling; an
+// unsupported RoPE type refused by name; the memory plan of Qwen3-8B at 32,768 tokens: the
+// tiled activation shapes, the attention kernel's scratch in place of cuDNN's T^2 dP, and the
+// total within 132 GiB; --mlp-tile auto resolved once.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -212,7 +213,8 @@ TEST(LongContext, MlpTileAutoIsResolvedOnce) {
   EXPECT_EQ(short_run.config.parallel.mlp_tile, 2048);
   EXPECT_EQ(reason(short_run), "mlp tile 2048 tokens (untiled): gate_up of the micro-batch takes 96 MiB, at most 512");
   EXPECT_EQ(long_run.config.parallel.mlp_tile, 4096);
-  EXPECT_EQ(reason(long_run), "mlp tile 4096 tokens: gate_up of the micro-batch would take 1536 MiB, a tile at most 256");
+  EXPECT_EQ(reason(long_run),
+            "mlp tile 4096 tokens: gate_up of the micro-batch would take 1536 MiB, a tile at most 256");
   const ResolvedConfig given = resolve(32768, 512);
   EXPECT_EQ(given.config.parallel.mlp_tile, 512);
   EXPECT_EQ(reason(given), "");
