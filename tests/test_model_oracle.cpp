@@ -17,18 +17,17 @@
 #include <limits>
 
 #include "io/safetensors.h"
+#include "model_golden.h"
 #include "testing.h"
 
 namespace anvil {
 namespace {
 
-constexpr int kCases = 10;  // per family
+using testing::anvil_grad;
+using testing::expect_golden;
+using testing::Worst;
 
-// The worst relative errors over the cases compared so far.
-struct Worst {
-  double loss = 0, logits = 0, grad = 0;
-  std::string grad_name;
-};
+constexpr int kCases = 10;  // per family
 
 // The oracle script's kCases case folders of one family in a new folder (its lines printed);
 // "" after a failure.
@@ -38,41 +37,6 @@ std::string make_cases(const char* script, const std::string& family, const char
   EXPECT_EQ(made.exit_code, 0) << made.out;
   std::printf("%s", made.out.c_str());
   return made.exit_code == 0 ? dir : "";
-}
-
-// `anvil grad --device cpu` on case folder c and its tokens file; the output file.
-std::string anvil_grad(const std::string& c, const std::string& tokens, const std::string& out) {
-  const auto r = testing::run_anvil({"grad", "--device", "cpu", "--model", c, "--tokens", c + "/" + tokens, "--out",
-                                     c + "/" + out});
-  EXPECT_EQ(r.exit_code, 0) << c << ": " << r.out;
-  return c + "/" + out;
-}
-
-// Checks anvil's loss, logits and every gradient in `got` against the oracle's `want`.
-void expect_golden(const std::string& got_path, const std::string& want_path, const std::string& what, Worst& worst) {
-  SafetensorsFile got(got_path), want(want_path);
-  const double loss = read_as_f64(got.get("loss"))[0], want_loss = read_as_f64(want.get("loss"))[0];
-  const double loss_err = std::abs(loss - want_loss) / std::abs(want_loss);
-  EXPECT_LE(loss_err, 1e-6) << what << " loss " << loss << " want " << want_loss;
-  const auto logits = read_as_f64(got.get("logits")), want_logits = read_as_f64(want.get("logits"));
-  EXPECT_TRUE(testing::close_rel_l2(logits, want_logits, 1e-5)) << what << " logits";
-  worst.loss = std::max(worst.loss, loss_err);
-  worst.logits = std::max(worst.logits, testing::rel_l2(logits.data(), want_logits.data(), logits.size()));
-  int grads = 0;
-  for (const SafeTensorInfo& info : want.tensors()) {
-    const std::string& name = info.name;
-    if (name.rfind("grad.", 0) != 0) continue;
-    // Tied models: anvil writes the embedding's gradient only, which holds the head's.
-    const SafeTensorInfo* g = got.find(name);
-    if (!g && name == "grad.lm_head.weight") continue;
-    ASSERT_NE(g, nullptr) << what << ": anvil wrote no " << name;
-    const auto gv = read_as_f64(*g), wv = read_as_f64(info);
-    EXPECT_TRUE(testing::close_rel_l2(gv, wv, 1e-4)) << what << " " << name;
-    const double e = testing::rel_l2(gv.data(), wv.data(), gv.size());
-    if (e > worst.grad) worst.grad = e, worst.grad_name = what + " " + name;
-    ++grads;
-  }
-  EXPECT_GT(grads, 0) << what;
 }
 
 class ModelOracle : public ::testing::TestWithParam<std::string> {};

@@ -17,7 +17,8 @@ int cmd_grad(int argc, char** argv) {
            "safetensors holding input_ids I64 [B, T]; with position_ids I64 [B, T] (0 at each document's\n"
            "first token), documents packed in each sequence: attention, RoPE and the loss per document", true)
       .opt("--out", &o.out, "FILE", "output safetensors", true)
-      .choice("--device", &o.device, {"cpu", "cuda"}, "where to compute");
+      .choice("--device", &o.device, {"cpu", "cuda"}, "where to compute")
+      .opt("--mlp-tile", &o.mlp_tile, "N", "tokens per MLP tile (0: auto, as anvil train)");
   if (!a.parse(argc, argv)) return 0;
   const double loss = run_grad(o);
   std::printf("loss %.9g\nwrote %s\n", loss, o.out.c_str());

@@ -145,6 +145,7 @@ int cmd_plan(int argc, char** argv) {
       .opt("--micro-batch", &c.data.micro_batch, "B", "sequences per micro-batch")
       .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per optimizer step (as anvil train)");
   bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)");
+  bind_mlp_tile(a, &c.parallel.mlp_tile);
   bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (as anvil train)");
   bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (as anvil train)")
       .opt("--gpu-mem", &gpu_mem, "GiB", "memory per GPU [default: 139.8, an H200's]")
@@ -167,6 +168,7 @@ int cmd_plan(int argc, char** argv) {
   in.seq_len = d.seq_len;
   in.micro_batch = d.micro_batch;
   in.mode = c.parallel.mode;
+  in.mlp_tile = c.parallel.mlp_tile;
   in.reduce_dtype = c.parallel.reduce_dtype;
   in.grad_dtype = resolve_grad_dtype(c.parallel.grad_dtype, in.compute_dtype, d.grad_accum);
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
@@ -182,7 +184,7 @@ int cmd_plan(int argc, char** argv) {
       return Json{{"params", p.params}, {"grads", p.grads}, {"optimizer", p.optimizer}, {"weights", p.weights},
                   {"activations", p.activations}, {"workspace", p.workspace}, {"total", p.total()},
                   {"host_snapshot", p.host_snapshot},
-                  {"recompute", recompute_name(p.recompute)}};
+                  {"recompute", recompute_name(p.recompute)}, {"mlp_tile", p.mlp_tile}};
     };
     Json j = {{"gpu_bytes", gpu_bytes}, {"reserve_bytes", kPlanReserve},
               {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)},

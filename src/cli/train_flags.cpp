@@ -69,6 +69,7 @@ void bind_parallel(Args& a, TrainConfig& c) {
   bind_recompute(a, &p.recompute,
                  "activation recomputation in backward: selective recomputes the norms and RoPE, full every block "
                  "(auto: the fastest that fits the plan in the GPU's memory)");
+  bind_mlp_tile(a, &p.mlp_tile);
   a.flag_off("--no-overlap-optimizer", &p.overlap_optimizer,
              "run the optimizer alone after the backward instead of beside the next forward (the same results; "
              "for comparison)");
@@ -159,6 +160,14 @@ Args& bind_recompute(Args& a, Recompute* out, const std::string& help) {
   return a.choice("--recompute", {"none", "selective", "full", "auto"}, help,
                   [out](const std::string& v) { *out = parse_recompute(v); },
                   [out] { return std::string(recompute_name(*out)); });
+}
+
+Args& bind_mlp_tile(Args& a, int64_t* out) {
+  return a.opt("--mlp-tile", out, "N",
+               "run each block's MLP (gate/up, SwiGLU, down, and their backward) over N tokens at a time, "
+               "recomputing gate_up in the backward, so that its buffers hold one tile (0, auto: untiled while the "
+               "micro-batch's gate_up takes at most 512 MiB, else tiles of at most 256 MiB; N >= the micro-batch's "
+               "tokens: untiled)");
 }
 
 }  // namespace anvil

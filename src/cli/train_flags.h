@@ -21,6 +21,8 @@ Args& bind_mode(Args& a, ParallelMode* out, const std::string& help,
 Args& bind_reduce_dtype(Args& a, DType* out, const std::string& help);
 Args& bind_grad_dtype(Args& a, GradDType* out, const std::string& help);
 Args& bind_recompute(Args& a, Recompute* out, const std::string& help);
+// --mlp-tile N (0: auto), as model/activations.h's mlp_tile.
+Args& bind_mlp_tile(Args& a, int64_t* out);
 Args& bind_packing(Args& a, Packing* out, const std::string& help);
 
 }  // namespace anvil

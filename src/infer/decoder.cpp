@@ -148,11 +148,7 @@ Decoder::Buffers Decoder::upload(const DecodeRows& rows) {
   float* cs = reinterpret_cast<float*>(ip + at);
   float* sn = cs + R * half;
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = inv_freq_[static_cast<size_t>(i)] * static_cast<float>(rows.positions[static_cast<size_t>(r)]);
-      cs[r * half + i] = std::cos(angle);
-      sn[r * half + i] = std::sin(angle);
-    }
+    rope_row(c_, inv_freq_, rows.positions[static_cast<size_t>(r)], cs + r * half, sn + r * half);
   ops_.upload(part(staging_, 0, {static_cast<int64_t>(host.size())}), host.data());
   Buffers b;
   b.ids = part(staging_, 0, {R});

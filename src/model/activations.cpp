@@ -1,6 +1,8 @@
 // The table of activation buffers (model/activations.h): their shapes, dtypes and order.
 #include "model/activations.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/enum_names.h"
 
@@ -11,9 +13,9 @@ constexpr EnumName<Recompute> kRecomputeNames[] = {
     {Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"},
     {Recompute::kAuto, "auto"}};
 
-// The sizes the shapes are made of.
+// The sizes the shapes are made of; M the MLP's tile (N untiled).
 struct Dims {
-  int64_t B, T, N, C, I, H, KV, hd;
+  int64_t B, T, N, C, I, H, KV, hd, M;
   DType cd;
 };
 
@@ -44,9 +46,11 @@ std::vector<ActivationBuffer> block_set(const Dims& d, int64_t set) {
 std::vector<ActivationBuffer> one_of_each(const Dims& d) {
   const DType F = DType::kF32;
   return {
-      {Activation::kAct, "act", 0, {d.N, d.I}, d.cd},
-      {Activation::kDAct, "d_act", 0, {d.N, d.I}, d.cd},
-      {Activation::kDGateUp, "d_gate_up", 0, {d.N, 2 * d.I}, d.cd},
+      {Activation::kAct, "act", 0, {d.M, d.I}, d.cd},
+      {Activation::kDAct, "d_act", 0, {d.M, d.I}, d.cd},
+      {Activation::kDGateUp, "d_gate_up", 0, {d.M, 2 * d.I}, d.cd},
+      {Activation::kGateUpTile, "gate_up_tile", 0, {d.M, 2 * d.I}, d.cd},
+      {Activation::kMlpDw, "mlp_dw", 0, {3 * d.I * d.C}, F},
       {Activation::kDAtt, "d_att", 0, {d.N, d.H * d.hd}, d.cd},
       {Activation::kDQkv, "d_qkv", 0, {d.B, d.T, d.H + 2 * d.KV, d.hd}, d.cd},
       {Activation::kDQkvRaw, "d_qkv_raw", 0, {d.N, d.H + 2 * d.KV, d.hd}, d.cd},
@@ -69,13 +73,34 @@ bool is_block_activation(Activation a) { return a >= Activation::kH1 && a <= Act
 
 int64_t block_sets(const ModelConfig& c, Recompute r) { return r == Recompute::kFull ? 1 : c.num_layers; }
 
+int64_t auto_mlp_tile(const ModelConfig& c, int64_t tokens, DType compute_dtype) {
+  const int64_t row = 2 * c.intermediate_size * static_cast<int64_t>(dtype_size(compute_dtype));
+  if (tokens * row <= kMlpUntiledBytes) return tokens;
+  int64_t tile = 128;
+  while (2 * tile * row <= kMlpTileBytes && 2 * tile < tokens) tile *= 2;
+  return std::min(tile, tokens);
+}
+
+int64_t effective_mlp_tile(const ModelConfig& c, int64_t tokens, DType compute_dtype, int64_t mlp_tile) {
+  ANVIL_ENSURE(mlp_tile >= 0, kUsage, "--mlp-tile ", mlp_tile, ": give a number of tokens, or 0 for auto");
+  return mlp_tile == kMlpTileAuto ? auto_mlp_tile(c, tokens, compute_dtype) : std::min(mlp_tile, tokens);
+}
+
 std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
-                                                 Recompute r, DType compute_dtype) {
+                                                 Recompute r, DType compute_dtype, int64_t mlp_tile,
+                                                 DType grad_dtype) {
   if (r == Recompute::kAuto)
     raise(ErrorKind::kInternal, "activation sizes of recompute ", recompute_name(r), " (resolve auto first)");
-  const Dims d{micro_batch, seq_len, micro_batch * seq_len, c.hidden_size, c.intermediate_size,
-               c.num_heads, c.num_kv_heads, c.head_dim, compute_dtype};
-  const bool selective = r == Recompute::kSelective;
+  const int64_t N = micro_batch * seq_len, M = effective_mlp_tile(c, N, compute_dtype, mlp_tile);
+  const Dims d{micro_batch, seq_len, N, c.hidden_size, c.intermediate_size,
+               c.num_heads, c.num_kv_heads, c.head_dim, M, compute_dtype};
+  const bool selective = r == Recompute::kSelective, tiled = M < N;
+  auto wanted = [&](Activation a) {
+    if (a == Activation::kGateUp) return !tiled;
+    if (a == Activation::kGateUpTile) return tiled;
+    if (a == Activation::kMlpDw) return tiled && grad_dtype != DType::kF32;
+    return true;
+  };
   std::vector<ActivationBuffer> v;
   for (int64_t l = 0; l <= c.num_layers; ++l) v.push_back({Activation::kResidual, "x", l, {d.N, d.C}, d.cd});
   if (selective)
@@ -83,8 +108,9 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
       if (recomputed_by_selective(b.what)) v.push_back(b);
   for (int64_t s = 0; s < block_sets(c, r); ++s)
     for (const ActivationBuffer& b : block_set(d, s))
-      if (!selective || !recomputed_by_selective(b.what)) v.push_back(b);
-  for (const ActivationBuffer& b : one_of_each(d)) v.push_back(b);
+      if ((!selective || !recomputed_by_selective(b.what)) && wanted(b.what)) v.push_back(b);
+  for (const ActivationBuffer& b : one_of_each(d))
+    if (wanted(b.what)) v.push_back(b);
   return v;
 }
 

@@ -19,12 +19,16 @@
 //   x_mid      (N, C) cd        the residual after attention
 //   h2         (N, C) cd        the MLP RMSNorm's output           [kSelective: one shared set]
 //   rstd2      (N) F32          its reciprocal RMS
-//   gate_up    (N, 2I) cd       the gate/up projection
+//   gate_up    (N, 2I) cd       the gate/up projection             [not with the MLP tiled]
 // kSelective recomputes the shared three (and their statistics, the same bits) before each
 // block's backward; the shared set comes before the per-block ones.
-// One of each, under every policy:
-//   act, d_act (N, I) cd        the SwiGLU's output (rewritten by its backward) and gradient
-//   d_gate_up  (N, 2I) cd       gradients of the activations, reused by every block
+// One of each, under every policy (M: the MLP's tile of tokens, or N untiled):
+//   act, d_act (M, I) cd        the SwiGLU's output (rewritten by its backward) and gradient
+//   d_gate_up  (M, 2I) cd       gradients of the activations, reused by every block
+//   gate_up_tile (M, 2I) cd     tiled only: one tile's gate_up, its forward's and, recomputed
+//                               from h2, its backward's (ALST's TiledMLP)
+//   mlp_dw     (3 I C) F32      tiled with bf16 gradients only: the MLP's weight gradients
+//                               summed over the tiles, rounded once into the bf16 gradient
 //   d_att      (N, H*hd) cd
 //   d_qkv      (B, T, H+2KV, hd) cd
 //   d_qkv_raw  (N, H+2KV, hd) cd
@@ -53,7 +57,7 @@ const char* recompute_name(Recompute r);
 enum class Activation {
   kResidual,
   kH1, kRstd1, kQkvRaw, kQkv, kRstdQk, kAtt, kLse, kXMid, kH2, kRstd2, kGateUp,
-  kAct, kDAct, kDGateUp, kDAtt, kDQkv, kDQkvRaw, kDx, kDh, kHFinal, kRstdFinal, kRopeCos, kRopeSin,
+  kAct, kDAct, kDGateUp, kGateUpTile, kMlpDw, kDAtt, kDQkv, kDQkvRaw, kDx, kDh, kHFinal, kRstdFinal, kRopeCos, kRopeSin,
 };
 bool is_block_activation(Activation a);  // kH1 .. kGateUp: one per set of block buffers
 
@@ -72,9 +76,25 @@ struct ActivationBuffer {
 
 // Sets of block buffers: one per layer, or one (kFull).
 int64_t block_sets(const ModelConfig& c, Recompute r);
-// Every buffer, in allocation order. r: not kAuto (a kInternal error).
+
+// The MLP in sequence tiles (ALST's TiledMLP): the gate/up GEMM, the SwiGLU and the down GEMM,
+// forward and backward, run over `mlp_tile` tokens at a time, so that the (tokens, 2I) and
+// (tokens, I) buffers hold one tile. kMlpTileAuto asks auto_mlp_tile; a tile of at least the
+// micro-batch's tokens is untiled (the whole-sequence buffers, as before tiling existed).
+constexpr int64_t kMlpTileAuto = 0;
+// Untiled (the micro-batch's tokens) while gate_up of the whole micro-batch takes at most
+// kMlpUntiledBytes; else the largest power of two of tokens whose gate_up takes at most
+// kMlpTileBytes (and at least 128 tokens).
+constexpr int64_t kMlpUntiledBytes = int64_t{512} << 20, kMlpTileBytes = int64_t{256} << 20;
+int64_t auto_mlp_tile(const ModelConfig& c, int64_t tokens, DType compute_dtype);
+// The tile a model of `tokens` runs: mlp_tile (kMlpTileAuto resolved), at most tokens.
+int64_t effective_mlp_tile(const ModelConfig& c, int64_t tokens, DType compute_dtype, int64_t mlp_tile);
+
+// Every buffer, in allocation order. r: not kAuto (a kInternal error). mlp_tile: tokens per
+// MLP tile (kMlpTileAuto: auto_mlp_tile); grad_dtype: the blocks' gradients (mlp_dw).
 std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
-                                                 Recompute r, DType compute_dtype);
+                                                 Recompute r, DType compute_dtype, int64_t mlp_tile = kMlpTileAuto,
+                                                 DType grad_dtype = DType::kF32);
 int64_t activation_bytes(const std::vector<ActivationBuffer>& buffers);
 
 }  // namespace anvil

@@ -1,6 +1,7 @@
 // Reading and writing config.json (model/config.h), the presets, and RoPE's frequencies.
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -25,6 +26,35 @@ int64_t require_int(const Json& j, const char* key, const std::string& source) {
   return v;
 }
 
+// transformers' get_mscale of _compute_yarn_parameters.
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+// yarn's parameters as transformers' standardize_rope_params and _compute_yarn_parameters
+// read them: original_max_position_embeddings from the top level first (Phi3's), then the
+// scaling's, then max_position_embeddings; factor, when null, their ratio; attention_factor,
+// when absent, from factor, mscale and mscale_all_dim; beta_fast and beta_slow 32 and 1
+// where absent or zero.
+void read_yarn(const Json& j, const Json& scaling, const std::string& source, RopeConfig* rope) {
+  const int64_t max_pos = get_or<int64_t>(j, "max_position_embeddings", 0);
+  rope->original_max_position_embeddings = get_or<int64_t>(
+      j, "original_max_position_embeddings", get_or<int64_t>(scaling, "original_max_position_embeddings", max_pos));
+  ANVIL_ENSURE(rope->original_max_position_embeddings > 0, kInvalidInput, source,
+               ": yarn RoPE needs original_max_position_embeddings (or max_position_embeddings)");
+  const double ratio = static_cast<double>(max_pos) / static_cast<double>(rope->original_max_position_embeddings);
+  rope->factor = get_or<double>(scaling, "factor", ratio);
+  ANVIL_ENSURE(rope->factor > 0, kInvalidInput, source, ": yarn RoPE needs factor > 0, got ", rope->factor);
+  const double mscale = get_or<double>(scaling, "mscale", 0);
+  const double mscale_all_dim = get_or<double>(scaling, "mscale_all_dim", 0);
+  const double inferred = mscale != 0 && mscale_all_dim != 0
+                              ? yarn_mscale(rope->factor, mscale) / yarn_mscale(rope->factor, mscale_all_dim)
+                              : yarn_mscale(rope->factor, 1.0);
+  rope->attention_factor = get_or<double>(scaling, "attention_factor", inferred);
+  const double beta_fast = get_or<double>(scaling, "beta_fast", 0), beta_slow = get_or<double>(scaling, "beta_slow", 0);
+  rope->beta_fast = beta_fast != 0 ? beta_fast : 32.0;
+  rope->beta_slow = beta_slow != 0 ? beta_slow : 1.0;
+  rope->truncate = get_or<bool>(scaling, "truncate", true);
+}
+
 void read_rope(const Json& j, const std::string& source, RopeConfig* rope) {
   // transformers 5: rope_parameters {rope_type, rope_theta, ...}; transformers 4: top-level
   // rope_theta and an optional rope_scaling {type|rope_type, factor, ...}.
@@ -41,10 +71,15 @@ void read_rope(const Json& j, const std::string& source, RopeConfig* rope) {
   rope->theta = theta;
   if (!scaling) return;
   std::string type = get_or<std::string>(*scaling, "rope_type", get_or<std::string>(*scaling, "type", "default"));
+  const double partial =
+      get_or<double>(*scaling, "partial_rotary_factor", get_or<double>(j, "partial_rotary_factor", 1.0));
+  ANVIL_ENSURE(partial == 1.0, kUnsupported, source, ": partial_rotary_factor ", partial,
+               " is not supported (RoPE over the whole head only)");
   if (type == "default") return;
-  ANVIL_ENSURE(type == "llama3", kUnsupported, source, ": RoPE scaling \"", type,
-               "\" is not supported (supported: default, llama3)");
+  ANVIL_ENSURE(type == "llama3" || type == "yarn", kUnsupported, source, ": RoPE scaling \"", type,
+               "\" is not supported (supported: default, llama3, yarn)");
   rope->type = type;
+  if (type == "yarn") return read_yarn(j, *scaling, source, rope);
   rope->factor = get_or<double>(*scaling, "factor", 8.0);
   rope->low_freq_factor = get_or<double>(*scaling, "low_freq_factor", 1.0);
   rope->high_freq_factor = get_or<double>(*scaling, "high_freq_factor", 4.0);
@@ -178,6 +213,14 @@ Json config_to_json(const ModelConfig& c) {
   j["use_cache"] = false;
   j["dtype"] = "float32";
   Json rope = {{"rope_type", c.rope.type}, {"rope_theta", c.rope.theta}};
+  if (c.rope.type == "yarn") {
+    rope["factor"] = c.rope.factor;
+    rope["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
+    rope["beta_fast"] = c.rope.beta_fast;
+    rope["beta_slow"] = c.rope.beta_slow;
+    rope["attention_factor"] = c.rope.attention_factor;
+    rope["truncate"] = c.rope.truncate;
+  }
   if (c.rope.type == "llama3") {
     rope["factor"] = c.rope.factor;
     rope["low_freq_factor"] = c.rope.low_freq_factor;
@@ -241,6 +284,52 @@ ModelConfig preset_config(const std::string& name) {
   raise(ErrorKind::kUsage, "unknown preset '", name, "' (presets: ", names, ")");
 }
 
+namespace {
+
+// transformers' find_correction_dim: the dimension at which a frequency turns num_rotations
+// times over the original context.
+double yarn_correction_dim(double num_rotations, double dim, double base, double max_pos) {
+  return (dim * std::log(max_pos / (num_rotations * 2 * M_PI))) / (2 * std::log(base));
+}
+
+// _compute_yarn_parameters' inverse frequencies from the unscaled ones (1 / pos_freqs, the
+// same fp32 values): interpolated (divided by factor) below the correction range,
+// extrapolated (unchanged) above it, a linear ramp between; fp32 where transformers' tensors
+// are, double where its Python floats are.
+std::vector<float> yarn_inv_freq(const ModelConfig& c, const std::vector<float>& extrapolation) {
+  const RopeConfig& r = c.rope;
+  const double dim = static_cast<double>(c.head_dim), max_pos = static_cast<double>(r.original_max_position_embeddings);
+  double low = yarn_correction_dim(r.beta_fast, dim, r.theta, max_pos);
+  double high = yarn_correction_dim(r.beta_slow, dim, r.theta, max_pos);
+  if (r.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+  const float lo = static_cast<float>(low), width = static_cast<float>(high - low);
+  const float factor = static_cast<float>(r.factor);
+  const float base = static_cast<float>(r.theta);
+  std::vector<float> inv(extrapolation.size());
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const float pos_freq = std::pow(base, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+    const float interpolation = 1.0f / (factor * pos_freq);
+    const float ramp = std::min(std::max((static_cast<float>(i) - lo) / width, 0.0f), 1.0f);
+    const float extrapolation_factor = 1.0f - ramp;
+    inv[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation[i] * extrapolation_factor;
+  }
+  return inv;
+}
+
+}  // namespace
+
+void rope_row(const ModelConfig& c, const std::vector<float>& inv, int64_t position, float* cos, float* sin) {
+  const float scaling = c.rope.type == "yarn" ? static_cast<float>(c.rope.attention_factor) : 1.0f;
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const float angle = inv[i] * static_cast<float>(position);
+    cos[i] = std::cos(angle) * scaling;
+    sin[i] = std::sin(angle) * scaling;
+  }
+}
+
 std::vector<float> rope_inv_freq(const ModelConfig& c) {
   const int64_t half = c.head_dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
@@ -249,6 +338,7 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
     const float e = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
     inv[static_cast<size_t>(i)] = 1.0f / std::pow(base, e);
   }
+  if (c.rope.type == "yarn") return yarn_inv_freq(c, inv);
   if (c.rope.type != "llama3") return inv;
   const float factor = static_cast<float>(c.rope.factor);
   const float low = static_cast<float>(c.rope.low_freq_factor);

@@ -1,7 +1,7 @@
 // ModelConfig: the shape and numerics of a supported causal LM, read from config.json.
 //
 // Qwen3ForCausalLM, Qwen2ForCausalLM and LlamaForCausalLM share one block; they differ in
-// q/k/v biases (Qwen2), per-head q/k RMSNorm (Qwen3) and RoPE scaling (llama3). Both
+// q/k/v biases (Qwen2), per-head q/k RMSNorm (Qwen3) and RoPE scaling (llama3, yarn). Both
 // config forms are read: transformers 5 (rope_parameters) and transformers 4 (top-level
 // rope_theta and rope_scaling). Anything else (other architectures, sliding windows,
 // mixture of experts, other RoPE types, other activations) is refused with a message that
@@ -19,10 +19,14 @@ namespace anvil {
 enum class Arch { kQwen3, kQwen2, kLlama };
 
 struct RopeConfig {
-  std::string type = "default";  // default | llama3
+  std::string type = "default";  // default | llama3 | yarn
   double theta = 10000.0;
-  double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 8192;
+  double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3 (factor: yarn too)
+  int64_t original_max_position_embeddings = 8192;                     // llama3, yarn
+  // yarn, as transformers' _compute_yarn_parameters reads them (attention_factor resolved
+  // from factor, mscale and mscale_all_dim where the config does not give it).
+  double beta_fast = 32.0, beta_slow = 1.0, attention_factor = 1.0;
+  bool truncate = true;
 };
 
 struct ModelConfig {
@@ -56,7 +60,11 @@ ModelConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();
 
 // RoPE inverse frequencies (head_dim/2), computed in fp32 in the order transformers uses,
-// with llama3 scaling applied.
+// with llama3 or yarn scaling applied.
 std::vector<float> rope_inv_freq(const ModelConfig& c);
+// One position's RoPE table row, cos and sin (head_dim/2 each), as transformers' rotary
+// embedding: fp32 angles inv * position, their fp32 cos and sin times the attention scaling
+// (yarn's attention_factor; 1 for the other types).
+void rope_row(const ModelConfig& c, const std::vector<float>& inv, int64_t position, float* cos, float* sin);
 
 }  // namespace anvil

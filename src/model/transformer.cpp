@@ -2,6 +2,7 @@
 // the blocks' forward, recomputation and backward, and the head's loss and its backward.
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -19,15 +20,17 @@ Tensor part(const Tensor& unit, int64_t offset, Shape shape) {
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops& ops, int64_t micro_batch,
-                         int64_t seq_len, Recompute recompute)
+                         int64_t seq_len, Recompute recompute, int64_t mlp_tile, DType grad_dtype)
     : c_(config), table_(table), ops_(ops), B_(micro_batch), T_(seq_len), N_(micro_batch * seq_len),
-      recompute_(recompute), compute_dtype_(ops.compute_dtype()) {
+      recompute_(recompute), mlp_tile_(effective_mlp_tile(config, N_, ops.compute_dtype(), mlp_tile)),
+      compute_dtype_(ops.compute_dtype()) {
   ANVIL_ENSURE(B_ >= 1 && T_ >= 2, kInvalidInput, "micro-batch ", B_, " x sequence length ", T_,
                ": need at least one sequence of two tokens");
   ANVIL_ENSURE(recompute_ != Recompute::kAuto, kInternal, "recompute auto reached the model unresolved");
   resid_.resize(static_cast<size_t>(c_.num_layers + 1));
   acts_.resize(static_cast<size_t>(block_sets(c_, recompute_)));
-  for (const ActivationBuffer& b : activation_buffers(c_, B_, T_, recompute_, compute_dtype_)) allocate(b);
+  for (const ActivationBuffer& b : activation_buffers(c_, B_, T_, recompute_, compute_dtype_, mlp_tile_, grad_dtype))
+    allocate(b);
   upload_rope_tables();
 }
 
@@ -71,6 +74,8 @@ Tensor& Transformer::one_of_each(Activation what) {
     case Activation::kAct: return act_;
     case Activation::kDAct: return d_act_;
     case Activation::kDGateUp: return d_gate_up_;
+    case Activation::kGateUpTile: return gate_up_tile_;
+    case Activation::kMlpDw: return mlp_dw_;
     case Activation::kDAtt: return d_att_;
     case Activation::kDQkv: return d_qkv_;
     case Activation::kDQkvRaw: return d_qkv_raw_;
@@ -84,17 +89,13 @@ Tensor& Transformer::one_of_each(Activation what) {
   }
 }
 
-// RoPE tables as transformers computes them: fp32 angles inv_freq * position, fp32 cos/sin.
+// RoPE tables as transformers computes them (rope_row): fp32 angles, fp32 cos/sin.
 void Transformer::upload_rope_tables() {
   const std::vector<float> inv = rope_inv_freq(c_);
   const int64_t half = c_.head_dim / 2;
   std::vector<float> cs(static_cast<size_t>(T_ * half)), sn(cs.size());
   for (int64_t t = 0; t < T_; ++t)
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = inv[static_cast<size_t>(i)] * static_cast<float>(t);
-      cs[static_cast<size_t>(t * half + i)] = std::cos(angle);
-      sn[static_cast<size_t>(t * half + i)] = std::sin(angle);
-    }
+    rope_row(c_, inv, t, &cs[static_cast<size_t>(t * half)], &sn[static_cast<size_t>(t * half)]);
   ops_.upload(rope_cos_, cs.data());
   ops_.upload(rope_sin_, sn.data());
 }
@@ -121,12 +122,71 @@ void Transformer::block_forward(Tensor w, Tensor x_in, BlockActs& a, Tensor x_ou
   ops_.attention_forward(a.att.reshape({B_, T_, H, c_.head_dim}), a.lse, a.qkv, H, KV, positions_);
   ops_.linear_forward(a.x_mid, a.att, part(w, o.o_w, {C, c_.q_dim()}), Tensor());
   ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps);
-  ops_.linear_forward(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
+  if (mlp_tile_ == N_) ops_.linear_forward(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
   if (x_out.data) {
-    ops_.swiglu_forward(act_, a.gate_up);
-    ops_.linear_forward(x_out, act_, part(w, o.down_w, {C, I}), Tensor());
+    mlp_forward(w, a, x_out);
     ops_.add(x_out, x_out, a.x_mid);
   }
+}
+
+void Transformer::mlp_forward(Tensor w, BlockActs& a, Tensor x_out) {
+  const BlockOffsets& o = table_.block();
+  const int64_t C = c_.hidden_size, I = c_.intermediate_size;
+  const Tensor w_gate_up = part(w, o.gate_up_w, {2 * I, C}), w_down = part(w, o.down_w, {C, I});
+  if (mlp_tile_ == N_) {  // gate_up: block_forward's, kept for the backward
+    ops_.swiglu_forward(act_, a.gate_up);
+    ops_.linear_forward(x_out, act_, w_down, Tensor());
+    return;
+  }
+  for (int64_t r0 = 0; r0 < N_; r0 += mlp_tile_) {
+    const int64_t r1 = std::min(N_, r0 + mlp_tile_), rows = r1 - r0;
+    const Tensor gate_up = gate_up_tile_.slice_rows(0, rows), act = act_.slice_rows(0, rows);
+    ops_.linear_forward(gate_up, a.h2.slice_rows(r0, r1), w_gate_up, Tensor());
+    ops_.swiglu_forward(act, gate_up);
+    ops_.linear_forward(x_out.slice_rows(r0, r1), act, w_down, Tensor());
+  }
+}
+
+void Transformer::mlp_backward(Tensor w, Tensor g, bool acc, BlockActs& a) {
+  if (mlp_tile_ < N_) return mlp_backward_tiled(w, g, acc, a);
+  // The SwiGLU's output, not kept from the forward, comes from its backward's pass.
+  const BlockOffsets& o = table_.block();
+  const int64_t C = c_.hidden_size, I = c_.intermediate_size;
+  ops_.linear_backward_input(d_act_, dx_, part(w, o.down_w, {C, I}), false);
+  ops_.swiglu_backward(d_gate_up_, d_act_, a.gate_up, act_);
+  ops_.linear_backward_weight(part(g, o.down_w, {C, I}), Tensor(), dx_, act_, acc);
+  ops_.linear_backward_weight(part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2, acc);
+  ops_.linear_backward_input(dh_, d_gate_up_, part(w, o.gate_up_w, {2 * I, C}), false);
+}
+
+// Tile by tile the untiled ops on the tile's rows, gate_up recomputed first. The weight
+// gradients of the tiles add up in the gradient (the first tile's write overwrites it when
+// the step's first write does), or, for bf16 gradients, in mlp_dw_, rounded once at the end.
+void Transformer::mlp_backward_tiled(Tensor w, Tensor g, bool acc, BlockActs& a) {
+  const BlockOffsets& o = table_.block();
+  const int64_t C = c_.hidden_size, I = c_.intermediate_size;
+  const Tensor w_gate_up = part(w, o.gate_up_w, {2 * I, C}), w_down = part(w, o.down_w, {C, I});
+  const bool f32 = g.dtype == DType::kF32;
+  ANVIL_ENSURE(f32 || (mlp_dw_.data && !acc), kInternal, "tiled MLP: ", dtype_name(g.dtype),
+               " gradients need the F32 sum of the tiles (mlp_dw) and a first write");
+  const Tensor dw_down = f32 ? part(g, o.down_w, {C, I}) : part(mlp_dw_, 0, {C, I});
+  const Tensor dw_gate_up = f32 ? part(g, o.gate_up_w, {2 * I, C}) : part(mlp_dw_, C * I, {2 * I, C});
+  for (int64_t r0 = 0; r0 < N_; r0 += mlp_tile_) {
+    const int64_t r1 = std::min(N_, r0 + mlp_tile_), rows = r1 - r0;
+    const Tensor gate_up = gate_up_tile_.slice_rows(0, rows), act = act_.slice_rows(0, rows);
+    const Tensor d_act = d_act_.slice_rows(0, rows), d_gate_up = d_gate_up_.slice_rows(0, rows);
+    const Tensor h2 = a.h2.slice_rows(r0, r1), dy = dx_.slice_rows(r0, r1);
+    const bool tile_acc = r0 > 0 || acc;
+    ops_.linear_forward(gate_up, h2, w_gate_up, Tensor());
+    ops_.linear_backward_input(d_act, dy, w_down, false);
+    ops_.swiglu_backward(d_gate_up, d_act, gate_up, act);
+    ops_.linear_backward_weight(dw_down, Tensor(), dy, act, tile_acc);
+    ops_.linear_backward_weight(dw_gate_up, Tensor(), d_gate_up, h2, tile_acc);
+    ops_.linear_backward_input(dh_.slice_rows(r0, r1), d_gate_up, w_gate_up, false);
+  }
+  if (f32) return;
+  ops_.convert(part(g, o.down_w, {C, I}), dw_down);
+  ops_.convert(part(g, o.gate_up_w, {2 * I, C}), dw_gate_up);
 }
 
 void Transformer::recompute_elementwise(Tensor w, Tensor x_in, BlockActs& a) {
@@ -142,14 +202,9 @@ void Transformer::recompute_elementwise(Tensor w, Tensor x_in, BlockActs& a) {
 void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, BlockActs& a) {
   // dx_ holds d loss / d x_out on entry and d loss / d x_in on return.
   const BlockOffsets& o = table_.block();
-  const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim(), hd = c_.head_dim;
+  const int64_t C = c_.hidden_size, Q = c_.qkv_dim(), hd = c_.head_dim;
   const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
-  // MLP (the SwiGLU's output, not kept from the forward, comes from its backward's pass)
-  ops_.linear_backward_input(d_act_, dx_, part(w, o.down_w, {C, I}), false);
-  ops_.swiglu_backward(d_gate_up_, d_act_, a.gate_up, act_);
-  ops_.linear_backward_weight(part(g, o.down_w, {C, I}), Tensor(), dx_, act_, acc);
-  ops_.linear_backward_weight(part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2, acc);
-  ops_.linear_backward_input(dh_, d_gate_up_, part(w, o.gate_up_w, {2 * I, C}), false);
+  mlp_backward(w, g, acc, a);
   ops_.rmsnorm_backward(dx_, part(g, o.mlp_norm, {C}), dh_, a.x_mid, part(w, o.mlp_norm, {C}), a.rstd2, true, acc);
   // attention
   ops_.linear_backward_weight(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, a.att, acc);

@@ -18,6 +18,12 @@
 // the element-wise outputs (both RMSNorms', qk-norm + RoPE's) live in one shared set and
 // are recomputed, by the same kernels from the same inputs (the same bits), before the
 // block's backward.
+//
+// The MLP runs in sequence tiles when the table says so (model/activations.h, mlp_tile;
+// ALST's TiledMLP): per tile of tokens the gate/up GEMM, the SwiGLU and the down GEMM, and in
+// the backward each tile's gate_up recomputed from h2 before its gradients; the weight
+// gradients add up over the tiles (rows of the same sums in the same order on the CPU: the
+// same bits as untiled). Untiled, gate_up is kept per block as above.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +59,11 @@ class UnitSource {
 
 class Transformer {
  public:
+  // mlp_tile: tokens per MLP tile (kMlpTileAuto: auto_mlp_tile); grad_dtype: the blocks'
+  // gradients as the source hands them (BF16: tiles sum into an F32 buffer, then rounded once).
   Transformer(const ModelConfig& config, const ParamTable& table, Ops& ops, int64_t micro_batch,
-              int64_t seq_len, Recompute recompute);
+              int64_t seq_len, Recompute recompute, int64_t mlp_tile = kMlpTileAuto,
+              DType grad_dtype = DType::kF32);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -78,6 +87,7 @@ class Transformer {
 
   int64_t micro_batch() const { return B_; }
   int64_t seq_len() const { return T_; }
+  int64_t mlp_tile() const { return mlp_tile_; }  // tokens per MLP tile (the micro-batch's: untiled)
 
  private:
   // One set of block buffers (model/activations.h).
@@ -98,6 +108,11 @@ class Transformer {
   void backward_blocks(UnitSource& source);
   // x_out empty (kFull, before the block's backward): stops at gate_up, all the backward reads.
   void block_forward(Tensor weights, Tensor x_in, BlockActs& a, Tensor x_out);
+  // x_out = the MLP of a.h2 (before the residual add), untiled or tile by tile.
+  void mlp_forward(Tensor weights, BlockActs& a, Tensor x_out);
+  // dx_ (d loss / d the MLP's output) -> dh_ (d loss / d h2) and the MLP's weight gradients.
+  void mlp_backward(Tensor weights, Tensor grads, bool accumulate, BlockActs& a);
+  void mlp_backward_tiled(Tensor weights, Tensor grads, bool accumulate, BlockActs& a);
   void qk_norm_rope_forward(Tensor weights, BlockActs& a);
   // accumulate: add to the unit's gradients (false: overwrite them, UnitSource::overwrite_grads)
   void block_backward(Tensor weights, Tensor grads, bool accumulate, Tensor x_in, BlockActs& a);
@@ -108,6 +123,7 @@ class Transformer {
   Ops& ops_;
   int64_t B_, T_, N_;
   Recompute recompute_;
+  int64_t mlp_tile_;  // tokens per MLP tile; N_: untiled
   DType compute_dtype_;
   std::vector<void*> buffers_;  // the activations' allocations, one per table entry
   std::function<void()> forward_done_;
@@ -116,7 +132,7 @@ class Transformer {
   std::vector<BlockActs> acts_;  // the sets of block buffers: one per layer, or one (kFull)
   Tensor rope_cos_, rope_sin_;  // (T, hd/2) F32
   Tensor positions_;  // the pass's positions (forward_backward), or empty
-  Tensor act_, d_act_, d_gate_up_, d_att_, d_qkv_, d_qkv_raw_, dx_, dh_, h_final_, rstd_final_;
+  Tensor act_, d_act_, d_gate_up_, gate_up_tile_, mlp_dw_, d_att_, d_qkv_, d_qkv_raw_, dx_, dh_, h_final_, rstd_final_;
 };
 
 }  // namespace anvil

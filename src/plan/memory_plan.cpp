@@ -109,6 +109,17 @@ int64_t workspace_bytes(const PlanInput& in) {
   return kGemmWorkspace + scratch + 4 * n * 3;
 }
 
+// The workspace's attention part, when its bound is the kernel's (ops/attention_scratch.h).
+std::string attention_note(const PlanInput& in) {
+  const ModelConfig& c = in.config;
+  if (cudnn_backward_within_bound(in.micro_batch, in.seq_len, c.num_heads)) return "";
+  return "attention: the backward runs anvil's kernel, its scratch " +
+         gib(attention_scratch_bytes(in.micro_batch, in.seq_len, c.num_heads, c.num_kv_heads, c.head_dim)) +
+         " GiB of the workspace; cuDNN's deterministic backward would keep dP, " +
+         gib(cudnn_dp_bytes(in.micro_batch, in.seq_len, c.num_heads)) + " GiB, over its bound of " +
+         gib(kCudnnDpBound) + " GiB\n";
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const PlanInput& in) {
@@ -117,8 +128,9 @@ MemoryPlan plan_memory(const PlanInput& in) {
   p.mode = in.mode;
   p.recompute = in.recompute;
   plan_model_states(in, p);
-  p.activations =
-      activation_bytes(activation_buffers(in.config, in.micro_batch, in.seq_len, in.recompute, in.compute_dtype));
+  p.mlp_tile = effective_mlp_tile(in.config, in.micro_batch * in.seq_len, in.compute_dtype, in.mlp_tile);
+  p.activations = activation_bytes(activation_buffers(in.config, in.micro_batch, in.seq_len, in.recompute,
+                                                      in.compute_dtype, p.mlp_tile, in.grad_dtype));
   p.workspace = workspace_bytes(in);
   return p;
 }
@@ -189,10 +201,14 @@ std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_byt
   std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "recompute", recompute_name(a.ddp.recompute),
                 recompute_name(a.fsdp.recompute));
   s += line;
+  std::snprintf(line, sizeof line, "%-12s %12lld %12lld\n", "mlp tile", static_cast<long long>(a.ddp.mlp_tile),
+                static_cast<long long>(a.fsdp.mlp_tile));
+  s += line;
   std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "fits", plan_fits(a.ddp, gpu_bytes) ? "yes" : "no",
                 plan_fits(a.fsdp, gpu_bytes) ? "yes" : "no");
   s += line;
   s += "advice: " + a.message + "\n";
+  s += attention_note(in);
   std::snprintf(line, sizeof line, "host memory per rank for the snapshot of asynchronous saves: %s GiB (ddp), %s GiB "
                 "(fsdp)\n", gib(a.ddp.host_snapshot).c_str(), gib(a.fsdp.host_snapshot).c_str());
   s += line;

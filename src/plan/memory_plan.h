@@ -23,6 +23,7 @@ struct PlanInput {
   int world = 1;
   int64_t seq_len = 2048, micro_batch = 1;
   Recompute recompute = Recompute::kNone;  // not kAuto: advise() resolves it
+  int64_t mlp_tile = kMlpTileAuto;         // tokens per MLP tile (model/activations.h)
   DType compute_dtype = DType::kBF16;
   bool fsdp_defer_sync = false;  // full-unit gradients of every unit kept across micro-batches
   DType reduce_dtype = DType::kF32;  // gradient reduction; BF16 adds unit-sized bf16 buffers
@@ -32,6 +33,7 @@ struct PlanInput {
 struct MemoryPlan {
   ParallelMode mode = ParallelMode::kDdp;
   Recompute recompute = Recompute::kNone;
+  int64_t mlp_tile = 0;     // tokens per MLP tile, resolved (the micro-batch's tokens: untiled)
   int64_t params = 0;       // masters, 4 bytes each (owned: whole units or one shard; DDP: also the compute weights)
   int64_t grads = 0;        // gradients (owned) + transient full-unit buffers and wire copies
   int64_t optimizer = 0;    // AdamW m and v

@@ -127,6 +127,7 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
             {"reduce_dtype", c.parallel.reduce_dtype == DType::kBF16 ? "bf16" : "fp32"},
             {"grad_dtype", trainer.grad_dtype() == DType::kBF16 ? "bf16" : "fp32"},
             {"recompute", recompute_name(trainer.recompute())},
+            {"mlp_tile", c.parallel.mlp_tile},
             {"seq_len", c.data.seq_len},
             {"micro_batch", c.data.micro_batch},
             {"grad_accum", c.data.grad_accum},

@@ -34,6 +34,7 @@ struct ParallelSection {
   DType reduce_dtype = DType::kF32;         // gradient reduction: F32 or BF16
   GradDType grad_dtype = GradDType::kAuto;  // the blocks' gradients (model/params.h)
   Recompute recompute = Recompute::kNone;   // auto: the fastest the plan fits
+  int64_t mlp_tile = kMlpTileAuto;          // tokens per MLP tile (model/activations.h); 0: auto
   bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
   bool fsdp_defer_sync = false;   // FSDP: reduce-scatter once per step, not per micro-batch
   bool operator==(const ParallelSection&) const = default;

@@ -2,6 +2,7 @@
 // safetensors file under Hugging Face names: the parity tool against PyTorch.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace anvil {
@@ -11,6 +12,7 @@ struct GradOptions {
   std::string tokens;  // safetensors with input_ids I64 [B, T], and position_ids I64 [B, T] for packed documents
   std::string out;     // output safetensors
   std::string device = "cpu";
+  int64_t mlp_tile = 0;  // tokens per MLP tile (model/activations.h); 0: auto
 };
 
 // Returns the loss. Writes loss F32 [1], logits F32 [B, T, V], grad.<name> F32.

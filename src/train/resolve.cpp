@@ -20,6 +20,21 @@ void resolve_grad_dtype_of(ResolvedConfig& r, const RunFacts& f) {
   p.grad_dtype = g == DType::kBF16 ? GradDType::kBF16 : GradDType::kF32;
 }
 
+// The MLP's tile: untiled while the micro-batch's gate_up is small (model/activations.h).
+void resolve_mlp_tile(ResolvedConfig& r, const RunFacts& f) {
+  ParallelSection& p = r.config.parallel;
+  const int64_t tokens = r.config.data.micro_batch * r.config.data.seq_len;
+  const bool was_auto = p.mlp_tile == kMlpTileAuto;
+  p.mlp_tile = effective_mlp_tile(*f.model, tokens, f.compute_dtype, p.mlp_tile);
+  if (!was_auto) return;
+  const int64_t gate_up = tokens * 2 * f.model->intermediate_size * static_cast<int64_t>(dtype_size(f.compute_dtype));
+  r.reasons.push_back(p.mlp_tile == tokens
+                          ? cat("mlp tile ", tokens, " tokens (untiled): gate_up of the micro-batch takes ",
+                                gate_up >> 20, " MiB, at most ", kMlpUntiledBytes >> 20)
+                          : cat("mlp tile ", p.mlp_tile, " tokens: gate_up of the micro-batch would take ",
+                                gate_up >> 20, " MiB, a tile at most ", kMlpTileBytes >> 20));
+}
+
 // Mode and recomputation from the memory plan: ddp when it fits, else fsdp; recompute auto:
 // the fastest setting that fits. The CPU's (host) memory is not planned: ddp, no recompute.
 void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
@@ -73,6 +88,7 @@ PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int 
   pin.grad_dtype = resolved.parallel.grad_dtype == GradDType::kBF16 ? DType::kBF16 : DType::kF32;
   pin.mode = resolved.parallel.mode;
   pin.recompute = resolved.parallel.recompute;
+  pin.mlp_tile = resolved.parallel.mlp_tile;
   return pin;
 }
 
@@ -85,6 +101,7 @@ ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
     r.reasons.push_back(cat("seq_len ", f.data_seq_len, ": the data's blocks"));
   }
   resolve_grad_dtype_of(r, f);
+  resolve_mlp_tile(r, f);
   resolve_memory(r, f);
   return r;
 }

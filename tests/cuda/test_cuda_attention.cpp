@@ -18,6 +18,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "ops/attention_scratch.h"
 #include "ops/cuda/attention_cudnn.h"
 #include "ops/ops.h"
 #include "cuda_test_util.h"
@@ -215,6 +216,20 @@ TEST(CudaOps, AttentionCudnnForward) {
 TEST(CudaOps, AttentionKernel) {
   REQUIRE_GPU();
   attention_vs_cpu("kernel");
+}
+
+// Past cuDNN's dP bound (ops/attention_scratch.h; here 3 x 48 heads x 4,096^2 x 2 bytes =
+// 4.5 GiB, over 4 GiB) the default path's backward runs the kernel, within the scratch the
+// plan counts for it, after cuDNN's forward: both against the CPU reference.
+TEST(CudaOps, AttentionPastTheDpBound) {
+  REQUIRE_GPU();
+  REQUIRE_CUDNN();
+  const Case cs{3, 4096, 48, 8, 32};
+  ASSERT_FALSE(cudnn_backward_within_bound(cs.b, cs.t, cs.h));
+  const auto [fwd_cudnn, bwd_cudnn] = compare_attention(gpu_attention("cudnn"), cs, {}, "cudnn past the dP bound");
+  EXPECT_FALSE(bwd_cudnn) << "cuDNN ran a backward whose dP is over the bound";
+  std::printf("past the dP bound: forward %s, backward %s\n", fwd_cudnn ? "cudnn" : "kernel",
+              bwd_cudnn ? "cudnn" : "kernel");
 }
 
 TEST(CudaOps, AttentionDocumentsKernel) {

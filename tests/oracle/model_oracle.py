@@ -70,10 +70,8 @@ def make_model(family, cfg, r, out):
     model.save_pretrained(out, safe_serialization=True)
 
 
-def make_case(family, cfg, r, out):
-    make_model(family, cfg, r, out)
-    batch, seq = r.randint(1, 3), r.randint(3, 48)
-    ids = torch.randint(0, cfg["vocab_size"], (batch, seq))
+def write_golden(out, ids):
+    """tokens.safetensors and golden.safetensors of the model folder `out` on input_ids `ids`."""
     save_file({"input_ids": ids}, f"{out}/tokens.safetensors")
     m64 = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float64, attn_implementation="eager")
     o = m64(input_ids=ids, labels=ids)
@@ -81,6 +79,12 @@ def make_case(family, cfg, r, out):
     gold = {"loss": o.loss.detach().reshape(1), "logits": o.logits.detach()}
     gold.update({"grad." + n: p.grad.detach() for n, p in m64.named_parameters()})
     save_file({k: v.contiguous() for k, v in gold.items()}, f"{out}/golden.safetensors")
+
+
+def make_case(family, cfg, r, out):
+    make_model(family, cfg, r, out)
+    batch, seq = r.randint(1, 3), r.randint(3, 48)
+    write_golden(out, torch.randint(0, cfg["vocab_size"], (batch, seq)))
     return batch, seq
 
 

@@ -228,6 +228,13 @@ struct CudnnAttention::Impl {
     const Key key{s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim, backward};
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan p;
+    if (backward && deterministic && !cudnn_backward_within_bound(s.batch, s.seq, s.n_heads)) {
+      log_info("attention: the ", shape_text(s, backward), " runs anvil's kernel (fp32 dK/dV partials, ",
+               attention_scratch_bytes(s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim) >> 20,
+               " MiB): cuDNN's deterministic backward would keep dP, ", cudnn_dp_bytes(s.batch, s.seq, s.n_heads) >> 20,
+               " MiB, over the ", kCudnnDpBound >> 20, " MiB bound (ops/attention_scratch.h)");
+      return plans.emplace(key, std::move(p)).first->second;
+    }
     try {
       p.graph = backward ? build_backward(s, deterministic, sm, handle) : build_forward(s, sm, handle);
       ok(p.graph->get_workspace_size(p.workspace), "get_workspace_size");
