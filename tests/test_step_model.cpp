@@ -34,6 +34,7 @@ struct RecordedCase {
   int64_t micro_batch, grad_accum;
   Recompute recompute;
   DType reduce_dtype;
+  int64_t mlp_tile = kMlpTileAuto;  // untiled at 32 tokens
 };
 
 StepInput input_of(const RecordedCase& k) {
@@ -46,6 +47,7 @@ StepInput input_of(const RecordedCase& k) {
   in.plan.recompute = k.recompute;
   in.plan.compute_dtype = in.plan.grad_dtype = DType::kF32;  // the CPU backend
   in.plan.reduce_dtype = k.reduce_dtype;
+  in.plan.mlp_tile = k.mlp_tile;
   in.grad_accum = k.grad_accum;
   return in;
 }
@@ -60,6 +62,7 @@ std::map<std::string, double> recorded_ops(const RecordedCase& k) {
   if (k.model == "tiny") args.insert(args.end(), {"--preset", "tiny"});
   else args.insert(args.end(), {"--model", testing::fixture_dir(k.model)});
   if (k.world > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(k.world)});
+  if (k.mlp_tile != kMlpTileAuto) args.insert(args.end(), {"--mlp-tile", std::to_string(k.mlp_tile)});
   const testing::RunResult r = testing::run_anvil(args);
   EXPECT_EQ(r.exit_code, 0) << r.out;
   std::map<std::string, double> calls;
@@ -87,11 +90,14 @@ TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
       {"tiny", ParallelMode::kDdp, 2, 1, 1, Recompute::kNone, DType::kBF16},
       {"tiny", ParallelMode::kFsdp, 2, 1, 2, Recompute::kSelective, DType::kF32},
       {"tiny-qwen3-untied", ParallelMode::kFsdp, 2, 1, 1, Recompute::kNone, DType::kBF16},
+      {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32, 12},  // MLP tiles of 12, 12, 8
+      {"tiny", ParallelMode::kFsdp, 2, 1, 1, Recompute::kFull, DType::kF32, 12},
   };
   const OpCostTable table = OpCostTable::builtin();
   for (const RecordedCase& k : cases) {
     SCOPED_TRACE(k.model + " " + parallel_mode_name(k.mode) + " x" + std::to_string(k.world) + " accum " +
-                 std::to_string(k.grad_accum) + " " + recompute_name(k.recompute));
+                 std::to_string(k.grad_accum) + " " + recompute_name(k.recompute) + " tile " +
+                 std::to_string(k.mlp_tile));
     const std::vector<StepItem> program = step_program(input_of(k));
     const std::map<std::string, double> recorded = recorded_ops(k);
     EXPECT_EQ(program_ops(program), recorded);

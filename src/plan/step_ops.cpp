@@ -2,6 +2,7 @@
 // the optimizer's, mirrored from the code that issues them.
 #include "plan/step_ops.h"
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.h"
@@ -16,7 +17,8 @@ class StepWalk {
       : in_(in), c_(in.plan.config), table_(c_, in.plan.world), N_(in.plan.micro_batch * in.plan.seq_len),
         cb_(static_cast<double>(dtype_size(in.plan.compute_dtype))),
         sharded_(in.plan.mode == ParallelMode::kFsdp && in.plan.world > 1),
-        split_(in.plan.compute_dtype != DType::kF32) {
+        split_(in.plan.compute_dtype != DType::kF32),
+        tile_(effective_mlp_tile(c_, N_, in.plan.compute_dtype, in.plan.mlp_tile)) {
     if (table_.norm_unit() > 1) keep_unit_ = table_.norm_unit() - 1;
   }
 
@@ -63,8 +65,9 @@ class StepWalk {
   void linear(const char* name, int64_t M, int64_t N, int64_t K) {
     op(name, cat(M, "x", N, "x", K), M, 2.0 * M * N * K, cb_ * static_cast<double>(M * K + N * K + M * N));
   }
-  void per_token(const char* name, int64_t C, double bytes_per_element) {
-    op(name, cat(N_, "x", C), N_, 0, bytes_per_element * cb_ * static_cast<double>(N_ * C));
+  void per_token(const char* name, int64_t C, double bytes_per_element, int64_t rows = 0) {
+    if (rows == 0) rows = N_;
+    op(name, cat(rows, "x", C), rows, 0, bytes_per_element * cb_ * static_cast<double>(rows * C));
   }
   void attention(const char* name, double times) {
     const int64_t B = in_.plan.micro_batch, T = in_.plan.seq_len, H = c_.num_heads;
@@ -84,7 +87,9 @@ class StepWalk {
 
   void forward_backward();
   void block_forward(bool to_output);
+  void mlp_forward();
   void block_backward();
+  void mlp_backward_tiled();
   void head_forward_backward();
   void optimizer_step();
   // the store (parallel/): weights, prefetch, release, grads, grads_ready
@@ -102,6 +107,7 @@ class StepWalk {
   const int64_t N_;
   const double cb_;
   const bool sharded_, split_;
+  const int64_t tile_;  // tokens per MLP tile: N_ untiled
   StepPhase phase_ = StepPhase::kForward;
   bool last_micro_ = true;
   std::vector<StepItem> items_;
@@ -161,22 +167,54 @@ void StepWalk::block_forward(bool to_output) {
   attention("attention_forward", 1.0);
   linear("linear_forward", N_, C, c_.q_dim());
   per_token("add_rmsnorm_forward", C, 4);
-  linear("linear_forward", N_, 2 * I, C);
+  if (tile_ == N_) linear("linear_forward", N_, 2 * I, C);
   if (!to_output) return;
-  per_token("swiglu_forward", I, 3);
-  linear("linear_forward", N_, C, I);
+  mlp_forward();
   op("add", cat(dtype_name(in_.plan.compute_dtype), " ", N_ * C), N_ * C, 0,
      3 * cb_ * static_cast<double>(N_ * C));
 }
 
-// Transformer::block_backward.
+// Transformer::mlp_forward: untiled, on block_forward's gate_up; tiled, gate_up tile by tile.
+void StepWalk::mlp_forward() {
+  const int64_t C = c_.hidden_size, I = c_.intermediate_size;
+  for (int64_t r0 = 0; r0 < N_; r0 += tile_) {
+    const int64_t rows = std::min(N_, r0 + tile_) - r0;
+    if (tile_ < N_) linear("linear_forward", rows, 2 * I, C);
+    per_token("swiglu_forward", I, 3, rows);
+    linear("linear_forward", rows, C, I);
+  }
+}
+
+// Transformer::mlp_backward_tiled: gate_up recomputed each tile; bf16 gradients summed in F32.
+void StepWalk::mlp_backward_tiled() {
+  const int64_t C = c_.hidden_size, I = c_.intermediate_size;
+  for (int64_t r0 = 0; r0 < N_; r0 += tile_) {
+    const int64_t rows = std::min(N_, r0 + tile_) - r0;
+    linear("linear_forward", rows, 2 * I, C);
+    linear("linear_backward_input", rows, C, I);
+    per_token("swiglu_backward", I, 6, rows);
+    linear("linear_backward_weight", rows, C, I);
+    linear("linear_backward_weight", rows, 2 * I, C);
+    linear("linear_backward_input", rows, 2 * I, C);
+  }
+  const DType g = unit_grad_dtype(table_.block_unit(0));
+  if (g == DType::kF32) return;
+  convert(DType::kF32, g, C * I);
+  convert(DType::kF32, g, 2 * I * C);
+}
+
+// Transformer::block_backward (its MLP: Transformer::mlp_backward).
 void StepWalk::block_backward() {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
-  linear("linear_backward_input", N_, C, I);
-  per_token("swiglu_backward", I, 6);
-  linear("linear_backward_weight", N_, C, I);
-  linear("linear_backward_weight", N_, 2 * I, C);
-  linear("linear_backward_input", N_, 2 * I, C);
+  if (tile_ < N_) {
+    mlp_backward_tiled();
+  } else {
+    linear("linear_backward_input", N_, C, I);
+    per_token("swiglu_backward", I, 6);
+    linear("linear_backward_weight", N_, C, I);
+    linear("linear_backward_weight", N_, 2 * I, C);
+    linear("linear_backward_input", N_, 2 * I, C);
+  }
   per_token("rmsnorm_backward", C, 3);
   linear("linear_backward_weight", N_, C, c_.q_dim());
   linear("linear_backward_input", N_, C, c_.q_dim());

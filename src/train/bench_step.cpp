@@ -156,6 +156,7 @@ StepInput step_input(Trainer& trainer, const OpenRun& run) {
   in.plan.seq_len = c.data.seq_len;
   in.plan.micro_batch = c.data.micro_batch;
   in.plan.recompute = trainer.recompute();
+  in.plan.mlp_tile = c.parallel.mlp_tile;
   in.plan.compute_dtype = trainer.ops().compute_dtype();
   in.plan.fsdp_defer_sync = c.parallel.fsdp_defer_sync;
   in.plan.reduce_dtype = c.parallel.reduce_dtype;
