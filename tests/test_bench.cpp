@@ -189,6 +189,7 @@ class CorruptingComm final : public Comm {
   }
   CommWork reduce_scatter(Tensor, Tensor, ReduceOp, std::string_view) override { return {}; }
   CommWork all_gather(Tensor, Tensor, std::string_view) override { return {}; }
+  CommWork all_to_all(Tensor, Tensor, std::string_view) override { return {}; }
   CommWork broadcast(Tensor, int, std::string_view) override { return {}; }
   void barrier(std::string_view) override {}
   void set_compute_stream(void*) override {}

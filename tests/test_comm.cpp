@@ -1,5 +1,5 @@
 // The CPU comm against closed forms: 1 to 4 ranks (threads, each with its own TCP comm),
-// every collective, F32 and BF16, in place and out of place, compared exactly, on host
+// every collective (all_to_all included), F32 and BF16, in place and out of place, compared exactly, on host
 // tensors and on "GPU" tensors staged through a HostStager (here one that copies host
 // memory and counts the copies); the determinism of reductions; and the errors: timeout,
 // dead peer, mismatched collectives.
@@ -208,6 +208,30 @@ TEST_P(CommRanks, AllGatherMatchesClosedForm) {
       });
       expect_no_errors(errors);
     }
+  }
+}
+
+// Element i of the chunk rank r sends to rank p: r * 20 + p * 5 + i % 5 (exact in bf16), so
+// every element received names its sender and its place.
+TEST_P(CommRanks, AllToAllMatchesClosedForm) {
+  const auto [n, dtype, staged] = GetParam();
+  (void)staged;
+  for (int64_t M : {1, 3, 5000}) {
+    auto errors = run_ranks(n, [&, M](Comm& c) {
+      std::vector<float> mine(static_cast<size_t>(M * n));
+      for (int p = 0; p < n; ++p)
+        for (int64_t i = 0; i < M; ++i)
+          mine[static_cast<size_t>(p * M + i)] = static_cast<float>(c.rank() * 20 + p * 5 + i % 5);
+      Buf in(mine, dtype);
+      Buf out(std::vector<float>(static_cast<size_t>(M * n), -1.0f), dtype);
+      c.all_to_all(out.view(), in.view(), "attention");
+      std::vector<float> got = out.values();
+      for (int p = 0; p < n; ++p)
+        for (int64_t i = 0; i < M; ++i)
+          ASSERT_EQ(got[static_cast<size_t>(p * M + i)], static_cast<float>(p * 20 + c.rank() * 5 + i % 5))
+              << "rank " << c.rank() << " chunk " << p << " index " << i;
+    });
+    expect_no_errors(errors);
   }
 }
 
