@@ -11,9 +11,9 @@ constexpr EnumName<Recompute> kRecomputeNames[] = {
     {Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"},
     {Recompute::kAuto, "auto"}};
 
-// The sizes the shapes are made of.
+// The sizes the shapes are made of: T this rank's tokens of a sequence, rope_T the sequence's.
 struct Dims {
-  int64_t B, T, N, C, I, H, KV, hd;
+  int64_t B, T, N, C, I, H, KV, hd, rope_T;
   DType cd;
 };
 
@@ -54,8 +54,8 @@ std::vector<ActivationBuffer> one_of_each(const Dims& d) {
       {Activation::kDh, "dh", 0, {d.N, d.C}, d.cd},
       {Activation::kHFinal, "h_final", 0, {d.N, d.C}, d.cd},
       {Activation::kRstdFinal, "rstd_final", 0, {d.N}, F},
-      {Activation::kRopeCos, "rope_cos", 0, {d.T, d.hd / 2}, F},
-      {Activation::kRopeSin, "rope_sin", 0, {d.T, d.hd / 2}, F},
+      {Activation::kRopeCos, "rope_cos", 0, {d.rope_T, d.hd / 2}, F},
+      {Activation::kRopeSin, "rope_sin", 0, {d.rope_T, d.hd / 2}, F},
   };
 }
 
@@ -70,11 +70,14 @@ bool is_block_activation(Activation a) { return a >= Activation::kH1 && a <= Act
 int64_t block_sets(const ModelConfig& c, Recompute r) { return r == Recompute::kFull ? 1 : c.num_layers; }
 
 std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
-                                                 Recompute r, DType compute_dtype) {
+                                                 Recompute r, DType compute_dtype, int64_t context_parallel) {
   if (r == Recompute::kAuto)
     raise(ErrorKind::kInternal, "activation sizes of recompute ", recompute_name(r), " (resolve auto first)");
-  const Dims d{micro_batch, seq_len, micro_batch * seq_len, c.hidden_size, c.intermediate_size,
-               c.num_heads, c.num_kv_heads, c.head_dim, compute_dtype};
+  const int64_t P = context_parallel, T = seq_len / P;
+  ANVIL_ENSURE(P >= 1 && seq_len % P == 0 && c.num_kv_heads % P == 0 && c.num_heads % P == 0, kInternal,
+               "activation sizes: context parallel ", P, " does not divide sequence ", seq_len, " and the heads");
+  const Dims d{micro_batch, T, micro_batch * T, c.hidden_size, c.intermediate_size,
+               c.num_heads, c.num_kv_heads, c.head_dim, seq_len, compute_dtype};
   const bool selective = r == Recompute::kSelective;
   std::vector<ActivationBuffer> v;
   for (int64_t l = 0; l <= c.num_layers; ++l) v.push_back({Activation::kResidual, "x", l, {d.N, d.C}, d.cd});
@@ -85,6 +88,10 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
     for (const ActivationBuffer& b : block_set(d, s))
       if (!selective || !recomputed_by_selective(b.what)) v.push_back(b);
   for (const ActivationBuffer& b : one_of_each(d)) v.push_back(b);
+  if (P > 1) {
+    v.push_back({Activation::kCpSend, "cp_send", 0, {d.N, d.H + 2 * d.KV, d.hd}, d.cd});
+    v.push_back({Activation::kCpRecv, "cp_recv", 0, {d.N, d.H + 2 * d.KV, d.hd}, d.cd});
+  }
   return v;
 }
 

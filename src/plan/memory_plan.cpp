@@ -100,13 +100,14 @@ void plan_model_states(const PlanInput& in, MemoryPlan& p) {
 
 // The GEMM workspace, the backend's shared scratch, which holds the largest temporary: the
 // cross-entropy chunk or attention's (ops/cuda/cuda_ops.cpp), and three I32 per token (the
-// trainer's ids, targets and positions).
+// trainer's ids, targets and positions). Context parallel over P: a rank's ids, targets and
+// loss cover its n / P tokens, its attention all tokens of its share of the heads.
 int64_t workspace_bytes(const PlanInput& in) {
-  const int64_t n = in.micro_batch * in.seq_len;
-  const int64_t scratch = std::max(cross_entropy_chunks(n, in.config.vocab_size).bytes,
-                                   attention_scratch_bytes(in.micro_batch, in.seq_len, in.config.num_heads,
-                                                           in.config.num_kv_heads, in.config.head_dim));
-  return kGemmWorkspace + scratch + 4 * n * 3;
+  const int64_t n = in.micro_batch * in.seq_len, P = in.context_parallel;
+  const int64_t scratch = std::max(cross_entropy_chunks(n / P, in.config.vocab_size).bytes,
+                                   attention_scratch_bytes(in.micro_batch, in.seq_len, in.config.num_heads / P,
+                                                           in.config.num_kv_heads / P, in.config.head_dim));
+  return kGemmWorkspace + scratch + 4 * (2 * n / P + n);
 }
 
 }  // namespace
@@ -118,7 +119,8 @@ MemoryPlan plan_memory(const PlanInput& in) {
   p.recompute = in.recompute;
   plan_model_states(in, p);
   p.activations =
-      activation_bytes(activation_buffers(in.config, in.micro_batch, in.seq_len, in.recompute, in.compute_dtype));
+      activation_bytes(activation_buffers(in.config, in.micro_batch, in.seq_len, in.recompute, in.compute_dtype,
+                                          in.context_parallel));
   p.workspace = workspace_bytes(in);
   return p;
 }

@@ -158,7 +158,7 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
 Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   const TrainConfig& c = trainer.settings().config;
   const int64_t phase_steps = std::min<int64_t>(3, c.steps - o.warmup);
-  const auto batches = random_batches(c, run.config.vocab_size, run.comm ? run.comm->rank() : 0,
+  const auto batches = random_batches(c, run.config.vocab_size, trainer.data_rank(),
                                       static_cast<size_t>(c.steps + (o.op_times ? 2 : 1) * phase_steps));
   size_t next = 0;
   for (int64_t step = 1; step <= o.warmup; ++step) trainer.step(batches[next++]);
@@ -169,7 +169,7 @@ Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   Timings t;
   t.timed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   t.timed_steps = c.steps - o.warmup;
-  t.timed_tokens = real_tokens(batches, o.warmup, c.steps) * run.world;
+  t.timed_tokens = real_tokens(batches, o.warmup, c.steps) * trainer.data_world();
   t.phase_steps = phase_steps;
   t.phases = time_phases(trainer, batches, next, phase_steps);
   const Json op_times = o.op_times ? time_ops(trainer, batches, next, phase_steps) : Json(nullptr);

@@ -36,6 +36,8 @@ struct ParallelSection {
   Recompute recompute = Recompute::kNone;   // auto: the fastest the plan fits
   bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
   bool fsdp_defer_sync = false;   // FSDP: reduce-scatter once per step, not per micro-batch
+  // The ranks that share each sequence (model/context_parallel.h): every rank today.
+  int64_t context_parallel = 1;
   bool operator==(const ParallelSection&) const = default;
 };
 

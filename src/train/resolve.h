@@ -34,7 +34,7 @@ struct RunFacts {
   Comm* comm = nullptr;  // every rank takes the same mode (their GPUs could differ)
 };
 
-// Throws kUsage when the grad dtype cannot hold here, kOutOfMemory when the run cannot fit
+// Throws kUsage when the grad dtype or --context-parallel cannot hold here, kOutOfMemory when the run cannot fit
 // in the GPU's memory (with the plan of both modes).
 ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f);
 

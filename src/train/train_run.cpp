@@ -119,7 +119,8 @@ void name_run(const TrainConfig& c, TrainRun& run, const std::string& resume) {
 void open_outputs(TrainRun& run, bool resumed) {
   const OpenRun& b = run.base;
   const TrainConfig& c = run.config();
-  run.order = std::make_unique<BatchOrder>(c.data, c.seed, *run.data, b.world, b.rank);
+  const int cp = static_cast<int>(c.parallel.context_parallel);  // a group's ranks read the same blocks
+  run.order = std::make_unique<BatchOrder>(c.data, c.seed, *run.data, b.world / cp, b.rank / cp);
   if (resumed) {
     run.order->resume_at(run.point.position, run.point.step);
     if (run.point.step >= c.steps)
