@@ -4,11 +4,12 @@
 // parameter gradient within 1e-6 relative, in ddp and in fsdp (its shards joined), for plain
 // sequences and for packed documents that cross the slices' borders (positions restarting
 // inside a slice, labels of -100); three AdamW steps give one process's losses; anvil train
-// with --context-parallel 2 on two processes logs one process's losses and counts the tokens
-// once; and the settings Ulysses cannot run are refused, each saying why.
+// with --context-parallel 2 on two processes logs one process's losses and counts the eval
+// set's tokens once; and the settings Ulysses cannot run are refused, each saying why.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -172,6 +173,44 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallelRanks,
                            return cat(std::get<0>(p.param), "ranks_", parallel_mode_name(std::get<1>(p.param)),
                                       std::get<2>(p.param) ? "_packed" : "");
                          });
+
+// The losses of --metrics, and the eval line's "(N blocks, M tokens" as "N blocks, M tokens".
+struct CliRun {
+  std::vector<double> losses;
+  std::string eval_counts;
+};
+
+CliRun train_cli(const std::string& dir, const std::string& tag, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = testing::tiny_train_args(
+      dir + "/blocks.safetensors", 3,
+      {"--eval-data", dir + "/eval.safetensors", "--metrics", dir + "/" + tag + ".jsonl"});
+  args.insert(args.end(), extra.begin(), extra.end());
+  const testing::RunResult r = testing::run_anvil(args);
+  EXPECT_EQ(r.exit_code, 0) << tag << ": " << r.out;
+  CliRun run;
+  std::ifstream m(dir + "/" + tag + ".jsonl");
+  for (std::string line; std::getline(m, line);)
+    if (const Json j = json_parse(line, tag); j.contains("step")) run.losses.push_back(j["loss"].get<double>());
+  const size_t at = r.out.find("eval loss");
+  const size_t open = r.out.find('(', at), close = r.out.find(", ", r.out.find(" tokens", open));
+  if (at != std::string::npos && close != std::string::npos) run.eval_counts = r.out.substr(open + 1, close - open - 1);
+  return run;
+}
+
+// Two processes of one group read the same blocks (the data order of one rank), train on
+// their slices to one process's losses, and the eval set's tokens are counted once.
+TEST(ContextParallel, TrainTwoProcessesLikeOne) {
+  const std::string dir = testing::temp_dir("cp-train");
+  testing::write_random_blocks(dir + "/blocks.safetensors", 24, 32, 5);
+  testing::write_random_blocks(dir + "/eval.safetensors", 6, 32, 6);
+  const CliRun one = train_cli(dir, "one", {});
+  const CliRun cp = train_cli(dir, "cp", {"--nproc-per-node", "2", "--context-parallel", "2"});
+  ASSERT_EQ(one.losses.size(), 3u);
+  ASSERT_EQ(cp.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(cp.losses[i], one.losses[i], 1e-6 * one.losses[i]) << "step " << i + 1;
+  EXPECT_NE(one.eval_counts, "");
+  EXPECT_EQ(cp.eval_counts, one.eval_counts);
+}
 
 // What Ulysses cannot split is refused before anything is allocated, naming the fix.
 TEST(ContextParallel, RefusesWhatCannotSplit) {
