@@ -5,7 +5,8 @@
 // sequences and for packed documents that cross the slices' borders (positions restarting
 // inside a slice, labels of -100); three AdamW steps give one process's losses; anvil train
 // with --context-parallel 2 on two processes logs one process's losses and counts the eval
-// set's tokens once; and the settings Ulysses cannot run are refused, each saying why.
+// set's tokens once; the memory plan counts a rank's slice; and the settings Ulysses cannot
+// run are refused, each saying why.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "comm/socket.h"
 #include "core/json.h"
 #include "model/weights.h"
+#include "plan/memory_plan.h"
 #include "train/open_run.h"
 #include "testing.h"
 
@@ -210,6 +212,35 @@ TEST(ContextParallel, TrainTwoProcessesLikeOne) {
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(cp.losses[i], one.losses[i], 1e-6 * one.losses[i]) << "step " << i + 1;
   EXPECT_NE(one.eval_counts, "");
   EXPECT_EQ(cp.eval_counts, one.eval_counts);
+}
+
+// A rank's activations under context parallel P are those of T/P tokens, but for the RoPE
+// tables (all T positions) and the all-to-all's two chunk buffers; anvil plan prints them.
+TEST(ContextParallel, PlanCountsARanksSlice) {
+  PlanInput in;
+  in.config = preset_config("qwen3-1.7b");
+  in.world = 2;
+  in.mode = ParallelMode::kFsdp;
+  in.recompute = Recompute::kFull;
+  in.seq_len = 131072;
+  in.context_parallel = 2;
+  const MemoryPlan cp = plan_memory(in);
+  in.seq_len /= 2;
+  in.context_parallel = 1;
+  const MemoryPlan half = plan_memory(in);
+  const ModelConfig& c = in.config;
+  const int64_t rope = 2 * in.seq_len * c.head_dim / 2 * 4;  // the other half of the positions, both tables
+  const int64_t chunks = 2 * in.seq_len * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim * 2;
+  EXPECT_EQ(cp.activations, half.activations + rope + chunks);
+  const testing::RunResult r = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2", "--mode", "fsdp",
+                                                   "--recompute", "full", "--seq-len", "131072",
+                                                   "--context-parallel", "2", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(json_parse(r.out, "plan")["fsdp"]["activations"].get<int64_t>(), cp.activations) << r.out;
+  const testing::RunResult bad = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2",
+                                                     "--context-parallel", "3"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--context-parallel 3 needs --nproc 3"), std::string::npos) << bad.out;
 }
 
 // What Ulysses cannot split is refused before anything is allocated, naming the fix.

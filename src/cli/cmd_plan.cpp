@@ -55,7 +55,9 @@ int cmd_plan(int argc, char** argv) {
       .opt("--nproc", &nproc, "N", "GPUs (ranks)")
       .opt("--seq-len", &c.data.seq_len, "T", "tokens per sequence")
       .opt("--micro-batch", &c.data.micro_batch, "B", "sequences per micro-batch")
-      .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per optimizer step (as anvil train)");
+      .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per optimizer step (as anvil train)")
+      .opt("--context-parallel", &c.parallel.context_parallel, "N",
+           "ranks sharing each sequence (as anvil train: --nproc of them): seq-len/N tokens a rank");
   bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)");
   bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (as anvil train)");
   bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (as anvil train)")
@@ -70,6 +72,11 @@ int cmd_plan(int argc, char** argv) {
   PlanInput in;
   in.config = c.model.preset.empty() ? load_config(resolve_model_dir(c.model.model)) : preset_config(c.model.preset);
   in.world = static_cast<int>(nproc);
+  const int64_t cp = c.parallel.context_parallel;
+  ANVIL_ENSURE(cp == 1 || (cp == nproc && in.config.num_kv_heads % cp == 0 && d.seq_len % cp == 0), kUsage,
+               "anvil plan: --context-parallel ", cp, " needs --nproc ", cp, " and must divide the model's ",
+               in.config.num_kv_heads, " key/value heads and --seq-len ", d.seq_len);
+  in.context_parallel = cp;
   in.seq_len = d.seq_len;
   in.micro_batch = d.micro_batch;
   in.mode = c.parallel.mode;
