@@ -138,6 +138,7 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
             {"seq_len", c.data.seq_len},
             {"micro_batch", c.data.micro_batch},
             {"grad_accum", c.data.grad_accum},
+            {"context_parallel", c.parallel.context_parallel},
             {"overlap_optimizer", c.parallel.overlap_optimizer},
             {"tokens_per_s", tps},
             {"step_ms", 1e3 * t.timed / n},
