@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -89,13 +90,9 @@ Result one_rank(const TokenBatch& batch) {
   return r;
 }
 
-// P ranks of one context-parallel group: rank 0's loss and losses, the gradients as the
-// ranks hold them after the reduction (ddp: each whole, rank 0's; fsdp: the shards joined).
-Result cp_ranks(int P, ParallelMode mode, const TokenBatch& batch) {
-  const ModelConfig cfg = load_config(model_dir());
-  const ParamTable table(cfg, P);
+// Runs fn(comm) on P ranks, one thread each, and expects no rank to fail.
+void run_ranks(int P, const std::function<void(Comm&)>& fn) {
   const int port = net::free_tcp_port();
-  std::vector<Result> per_rank(static_cast<size_t>(P));
   std::vector<std::string> errors(static_cast<size_t>(P));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < P; ++rank)
@@ -107,22 +104,33 @@ Result cp_ranks(int P, ParallelMode mode, const TokenBatch& batch) {
         o.master_port = port;
         o.timeout_s = 60;
         const std::unique_ptr<Comm> comm = make_cpu_comm(o);
-        const std::unique_ptr<Trainer> t =
-            make_trainer(cfg, hf_weights_reader(model_dir(), table), config_of(mode, P), kSeq, comm.get(), 0);
-        Result& r = per_rank[static_cast<size_t>(rank)];
-        r.loss = t->loss_and_grads(batch, nullptr);
-        t->store().finish_collectives();
-        for (const Tensor& g : t->store().owned_grads()) {
-          r.grads.emplace_back(static_cast<size_t>(g.numel()));
-          t->ops().download(r.grads.back().data(), g);
-        }
-        for (int i = 0; i < 3; ++i) r.losses.push_back(t->step({batch}).loss);
+        fn(*comm);
       } catch (const Error& e) {
         errors[static_cast<size_t>(rank)] = e.what();
       }
     });
   for (auto& th : threads) th.join();
   for (int rank = 0; rank < P; ++rank) EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
+}
+
+// P ranks of one context-parallel group: rank 0's loss and losses, the gradients as the
+// ranks hold them after the reduction (ddp: each whole, rank 0's; fsdp: the shards joined).
+Result cp_ranks(int P, ParallelMode mode, const TokenBatch& batch) {
+  const ModelConfig cfg = load_config(model_dir());
+  const ParamTable table(cfg, P);
+  std::vector<Result> per_rank(static_cast<size_t>(P));
+  run_ranks(P, [&](Comm& comm) {
+    const std::unique_ptr<Trainer> t =
+        make_trainer(cfg, hf_weights_reader(model_dir(), table), config_of(mode, P), kSeq, &comm, 0);
+    Result& r = per_rank[static_cast<size_t>(comm.rank())];
+    r.loss = t->loss_and_grads(batch, nullptr);
+    t->store().finish_collectives();
+    for (const Tensor& g : t->store().owned_grads()) {
+      r.grads.emplace_back(static_cast<size_t>(g.numel()));
+      t->ops().download(r.grads.back().data(), g);
+    }
+    for (int i = 0; i < 3; ++i) r.losses.push_back(t->step({batch}).loss);
+  });
   Result r = per_rank[0];
   for (size_t u = 0; u < table.units().size(); ++u) {
     std::vector<float>& g = r.grads[u];
@@ -232,6 +240,21 @@ TEST(ContextParallel, PlanCountsARanksSlice) {
   const int64_t rope = 2 * in.seq_len * c.head_dim / 2 * 4;  // the other half of the positions, both tables
   const int64_t chunks = 2 * in.seq_len * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim * 2;
   EXPECT_EQ(cp.activations, half.activations + rope + chunks);
+  // The model allocates what the plan counts, to the byte (the CPU backend counts).
+  const ModelConfig small = load_config(model_dir());
+  run_ranks(4, [&](Comm& comm) {
+    const ParamTable t(small, 4);
+    const std::unique_ptr<Ops> ops = make_cpu_ops();
+    const Transformer model(small, t, *ops, kBatch, kSeq, Recompute::kSelective, &comm);
+    PlanInput p;
+    p.config = small;
+    p.seq_len = kSeq;
+    p.micro_batch = kBatch;
+    p.recompute = Recompute::kSelective;
+    p.compute_dtype = DType::kF32;
+    p.context_parallel = 4;
+    EXPECT_EQ(ops->memory_stats().allocated, plan_memory(p).activations);
+  });
   const testing::RunResult r = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2", "--mode", "fsdp",
                                                    "--recompute", "full", "--seq-len", "131072",
                                                    "--context-parallel", "2", "--json"});
