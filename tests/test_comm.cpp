@@ -14,6 +14,7 @@
 #include "comm/comm.h"
 #include "comm/socket.h"
 #include "core/bf16.h"
+#include "comm_ranks.h"
 #include "testing.h"
 
 namespace anvil {
@@ -42,27 +43,12 @@ class CopyingStager final : public HostStager {
 bool g_staged = false;
 std::atomic<int64_t> g_staged_copies{0};
 
-// Runs fn(comm) on n ranks, one thread each; returns each rank's error message ("" if none).
+// Runs fn(comm) on n ranks, one thread each (staged through a CopyingStager when g_staged);
+// returns each rank's error message ("" if none).
 std::vector<std::string> run_ranks(int n, const std::function<void(Comm&)>& fn, double timeout_s = 20) {
-  const int port = net::free_tcp_port();
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        CommOptions o;
-        o.rank = r;
-        o.world = n;
-        o.master_port = port;
-        o.timeout_s = timeout_s;
-        auto comm = make_cpu_comm(o, g_staged ? std::make_unique<CopyingStager>(g_staged_copies) : nullptr);
-        fn(*comm);
-      } catch (const Error& e) {
-        errors[static_cast<size_t>(r)] = cat("[", error_kind_name(e.kind()), "] ", e.what());
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
+  return testing::run_comm_ranks(n, fn, timeout_s, [](const CommOptions& o) {
+    return make_cpu_comm(o, g_staged ? std::make_unique<CopyingStager>(g_staged_copies) : nullptr);
+  });
 }
 
 void expect_no_errors(const std::vector<std::string>& errors) {

@@ -13,14 +13,13 @@
 #include <fstream>
 #include <functional>
 #include <random>
-#include <thread>
 
 #include "comm/comm.h"
-#include "comm/socket.h"
 #include "core/json.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
 #include "train/open_run.h"
+#include "comm_ranks.h"
 #include "testing.h"
 
 namespace anvil {
@@ -72,7 +71,7 @@ TrainConfig config_of(ParallelMode mode, int64_t cp) {
 
 struct Result {
   double loss = 0;
-  std::vector<std::vector<float>> grads;  // each unit's gradient, without the padding
+  std::vector<std::vector<double>> grads;  // each unit's gradient, without the padding
   std::vector<double> losses;             // of three steps after
 };
 
@@ -84,32 +83,16 @@ Result one_rank(const TokenBatch& batch) {
       make_trainer(cfg, hf_weights_reader(model_dir(), table), config_of(ParallelMode::kDdp, 1), kSeq, nullptr, 0);
   Result r;
   r.loss = t->loss_and_grads(batch, nullptr);
-  r.grads = t->grads();
-  for (size_t u = 0; u < r.grads.size(); ++u) r.grads[u].resize(static_cast<size_t>(table.units()[u].numel));
+  const HostUnits grads = t->grads();
+  for (size_t u = 0; u < grads.size(); ++u)
+    r.grads.emplace_back(grads[u].begin(), grads[u].begin() + table.units()[u].numel);
   for (int i = 0; i < 3; ++i) r.losses.push_back(t->step({batch}).loss);
   return r;
 }
 
 // Runs fn(comm) on P ranks, one thread each, and expects no rank to fail.
 void run_ranks(int P, const std::function<void(Comm&)>& fn) {
-  const int port = net::free_tcp_port();
-  std::vector<std::string> errors(static_cast<size_t>(P));
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < P; ++rank)
-    threads.emplace_back([&, rank] {
-      try {
-        CommOptions o;
-        o.rank = rank;
-        o.world = P;
-        o.master_port = port;
-        o.timeout_s = 60;
-        const std::unique_ptr<Comm> comm = make_cpu_comm(o);
-        fn(*comm);
-      } catch (const Error& e) {
-        errors[static_cast<size_t>(rank)] = e.what();
-      }
-    });
-  for (auto& th : threads) th.join();
+  const std::vector<std::string> errors = testing::run_comm_ranks(P, fn, 60);
   for (int rank = 0; rank < P; ++rank) EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
 }
 
@@ -126,17 +109,18 @@ Result cp_ranks(int P, ParallelMode mode, const TokenBatch& batch) {
     r.loss = t->loss_and_grads(batch, nullptr);
     t->store().finish_collectives();
     for (const Tensor& g : t->store().owned_grads()) {
-      r.grads.emplace_back(static_cast<size_t>(g.numel()));
-      t->ops().download(r.grads.back().data(), g);
+      std::vector<float> host(static_cast<size_t>(g.numel()));
+      t->ops().download(host.data(), g);
+      r.grads.emplace_back(host.begin(), host.end());
     }
     for (int i = 0; i < 3; ++i) r.losses.push_back(t->step({batch}).loss);
   });
   Result r = per_rank[0];
   for (size_t u = 0; u < table.units().size(); ++u) {
-    std::vector<float>& g = r.grads[u];
+    std::vector<double>& g = r.grads[u];
     if (mode == ParallelMode::kFsdp)
       for (int rank = 1; rank < P; ++rank) {
-        const std::vector<float>& shard = per_rank[static_cast<size_t>(rank)].grads[u];
+        const std::vector<double>& shard = per_rank[static_cast<size_t>(rank)].grads[u];
         g.insert(g.end(), shard.begin(), shard.end());
       }
     g.resize(static_cast<size_t>(table.units()[u].numel));
@@ -144,22 +128,12 @@ Result cp_ranks(int P, ParallelMode mode, const TokenBatch& batch) {
   return r;
 }
 
-// ||got - want|| / ||want||, per unit.
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    d += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    n += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(d / n);
-}
-
 void expect_same(const Result& got, const Result& want, const std::string& what) {
   EXPECT_NEAR(got.loss, want.loss, 1e-6 * std::abs(want.loss)) << what;
   ASSERT_EQ(got.grads.size(), want.grads.size()) << what;
   for (size_t u = 0; u < want.grads.size(); ++u) {
     ASSERT_EQ(got.grads[u].size(), want.grads[u].size()) << what << " unit " << u;
-    EXPECT_LE(relative_error(got.grads[u], want.grads[u]), 1e-6) << what << ": gradient of unit " << u;
+    EXPECT_TRUE(testing::close_rel_l2(got.grads[u], want.grads[u], 1e-6)) << what << ": gradient of unit " << u;
   }
   ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
   for (size_t i = 0; i < want.losses.size(); ++i)

@@ -101,7 +101,8 @@ struct TrainConfig {
 };
 
 // The training settings recorded in a checkpoint's meta.json ("train"), from the resolved
-// config (its seq_len is the data's) on `world` ranks: what continuation_changes compares.
+// config (its seq_len is the data's) on `world` ranks: what continuation_changes compares. The
+// global batch counts a context-parallel group's sequences once.
 Json train_record(const TrainConfig& c, int world);
 
 }  // namespace anvil

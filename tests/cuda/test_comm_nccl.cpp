@@ -2,37 +2,17 @@
 // (threads) where there are two or more; closed-form inputs compared exactly, as on the CPU
 // (every collective, all_to_all included).
 #include <functional>
-#include <thread>
 
 #include "comm/comm.h"
 #include "comm/device.h"
-#include "comm/socket.h"
+#include "../comm_ranks.h"
 #include "../testing.h"
 
 namespace anvil {
 namespace {
 
 std::vector<std::string> run_gpu_ranks(int n, const std::function<void(Comm&)>& fn) {
-  const int port = net::free_tcp_port();
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        CommOptions o;
-        o.rank = r;
-        o.local_rank = r;
-        o.world = n;
-        o.master_port = port;
-        o.timeout_s = 60;
-        auto comm = make_nccl_comm(o);
-        fn(*comm);
-      } catch (const Error& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
+  return testing::run_comm_ranks(n, fn, 60, make_nccl_comm);
 }
 
 void collectives_match_closed_forms(Comm& c) {
