@@ -231,18 +231,13 @@ class CpuComm final : public Comm {
   }
 
   void all_gather_host(Tensor out, Tensor in, std::string_view tag) {
-    const int n = world(), me = rank();
+    const int me = rank();
     const size_t slice = in.bytes();
     char* dst = static_cast<char*>(out.data);
     if (dst + static_cast<size_t>(me) * slice != in.data)
       std::memmove(dst + static_cast<size_t>(me) * slice, in.data, slice);
-    std::vector<Transfer> ts;
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      ts.push_back(make(p, true, dst + static_cast<size_t>(me) * slice, slice));
-      ts.push_back(make(p, false, dst + static_cast<size_t>(p) * slice, slice));
-    }
-    exchange(ts, Op::kAllGather, tag);
+    with_every_peer(Op::kAllGather, tag, slice, [&](int) { return dst + static_cast<size_t>(me) * slice; },
+                    [&](int p) { return dst + static_cast<size_t>(p) * slice; });
   }
 
   void all_to_all_host(Tensor out, Tensor in, std::string_view tag) {
@@ -251,13 +246,21 @@ class CpuComm final : public Comm {
     char* dst = static_cast<char*>(out.data);
     char* src = static_cast<char*>(in.data);
     std::memcpy(dst + static_cast<size_t>(me) * chunk, src + static_cast<size_t>(me) * chunk, chunk);
+    with_every_peer(Op::kAllToAll, tag, chunk, [&](int p) { return src + static_cast<size_t>(p) * chunk; },
+                    [&](int p) { return dst + static_cast<size_t>(p) * chunk; });
+  }
+
+  // One phase in which this rank sends `bytes` at send_at(p) to every peer p and receives
+  // `bytes` from it at recv_at(p).
+  template <class SendAt, class RecvAt>
+  void with_every_peer(Op coll, std::string_view tag, size_t bytes, SendAt send_at, RecvAt recv_at) {
     std::vector<Transfer> ts;
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      ts.push_back(make(p, true, src + static_cast<size_t>(p) * chunk, chunk));
-      ts.push_back(make(p, false, dst + static_cast<size_t>(p) * chunk, chunk));
+    for (int p = 0; p < world(); ++p) {
+      if (p == rank()) continue;
+      ts.push_back(make(p, true, send_at(p), bytes));
+      ts.push_back(make(p, false, recv_at(p), bytes));
     }
-    exchange(ts, Op::kAllToAll, tag);
+    exchange(ts, coll, tag);
   }
 
   void broadcast_host(Tensor buf, int root, std::string_view tag) {
