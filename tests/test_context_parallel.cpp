@@ -5,8 +5,8 @@
 // sequences and for packed documents that cross the slices' borders (positions restarting
 // inside a slice, labels of -100); three AdamW steps give one process's losses; anvil train
 // with --context-parallel 2 on two processes logs one process's losses and counts the eval
-// set's tokens once; the memory plan counts a rank's slice; and the settings Ulysses cannot
-// run are refused, each saying why.
+// set's tokens once, as bench step its steps'; the memory plan counts a rank's slice; and
+// the settings Ulysses cannot run are refused, each saying why.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -194,6 +194,18 @@ TEST(ContextParallel, TrainTwoProcessesLikeOne) {
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(cp.losses[i], one.losses[i], 1e-6 * one.losses[i]) << "step " << i + 1;
   EXPECT_NE(one.eval_counts, "");
   EXPECT_EQ(cp.eval_counts, one.eval_counts);
+}
+
+// bench step on a group of two: each step's tokens (tokens/s x step time) are one micro-batch's,
+// counted once, not once a rank.
+TEST(ContextParallel, BenchStepCountsTokensOnce) {
+  const testing::RunResult r =
+      testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len", "64", "--micro-batch",
+                          "2", "--steps", "3", "--warmup", "1", "--context-parallel", "2", "--nproc-per-node", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Json j = json_parse(r.out.substr(r.out.rfind('{')), "bench step");
+  EXPECT_EQ(j["context_parallel"], 2);
+  EXPECT_NEAR(j["tokens_per_s"].get<double>() * j["step_ms"].get<double>() / 1e3, 2 * 64, 1e-6 * 128) << r.out;
 }
 
 // A rank's activations under context parallel P are those of T/P tokens, but for the RoPE
