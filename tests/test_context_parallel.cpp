@@ -273,6 +273,12 @@ TEST(ContextParallel, RefusesWhatCannotSplit) {
       << refusal(2, 33);
   EXPECT_NE(refusal(2, 32).find("--context-parallel 2 on 1 ranks"), std::string::npos) << refusal(2, 32);
   EXPECT_NE(refusal(0, 32).find("must be at least 1"), std::string::npos) << refusal(0, 32);
+  // anvil train checks the ranks before it reads or packs anything: exit 2, the fix named.
+  const testing::RunResult r =
+      testing::run_anvil(testing::tiny_train_args("no-such-blocks.safetensors", 1, {"--context-parallel", "2"}));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--context-parallel 2 on 1 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--nproc-per-node 2"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -64,21 +64,25 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
 void check_context_parallel(ResolvedConfig& r, const RunFacts& f) {
   const int64_t P = r.config.parallel.context_parallel, T = r.config.data.seq_len;
   const int64_t H = f.model->num_heads, KV = f.model->num_kv_heads;
-  ANVIL_ENSURE(P >= 1, kUsage, "--context-parallel ", P, ": must be at least 1");
   if (P == 1) return;
-  ANVIL_ENSURE(KV % P == 0, kUsage, "--context-parallel ", P, ": the model's ", KV,
+  ANVIL_ENSURE(P < 1 || KV % P == 0, kUsage, "--context-parallel ", P, ": the model's ", KV,
                " key/value heads do not split evenly over ", P, " ranks (each rank attends with its share of the "
                "heads); use a divisor of ", KV);
-  ANVIL_ENSURE(T % P == 0, kUsage, "--context-parallel ", P, ": sequence length ", T, " does not split into ", P,
-               " equal slices; use a --seq-len that ", P, " divides");
-  ANVIL_ENSURE(P == f.world, kUsage, "--context-parallel ", P, " on ", f.world,
-               " ranks: the context-parallel group spans every rank of the run (data-parallel groups beside it are "
-               "not supported yet); use --context-parallel ", f.world, " or --nproc-per-node ", P);
+  ANVIL_ENSURE(P < 1 || T % P == 0, kUsage, "--context-parallel ", P, ": sequence length ", T,
+               " does not split into ", P, " equal slices; use a --seq-len that ", P, " divides");
+  check_context_parallel_world(P, f.world);  // P < 1 too
   r.reasons.push_back(cat("context parallel ", P, ": each rank holds ", T / P, " tokens of every sequence; attention "
                           "runs all ", T, " of ", H / P, " query and ", KV / P, " key/value heads"));
 }
 
 }  // namespace
+
+void check_context_parallel_world(int64_t cp, int world) {
+  ANVIL_ENSURE(cp >= 1, kUsage, "--context-parallel ", cp, ": must be at least 1");
+  ANVIL_ENSURE(cp == 1 || cp == world, kUsage, "--context-parallel ", cp, " on ", world,
+               " ranks: the context-parallel group spans every rank of the run (data-parallel groups beside it are "
+               "not supported yet); use --context-parallel ", world, " or --nproc-per-node ", cp);
+}
 
 PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int world, DType compute_dtype) {
   PlanInput pin;
