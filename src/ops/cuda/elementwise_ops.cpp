@@ -1,5 +1,5 @@
 // The elementwise ops' dispatch (CudaOps, cuda_ops.h): dtype conversion and add, to the
-// kernels of elementwise.cu, and the strided row copy (the copy engine).
+// kernels of elementwise.cu, and the strided row copy (cudaMemcpy2DAsync).
 #include "core/cuda/check.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/elementwise.h"
@@ -21,7 +21,7 @@ void CudaOps::convert_impl(Tensor dst, Tensor src) {
   }
 }
 
-// The copy engine's 2-D copy: one call for every row.
+// CUDA's 2-D copy: one call for all the rows.
 void CudaOps::copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
                              int64_t width) {
   const size_t es = dtype_size(in.dtype);
