@@ -3,7 +3,8 @@
 // micro-batch of 2 sequences, split over 2 and 4 ranks, gives one process's loss and every
 // parameter gradient within 1e-6 relative, in ddp and in fsdp (its shards joined), for plain
 // sequences and for packed documents that cross the slices' borders (positions restarting
-// inside a slice, labels of -100); three AdamW steps give one process's losses; anvil train
+// inside a slice, labels of -100), and so do the Qwen2 and Llama 3 fixtures on 2 ranks;
+// three AdamW steps give one process's losses; anvil train
 // with --context-parallel 2 on two processes logs one process's losses and counts the eval
 // set's tokens once, as bench step its steps'; the memory plan counts a rank's slice; and
 // the settings Ulysses cannot run are refused, each saying why.
@@ -76,11 +77,11 @@ struct Result {
 };
 
 // One process: the reference.
-Result one_rank(const TokenBatch& batch) {
-  const ModelConfig cfg = load_config(model_dir());
+Result one_rank(const std::string& dir, const TokenBatch& batch) {
+  const ModelConfig cfg = load_config(dir);
   const ParamTable table(cfg, 1);
   const std::unique_ptr<Trainer> t =
-      make_trainer(cfg, hf_weights_reader(model_dir(), table), config_of(ParallelMode::kDdp, 1), kSeq, nullptr, 0);
+      make_trainer(cfg, hf_weights_reader(dir, table), config_of(ParallelMode::kDdp, 1), kSeq, nullptr, 0);
   Result r;
   r.loss = t->loss_and_grads(batch, nullptr);
   const HostUnits grads = t->grads();
@@ -98,13 +99,13 @@ void run_ranks(int P, const std::function<void(Comm&)>& fn) {
 
 // P ranks of one context-parallel group: rank 0's loss and losses, the gradients as the
 // ranks hold them after the reduction (ddp: each whole, rank 0's; fsdp: the shards joined).
-Result cp_ranks(int P, ParallelMode mode, const TokenBatch& batch) {
-  const ModelConfig cfg = load_config(model_dir());
+Result cp_ranks(const std::string& dir, int P, ParallelMode mode, const TokenBatch& batch) {
+  const ModelConfig cfg = load_config(dir);
   const ParamTable table(cfg, P);
   std::vector<Result> per_rank(static_cast<size_t>(P));
   run_ranks(P, [&](Comm& comm) {
     const std::unique_ptr<Trainer> t =
-        make_trainer(cfg, hf_weights_reader(model_dir(), table), config_of(mode, P), kSeq, &comm, 0);
+        make_trainer(cfg, hf_weights_reader(dir, table), config_of(mode, P), kSeq, &comm, 0);
     Result& r = per_rank[static_cast<size_t>(comm.rank())];
     r.loss = t->loss_and_grads(batch, nullptr);
     t->store().finish_collectives();
@@ -145,8 +146,18 @@ class ContextParallelRanks : public ::testing::TestWithParam<std::tuple<int, Par
 TEST_P(ContextParallelRanks, EqualsOneRank) {
   const auto [P, mode, packed] = GetParam();
   const TokenBatch batch = make_batch(packed);
-  expect_same(cp_ranks(P, mode, batch), one_rank(batch),
+  expect_same(cp_ranks(model_dir(), P, mode, batch), one_rank(model_dir(), batch),
               cat(P, " ranks, ", parallel_mode_name(mode), packed ? ", packed" : ""));
+}
+
+// Qwen2 (q, k and v biases, no qk-norm) and Llama 3 (no qk-norm, its RoPE), 2 key/value
+// heads: 2 ranks, packed documents.
+TEST(ContextParallel, OtherArchitecturesEqualOneRank) {
+  const TokenBatch batch = make_batch(true);
+  for (const char* fixture : {"tiny-qwen2", "tiny-llama3"}) {
+    const std::string dir = testing::fixture_dir(fixture);
+    expect_same(cp_ranks(dir, 2, ParallelMode::kFsdp, batch), one_rank(dir, batch), fixture);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallelRanks,
