@@ -4,10 +4,10 @@
 // parameter gradient within 1e-6 relative, in ddp and in fsdp (its shards joined), for plain
 // sequences and for packed documents that cross the slices' borders (positions restarting
 // inside a slice, labels of -100), and so do the Qwen2 and Llama 3 fixtures on 2 ranks;
-// three AdamW steps give one process's losses; anvil train
-// with --context-parallel 2 on two processes logs one process's losses and counts the eval
-// set's tokens once, as bench step its steps'; the memory plan counts a rank's slice; and
-// the settings Ulysses cannot run are refused, each saying why.
+// three AdamW steps give one process's losses; anvil train with --context-parallel 2 on two
+// processes logs one process's losses and counts the eval set's tokens once, as bench step
+// its steps'; the memory plan counts a rank's slice; and the settings Ulysses cannot run
+// are refused, each saying why.
 #include <gtest/gtest.h>
 
 #include <cmath>
