@@ -4,13 +4,12 @@
 #include <algorithm>
 #include <functional>
 #include <sstream>
-#include <thread>
 
 #include "comm/bench.h"
 #include "comm/device.h"
-#include "comm/socket.h"
 #include "core/bf16.h"
 #include "core/json.h"
+#include "comm_ranks.h"
 #include "testing.h"
 
 namespace anvil {
@@ -111,25 +110,9 @@ TEST(Bench, ClosedFormsMatchANaiveReduction) {
 }
 
 std::vector<BenchReport> bench_on_ranks(int n, const BenchOptions& o) {
-  const int port = net::free_tcp_port();
   std::vector<BenchReport> reports(static_cast<size_t>(n));
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        CommOptions co;
-        co.rank = r;
-        co.world = n;
-        co.master_port = port;
-        co.timeout_s = 30;
-        auto comm = make_cpu_comm(co);
-        reports[static_cast<size_t>(r)] = run_bench(*comm, o);
-      } catch (const Error& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> errors = testing::run_comm_ranks(
+      n, [&](Comm& comm) { reports[static_cast<size_t>(comm.rank())] = run_bench(comm, o); }, 30);
   for (auto& e : errors) EXPECT_EQ(e, "");
   return reports;
 }
@@ -189,6 +172,7 @@ class CorruptingComm final : public Comm {
   }
   CommWork reduce_scatter(Tensor, Tensor, ReduceOp, std::string_view) override { return {}; }
   CommWork all_gather(Tensor, Tensor, std::string_view) override { return {}; }
+  CommWork all_to_all(Tensor, Tensor, std::string_view) override { return {}; }
   CommWork broadcast(Tensor, int, std::string_view) override { return {}; }
   void barrier(std::string_view) override {}
   void set_compute_stream(void*) override {}

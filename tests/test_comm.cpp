@@ -1,5 +1,5 @@
 // The CPU comm against closed forms: 1 to 4 ranks (threads, each with its own TCP comm),
-// every collective, F32 and BF16, in place and out of place, compared exactly, on host
+// every collective (all_to_all included), F32 and BF16, in place and out of place, compared exactly, on host
 // tensors and on "GPU" tensors staged through a HostStager (here one that copies host
 // memory and counts the copies); the determinism of reductions; and the errors: timeout,
 // dead peer, mismatched collectives.
@@ -14,6 +14,7 @@
 #include "comm/comm.h"
 #include "comm/socket.h"
 #include "core/bf16.h"
+#include "comm_ranks.h"
 #include "testing.h"
 
 namespace anvil {
@@ -42,27 +43,12 @@ class CopyingStager final : public HostStager {
 bool g_staged = false;
 std::atomic<int64_t> g_staged_copies{0};
 
-// Runs fn(comm) on n ranks, one thread each; returns each rank's error message ("" if none).
+// Runs fn(comm) on n ranks, one thread each (staged through a CopyingStager when g_staged);
+// returns each rank's error message ("" if none).
 std::vector<std::string> run_ranks(int n, const std::function<void(Comm&)>& fn, double timeout_s = 20) {
-  const int port = net::free_tcp_port();
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        CommOptions o;
-        o.rank = r;
-        o.world = n;
-        o.master_port = port;
-        o.timeout_s = timeout_s;
-        auto comm = make_cpu_comm(o, g_staged ? std::make_unique<CopyingStager>(g_staged_copies) : nullptr);
-        fn(*comm);
-      } catch (const Error& e) {
-        errors[static_cast<size_t>(r)] = cat("[", error_kind_name(e.kind()), "] ", e.what());
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
+  return testing::run_comm_ranks(n, fn, timeout_s, [](const CommOptions& o) {
+    return make_cpu_comm(o, g_staged ? std::make_unique<CopyingStager>(g_staged_copies) : nullptr);
+  });
 }
 
 void expect_no_errors(const std::vector<std::string>& errors) {
@@ -208,6 +194,30 @@ TEST_P(CommRanks, AllGatherMatchesClosedForm) {
       });
       expect_no_errors(errors);
     }
+  }
+}
+
+// Element i of the chunk rank r sends to rank p: r * 20 + p * 5 + i % 5 (exact in bf16), so
+// every element received names its sender and its place.
+TEST_P(CommRanks, AllToAllMatchesClosedForm) {
+  const auto [n, dtype, staged] = GetParam();
+  (void)staged;
+  for (int64_t M : {1, 3, 5000}) {
+    auto errors = run_ranks(n, [&, M](Comm& c) {
+      std::vector<float> mine(static_cast<size_t>(M * n));
+      for (int p = 0; p < n; ++p)
+        for (int64_t i = 0; i < M; ++i)
+          mine[static_cast<size_t>(p * M + i)] = static_cast<float>(c.rank() * 20 + p * 5 + i % 5);
+      Buf in(mine, dtype);
+      Buf out(std::vector<float>(static_cast<size_t>(M * n), -1.0f), dtype);
+      c.all_to_all(out.view(), in.view(), "attention");
+      std::vector<float> got = out.values();
+      for (int p = 0; p < n; ++p)
+        for (int64_t i = 0; i < M; ++i)
+          ASSERT_EQ(got[static_cast<size_t>(p * M + i)], static_cast<float>(p * 20 + c.rank() * 5 + i % 5))
+              << "rank " << c.rank() << " chunk " << p << " index " << i;
+    });
+    expect_no_errors(errors);
   }
 }
 

@@ -69,7 +69,9 @@ int bench_step(int argc, char** argv) {
       .opt("--model", &c.model.model, "DIR", "a model folder instead of the preset")
       .opt("--seq-len", &c.data.seq_len, "T", "tokens per sequence")
       .opt("--micro-batch", &c.data.micro_batch, "B", "sequences per micro-batch")
-      .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per step");
+      .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per step")
+      .opt("--context-parallel", &c.parallel.context_parallel, "N",
+           "split each sequence over N ranks (see anvil train --help)");
   bind_mode(a, &c.parallel.mode, "parallel mode (auto: ddp when the plan fits, else fsdp)");
   bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (see anvil train --help)");
   bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (see anvil train --help)");

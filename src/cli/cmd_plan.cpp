@@ -43,8 +43,8 @@ std::string plan_notes(const PlanAdvice& adv, const PlanInput& in, int64_t gpu_b
 // What the step model runs on: the GPU, its op costs and the bus between GPUs, each with
 // where the figure comes from.
 struct StepTarget {
-  const GpuSpec* gpu = nullptr;  // null: this machine's GPU is not one the step model knows
-  std::string gpu_name;
+  const GpuSpec* gpu = nullptr;  // null: no prediction (why_not says why)
+  std::string gpu_name, why_not;
   OpCostTable table;
   double bus_gbps = 0;
   std::string bus_source;
@@ -78,7 +78,11 @@ StepTarget step_target(const TargetFlags& f, int nproc) {
   ANVIL_ENSURE(t.gpu || f.gpu.empty(), kUsage, "anvil plan: unknown GPU '", name, "' (--gpu takes one of ",
                known_gpu_names(), ")");
   t.gpu_name = name;
-  if (!t.gpu) return t;  // this machine's GPU, unknown: no prediction (the memory plan as ever)
+  if (!t.gpu) {  // this machine's GPU, unknown: no prediction (the memory plan as ever)
+    t.why_not = cat("this machine's GPU, ", name, ", is not one the step model knows (--gpu NAME predicts on one of ",
+                    known_gpu_names(), ")");
+    return t;
+  }
   t.table = OpCostTable::load(f.op_table);
   if (f.bus_gbps > 0) {
     t.bus_gbps = f.bus_gbps;
@@ -101,9 +105,7 @@ StepPrediction predict_mode(const PlanInput& in, const MemoryPlan& plan, int64_t
 }
 
 std::string prediction_text(const StepTarget& t, int nproc, const StepPrediction& ddp, const StepPrediction& fsdp) {
-  if (!t.gpu)
-    return cat("step: not predicted: this machine's GPU, ", t.gpu_name, ", is not one the step model knows (--gpu ",
-               "NAME predicts on one of ", known_gpu_names(), ")\n");
+  if (!t.gpu) return cat("step: not predicted: ", t.why_not, "\n");
   std::string s = cat("step, predicted for ", nproc, " x ", t.gpu->key, " (op costs: ", t.table.gpu, " table, ",
                       t.table.measured ? "measured" : "NOT measured, derived from the GPU's limits",
                       nproc > 1 ? cat("; bus ", t.bus_gbps, " GB/s: ", t.bus_source) : std::string(), "):\n");
@@ -143,7 +145,9 @@ int cmd_plan(int argc, char** argv) {
       .opt("--nproc", &nproc, "N", "GPUs (ranks)")
       .opt("--seq-len", &c.data.seq_len, "T", "tokens per sequence")
       .opt("--micro-batch", &c.data.micro_batch, "B", "sequences per micro-batch")
-      .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per optimizer step (as anvil train)");
+      .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per optimizer step (as anvil train)")
+      .opt("--context-parallel", &c.parallel.context_parallel, "N",
+           "ranks sharing each sequence (as anvil train: --nproc of them): seq-len/N tokens a rank");
   bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)");
   bind_mlp_tile(a, &c.parallel.mlp_tile);
   bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (as anvil train)");
@@ -165,6 +169,11 @@ int cmd_plan(int argc, char** argv) {
   PlanInput in;
   in.config = c.model.preset.empty() ? load_config(resolve_model_dir(c.model.model)) : preset_config(c.model.preset);
   in.world = static_cast<int>(nproc);
+  const int64_t cp = c.parallel.context_parallel;
+  ANVIL_ENSURE(cp == 1 || (cp == nproc && in.config.num_kv_heads % cp == 0 && d.seq_len % cp == 0), kUsage,
+               "anvil plan: --context-parallel ", cp, " needs --nproc ", cp, " and must divide the model's ",
+               in.config.num_kv_heads, " key/value heads and --seq-len ", d.seq_len);
+  in.context_parallel = cp;
   in.seq_len = d.seq_len;
   in.micro_batch = d.micro_batch;
   in.mode = c.parallel.mode;
@@ -173,7 +182,11 @@ int cmd_plan(int argc, char** argv) {
   in.grad_dtype = resolve_grad_dtype(c.parallel.grad_dtype, in.compute_dtype, d.grad_accum);
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
   const PlanAdvice adv = advise(in, c.parallel.recompute, gpu_bytes);
-  const StepTarget target_of = step_target(target, in.world);
+  StepTarget target_of = step_target(target, in.world);
+  if (in.context_parallel > 1 && target_of.gpu) {
+    target_of.gpu = nullptr;
+    target_of.why_not = "the step model does not count context parallelism's all-to-alls yet";
+  }
   StepPrediction ddp, fsdp;
   if (target_of.gpu) {
     ddp = predict_mode(in, adv.ddp, d.grad_accum, target_of);

@@ -65,7 +65,11 @@ void bind_parallel(Args& a, TrainConfig& c) {
       .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per optimizer step")
       .flag("--fsdp-defer-sync", &p.fsdp_defer_sync,
             "fsdp: reduce-scatter gradients once per step instead of per micro-batch (keeps the whole model's "
-            "fp32 gradient; as PyTorch's set_requires_gradient_sync(False))");
+            "fp32 gradient; as PyTorch's set_requires_gradient_sync(False))")
+      .opt("--context-parallel", &p.context_parallel, "N",
+           "split each sequence over N ranks (every rank of the run; ddp or fsdp over the same ranks): each holds "
+           "seq-len/N tokens, and attention trades them for a share of the heads by all-to-all (Ulysses; N must "
+           "divide the key/value heads and --seq-len)");
   bind_recompute(a, &p.recompute,
                  "activation recomputation in backward: selective recomputes the norms and RoPE, full every block "
                  "(auto: the fastest that fits the plan in the GPU's memory)");

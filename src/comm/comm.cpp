@@ -89,6 +89,16 @@ void Comm::check_gather(std::string_view op, Tensor out, Tensor in, int64_t out_
                " elements, out ", out.numel(), " (expected out = ", out_per_in, " x in)");
 }
 
+void Comm::check_all_to_all(Tensor out, Tensor in) const {
+  check_gather("all_to_all", out, in, 1);
+  ANVIL_ENSURE(in.numel() % world() == 0, kInternal, where("all_to_all", ""), ": ", in.numel(),
+               " elements do not split into ", world(), " chunks");
+  const char* o = static_cast<const char*>(out.data);
+  const char* i = static_cast<const char*>(in.data);
+  ANVIL_ENSURE(o + out.bytes() <= i || i + in.bytes() <= o, kInternal, where("all_to_all", ""),
+               ": out and in overlap");
+}
+
 void Comm::host_all_gather(const void* mine, size_t bytes, void* all, std::string_view tag) {
   std::vector<std::string> blobs =
       bootstrap_->all_gather(std::string(static_cast<const char*>(mine), bytes), where("host_all_gather", tag));

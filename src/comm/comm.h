@@ -4,7 +4,8 @@
 // Why this shape: gradient sync is one collective per parameter unit (DDP: all_reduce of
 // the unit's fp32 gradients, averaged; FSDP: reduce_scatter of them into the local shard,
 // all_gather of the bf16 weights), so the interface is the five collectives over dense
-// Tensor views, plus what the training loop needs around them:
+// Tensor views (and all_to_all, for context parallelism's attention: train/config.h's
+// --context-parallel), plus what the training loop needs around them:
 //  - Ordering. Each collective returns a CommWork. On the GPU the collective runs on the
 //    comm's own stream, after the work queued so far on the compute stream (an event, not
 //    a host wait); wait(work) makes the compute stream wait for it, still without a host
@@ -18,8 +19,8 @@
 //  - Host exchanges (host_all_gather) for small values such as global token counts and
 //    bench timings, through the rendezvous connection.
 // Invariants: every rank calls the same collectives in the same order with the same sizes
-// (the CPU comm detects a mismatch and says so); reduce ops take F32 or BF16, all_gather
-// and broadcast any dtype; out and in may be the same memory where noted.
+// (the CPU comm detects a mismatch and says so); reduce ops take F32 or BF16, all_gather,
+// all_to_all and broadcast any dtype; out and in may be the same memory where noted.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +86,9 @@ class Comm {
   virtual CommWork reduce_scatter(Tensor out, Tensor in, ReduceOp op, std::string_view tag = {}) = 0;
   // in: n elements; out: world * n, slice r from rank r. in may be slice `rank()` of out.
   virtual CommWork all_gather(Tensor out, Tensor in, std::string_view tag = {}) = 0;
+  // in and out: world * n elements each; chunk r of in goes to rank r, and chunk r of out
+  // comes from rank r (slice `rank()` is copied). out and in must not overlap.
+  virtual CommWork all_to_all(Tensor out, Tensor in, std::string_view tag = {}) = 0;
   // buf on every rank becomes root's buf.
   virtual CommWork broadcast(Tensor buf, int root, std::string_view tag = {}) = 0;
   // Returns when every rank has reached it (host-side, bounded by the timeout).
@@ -111,6 +115,7 @@ class Comm {
   // Checks shared by the implementations: dtypes, sizes, devices, root.
   void check_reduce(std::string_view op, Tensor out, Tensor in, int64_t in_per_out) const;
   void check_gather(std::string_view op, Tensor out, Tensor in, int64_t out_per_in) const;
+  void check_all_to_all(Tensor out, Tensor in) const;
   void check_device(std::string_view op, Tensor t) const;
 
   std::unique_ptr<Bootstrap> bootstrap_;

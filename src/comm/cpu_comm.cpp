@@ -6,6 +6,8 @@
 //  - reduce_scatter: rank j receives every rank's chunk j and adds them in rank order.
 //  - all_reduce: reduce_scatter, then every rank sends its reduced chunk to all others.
 //  - all_gather: every rank sends its slice to all others. broadcast: root sends to all.
+//  - all_to_all: every rank sends chunk p of its input to rank p, and receives chunk p of
+//    its output from rank p (its own chunk copied).
 // Each element is reduced by exactly one rank, always as ((x0 + x1) + x2) + ..., in fp32
 // (bf16 inputs are widened and rounded once at the end), so the result is bit-identical on
 // every rank and every run, whatever order the bytes arrive in. Each rank sends and
@@ -34,7 +36,7 @@
 namespace anvil {
 namespace {
 
-enum class Op : uint32_t { kAllReduce = 1, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+enum class Op : uint32_t { kAllReduce = 1, kReduceScatter, kAllGather, kBroadcast, kBarrier, kAllToAll };
 
 const char* op_name(Op op) {
   switch (op) {
@@ -43,6 +45,7 @@ const char* op_name(Op op) {
     case Op::kAllGather: return "all_gather";
     case Op::kBroadcast: return "broadcast";
     case Op::kBarrier: return "barrier";
+    case Op::kAllToAll: return "all_to_all";
   }
   return "?";
 }
@@ -135,6 +138,11 @@ class CpuComm final : public Comm {
     return staged(out, in, [&](Tensor o, Tensor i) { all_gather_host(o, i, tag); });
   }
 
+  CommWork all_to_all(Tensor out, Tensor in, std::string_view tag) override {
+    check_all_to_all(out, in);
+    return staged(out, in, [&](Tensor o, Tensor i) { all_to_all_host(o, i, tag); });
+  }
+
   CommWork broadcast(Tensor buf, int root, std::string_view tag) override {
     check_device("broadcast", buf);
     ANVIL_ENSURE(root >= 0 && root < world(), kInternal, where("broadcast", tag), ": root ", root,
@@ -223,18 +231,36 @@ class CpuComm final : public Comm {
   }
 
   void all_gather_host(Tensor out, Tensor in, std::string_view tag) {
-    const int n = world(), me = rank();
+    const int me = rank();
     const size_t slice = in.bytes();
     char* dst = static_cast<char*>(out.data);
     if (dst + static_cast<size_t>(me) * slice != in.data)
       std::memmove(dst + static_cast<size_t>(me) * slice, in.data, slice);
+    with_every_peer(Op::kAllGather, tag, slice, [&](int) { return dst + static_cast<size_t>(me) * slice; },
+                    [&](int p) { return dst + static_cast<size_t>(p) * slice; });
+  }
+
+  void all_to_all_host(Tensor out, Tensor in, std::string_view tag) {
+    const int n = world(), me = rank();
+    const size_t chunk = in.bytes() / static_cast<size_t>(n);
+    char* dst = static_cast<char*>(out.data);
+    char* src = static_cast<char*>(in.data);
+    std::memcpy(dst + static_cast<size_t>(me) * chunk, src + static_cast<size_t>(me) * chunk, chunk);
+    with_every_peer(Op::kAllToAll, tag, chunk, [&](int p) { return src + static_cast<size_t>(p) * chunk; },
+                    [&](int p) { return dst + static_cast<size_t>(p) * chunk; });
+  }
+
+  // One phase in which this rank sends `bytes` at send_at(p) to every peer p and receives
+  // `bytes` from it at recv_at(p).
+  template <class SendAt, class RecvAt>
+  void with_every_peer(Op coll, std::string_view tag, size_t bytes, SendAt send_at, RecvAt recv_at) {
     std::vector<Transfer> ts;
-    for (int p = 0; p < n; ++p) {
-      if (p == me) continue;
-      ts.push_back(make(p, true, dst + static_cast<size_t>(me) * slice, slice));
-      ts.push_back(make(p, false, dst + static_cast<size_t>(p) * slice, slice));
+    for (int p = 0; p < world(); ++p) {
+      if (p == rank()) continue;
+      ts.push_back(make(p, true, send_at(p), bytes));
+      ts.push_back(make(p, false, recv_at(p), bytes));
     }
-    exchange(ts, Op::kAllGather, tag);
+    exchange(ts, coll, tag);
   }
 
   void broadcast_host(Tensor buf, int root, std::string_view tag) {

@@ -13,9 +13,10 @@ constexpr EnumName<Recompute> kRecomputeNames[] = {
     {Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"},
     {Recompute::kAuto, "auto"}};
 
-// The sizes the shapes are made of; M the MLP's tile (N untiled).
+// The sizes the shapes are made of: T this rank's tokens of a sequence, rope_T the sequence's;
+// M the MLP's tile (N untiled).
 struct Dims {
-  int64_t B, T, N, C, I, H, KV, hd, M;
+  int64_t B, T, N, C, I, H, KV, hd, rope_T, M;
   DType cd;
 };
 
@@ -58,8 +59,8 @@ std::vector<ActivationBuffer> one_of_each(const Dims& d) {
       {Activation::kDh, "dh", 0, {d.N, d.C}, d.cd},
       {Activation::kHFinal, "h_final", 0, {d.N, d.C}, d.cd},
       {Activation::kRstdFinal, "rstd_final", 0, {d.N}, F},
-      {Activation::kRopeCos, "rope_cos", 0, {d.T, d.hd / 2}, F},
-      {Activation::kRopeSin, "rope_sin", 0, {d.T, d.hd / 2}, F},
+      {Activation::kRopeCos, "rope_cos", 0, {d.rope_T, d.hd / 2}, F},
+      {Activation::kRopeSin, "rope_sin", 0, {d.rope_T, d.hd / 2}, F},
   };
 }
 
@@ -88,12 +89,15 @@ int64_t effective_mlp_tile(const ModelConfig& c, int64_t tokens, DType compute_d
 
 std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
                                                  Recompute r, DType compute_dtype, int64_t mlp_tile,
-                                                 DType grad_dtype) {
+                                                 DType grad_dtype, int64_t context_parallel) {
   if (r == Recompute::kAuto)
     raise(ErrorKind::kInternal, "activation sizes of recompute ", recompute_name(r), " (resolve auto first)");
-  const int64_t N = micro_batch * seq_len, M = effective_mlp_tile(c, N, compute_dtype, mlp_tile);
-  const Dims d{micro_batch, seq_len, N, c.hidden_size, c.intermediate_size,
-               c.num_heads, c.num_kv_heads, c.head_dim, M, compute_dtype};
+  const int64_t P = context_parallel, T = seq_len / P;
+  ANVIL_ENSURE(P >= 1 && seq_len % P == 0 && c.num_kv_heads % P == 0 && c.num_heads % P == 0, kInternal,
+               "activation sizes: context parallel ", P, " does not divide sequence ", seq_len, " and the heads");
+  const int64_t N = micro_batch * T, M = effective_mlp_tile(c, N, compute_dtype, mlp_tile);
+  const Dims d{micro_batch, T, N, c.hidden_size, c.intermediate_size,
+               c.num_heads, c.num_kv_heads, c.head_dim, seq_len, M, compute_dtype};
   const bool selective = r == Recompute::kSelective, tiled = M < N;
   auto wanted = [&](Activation a) {
     if (a == Activation::kGateUp) return !tiled;
@@ -111,6 +115,10 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
       if ((!selective || !recomputed_by_selective(b.what)) && wanted(b.what)) v.push_back(b);
   for (const ActivationBuffer& b : one_of_each(d))
     if (wanted(b.what)) v.push_back(b);
+  if (P > 1) {
+    v.push_back({Activation::kCpSend, "cp_send", 0, {d.N, d.H + 2 * d.KV, d.hd}, d.cd});
+    v.push_back({Activation::kCpRecv, "cp_recv", 0, {d.N, d.H + 2 * d.KV, d.hd}, d.cd});
+  }
   return v;
 }
 

@@ -36,6 +36,11 @@
 //   h_final    (N, C) cd        the final RMSNorm's output
 //   rstd_final (N) F32          its reciprocal RMS
 //   rope_cos, rope_sin (T, hd/2) F32  the RoPE tables
+// Context parallel over P ranks (model/context_parallel.h): T is the sequence, each rank holds
+// N = B x T/P tokens, and the attention section's buffers (qkv_raw, qkv, rstd_qk, att, lse
+// and their gradients) hold the same number of elements as all T tokens of (H+2KV)/P
+// heads, the layout they are used in; the RoPE tables cover all T positions; and two more:
+//   cp_send, cp_recv (N, H+2KV, hd) cd  the all-to-all's chunks
 #pragma once
 
 #include <cstdint>
@@ -58,6 +63,7 @@ enum class Activation {
   kResidual,
   kH1, kRstd1, kQkvRaw, kQkv, kRstdQk, kAtt, kLse, kXMid, kH2, kRstd2, kGateUp,
   kAct, kDAct, kDGateUp, kGateUpTile, kMlpDw, kDAtt, kDQkv, kDQkvRaw, kDx, kDh, kHFinal, kRstdFinal, kRopeCos, kRopeSin,
+  kCpSend, kCpRecv,
 };
 bool is_block_activation(Activation a);  // kH1 .. kGateUp: one per set of block buffers
 
@@ -91,10 +97,12 @@ int64_t auto_mlp_tile(const ModelConfig& c, int64_t tokens, DType compute_dtype)
 int64_t effective_mlp_tile(const ModelConfig& c, int64_t tokens, DType compute_dtype, int64_t mlp_tile);
 
 // Every buffer, in allocation order. r: not kAuto (a kInternal error). mlp_tile: tokens per
-// MLP tile (kMlpTileAuto: auto_mlp_tile); grad_dtype: the blocks' gradients (mlp_dw).
+// MLP tile of this rank's tokens (kMlpTileAuto: auto_mlp_tile); grad_dtype: the blocks'
+// gradients (mlp_dw); context_parallel: the ranks that share each sequence (they divide
+// seq_len and the heads).
 std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
                                                  Recompute r, DType compute_dtype, int64_t mlp_tile = kMlpTileAuto,
-                                                 DType grad_dtype = DType::kF32);
+                                                 DType grad_dtype = DType::kF32, int64_t context_parallel = 1);
 int64_t activation_bytes(const std::vector<ActivationBuffer>& buffers);
 
 }  // namespace anvil

@@ -20,17 +20,26 @@ Tensor part(const Tensor& unit, int64_t offset, Shape shape) {
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops& ops, int64_t micro_batch,
-                         int64_t seq_len, Recompute recompute, int64_t mlp_tile, DType grad_dtype)
-    : c_(config), table_(table), ops_(ops), B_(micro_batch), T_(seq_len), N_(micro_batch * seq_len),
-      recompute_(recompute), mlp_tile_(effective_mlp_tile(config, N_, ops.compute_dtype(), mlp_tile)),
+                         int64_t seq_len, Recompute recompute, int64_t mlp_tile, DType grad_dtype,
+                         Comm* context_parallel)
+    : c_(config), table_(table), ops_(ops), B_(micro_batch), T_(seq_len), N_(micro_batch * seq_len), Ta_(seq_len),
+      Ha_(static_cast<int>(config.num_heads)), KVa_(static_cast<int>(config.num_kv_heads)),
+      cp_(context_parallel, context_parallel ? context_parallel->world() : 1), recompute_(recompute),
       compute_dtype_(ops.compute_dtype()) {
   ANVIL_ENSURE(B_ >= 1 && T_ >= 2, kInvalidInput, "micro-batch ", B_, " x sequence length ", T_,
                ": need at least one sequence of two tokens");
   ANVIL_ENSURE(recompute_ != Recompute::kAuto, kInternal, "recompute auto reached the model unresolved");
+  const int P = cp_.size();
+  ANVIL_ENSURE(T_ % P == 0 && Ha_ % P == 0 && KVa_ % P == 0, kInternal, "context parallel ", P,
+               " does not divide the sequence (", T_, ") and the heads (", Ha_, ", ", KVa_, ")");
+  T_ /= P, N_ /= P, Ha_ /= P, KVa_ /= P;
   resid_.resize(static_cast<size_t>(c_.num_layers + 1));
   acts_.resize(static_cast<size_t>(block_sets(c_, recompute_)));
-  for (const ActivationBuffer& b : activation_buffers(c_, B_, T_, recompute_, compute_dtype_, mlp_tile_, grad_dtype))
+  mlp_tile_ = effective_mlp_tile(c_, N_, compute_dtype_, mlp_tile);
+  for (const ActivationBuffer& b :
+       activation_buffers(c_, B_, Ta_, recompute_, compute_dtype_, mlp_tile_, grad_dtype, P))
     allocate(b);
+  cp_.set_buffers(cp_send_, cp_recv_);
   upload_rope_tables();
 }
 
@@ -85,6 +94,8 @@ Tensor& Transformer::one_of_each(Activation what) {
     case Activation::kRstdFinal: return rstd_final_;
     case Activation::kRopeCos: return rope_cos_;
     case Activation::kRopeSin: return rope_sin_;
+    case Activation::kCpSend: return cp_send_;
+    case Activation::kCpRecv: return cp_recv_;
     default: raise(ErrorKind::kInternal, "not an activation the model has one of");
   }
 }
@@ -93,34 +104,47 @@ Tensor& Transformer::one_of_each(Activation what) {
 void Transformer::upload_rope_tables() {
   const std::vector<float> inv = rope_inv_freq(c_);
   const int64_t half = c_.head_dim / 2;
-  std::vector<float> cs(static_cast<size_t>(T_ * half)), sn(cs.size());
-  for (int64_t t = 0; t < T_; ++t)
+  std::vector<float> cs(static_cast<size_t>(Ta_ * half)), sn(cs.size());
+  for (int64_t t = 0; t < Ta_; ++t)
     rope_row(c_, inv, t, &cs[static_cast<size_t>(t * half)], &sn[static_cast<size_t>(t * half)]);
   ops_.upload(rope_cos_, cs.data());
   ops_.upload(rope_sin_, sn.data());
 }
 
-// qkv_raw -> qkv: the per-head RMSNorm of q and k (where the model has one), then RoPE.
+std::vector<int64_t> Transformer::qkv_segments() const {
+  return {c_.q_dim(), c_.num_kv_heads * c_.head_dim, c_.num_kv_heads * c_.head_dim};
+}
+
+Tensor Transformer::att_tokens(BlockActs& a) {
+  if (cp_.size() == 1) return a.att;
+  const Tensor tokens = cp_.staging({N_, c_.q_dim()});
+  cp_.to_tokens(ops_, tokens, a.att, B_, {c_.q_dim()});
+  return tokens;
+}
+
+// qkv_raw -> qkv (attention's layout): the per-head RMSNorm of q and k (where the model has
+// one), then RoPE.
 void Transformer::qk_norm_rope_forward(Tensor w, BlockActs& a) {
   const BlockOffsets& o = table_.block();
-  const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
   const Tensor qn = c_.qk_norm ? part(w, o.q_norm, {c_.head_dim}) : Tensor();
   const Tensor kn = c_.qk_norm ? part(w, o.k_norm, {c_.head_dim}) : Tensor();
-  ops_.qk_norm_rope_forward(a.qkv.reshape(a.qkv_raw.shape), a.rstd_qk, a.qkv_raw, qn, kn, rope_cos_, rope_sin_, H, KV,
+  ops_.qk_norm_rope_forward(a.qkv.reshape(qkv_rows()), a.rstd_qk.reshape({B_ * Ta_, Ha_ + KVa_}),
+                            a.qkv_raw.reshape(qkv_rows()), qn, kn, rope_cos_, rope_sin_, Ha_, KVa_,
                             static_cast<float>(c_.rms_norm_eps), positions_);
 }
 
 void Transformer::block_forward(Tensor w, Tensor x_in, BlockActs& a, Tensor x_out) {
   const BlockOffsets& o = table_.block();
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
-  const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
   const float eps = static_cast<float>(c_.rms_norm_eps);
   ops_.rmsnorm_forward(a.h1, a.rstd1, x_in, part(w, o.attn_norm, {C}), eps);
   ops_.linear_forward(a.qkv_raw.reshape({N_, Q}), a.h1, part(w, o.qkv_w, {Q, C}),
                       c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor());
+  if (cp_.size() > 1) cp_.to_heads(ops_, a.qkv_raw, a.qkv_raw, B_, qkv_segments());
   qk_norm_rope_forward(w, a);
-  ops_.attention_forward(a.att.reshape({B_, T_, H, c_.head_dim}), a.lse, a.qkv, H, KV, positions_);
-  ops_.linear_forward(a.x_mid, a.att, part(w, o.o_w, {C, c_.q_dim()}), Tensor());
+  ops_.attention_forward(a.att.reshape(att_seqs()), a.lse.reshape({B_, Ha_, Ta_}), a.qkv.reshape(qkv_seqs()), Ha_,
+                         KVa_, positions_);
+  ops_.linear_forward(a.x_mid, att_tokens(a), part(w, o.o_w, {C, c_.q_dim()}), Tensor());
   ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps);
   if (mlp_tile_ == N_) ops_.linear_forward(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
   if (x_out.data) {
@@ -203,20 +227,22 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
   // dx_ holds d loss / d x_out on entry and d loss / d x_in on return.
   const BlockOffsets& o = table_.block();
   const int64_t C = c_.hidden_size, Q = c_.qkv_dim(), hd = c_.head_dim;
-  const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
   mlp_backward(w, g, acc, a);
   ops_.rmsnorm_backward(dx_, part(g, o.mlp_norm, {C}), dh_, a.x_mid, part(w, o.mlp_norm, {C}), a.rstd2, true, acc);
-  // attention
-  ops_.linear_backward_weight(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, a.att, acc);
+  // attention (context parallel: its output exchanged again, its input's gradient exchanged back)
+  ops_.linear_backward_weight(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, att_tokens(a), acc);
   ops_.linear_backward_input(d_att_, dx_, part(w, o.o_w, {C, c_.q_dim()}), false);
-  ops_.attention_backward(d_qkv_, d_att_.reshape({B_, T_, H, hd}), a.qkv, a.att.reshape({B_, T_, H, hd}), a.lse,
-                          H, KV, positions_);
+  if (cp_.size() > 1) cp_.to_heads(ops_, d_att_, d_att_, B_, {c_.q_dim()});
+  ops_.attention_backward(d_qkv_.reshape(qkv_seqs()), d_att_.reshape(att_seqs()), a.qkv.reshape(qkv_seqs()),
+                          a.att.reshape(att_seqs()), a.lse.reshape({B_, Ha_, Ta_}), Ha_, KVa_, positions_);
   const Tensor qn = c_.qk_norm ? part(w, o.q_norm, {hd}) : Tensor();
   const Tensor kn = c_.qk_norm ? part(w, o.k_norm, {hd}) : Tensor();
   const Tensor dqn = c_.qk_norm ? part(g, o.q_norm, {hd}) : Tensor();
   const Tensor dkn = c_.qk_norm ? part(g, o.k_norm, {hd}) : Tensor();
-  ops_.qk_norm_rope_backward(d_qkv_raw_, dqn, dkn, d_qkv_.reshape(d_qkv_raw_.shape), a.qkv_raw, qn, kn, a.rstd_qk,
-                             rope_cos_, rope_sin_, H, KV, acc, positions_);
+  ops_.qk_norm_rope_backward(d_qkv_raw_.reshape(qkv_rows()), dqn, dkn, d_qkv_.reshape(qkv_rows()),
+                             a.qkv_raw.reshape(qkv_rows()), qn, kn, a.rstd_qk.reshape({B_ * Ta_, Ha_ + KVa_}),
+                             rope_cos_, rope_sin_, Ha_, KVa_, acc, positions_);
+  if (cp_.size() > 1) cp_.to_tokens(ops_, d_qkv_raw_, d_qkv_raw_, B_, qkv_segments());
   const Tensor d_qkv_flat = d_qkv_raw_.reshape({N_, Q});
   ops_.linear_backward_weight(part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat,
                               a.h1, acc);
@@ -227,8 +253,8 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
 void Transformer::forward_blocks(UnitSource& src, Tensor ids, Tensor positions) {
   ANVIL_ENSURE(ids.numel() == N_, kInternal, "transformer: ", ids.numel(), " ids for a model built for ", N_,
                " tokens");
-  ANVIL_ENSURE(!positions.data || positions.numel() == N_, kInternal, "transformer: ", positions.numel(),
-               " positions for ", N_, " tokens");
+  ANVIL_ENSURE(!positions.data || positions.numel() == B_ * Ta_, kInternal, "transformer: ", positions.numel(),
+               " positions for ", B_ * Ta_, " tokens");
   positions_ = positions;
   const int64_t C = c_.hidden_size, V = c_.vocab_size, L = c_.num_layers;
   const int embed = table_.embed_unit(), norm = table_.norm_unit();

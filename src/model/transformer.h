@@ -24,6 +24,11 @@
 // the backward each tile's gate_up recomputed from h2 before its gradients; the weight
 // gradients add up over the tiles (rows of the same sums in the same order on the CPU: the
 // same bits as untiled). Untiled, gate_up is kept per block as above.
+//
+// Context parallel (model/context_parallel.h): each of the group's P ranks runs B sequences of
+// T/P tokens (its slice); attention's all-to-alls give qk-norm, RoPE and attention all T
+// tokens of H/P and KV/P heads, and the parameter gradients are this slice's share (the
+// reduction across ranks adds the slices).
 #pragma once
 
 #include <cstdint>
@@ -32,8 +37,10 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm.h"
 #include "model/activations.h"
 #include "model/config.h"
+#include "model/context_parallel.h"
 #include "model/params.h"
 #include "ops/ops.h"
 
@@ -59,17 +66,20 @@ class UnitSource {
 
 class Transformer {
  public:
-  // mlp_tile: tokens per MLP tile (kMlpTileAuto: auto_mlp_tile); grad_dtype: the blocks'
-  // gradients as the source hands them (BF16: tiles sum into an F32 buffer, then rounded once).
+  // mlp_tile: tokens per MLP tile of this rank's tokens (kMlpTileAuto: auto_mlp_tile);
+  // grad_dtype: the blocks' gradients as the source hands them (BF16: tiles sum into an F32
+  // buffer, then rounded once); context_parallel: the group that shares each sequence (its
+  // world; null: none); seq_len is the whole sequence's.
   Transformer(const ModelConfig& config, const ParamTable& table, Ops& ops, int64_t micro_batch,
               int64_t seq_len, Recompute recompute, int64_t mlp_tile = kMlpTileAuto,
-              DType grad_dtype = DType::kF32);
+              DType grad_dtype = DType::kF32, Comm* context_parallel = nullptr);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
   // ids, targets: (B*T) I32 on the ops' device; targets[i] is the token that position i
-  // predicts (-100: none). loss_sum (1) F32 += the summed token losses; gradients are of
+  // predicts (-100: none). Context parallel: this rank's slice of every sequence, B*T/P
+  // (positions, when given, still all B*T). loss_sum (1) F32 += the summed token losses; gradients are of
   // loss_sum * loss_scale. logits (B*T, V) F32, when given, receives the logits.
   // positions (B*T) I32, when given: documents packed in each sequence, each token's position
   // in its document (ops.h's attention_forward): RoPE takes those positions and attention
@@ -86,8 +96,8 @@ class Transformer {
   void set_forward_done_hook(std::function<void()> hook) { forward_done_ = std::move(hook); }
 
   int64_t micro_batch() const { return B_; }
-  int64_t seq_len() const { return T_; }
-  int64_t mlp_tile() const { return mlp_tile_; }  // tokens per MLP tile (the micro-batch's: untiled)
+  int64_t seq_len() const { return Ta_; }
+  int64_t mlp_tile() const { return mlp_tile_; }  // tokens per MLP tile (this rank's tokens: untiled)
 
  private:
   // One set of block buffers (model/activations.h).
@@ -95,6 +105,14 @@ class Transformer {
     Tensor h1, rstd1, qkv_raw, qkv, rstd_qk, att, lse, x_mid, h2, rstd2, gate_up;
     Tensor& of(Activation what);
   };
+  // Attention's layout (all Ta_ tokens of Ha_ + 2 KVa_ heads) of a buffer of the section.
+  Shape qkv_rows() const { return {B_ * Ta_, Ha_ + 2 * KVa_, c_.head_dim}; }
+  Shape qkv_seqs() const { return {B_, Ta_, Ha_ + 2 * KVa_, c_.head_dim}; }
+  Shape att_seqs() const { return {B_, Ta_, Ha_, c_.head_dim}; }
+  std::vector<int64_t> qkv_segments() const;  // the q, k and v heads' widths of a qkv row
+  // Attention's output in this rank's tokens (N_, H*hd): a.att, or under context parallel
+  // a.att exchanged into the staging buffer.
+  Tensor att_tokens(BlockActs& a);
   // Allocates one table entry and points the tensor (or tensors) it holds into it.
   void allocate(const ActivationBuffer& buffer);
   Tensor& one_of_each(Activation what);  // the model's tensor of an activation it has one of
@@ -121,7 +139,10 @@ class Transformer {
   const ModelConfig& c_;
   const ParamTable& table_;
   Ops& ops_;
-  int64_t B_, T_, N_;
+  int64_t B_, T_, N_;  // T_: this rank's tokens of a sequence (all of it without context parallel)
+  int64_t Ta_;          // attention's: the sequence's
+  int Ha_, KVa_;        // attention's heads: this rank's share
+  ContextParallel cp_;
   Recompute recompute_;
   int64_t mlp_tile_;  // tokens per MLP tile; N_: untiled
   DType compute_dtype_;
@@ -130,9 +151,10 @@ class Transformer {
 
   std::vector<Tensor> resid_;  // x_0 .. x_L, (N, C)
   std::vector<BlockActs> acts_;  // the sets of block buffers: one per layer, or one (kFull)
-  Tensor rope_cos_, rope_sin_;  // (T, hd/2) F32
+  Tensor rope_cos_, rope_sin_;  // (Ta_, hd/2) F32
   Tensor positions_;  // the pass's positions (forward_backward), or empty
-  Tensor act_, d_act_, d_gate_up_, gate_up_tile_, mlp_dw_, d_att_, d_qkv_, d_qkv_raw_, dx_, dh_, h_final_, rstd_final_;
+  Tensor act_, d_act_, d_gate_up_, gate_up_tile_, mlp_dw_, d_att_, d_qkv_, d_qkv_raw_, dx_, dh_, h_final_,
+      rstd_final_, cp_send_, cp_recv_;
 };
 
 }  // namespace anvil

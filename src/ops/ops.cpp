@@ -133,6 +133,18 @@ void Ops::convert(Tensor dst, Tensor src) {
   convert_impl(dst, src);
 }
 
+void Ops::copy_rows(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows, int64_t width) {
+  const OpChecks c = checks_of(*this, "copy_rows");
+  c.tensor("in", in, in.dtype).tensor("out", out, in.dtype);
+  c.ensure(rows >= 0 && width >= 0 && width <= in_pitch && width <= out_pitch, rows, " rows of ", width,
+           " elements at pitches ", in_pitch, " (in) and ", out_pitch, " (out)");
+  c.ensure(rows == 0 || ((rows - 1) * in_pitch + width <= in.numel() && (rows - 1) * out_pitch + width <= out.numel()),
+           rows, " rows of ", width, " at pitches ", in_pitch, " and ", out_pitch, " pass the end of in (", in.numel(),
+           ") or out (", out.numel(), ")");
+  const OpScope scope(*this, "copy_rows", [&] { return cat(rows, "x", width); });
+  if (rows > 0 && width > 0) copy_rows_impl(out, out_pitch, in, in_pitch, rows, width);
+}
+
 // ---- linear layers
 void Ops::linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) {
   const OpChecks c = checks_of(*this, "linear_forward");

@@ -100,6 +100,10 @@ class Ops {
   void download(void* host_dst, Tensor src);      // src -> host, same dtype
   void zero(Tensor t);
   void convert(Tensor dst, Tensor src);  // elementwise dtype conversion (F32 <-> BF16, or a copy)
+  // Strided rows (the layout changes around context parallelism's all-to-all,
+  // model/context_parallel.h): `rows` rows of `width` elements, row r from element
+  // r * in_pitch of in to element r * out_pitch of out (same dtype; they must not overlap).
+  void copy_rows(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows, int64_t width);
   virtual void synchronize() = 0;  // the host waits for every op issued, on either queue
   // The main stream (a cudaStream_t), for ordering collectives; nullptr on the CPU.
   virtual void* stream() { return nullptr; }
@@ -254,6 +258,8 @@ class Ops {
   virtual void download_impl(void* host_dst, Tensor src) = 0;
   virtual void zero_impl(Tensor t) = 0;
   virtual void convert_impl(Tensor dst, Tensor src) = 0;
+  virtual void copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
+                              int64_t width) = 0;
 
   // ---- the backend: each op after the front's checks, with the front's arguments
   ANVIL_OP_IMPLS(virtual, = 0)

@@ -100,23 +100,25 @@ void plan_model_states(const PlanInput& in, MemoryPlan& p) {
 
 // The GEMM workspace, the backend's shared scratch, which holds the largest temporary: the
 // cross-entropy chunk or attention's (ops/cuda/cuda_ops.cpp), and three I32 per token (the
-// trainer's ids, targets and positions).
+// trainer's ids, targets and positions). Context parallel over P: a rank's ids, targets and
+// loss cover its n / P tokens, its attention all tokens of its share of the heads.
 int64_t workspace_bytes(const PlanInput& in) {
-  const int64_t n = in.micro_batch * in.seq_len;
-  const int64_t scratch = std::max(cross_entropy_chunks(n, in.config.vocab_size).bytes,
-                                   attention_scratch_bytes(in.micro_batch, in.seq_len, in.config.num_heads,
-                                                           in.config.num_kv_heads, in.config.head_dim));
-  return kGemmWorkspace + scratch + 4 * n * 3;
+  const int64_t n = in.micro_batch * in.seq_len, P = in.context_parallel;
+  const int64_t scratch = std::max(cross_entropy_chunks(n / P, in.config.vocab_size).bytes,
+                                   attention_scratch_bytes(in.micro_batch, in.seq_len, in.config.num_heads / P,
+                                                           in.config.num_kv_heads / P, in.config.head_dim));
+  return kGemmWorkspace + scratch + 4 * (2 * n / P + n);
 }
 
 // The workspace's attention part, when its bound is the kernel's (ops/attention_scratch.h).
 std::string attention_note(const PlanInput& in) {
   const ModelConfig& c = in.config;
-  if (cudnn_backward_within_bound(in.micro_batch, in.seq_len, c.num_heads)) return "";
+  const int64_t H = c.num_heads / in.context_parallel, KV = c.num_kv_heads / in.context_parallel;
+  if (cudnn_backward_within_bound(in.micro_batch, in.seq_len, H)) return "";
   return "attention: the backward runs anvil's kernel, its scratch " +
-         gib(attention_scratch_bytes(in.micro_batch, in.seq_len, c.num_heads, c.num_kv_heads, c.head_dim)) +
+         gib(attention_scratch_bytes(in.micro_batch, in.seq_len, H, KV, c.head_dim)) +
          " GiB of the workspace; cuDNN's deterministic backward would keep dP, " +
-         gib(cudnn_dp_bytes(in.micro_batch, in.seq_len, c.num_heads)) + " GiB, over its bound of " +
+         gib(cudnn_dp_bytes(in.micro_batch, in.seq_len, H)) + " GiB, over its bound of " +
          gib(kCudnnDpBound) + " GiB\n";
 }
 
@@ -128,9 +130,10 @@ MemoryPlan plan_memory(const PlanInput& in) {
   p.mode = in.mode;
   p.recompute = in.recompute;
   plan_model_states(in, p);
-  p.mlp_tile = effective_mlp_tile(in.config, in.micro_batch * in.seq_len, in.compute_dtype, in.mlp_tile);
+  const int64_t P = in.context_parallel;
+  p.mlp_tile = effective_mlp_tile(in.config, in.micro_batch * in.seq_len / P, in.compute_dtype, in.mlp_tile);
   p.activations = activation_bytes(activation_buffers(in.config, in.micro_batch, in.seq_len, in.recompute,
-                                                      in.compute_dtype, p.mlp_tile, in.grad_dtype));
+                                                      in.compute_dtype, p.mlp_tile, in.grad_dtype, P));
   p.workspace = workspace_bytes(in);
   return p;
 }

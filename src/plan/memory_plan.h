@@ -28,6 +28,7 @@ struct PlanInput {
   bool fsdp_defer_sync = false;  // full-unit gradients of every unit kept across micro-batches
   DType reduce_dtype = DType::kF32;  // gradient reduction; BF16 adds unit-sized bf16 buffers
   DType grad_dtype = DType::kF32;    // resolved (model/params.h): BF16 halves the blocks' gradients
+  int64_t context_parallel = 1;      // ranks sharing each sequence: seq_len / it tokens a rank
 };
 
 struct MemoryPlan {

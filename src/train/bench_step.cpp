@@ -131,6 +131,7 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
             {"seq_len", c.data.seq_len},
             {"micro_batch", c.data.micro_batch},
             {"grad_accum", c.data.grad_accum},
+            {"context_parallel", c.parallel.context_parallel},
             {"overlap_optimizer", c.parallel.overlap_optimizer},
             {"tokens_per_s", tps},
             {"step_ms", 1e3 * t.timed / n},
@@ -165,10 +166,11 @@ StepInput step_input(Trainer& trainer, const OpenRun& run) {
   return in;
 }
 
-// The step model's figures for this setting on this GPU (null on a GPU it does not know).
+// The step model's figures for this setting on this GPU (null on a GPU it does not know, and
+// with context parallelism, whose all-to-alls it does not count).
 Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   const GpuSpec* gpu = find_gpu_spec(trainer.ops().name());
-  if (!gpu) return Json(nullptr);
+  if (!gpu || trainer.settings().config.parallel.context_parallel > 1) return Json(nullptr);  // not modelled
   const OpCostTable table = OpCostTable::load(o.op_table);
   const double bus = o.bus_gbps > 0 ? o.bus_gbps : gpu->bus_gbps;
   const StepPrediction p = predict_step(step_input(trainer, run), table, *gpu, bus);
@@ -209,7 +211,7 @@ void write_op_table(Trainer& trainer, const OpenRun& run, const BenchStepOptions
 Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   const TrainConfig& c = trainer.settings().config;
   const int64_t phase_steps = std::min<int64_t>(3, c.steps - o.warmup);
-  const auto batches = random_batches(c, run.config.vocab_size, run.comm ? run.comm->rank() : 0,
+  const auto batches = random_batches(c, run.config.vocab_size, trainer.data_rank(),
                                       static_cast<size_t>(c.steps + (o.op_times ? 2 : 1) * phase_steps));
   size_t next = 0;
   for (int64_t step = 1; step <= o.warmup; ++step) trainer.step(batches[next++]);
@@ -220,7 +222,7 @@ Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   Timings t;
   t.timed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   t.timed_steps = c.steps - o.warmup;
-  t.timed_tokens = real_tokens(batches, o.warmup, c.steps) * run.world;
+  t.timed_tokens = real_tokens(batches, o.warmup, c.steps) * trainer.data_world();
   t.phase_steps = phase_steps;
   t.phases = time_phases(trainer, batches, next, phase_steps);
   const Json op_times = o.op_times ? time_ops(trainer, batches, next, phase_steps) : Json(nullptr);

@@ -37,6 +37,8 @@ struct ParallelSection {
   int64_t mlp_tile = kMlpTileAuto;          // tokens per MLP tile (model/activations.h); 0: auto
   bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
   bool fsdp_defer_sync = false;   // FSDP: reduce-scatter once per step, not per micro-batch
+  // The ranks that share each sequence (model/context_parallel.h): every rank today.
+  int64_t context_parallel = 1;
   bool operator==(const ParallelSection&) const = default;
 };
 
@@ -100,7 +102,8 @@ struct TrainConfig {
 };
 
 // The training settings recorded in a checkpoint's meta.json ("train"), from the resolved
-// config (its seq_len is the data's) on `world` ranks: what continuation_changes compares.
+// config (its seq_len is the data's) on `world` ranks: what continuation_changes compares. The
+// global batch counts a context-parallel group's sequences once.
 Json train_record(const TrainConfig& c, int world);
 
 }  // namespace anvil

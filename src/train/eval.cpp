@@ -13,7 +13,7 @@ EvalResult evaluate(Trainer& trainer, Comm* comm, int64_t blocks, int64_t micro_
                     const std::function<void(int64_t, TokenBatch&)>& append,
                     const std::function<void(int64_t)>& on_progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
+  const int64_t world = trainer.data_world(), rank = trainer.data_rank();  // a context-parallel group: one
   const int64_t per_round = micro_batch * world;
   const int64_t rounds = (blocks + per_round - 1) / per_round;
   double sum = 0;

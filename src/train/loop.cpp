@@ -59,12 +59,14 @@ std::vector<TokenBatch> step_batches(TrainRun& run, int64_t step) {
 }
 
 // The real tokens (padding excluded) of a step's micro-batches, all ranks: wrapped blocks have
-// no padding, so only bfd blocks need the ranks' sum.
+// no padding, so only bfd blocks need the ranks' sum. The ranks of a context-parallel group
+// read the same blocks: counted once.
 int64_t step_real_tokens(const TrainRun& run, const std::vector<TokenBatch>& micro) {
   int64_t mine = 0;
   for (const TokenBatch& b : micro) mine += b.real_tokens();
-  if (run.data->packing() == Packing::kWrapped || !run.base.comm) return mine * run.base.world;
-  return run.base.comm->host_sum(mine, "real tokens");
+  const int64_t cp = run.config().parallel.context_parallel;
+  if (run.data->packing() == Packing::kWrapped || !run.base.comm) return mine * run.base.world / cp;
+  return run.base.comm->host_sum(mine, "real tokens") / cp;
 }
 
 // A step. One that diverges (a non-finite loss or gradient norm) leaves its record and the

@@ -74,7 +74,30 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
   r.reasons.push_back(cat("mode ", parallel_mode_name(p.mode), ": ", mode_why));
 }
 
+// --context-parallel P: Ulysses (model/context_parallel.h) splits the sequence and the heads,
+// over every rank of the run (no data-parallel groups beside it yet).
+void check_context_parallel(ResolvedConfig& r, const RunFacts& f) {
+  const int64_t P = r.config.parallel.context_parallel, T = r.config.data.seq_len;
+  const int64_t H = f.model->num_heads, KV = f.model->num_kv_heads;
+  if (P == 1) return;
+  ANVIL_ENSURE(P < 1 || KV % P == 0, kUsage, "--context-parallel ", P, ": the model's ", KV,
+               " key/value heads do not split evenly over ", P, " ranks (each rank attends with its share of the "
+               "heads); use a divisor of ", KV);
+  ANVIL_ENSURE(P < 1 || T % P == 0, kUsage, "--context-parallel ", P, ": sequence length ", T,
+               " does not split into ", P, " equal slices; use a --seq-len that ", P, " divides");
+  check_context_parallel_world(P, f.world);  // P < 1 too
+  r.reasons.push_back(cat("context parallel ", P, ": each rank holds ", T / P, " tokens of every sequence; attention "
+                          "runs all ", T, " of ", H / P, " query and ", KV / P, " key/value heads"));
+}
+
 }  // namespace
+
+void check_context_parallel_world(int64_t cp, int world) {
+  ANVIL_ENSURE(cp >= 1, kUsage, "--context-parallel ", cp, ": must be at least 1");
+  ANVIL_ENSURE(cp == 1 || cp == world, kUsage, "--context-parallel ", cp, " on ", world,
+               " ranks: the context-parallel group spans every rank of the run (data-parallel groups beside it are "
+               "not supported yet); use --context-parallel ", world, " or --nproc-per-node ", cp);
+}
 
 PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int world, DType compute_dtype) {
   PlanInput pin;
@@ -89,6 +112,7 @@ PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int 
   pin.mode = resolved.parallel.mode;
   pin.recompute = resolved.parallel.recompute;
   pin.mlp_tile = resolved.parallel.mlp_tile;
+  pin.context_parallel = resolved.parallel.context_parallel;
   return pin;
 }
 
@@ -100,6 +124,7 @@ ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
     r.config.data.seq_len = f.data_seq_len;
     r.reasons.push_back(cat("seq_len ", f.data_seq_len, ": the data's blocks"));
   }
+  check_context_parallel(r, f);
   resolve_grad_dtype_of(r, f);
   resolve_mlp_tile(r, f);
   resolve_memory(r, f);

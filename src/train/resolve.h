@@ -34,9 +34,13 @@ struct RunFacts {
   Comm* comm = nullptr;  // every rank takes the same mode (their GPUs could differ)
 };
 
-// Throws kUsage when the grad dtype cannot hold here, kOutOfMemory when the run cannot fit
+// Throws kUsage when the grad dtype or --context-parallel cannot hold here, kOutOfMemory when the run cannot fit
 // in the GPU's memory (with the plan of both modes).
 ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f);
+
+// --context-parallel P on `world` ranks: at least 1, and 1 or every rank (kUsage otherwise).
+// resolve_config checks it too, with what the model and the sequence allow.
+void check_context_parallel_world(int64_t cp, int world);
 
 // The memory plan's input for a resolved config.
 PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int world, DType compute_dtype);

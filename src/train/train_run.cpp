@@ -39,8 +39,10 @@ void open_data(const TrainConfig& c, TrainRun& run) {
                  " holds blocks of ", run.eval_data->seq_len(), " tokens, the training data ", data.seq_len());
   }
   run.per_step = c.data.micro_batch * c.data.grad_accum;
-  ANVIL_ENSURE(data.size() / b.world >= run.per_step, kInvalidInput, c.data.source, " holds ", data.size(),
-               " blocks, fewer than one step's ", run.per_step * b.world, " (micro-batch x grad-accum x ranks)");
+  const int64_t groups = b.world / c.parallel.context_parallel;  // the ranks with blocks of their own (checks.h)
+  ANVIL_ENSURE(data.size() / groups >= run.per_step, kInvalidInput, c.data.source, " holds ", data.size(),
+               " blocks, fewer than one step's ", run.per_step * groups,
+               " (micro-batch x grad-accum x ranks, a context-parallel group counted once)");
 }
 
 // The Trainer from the checkpoint's masters (`resume`) or the model's own weights; then the
@@ -74,7 +76,7 @@ void log_start(const TrainRun& run) {
            c.parallel.reduce_dtype == DType::kBF16 ? "; gradients reduced in bf16" : "",
            run.trainer->grad_dtype() == DType::kBF16 ? "; the blocks' gradients in bf16" : "", "): ",
            count_of(data.size(), "block"), " of ", data.seq_len(), " tokens, ", count_of(c.steps, "step"), " of ",
-           count_of(run.per_step * b.world, "sequence"));
+           count_of(run.per_step * run.trainer->data_world(), "sequence"));
   log_info("data: ", data.summary());
   if (run.eval_data) log_info("eval data: ", run.eval_data->summary());
 }
@@ -119,7 +121,8 @@ void name_run(const TrainConfig& c, TrainRun& run, const std::string& resume) {
 void open_outputs(TrainRun& run, bool resumed) {
   const OpenRun& b = run.base;
   const TrainConfig& c = run.config();
-  run.order = std::make_unique<BatchOrder>(c.data, c.seed, *run.data, b.world, b.rank);
+  const int cp = static_cast<int>(c.parallel.context_parallel);  // a group's ranks read the same blocks
+  run.order = std::make_unique<BatchOrder>(c.data, c.seed, *run.data, b.world / cp, b.rank / cp);
   if (resumed) {
     run.order->resume_at(run.point.position, run.point.step);
     if (run.point.step >= c.steps)

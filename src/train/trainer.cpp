@@ -16,14 +16,28 @@ bool starts_document(const TokenBatch& b, size_t i, int64_t seq_len) {
   return i % static_cast<size_t>(seq_len) == 0 || (i < b.positions.size() && b.positions[i] == 0);
 }
 
-// Target tokens of a micro-batch: labels (ids without them) other than -100 of tokens that
-// do not start a sequence or document (position t predicts label t+1).
-int64_t count_targets(const TokenBatch& b, int64_t seq_len) {
+// Target tokens of a micro-batch at the positions [begin, end) of each sequence (context
+// parallel: this rank's slice; else all): labels (ids without them) other than -100 of
+// tokens that do not start a sequence or document (position t predicts label t+1).
+int64_t count_targets(const TokenBatch& b, int64_t seq_len, int64_t begin, int64_t end) {
   const std::vector<int64_t>& lab = b.labels.empty() ? b.ids : b.labels;
   int64_t n = 0;
-  for (size_t i = 0; i < lab.size(); ++i)
-    if (!starts_document(b, i, seq_len) && lab[i] != -100) ++n;
+  for (size_t i = 0; i < lab.size(); ++i) {
+    const int64_t t = static_cast<int64_t>(i % static_cast<size_t>(seq_len));
+    if (t > begin && t <= end && !starts_document(b, i, seq_len) && lab[i] != -100) ++n;
+  }
   return n;
+}
+
+// Positions [begin, end) of each of the sequences of T tokens in v.
+std::vector<int32_t> slice_of(const std::vector<int32_t>& v, int64_t T, int64_t begin, int64_t end) {
+  if (begin == 0 && end == T) return v;
+  std::vector<int32_t> out;
+  out.reserve(v.size() / static_cast<size_t>(T) * static_cast<size_t>(end - begin));
+  for (size_t s = 0; s < v.size(); s += static_cast<size_t>(T))
+    out.insert(out.end(), v.begin() + static_cast<std::ptrdiff_t>(s) + begin,
+               v.begin() + static_cast<std::ptrdiff_t>(s) + end);
+  return out;
 }
 
 // The positions of a micro-batch as I32, checked: each sequence starts a document, and a
@@ -62,8 +76,12 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   store_->set_reduce_dtype(p.reduce_dtype);
   store_->set_overlap_optimizer(p.overlap_optimizer);
   store_->load(weights);
+  const int64_t cp = p.context_parallel;
+  ANVIL_ENSURE(cp == 1 || (comm_ && comm_->world() == cp), kInternal, "context parallel ", cp, " on ",
+               comm_ ? comm_->world() : 1, " ranks (resolve_config refuses it)");
+  slice_ = {cp == 1 ? 0 : comm_->rank() * d.seq_len / cp, cp == 1 ? d.seq_len : (comm_->rank() + 1) * d.seq_len / cp};
   model_ = std::make_unique<Transformer>(config_, table_, *ops_, d.micro_batch, d.seq_len, p.recompute, p.mlp_tile,
-                                         grad_dtype_);
+                                         grad_dtype_, cp > 1 ? comm_ : nullptr);
   model_->set_forward_done_hook([this] {
     if (timing_) timing_result_.forward += lap();
   });
@@ -74,8 +92,8 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
     buffers_.push_back(t.data);
     return t;
   };
-  ids_ = make({n}, DType::kI32);
-  targets_ = make({n}, DType::kI32);
+  ids_ = make({n / cp}, DType::kI32);
+  targets_ = make({n / cp}, DType::kI32);
   positions_ = make({n}, DType::kI32);
   loss_sum_ = make({1}, DType::kF32);
 }
@@ -106,8 +124,8 @@ void Trainer::upload_batch(const TokenBatch& b) {
                    " is outside the vocabulary");
       tgt[i] = static_cast<int32_t>(y);
     }
-  ops_->upload(ids_, ids.data());
-  ops_->upload(targets_, tgt.data());
+  ops_->upload(ids_, slice_of(ids, T, slice_.begin, slice_.end).data());
+  ops_->upload(targets_, slice_of(tgt, T, slice_.begin, slice_.end).data());
   if (positions_of(b).data) ops_->upload(positions_, positions.data());
 }
 
@@ -127,7 +145,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   // The loss is normalised by the step's whole count of target tokens, so accumulation
   // gives the gradient of the mean over the step, not a mean of means.
   int64_t total = 0;
-  for (const TokenBatch& b : micro_batches) total += count_targets(b, c.data.seq_len);
+  for (const TokenBatch& b : micro_batches) total += slice_targets(b);
   if (comm_) comm_->set_step(step_ + 1);  // named by any collective's error from here on
   total = global_sum(total, "target tokens");
   ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1, " has no target tokens (every label is -100)");
@@ -171,6 +189,18 @@ double Trainer::lap() {
   return d;
 }
 
+int64_t Trainer::slice_targets(const TokenBatch& b) const {
+  return count_targets(b, settings_.config.data.seq_len, slice_.begin, slice_.end);
+}
+
+int Trainer::data_world() const {
+  return (comm_ ? comm_->world() : 1) / static_cast<int>(settings_.config.parallel.context_parallel);
+}
+
+int Trainer::data_rank() const {
+  return (comm_ ? comm_->rank() : 0) / static_cast<int>(settings_.config.parallel.context_parallel);
+}
+
 int64_t Trainer::global_sum(int64_t local, const char* what) {
   return comm_ ? comm_->host_sum(local, what) : local;
 }
@@ -179,13 +209,12 @@ double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logi
   store_->zero_grads();
   ops_->zero(loss_sum_);
   upload_batch(batch);
-  const int64_t count = global_sum(count_targets(batch, settings_.config.data.seq_len), "target tokens");
+  const int64_t count = global_sum(slice_targets(batch), "target tokens");
   ANVIL_ENSURE(count > 0, kInvalidInput, "the batch has no target tokens");
   Tensor lg;
   void* lg_buf = nullptr;
   if (logits) {
-    const DataSection& d = settings_.config.data;
-    lg = Tensor(nullptr, DType::kF32, {d.micro_batch * d.seq_len, config_.vocab_size}, ops_->device());
+    lg = Tensor(nullptr, DType::kF32, {ids_.numel(), config_.vocab_size}, ops_->device());
     lg_buf = lg.data = ops_->alloc(lg.bytes());
   }
   model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(count), loss_sum_, lg,
@@ -203,7 +232,7 @@ double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logi
 Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
   LossSum r;
   upload_batch(batch);
-  r.tokens = count_targets(batch, settings_.config.data.seq_len);
+  r.tokens = slice_targets(batch);
   ops_->zero(loss_sum_);
   model_->forward_loss(*store_, ids_, targets_, loss_sum_, positions_of(batch));
   store_->drop_kept_unit();  // no backward follows

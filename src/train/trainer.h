@@ -6,6 +6,10 @@
 // (loss, backward, clip_grad_norm_(1.0), AdamW step, zero_grad), with accumulation. The
 // update may still run on the GPU when step() returns (overlapped with the next forward);
 // everything that reads parameters or optimizer state from the host waits for it.
+// Context parallel (--context-parallel P, model/context_parallel.h): the P ranks of a group
+// are given the same micro-batches and each runs its slice of every sequence; the target
+// count and the loss are summed over all ranks, each slice's once, so the gradients the
+// ranks' reduction adds up are one rank's.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +73,10 @@ class Trainer {
   void enable_timing(bool on) { timing_ = on; }
   const StepTiming& last_timing() const { return timing_result_; }
 
+  // The data's ranks: the ranks with micro-batches of their own (context parallel: groups).
+  int data_world() const;
+  int data_rank() const;
+
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }  // resuming from a checkpoint
   const ModelConfig& config() const { return config_; }
@@ -84,6 +92,7 @@ class Trainer {
   void upload_batch(const TokenBatch& b);
   Tensor positions_of(const TokenBatch& b) const;  // positions_ where a sequence holds documents, else empty
   int64_t global_sum(int64_t local, const char* what);
+  int64_t slice_targets(const TokenBatch& b) const;  // the target tokens of this rank's slice
 
   ModelConfig config_;
   ResolvedConfig settings_;
@@ -94,7 +103,10 @@ class Trainer {
   DType grad_dtype_ = DType::kF32;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Transformer> model_;
-  Tensor ids_, targets_, positions_, loss_sum_;
+  Tensor ids_, targets_, positions_, loss_sum_;  // ids_, targets_: this rank's slice; positions_: all
+  struct {
+    int64_t begin = 0, end = 0;
+  } slice_;  // this rank's positions of each sequence
   std::vector<void*> buffers_;
   int64_t step_ = 0;
   bool timing_ = false;

@@ -1,37 +1,18 @@
 // The NCCL comm on the GPUs of this machine: world size 1 always, and one rank per GPU
-// (threads) where there are two or more; closed-form inputs compared exactly, as on the CPU.
+// (threads) where there are two or more; closed-form inputs compared exactly, as on the CPU
+// (every collective, all_to_all included).
 #include <functional>
-#include <thread>
 
 #include "comm/comm.h"
 #include "comm/device.h"
-#include "comm/socket.h"
+#include "../comm_ranks.h"
 #include "../testing.h"
 
 namespace anvil {
 namespace {
 
 std::vector<std::string> run_gpu_ranks(int n, const std::function<void(Comm&)>& fn) {
-  const int port = net::free_tcp_port();
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        CommOptions o;
-        o.rank = r;
-        o.local_rank = r;
-        o.world = n;
-        o.master_port = port;
-        o.timeout_s = 60;
-        auto comm = make_nccl_comm(o);
-        fn(*comm);
-      } catch (const Error& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
+  return testing::run_comm_ranks(n, fn, 60, make_nccl_comm);
 }
 
 void collectives_match_closed_forms(Comm& c) {
@@ -65,6 +46,19 @@ void collectives_match_closed_forms(Comm& c) {
   for (int p = 0; p < n; ++p)
     for (int64_t i = 0; i < m; ++i)
       ASSERT_EQ(got[static_cast<size_t>(p * m + i)], static_cast<float>((p + 1) * (i % 13 + 1))) << p << "," << i;
+
+  // all_to_all: chunk p of rank r's input is r * 1000 + p * 10 + i % 7 (in, before the broadcast below).
+  for (int p = 0; p < n; ++p)
+    for (int64_t i = 0; i < m; ++i)
+      host[static_cast<size_t>(p * m + i)] = static_cast<float>(me * 1000 + p * 10 + i % 7);
+  in.upload(host.data(), host.size() * 4);
+  c.all_to_all(Tensor(out.data(), DType::kF32, {m * n}, Device::kCUDA),
+               Tensor(in.data(), DType::kF32, {m * n}, Device::kCUDA), "a2a");
+  c.synchronize();
+  out.download(got.data(), got.size() * 4);
+  for (int p = 0; p < n; ++p)
+    for (int64_t i = 0; i < m; ++i)
+      ASSERT_EQ(got[static_cast<size_t>(p * m + i)], static_cast<float>(p * 1000 + me * 10 + i % 7)) << p << "," << i;
 
   c.broadcast(Tensor(in.data(), DType::kF32, {m}, Device::kCUDA), n - 1, "bc");
   c.synchronize();

@@ -2,7 +2,8 @@
 // reduction, reaches the losses of one GPU with the same global batch on the tiny fixtures,
 // on the fast path of one GPU (split masters, bf16 gradients of the blocks); the optimizer
 // overlapped with the next forward gives the losses of the optimizer run alone, bit for
-// bit; a checkpoint written on 2 ranks resumes on 1, and on 2 bit for bit. Two transports:
+// bit; a checkpoint written on 2 ranks resumes on 1, and on 2 bit for bit; context parallel
+// over the 2 ranks gives one GPU's losses. Two transports:
 // NCCL on two GPUs (skips with fewer), and the CPU comm staging GPU tensors through the
 // host (ANVIL_GPU_COMM_HOST=1, comm/comm.h), where both ranks share one GPU.
 #include <gtest/gtest.h>
@@ -90,6 +91,17 @@ TEST_P(MultiGpu, TwoRanksMatchOneGpu) {
       expect_close(train(tag, mode, 2, 2, {"--reduce-dtype", reduce}), one, 5e-3, tag);
       EXPECT_NE(last_out_.find("resolved grad dtype bf16"), std::string::npos) << tag << ": " << last_out_;
     }
+}
+
+// Context parallel over both ranks (Ulysses: all-to-alls of bf16 activations, through NCCL
+// or the host) against one GPU with the same micro-batch of 4 sequences: bf16 rounding apart,
+// the same losses, in ddp and fsdp.
+TEST_P(MultiGpu, ContextParallelMatchesOneGpu) {
+  const std::vector<double> one = train("one", "ddp", 1, 4);
+  ASSERT_EQ(one.size(), 8u);
+  for (const char* mode : {"ddp", "fsdp"})
+    expect_close(train(std::string("cp_") + mode, mode, 2, 4, {"--context-parallel", "2"}), one, 5e-3,
+                 std::string("context parallel, ") + mode);
 }
 
 // The optimizer overlapped with the next forward (per unit, on the side queue) against run

@@ -152,6 +152,24 @@ class NcclComm final : public Comm {
     });
   }
 
+  // Grouped sends and receives, one pair per peer (NCCL has no all-to-all call of its own).
+  CommWork all_to_all(Tensor out, Tensor in, std::string_view tag) override {
+    check_all_to_all(out, in);
+    const size_t count = static_cast<size_t>(in.numel() / world()), bytes = count * dtype_size(in.dtype);
+    return enqueue("all_to_all", tag, [&] {
+      char* dst = static_cast<char*>(out.data);
+      const char* src = static_cast<const char*>(in.data);
+      check(ncclGroupStart(), "ncclGroupStart", tag);
+      for (int p = 0; p < world(); ++p) {
+        check(ncclSend(src + static_cast<size_t>(p) * bytes, count, nccl_type(in.dtype), p, comm_, stream_),
+              "ncclSend", tag);
+        check(ncclRecv(dst + static_cast<size_t>(p) * bytes, count, nccl_type(in.dtype), p, comm_, stream_),
+              "ncclRecv", tag);
+      }
+      return ncclGroupEnd();
+    });
+  }
+
   CommWork broadcast(Tensor buf, int root, std::string_view tag) override {
     check_device("broadcast", buf);
     ANVIL_ENSURE(root >= 0 && root < world(), kInternal, where("broadcast", tag), ": root ", root, " is not a rank");

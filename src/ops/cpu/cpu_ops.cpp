@@ -1,7 +1,9 @@
-// The CPU backend's memory (host memory, 64-byte aligned), copies and dtype conversion, op
-// timing (the host's clock); make_cpu_ops. The ops are in the files named for them (cpu_ops.h).
+// The CPU backend's memory (host memory, 64-byte aligned), copies (strided rows too) and dtype
+// conversion, op timing (the host's clock); make_cpu_ops. The ops are in the files named for them
+// (cpu_ops.h).
 #include "ops/cpu/cpu_ops.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -69,6 +71,18 @@ void CpuOps::convert_impl(Tensor dst, Tensor src) {
       for (int64_t i = b; i < e; ++i) o[i] = bf16_bits_to_f32(x[i]);
     });
   }
+}
+
+void CpuOps::copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
+                            int64_t width) {
+  const size_t es = dtype_size(in.dtype);
+  char* o = static_cast<char*>(out.data);
+  const char* x = static_cast<const char*>(in.data);
+  parallel_for(rows, std::max<int64_t>(1, (1 << 16) / width), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      std::memcpy(o + static_cast<size_t>(r * out_pitch) * es, x + static_cast<size_t>(r * in_pitch) * es,
+                  static_cast<size_t>(width) * es);
+  });
 }
 
 std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<CpuOps>(); }

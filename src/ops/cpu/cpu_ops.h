@@ -38,6 +38,8 @@ class CpuOps final : public Ops {
   void download_impl(void* host_dst, Tensor src) override;
   void zero_impl(Tensor t) override;
   void convert_impl(Tensor dst, Tensor src) override;
+  void copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
+                      int64_t width) override;
 
   ANVIL_OP_IMPLS(, override)
 

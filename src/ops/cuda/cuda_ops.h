@@ -88,6 +88,8 @@ class CudaOps final : public Ops {
   void download_impl(void* host_dst, Tensor src) override;
   void zero_impl(Tensor t) override;
   void convert_impl(Tensor dst, Tensor src) override;
+  void copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
+                      int64_t width) override;
 
   ANVIL_OP_IMPLS(, override)
   void add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w,

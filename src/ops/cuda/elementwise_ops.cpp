@@ -1,5 +1,5 @@
 // The elementwise ops' dispatch (CudaOps, cuda_ops.h): dtype conversion and add, to the
-// kernels of elementwise.cu.
+// kernels of elementwise.cu, and the strided row copy (cudaMemcpy2DAsync).
 #include "core/cuda/check.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/elementwise.h"
@@ -19,6 +19,15 @@ void CudaOps::convert_impl(Tensor dst, Tensor src) {
   } else {  // BF16 to F32
     cuda::convert_bf16_to_f32(p<float>(dst), p<nv_bf16>(src), n, stream_);
   }
+}
+
+// CUDA's 2-D copy: one call for all the rows.
+void CudaOps::copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
+                             int64_t width) {
+  const size_t es = dtype_size(in.dtype);
+  CUDA_CHECK(cudaMemcpy2DAsync(out.data, static_cast<size_t>(out_pitch) * es, in.data,
+                               static_cast<size_t>(in_pitch) * es, static_cast<size_t>(width) * es,
+                               static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaOps::add_impl(Tensor out, Tensor a, Tensor b) {
