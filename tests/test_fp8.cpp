@@ -1,6 +1,8 @@
 // FP8: the host casts (core/fp8.h) against PyTorch's torch.float8_e4m3fn and
 // torch.float8_e5m2 casts on every bf16 bit pattern and a million random float32 patterns,
-// bit for bit, and every code decoded.
+// bit for bit, and every code decoded; the CPU backend's FP8 linear layers (forward, both
+// backward GEMMs, both recipes) against the recipe emulated in PyTorch with its float8
+// dtypes and float64 matmuls (tests/oracle/fp8_oracle.py), within fp32 rounding.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -12,6 +14,8 @@
 #include "core/bf16.h"
 #include "core/fp8.h"
 #include "core/fs.h"
+#include "io/safetensors.h"
+#include "ops/ops.h"
 #include "testing.h"
 
 namespace anvil {
@@ -75,6 +79,57 @@ TEST(Fp8Casts, SaturatedCastClampsToTheLargestFiniteValue) {
   }
   EXPECT_TRUE(std::isnan(fp8_bits_to_f32(f32_to_fp8_bits(480.0f, Fp8Format::kE4M3), Fp8Format::kE4M3)));
   EXPECT_TRUE(std::isinf(fp8_bits_to_f32(f32_to_fp8_bits(61440.0f, Fp8Format::kE5M2), Fp8Format::kE5M2)));
+}
+
+// Values whose rows and columns differ in magnitude by up to e^3 each way, with a few
+// outliers and a zero row: the shapes of activations and gradients that tell the recipes apart.
+std::vector<float> uneven(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> row_scale(static_cast<size_t>(rows)), col_scale(static_cast<size_t>(cols));
+  for (float& s : row_scale) s = std::exp(n(rng));
+  for (float& s : col_scale) s = std::exp(n(rng));
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      v[static_cast<size_t>(r * cols + c)] = n(rng) * row_scale[static_cast<size_t>(r)] * col_scale[static_cast<size_t>(c)];
+  for (int i = 0; i < 3; ++i) v[rng() % v.size()] *= 40.0f;
+  std::fill(v.begin() + (rows / 2) * cols, v.begin() + (rows / 2 + 1) * cols, 0.0f);
+  return v;
+}
+
+Tensor cpu_tensor(std::vector<float>& v, Shape s) { return Tensor(v.data(), DType::kF32, s, Device::kCPU); }
+
+TEST(Fp8Linear, ForwardAndBothBackwardGemmsMatchTheTorchEmulation) {
+  ANVIL_REQUIRE_ORACLE();
+  const int64_t M = 37, K = 70, N = 53;
+  std::mt19937 rng(8);
+  std::vector<float> x = uneven(M, K, rng), w = uneven(N, K, rng), dy = uneven(M, N, rng), bias = uneven(1, N, rng);
+  const std::string dir = testing::temp_dir("fp8-linear");
+  SafetensorsWriter in;
+  in.add("x", DType::kF32, {M, K}, x.data());
+  in.add("w", DType::kF32, {N, K}, w.data());
+  in.add("bias", DType::kF32, {N}, bias.data());
+  in.add("dy", DType::kF32, {M, N}, dy.data());
+  in.write(dir + "/in.safetensors");
+  const auto r = testing::run_oracle("fp8_oracle.py", {"linear", dir + "/in.safetensors", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::unique_ptr<Ops> ops = make_cpu_ops();
+  for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
+    const std::string name = fp8_recipe_name(recipe), out = dir + "/" + name + ".safetensors";
+    std::vector<float> y(static_cast<size_t>(M * N)), dx(static_cast<size_t>(M * K)), dw(static_cast<size_t>(N * K), 1.0f),
+        dbias(static_cast<size_t>(N), 1.0f);
+    ops->linear_fp8_forward(cpu_tensor(y, {M, N}), cpu_tensor(x, {M, K}), cpu_tensor(w, {N, K}), cpu_tensor(bias, {N}),
+                            recipe);
+    ops->linear_fp8_backward_input(cpu_tensor(dx, {M, K}), cpu_tensor(dy, {M, N}), cpu_tensor(w, {N, K}), recipe, false);
+    ops->linear_fp8_backward_weight(cpu_tensor(dw, {N, K}), cpu_tensor(dbias, {N}), cpu_tensor(dy, {M, N}),
+                                    cpu_tensor(x, {M, K}), recipe, false);
+    SafetensorsFile want(out);
+    const auto as_f64 = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+    EXPECT_TRUE(testing::close_rel_l2(as_f64(y), read_as_f64(want.get("y")), 1e-6)) << name << " y";
+    EXPECT_TRUE(testing::close_rel_l2(as_f64(dx), read_as_f64(want.get("dx")), 1e-6)) << name << " dx";
+    EXPECT_TRUE(testing::close_rel_l2(as_f64(dw), read_as_f64(want.get("dw")), 1e-6)) << name << " dw";
+    EXPECT_TRUE(testing::close_rel_l2(as_f64(dbias), read_as_f64(want.get("dbias")), 1e-6)) << name << " dbias";
+  }
 }
 
 }  // namespace

@@ -1,0 +1,18 @@
+// The FP8 linear layers on the GPU (ops.h's linear_fp8_*): not built yet, so refused; the
+// trainer refuses --fp8 on the GPU before this is reached (train/resolve.cpp).
+#include "core/error.h"
+#include "ops/cuda/cuda_ops.h"
+
+namespace anvil {
+
+namespace {
+[[noreturn]] void refuse() {
+  raise(ErrorKind::kUnsupported, "FP8 linear layers run on the CPU backend only in this build (use --fp8 off)");
+}
+}  // namespace
+
+void CudaOps::linear_fp8_forward_impl(Tensor, Tensor, Tensor, Tensor, Fp8Recipe) { refuse(); }
+void CudaOps::linear_fp8_backward_input_impl(Tensor, Tensor, Tensor, Fp8Recipe, bool) { refuse(); }
+void CudaOps::linear_fp8_backward_weight_impl(Tensor, Tensor, Tensor, Tensor, Fp8Recipe, bool) { refuse(); }
+
+}  // namespace anvil

@@ -1,0 +1,35 @@
+// The FP8 recipe of the blocks' linear layers (`--fp8`, Ops::linear_fp8_*): dynamic scaling
+// as torchao's Float8Linear does it. Each GEMM's two operands are scaled from their current
+// amax, cast to FP8 with saturation (core/fp8.h), multiplied with fp32 accumulation, and the
+// product is multiplied by the two inverse scales into the compute dtype:
+//  - tensorwise: one scale per operand, fp8_max / amax of the whole tensor;
+//  - rowwise: one scale per row of the operand along the GEMM's reduction dimension (x and w
+//    by rows forward; dy by rows and w by columns for dx; dy and x by columns for dw), each
+//    rounded down to a power of two (torchao's rowwise recipe), so dequantizing is exact.
+// Activations and weights are E4M3; gradients E5M2 with tensorwise scales (one scale must
+// cover the whole gradient's range) and E4M3 with rowwise ones (each row's range is narrow
+// enough that the extra mantissa bit wins): fp8_grad_format. The scale is
+// fp8_max / max(amax, 1e-12) in double, rounded to float (torchao's amax_to_scale); after it
+// only a value that the float product rounds past fp8_max could overflow, and the saturating
+// cast clamps it. NaN and infinity in an operand are not absorbed: NaN comes out, and the
+// trainer's non-finite check stops the run.
+#pragma once
+
+#include <string>
+
+#include "core/fp8.h"
+
+namespace anvil {
+
+enum class Fp8Recipe { kOff, kTensorwise, kRowwise };
+Fp8Recipe parse_fp8_recipe(const std::string& name);  // off | tensorwise | rowwise
+const char* fp8_recipe_name(Fp8Recipe r);
+
+// What a GEMM operand holds, which decides its format.
+enum class Fp8Role { kActivation, kWeight, kGradient };
+Fp8Format fp8_format(Fp8Recipe r, Fp8Role role);
+
+// The factor an operand of the given amax is multiplied by before its cast (1/it dequantizes).
+float fp8_scale(float amax, Fp8Format format, Fp8Recipe r);
+
+}  // namespace anvil
