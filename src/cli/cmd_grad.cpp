@@ -3,6 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/train_flags.h"
 #include "train/grad.h"
 
 namespace anvil {
@@ -18,6 +19,7 @@ int cmd_grad(int argc, char** argv) {
            "first token), documents packed in each sequence: attention, RoPE and the loss per document", true)
       .opt("--out", &o.out, "FILE", "output safetensors", true)
       .choice("--device", &o.device, {"cpu", "cuda"}, "where to compute");
+  bind_fp8(a, &o.fp8, "the blocks' linear layers in FP8 (see anvil train --help)");
   if (!a.parse(argc, argv)) return 0;
   const double loss = run_grad(o);
   std::printf("loss %.9g\nwrote %s\n", loss, o.out.c_str());

@@ -21,6 +21,7 @@ Args& bind_mode(Args& a, ParallelMode* out, const std::string& help,
 Args& bind_reduce_dtype(Args& a, DType* out, const std::string& help);
 Args& bind_grad_dtype(Args& a, GradDType* out, const std::string& help);
 Args& bind_recompute(Args& a, Recompute* out, const std::string& help);
+Args& bind_fp8(Args& a, Fp8Recipe* out, const std::string& help);
 Args& bind_packing(Args& a, Packing* out, const std::string& help);
 
 }  // namespace anvil

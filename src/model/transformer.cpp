@@ -19,9 +19,9 @@ Tensor part(const Tensor& unit, int64_t offset, Shape shape) {
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops& ops, int64_t micro_batch,
-                         int64_t seq_len, Recompute recompute)
+                         int64_t seq_len, Recompute recompute, Fp8Recipe fp8)
     : c_(config), table_(table), ops_(ops), B_(micro_batch), T_(seq_len), N_(micro_batch * seq_len),
-      recompute_(recompute), compute_dtype_(ops.compute_dtype()) {
+      recompute_(recompute), fp8_(fp8), compute_dtype_(ops.compute_dtype()) {
   ANVIL_ENSURE(B_ >= 1 && T_ >= 2, kInvalidInput, "micro-batch ", B_, " x sequence length ", T_,
                ": need at least one sequence of two tokens");
   ANVIL_ENSURE(recompute_ != Recompute::kAuto, kInternal, "recompute auto reached the model unresolved");
@@ -115,18 +115,39 @@ void Transformer::block_forward(Tensor w, Tensor x_in, BlockActs& a, Tensor x_ou
   const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
   const float eps = static_cast<float>(c_.rms_norm_eps);
   ops_.rmsnorm_forward(a.h1, a.rstd1, x_in, part(w, o.attn_norm, {C}), eps);
-  ops_.linear_forward(a.qkv_raw.reshape({N_, Q}), a.h1, part(w, o.qkv_w, {Q, C}),
-                      c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor());
+  block_linear(a.qkv_raw.reshape({N_, Q}), a.h1, part(w, o.qkv_w, {Q, C}),
+               c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor());
   qk_norm_rope_forward(w, a);
   ops_.attention_forward(a.att.reshape({B_, T_, H, c_.head_dim}), a.lse, a.qkv, H, KV, positions_);
-  ops_.linear_forward(a.x_mid, a.att, part(w, o.o_w, {C, c_.q_dim()}), Tensor());
+  block_linear(a.x_mid, a.att, part(w, o.o_w, {C, c_.q_dim()}), Tensor());
   ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps);
-  ops_.linear_forward(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
+  block_linear(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
   if (x_out.data) {
     ops_.swiglu_forward(act_, a.gate_up);
-    ops_.linear_forward(x_out, act_, part(w, o.down_w, {C, I}), Tensor());
+    block_linear(x_out, act_, part(w, o.down_w, {C, I}), Tensor());
     ops_.add(x_out, x_out, a.x_mid);
   }
+}
+
+void Transformer::block_linear(Tensor y, Tensor x, Tensor w, Tensor bias) {
+  if (fp8_ == Fp8Recipe::kOff)
+    ops_.linear_forward(y, x, w, bias);
+  else
+    ops_.linear_fp8_forward(y, x, w, bias, fp8_);
+}
+
+void Transformer::block_linear_dx(Tensor dx, Tensor dy, Tensor w) {
+  if (fp8_ == Fp8Recipe::kOff)
+    ops_.linear_backward_input(dx, dy, w, false);
+  else
+    ops_.linear_fp8_backward_input(dx, dy, w, fp8_, false);
+}
+
+void Transformer::block_linear_dw(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate) {
+  if (fp8_ == Fp8Recipe::kOff)
+    ops_.linear_backward_weight(dw, dbias, dy, x, accumulate);
+  else
+    ops_.linear_fp8_backward_weight(dw, dbias, dy, x, fp8_, accumulate);
 }
 
 void Transformer::recompute_elementwise(Tensor w, Tensor x_in, BlockActs& a) {
@@ -145,15 +166,15 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim(), hd = c_.head_dim;
   const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
   // MLP (the SwiGLU's output, not kept from the forward, comes from its backward's pass)
-  ops_.linear_backward_input(d_act_, dx_, part(w, o.down_w, {C, I}), false);
+  block_linear_dx(d_act_, dx_, part(w, o.down_w, {C, I}));
   ops_.swiglu_backward(d_gate_up_, d_act_, a.gate_up, act_);
-  ops_.linear_backward_weight(part(g, o.down_w, {C, I}), Tensor(), dx_, act_, acc);
-  ops_.linear_backward_weight(part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2, acc);
-  ops_.linear_backward_input(dh_, d_gate_up_, part(w, o.gate_up_w, {2 * I, C}), false);
+  block_linear_dw(part(g, o.down_w, {C, I}), Tensor(), dx_, act_, acc);
+  block_linear_dw(part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2, acc);
+  block_linear_dx(dh_, d_gate_up_, part(w, o.gate_up_w, {2 * I, C}));
   ops_.rmsnorm_backward(dx_, part(g, o.mlp_norm, {C}), dh_, a.x_mid, part(w, o.mlp_norm, {C}), a.rstd2, true, acc);
   // attention
-  ops_.linear_backward_weight(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, a.att, acc);
-  ops_.linear_backward_input(d_att_, dx_, part(w, o.o_w, {C, c_.q_dim()}), false);
+  block_linear_dw(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, a.att, acc);
+  block_linear_dx(d_att_, dx_, part(w, o.o_w, {C, c_.q_dim()}));
   ops_.attention_backward(d_qkv_, d_att_.reshape({B_, T_, H, hd}), a.qkv, a.att.reshape({B_, T_, H, hd}), a.lse,
                           H, KV, positions_);
   const Tensor qn = c_.qk_norm ? part(w, o.q_norm, {hd}) : Tensor();
@@ -163,9 +184,8 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
   ops_.qk_norm_rope_backward(d_qkv_raw_, dqn, dkn, d_qkv_.reshape(d_qkv_raw_.shape), a.qkv_raw, qn, kn, a.rstd_qk,
                              rope_cos_, rope_sin_, H, KV, acc, positions_);
   const Tensor d_qkv_flat = d_qkv_raw_.reshape({N_, Q});
-  ops_.linear_backward_weight(part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat,
-                              a.h1, acc);
-  ops_.linear_backward_input(dh_, d_qkv_flat, part(w, o.qkv_w, {Q, C}), false);
+  block_linear_dw(part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat, a.h1, acc);
+  block_linear_dx(dh_, d_qkv_flat, part(w, o.qkv_w, {Q, C}));
   ops_.rmsnorm_backward(dx_, part(g, o.attn_norm, {C}), dh_, x_in, part(w, o.attn_norm, {C}), a.rstd1, true, acc);
 }
 

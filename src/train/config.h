@@ -15,6 +15,7 @@
 #include "data/blocks.h"
 #include "model/params.h"
 #include "model/activations.h"
+#include "ops/fp8_recipe.h"
 #include "optim/schedule.h"
 #include "parallel/mode.h"
 
@@ -36,6 +37,7 @@ struct ParallelSection {
   Recompute recompute = Recompute::kNone;   // auto: the fastest the plan fits
   bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
   bool fsdp_defer_sync = false;   // FSDP: reduce-scatter once per step, not per micro-batch
+  Fp8Recipe fp8 = Fp8Recipe::kOff;  // the blocks' linear layers in FP8 (ops/fp8_recipe.h)
   bool operator==(const ParallelSection&) const = default;
 };
 

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "ops/fp8_recipe.h"
+
 namespace anvil {
 
 struct GradOptions {
@@ -11,6 +13,7 @@ struct GradOptions {
   std::string tokens;  // safetensors with input_ids I64 [B, T], and position_ids I64 [B, T] for packed documents
   std::string out;     // output safetensors
   std::string device = "cpu";
+  Fp8Recipe fp8 = Fp8Recipe::kOff;  // the blocks' linear layers in FP8 (ops/fp8_recipe.h)
 };
 
 // Returns the loss. Writes loss F32 [1], logits F32 [B, T, V], grad.<name> F32.

@@ -59,6 +59,16 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
   r.reasons.push_back(cat("mode ", parallel_mode_name(p.mode), ": ", mode_why));
 }
 
+// --fp8: refused where the device cannot run it; said in the log where it is on.
+void check_fp8(ResolvedConfig& r, const RunFacts& f) {
+  const Fp8Recipe fp8 = r.config.parallel.fp8;
+  if (fp8 == Fp8Recipe::kOff) return;
+  ANVIL_ENSURE(f.fp8_unsupported.empty(), kUnsupported, "--fp8 ", fp8_recipe_name(fp8), ": ", f.fp8_unsupported,
+               " (use --fp8 off)");
+  r.reasons.push_back(cat("fp8 ", fp8_recipe_name(fp8), ": the blocks' linear layers in FP8, E4M3 activations and "
+                          "weights, ", fp8_format_name(fp8_format(fp8, Fp8Role::kGradient)), " gradients"));
+}
+
 }  // namespace
 
 PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int world, DType compute_dtype) {
@@ -85,6 +95,7 @@ ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
     r.reasons.push_back(cat("seq_len ", f.data_seq_len, ": the data's blocks"));
   }
   resolve_grad_dtype_of(r, f);
+  check_fp8(r, f);
   resolve_memory(r, f);
   return r;
 }

@@ -62,7 +62,8 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   store_->set_reduce_dtype(p.reduce_dtype);
   store_->set_overlap_optimizer(p.overlap_optimizer);
   store_->load(weights);
-  model_ = std::make_unique<Transformer>(config_, table_, *ops_, d.micro_batch, d.seq_len, p.recompute);
+  model_ = std::make_unique<Transformer>(config_, table_, *ops_, d.micro_batch, d.seq_len, p.recompute,
+                                         p.fp8);
   model_->set_forward_done_hook([this] {
     if (timing_) timing_result_.forward += lap();
   });

@@ -11,6 +11,8 @@ namespace {
 }
 }  // namespace
 
+std::string CudaOps::fp8_unsupported() const { return "this build runs FP8 linear layers on the CPU only"; }
+
 void CudaOps::linear_fp8_forward_impl(Tensor, Tensor, Tensor, Tensor, Fp8Recipe) { refuse(); }
 void CudaOps::linear_fp8_backward_input_impl(Tensor, Tensor, Tensor, Fp8Recipe, bool) { refuse(); }
 void CudaOps::linear_fp8_backward_weight_impl(Tensor, Tensor, Tensor, Tensor, Fp8Recipe, bool) { refuse(); }
