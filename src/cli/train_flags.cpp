@@ -71,8 +71,8 @@ void bind_parallel(Args& a, TrainConfig& c) {
                  "(auto: the fastest that fits the plan in the GPU's memory)");
   bind_fp8(a, &p.fp8,
            "the blocks' seven linear layers (q/k/v, o, gate/up, down) in FP8 with scales from each tensor's amax: "
-           "one per tensor, or one per row as torchao's rowwise; E4M3 activations and weights, E5M2 (tensorwise) "
-           "or E4M3 (rowwise) gradients; needs compute capability 8.9 or newer on a GPU, emulated on the CPU");
+           "one per tensor, or one per row as torchao's rowwise; every operand E4M3; needs compute capability 8.9 or "
+           "newer on a GPU, emulated exactly on the CPU");
   a.flag_off("--no-overlap-optimizer", &p.overlap_optimizer,
              "run the optimizer alone after the backward instead of beside the next forward (the same results; "
              "for comparison)");

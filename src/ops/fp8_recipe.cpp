@@ -19,13 +19,9 @@ Fp8Recipe parse_fp8_recipe(const std::string& name) { return parse_enum(kFp8Reci
 
 const char* fp8_recipe_name(Fp8Recipe r) { return enum_name(kFp8RecipeNames, r); }
 
-Fp8Format fp8_format(Fp8Recipe r, Fp8Role role) {
-  return role == Fp8Role::kGradient && r == Fp8Recipe::kTensorwise ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
-}
-
 float fp8_scale(float amax, Fp8Format format, Fp8Recipe r) {
-  const float scale = static_cast<float>(static_cast<double>(fp8_max(format)) / std::max(static_cast<double>(amax),
-                                                                                        1e-12));
+  const float scale =
+      static_cast<float>(static_cast<double>(fp8_max(format)) / std::max(static_cast<double>(amax), 1e-12));
   if (r != Fp8Recipe::kRowwise) return scale;
   return std::bit_cast<float>(std::bit_cast<uint32_t>(scale) & 0xff800000u);  // 2^floor(log2(scale))
 }

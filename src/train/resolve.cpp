@@ -65,8 +65,9 @@ void check_fp8(ResolvedConfig& r, const RunFacts& f) {
   if (fp8 == Fp8Recipe::kOff) return;
   ANVIL_ENSURE(f.fp8_unsupported.empty(), kUnsupported, "--fp8 ", fp8_recipe_name(fp8), ": ", f.fp8_unsupported,
                " (use --fp8 off)");
-  r.reasons.push_back(cat("fp8 ", fp8_recipe_name(fp8), ": the blocks' linear layers in FP8, E4M3 activations and "
-                          "weights, ", fp8_format_name(fp8_format(fp8, Fp8Role::kGradient)), " gradients"));
+  r.reasons.push_back(cat("fp8 ", fp8_recipe_name(fp8), ": the blocks' linear layers' GEMMs on ",
+                          fp8_format_name(kFp8Format), " operands, scaled ",
+                          fp8 == Fp8Recipe::kRowwise ? "per row" : "per tensor", " from their amax"));
 }
 
 }  // namespace

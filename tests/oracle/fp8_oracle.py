@@ -23,8 +23,8 @@ The recipe, written here from its description and torchao's: an operand is scale
 fp8_max / max(amax, 1e-12) (double, then float32; rowwise: per row along the reduction
 dimension, rounded down to a power of two), multiplied in float32, clamped to +-fp8_max,
 cast with torch's float8 dtypes; a GEMM is the float64 product of the FP8 values times the
-float32 inverse scales. Activations and weights are E4M3; gradients E5M2 (tensorwise) or
-E4M3 (rowwise), unless --grad-format says otherwise.
+float32 inverse scales. Every operand is E4M3; Recipe's grad_format (bench/fp8_grad_format.py)
+can put the gradients in E5M2 instead.
 """
 import sys
 
@@ -49,8 +49,7 @@ class Recipe:
     def __init__(self, name, grad_format=None):
         assert name in ("tensorwise", "rowwise"), name
         self.rowwise = name == "rowwise"
-        default = E4M3 if self.rowwise else E5M2
-        self.grad = {None: default, "e4m3": E4M3, "e5m2": E5M2}[grad_format]
+        self.grad = {None: E4M3, "e4m3": E4M3, "e5m2": E5M2}[grad_format]
 
     def quantize(self, t, dtype):
         """t (rows, k), the reduction along k: its FP8 values (float64) and inverse scales (rows, 1)."""

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/threads.h"
-#include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_math.h"
+#include "ops/cpu/cpu_ops.h"
 
 namespace anvil {
 namespace {
@@ -27,18 +27,22 @@ struct Fp8Operand {
 
 // The operand (rows, k) read from src: src itself (rows, k) row-major, or, transposed, the
 // transpose of src (k, rows) row-major. Scaled per row (rowwise) or as a whole.
-Fp8Operand quantize(const float* src, int64_t rows, int64_t k, bool transposed, Fp8Format format, Fp8Recipe recipe) {
+Fp8Operand quantize(const float* src, int64_t rows, int64_t k, bool transposed, Fp8Recipe recipe) {
+  constexpr Fp8Format format = kFp8Format;
   const auto at = [&](int64_t r, int64_t c) { return transposed ? src[c * rows + r] : src[r * k + c]; };
   std::vector<float> amax(static_cast<size_t>(rows), 0.0f);
   parallel_for(rows, 16, [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r)
-      for (int64_t c = 0; c < k; ++c) amax[static_cast<size_t>(r)] = std::max(amax[static_cast<size_t>(r)],
-                                                                               std::fabs(at(r, c)));
+      for (int64_t c = 0; c < k; ++c)
+        amax[static_cast<size_t>(r)] = std::max(amax[static_cast<size_t>(r)], std::fabs(at(r, c)));
   });
-  if (recipe == Fp8Recipe::kTensorwise) std::fill(amax.begin(), amax.end(), *std::max_element(amax.begin(), amax.end()));
+  if (recipe == Fp8Recipe::kTensorwise)
+    std::fill(amax.begin(), amax.end(), *std::max_element(amax.begin(), amax.end()));
   std::array<float, 256> decoded;
-  for (int code = 0; code < 256; ++code) decoded[static_cast<size_t>(code)] = fp8_bits_to_f32(static_cast<uint8_t>(code), format);
-  Fp8Operand op{rows, k, std::vector<float>(static_cast<size_t>(rows * k)), std::vector<float>(static_cast<size_t>(rows))};
+  for (int code = 0; code < 256; ++code)
+    decoded[static_cast<size_t>(code)] = fp8_bits_to_f32(static_cast<uint8_t>(code), format);
+  Fp8Operand op{rows, k, std::vector<float>(static_cast<size_t>(rows * k)),
+                std::vector<float>(static_cast<size_t>(rows))};
   parallel_for(rows, 16, [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
       const float scale = fp8_scale(amax[static_cast<size_t>(r)], format, recipe);
@@ -70,8 +74,8 @@ void fp8_gemm(const Fp8Operand& a, const Fp8Operand& b, float* out, bool accumul
 
 void CpuOps::linear_fp8_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe) {
   const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
-  const Fp8Operand xq = quantize(f32(x), M, K, false, fp8_format(recipe, Fp8Role::kActivation), recipe);
-  const Fp8Operand wq = quantize(f32(w), N, K, false, fp8_format(recipe, Fp8Role::kWeight), recipe);
+  const Fp8Operand xq = quantize(f32(x), M, K, false, recipe);
+  const Fp8Operand wq = quantize(f32(w), N, K, false, recipe);
   float* Y = f32(y);
   fp8_gemm(xq, wq, Y, false);
   if (!present(bias)) return;
@@ -82,8 +86,8 @@ void CpuOps::linear_fp8_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias, 
 
 void CpuOps::linear_fp8_backward_input_impl(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate) {
   const int64_t M = dy.rows(), N = dy.cols(), K = w.cols();
-  const Fp8Operand dyq = quantize(f32(dy), M, N, false, fp8_format(recipe, Fp8Role::kGradient), recipe);
-  const Fp8Operand wq = quantize(f32(w), K, N, true, fp8_format(recipe, Fp8Role::kWeight), recipe);
+  const Fp8Operand dyq = quantize(f32(dy), M, N, false, recipe);
+  const Fp8Operand wq = quantize(f32(w), K, N, true, recipe);
   fp8_gemm(dyq, wq, f32(dx), accumulate);
 }
 
@@ -91,8 +95,8 @@ void CpuOps::linear_fp8_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy,
                                              bool accumulate) {
   const int64_t M = dy.rows(), N = dy.cols(), K = x.cols();
   const float* DY = f32(dy);
-  const Fp8Operand dyq = quantize(DY, N, M, true, fp8_format(recipe, Fp8Role::kGradient), recipe);
-  const Fp8Operand xq = quantize(f32(x), K, M, true, fp8_format(recipe, Fp8Role::kActivation), recipe);
+  const Fp8Operand dyq = quantize(DY, N, M, true, recipe);
+  const Fp8Operand xq = quantize(f32(x), K, M, true, recipe);
   fp8_gemm(dyq, xq, f32(dw), accumulate);
   if (!present(dbias)) return;
   float* DB = f32(dbias);
