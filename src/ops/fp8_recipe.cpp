@@ -19,6 +19,12 @@ Fp8Recipe parse_fp8_recipe(const std::string& name) { return parse_enum(kFp8Reci
 
 const char* fp8_recipe_name(Fp8Recipe r) { return enum_name(kFp8RecipeNames, r); }
 
+Fp8Scratch fp8_scratch(int64_t p_rows, int64_t q_rows, int64_t k) {
+  const auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  const auto stats = [&](int64_t rows) { return aligned(3 * std::max(rows, k) * static_cast<int64_t>(sizeof(float))); };
+  return {aligned(p_rows * k), aligned(q_rows * k), stats(p_rows), stats(q_rows)};
+}
+
 float fp8_scale(float amax, Fp8Format format, Fp8Recipe r) {
   const float scale =
       static_cast<float>(static_cast<double>(fp8_max(format)) / std::max(static_cast<double>(amax), 1e-12));

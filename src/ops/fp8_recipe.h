@@ -17,6 +17,7 @@
 // trainer's non-finite check stops the run.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/fp8.h"
@@ -28,6 +29,16 @@ Fp8Recipe parse_fp8_recipe(const std::string& name);  // off | tensorwise | roww
 const char* fp8_recipe_name(Fp8Recipe r);
 
 constexpr Fp8Format kFp8Format = Fp8Format::kE4M3;  // of every operand
+
+// The shared scratch one FP8 GEMM takes on the GPU (ops/cuda/linear_fp8_ops.cpp), which the
+// memory plan counts: both operands' FP8 copies, p_rows x k and q_rows x k bytes, and each
+// one's amax, scale and inverse-scale vectors (3 * max(rows, k) floats), each part 256-byte
+// aligned.
+struct Fp8Scratch {
+  int64_t p_bytes = 0, q_bytes = 0, p_stats = 0, q_stats = 0;
+  int64_t total() const { return p_bytes + q_bytes + p_stats + q_stats; }
+};
+Fp8Scratch fp8_scratch(int64_t p_rows, int64_t q_rows, int64_t k);
 
 // The factor an operand of the given amax is multiplied by before its cast (1/it dequantizes).
 float fp8_scale(float amax, Fp8Format format, Fp8Recipe r);
