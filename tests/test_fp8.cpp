@@ -4,9 +4,12 @@
 // backward GEMMs, both recipes) against the recipe emulated in PyTorch with its float8
 // dtypes and float64 matmuls (tests/oracle/fp8_oracle.py), within fp32 rounding; and the
 // tiny model trained 8 steps with each recipe, every step's loss and gradients against the
-// recipe in PyTorch on the weights anvil reached (checkpointed every step and exported).
+// recipe in PyTorch on the weights anvil reached (checkpointed every step and exported); the
+// same run with recomputation, accumulation and 2 ranks (ddp, fsdp); --fp8 refused where the
+// device cannot run it; bench step's FP8 peak.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -19,8 +22,11 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "io/safetensors.h"
+#include "model/config.h"
 #include "ops/ops.h"
 #include "testing.h"
+#include "train/bench_step.h"
+#include "train/resolve.h"
 
 namespace anvil {
 namespace {
@@ -204,6 +210,74 @@ TEST(Fp8Training, EightStepsFollowTheTorchRecipeStepByStep) {
       }
     }
   }
+}
+
+// Losses of the tiny fixture trained 3 steps with --fp8 rowwise, 2 sequences a step, and `extra`.
+std::vector<double> fp8_losses(const std::string& tag, const std::vector<std::string>& extra) {
+  static const std::string dir = testing::temp_dir("fp8-layouts");
+  if (!path_exists(dir + "/blocks.safetensors")) testing::write_random_blocks(dir + "/blocks.safetensors", 8, 33, 26);
+  std::vector<std::string> args = testing::tiny_train_args(dir + "/blocks.safetensors", 3,
+                                                           {"--fp8", "rowwise", "--metrics", dir + "/" + tag + ".jsonl"});
+  args.insert(args.end(), extra.begin(), extra.end());
+  const testing::RunResult r = testing::run_anvil(args);
+  EXPECT_EQ(r.exit_code, 0) << tag << ": " << r.out;
+  std::vector<double> losses;
+  std::ifstream metrics(dir + "/" + tag + ".jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    if (const Json j = json_parse(line, tag); j.contains("step")) losses.push_back(j["loss"].get<double>());
+  return losses;
+}
+
+// The recipe quantizes each micro-batch's tensors by themselves, so one sequence per
+// micro-batch trains the same in every layout: recomputation repeats the same casts (the
+// same bits), two ranks of ddp or fsdp see what two accumulated micro-batches see (within the
+// fp32 sums' order, and the casts that order can flip: 1e-4 relative).
+TEST(Fp8Training, RecomputeAccumulationAndRanksTrainAlike) {
+  const std::vector<double> base = fp8_losses("accum", {"--micro-batch", "1", "--grad-accum", "2"});
+  ASSERT_EQ(base.size(), 3u);
+  EXPECT_EQ(fp8_losses("full", {"--micro-batch", "1", "--grad-accum", "2", "--recompute", "full"}), base);
+  EXPECT_EQ(fp8_losses("selective", {"--micro-batch", "1", "--grad-accum", "2", "--recompute", "selective"}), base);
+  for (const char* mode : {"ddp", "fsdp"}) {
+    const std::vector<double> two = fp8_losses(mode, {"--micro-batch", "1", "--nproc-per-node", "2", "--mode", mode});
+    ASSERT_EQ(two.size(), 3u) << mode;
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(two[i], base[i], 1e-4 * base[i]) << mode << " step " << i + 1;
+  }
+}
+
+TEST(Fp8Training, RefusedWhereTheDeviceCannotRunIt) {
+  const ModelConfig model = preset_config("tiny");
+  TrainConfig c;
+  c.data.seq_len = 32;
+  c.parallel.fp8 = Fp8Recipe::kTensorwise;
+  RunFacts f;
+  f.model = &model;
+  f.fp8_unsupported = "FP8 tensor cores need compute capability 8.9 or newer; this GPU is 8.0";
+  try {
+    resolve_config(c, f);
+    ADD_FAILURE() << "--fp8 tensorwise resolved on a device without FP8";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("--fp8 tensorwise: FP8 tensor cores need"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use --fp8 off"), std::string::npos) << e.what();
+  }
+  f.fp8_unsupported.clear();
+  const ResolvedConfig r = resolve_config(c, f);
+  EXPECT_EQ(r.config.parallel.fp8, Fp8Recipe::kTensorwise);
+  EXPECT_NE(r.reasons.end(), std::find_if(r.reasons.begin(), r.reasons.end(), [](const std::string& s) {
+              return s.rfind("fp8 tensorwise: ", 0) == 0;
+            }));
+  EXPECT_EQ(testing::run_anvil({"train", "--fp8", "e4m3"}).exit_code, 2);
+}
+
+TEST(Fp8Bench, StepNamesTheRecipeAndTheFp8Peak) {
+  EXPECT_NEAR(gpu_peak_fp8_tflops("NVIDIA H200"), 2 * gpu_peak_tflops("NVIDIA H200"), 0.2);  // the datasheets
+  EXPECT_EQ(gpu_peak_fp8_tflops("NVIDIA A100-SXM4-80GB"), 0.0);  // no FP8 tensor cores
+  const testing::RunResult r = testing::run_anvil({"bench", "step", "--device", "cpu", "--preset", "tiny", "--seq-len",
+                                                   "32", "--steps", "2", "--warmup", "1", "--fp8", "rowwise"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Json j = json_parse(r.out.substr(r.out.rfind('{')), "bench step");
+  EXPECT_EQ(j["fp8"].get<std::string>(), "rowwise");
+  EXPECT_TRUE(j.contains("mfu_fp8") && j["mfu_fp8"].is_null()) << r.out;  // the CPU has no peak
 }
 
 }  // namespace

@@ -58,6 +58,7 @@ int cmd_plan(int argc, char** argv) {
       .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per optimizer step (as anvil train)");
   bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)");
   bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (as anvil train)");
+  bind_fp8(a, &c.parallel.fp8, "the blocks' linear layers in FP8 (as anvil train): their operand copies");
   bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (as anvil train)")
       .opt("--gpu-mem", &gpu_mem, "GiB", "memory per GPU [default: 139.8, an H200's]")
       .flag("--json", &json, "print one JSON object");
@@ -74,6 +75,7 @@ int cmd_plan(int argc, char** argv) {
   in.micro_batch = d.micro_batch;
   in.mode = c.parallel.mode;
   in.reduce_dtype = c.parallel.reduce_dtype;
+  in.fp8 = c.parallel.fp8;
   in.grad_dtype = resolve_grad_dtype(c.parallel.grad_dtype, in.compute_dtype, d.grad_accum);
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
   const PlanAdvice adv = advise(in, c.parallel.recompute, gpu_bytes);

@@ -13,6 +13,7 @@
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "ops/fp8_recipe.h"
 #include "parallel/mode.h"
 
 namespace anvil {
@@ -27,6 +28,7 @@ struct PlanInput {
   bool fsdp_defer_sync = false;  // full-unit gradients of every unit kept across micro-batches
   DType reduce_dtype = DType::kF32;  // gradient reduction; BF16 adds unit-sized bf16 buffers
   DType grad_dtype = DType::kF32;    // resolved (model/params.h): BF16 halves the blocks' gradients
+  Fp8Recipe fp8 = Fp8Recipe::kOff;   // FP8 block linears: their GEMMs' workspace and operand copies
 };
 
 struct MemoryPlan {
@@ -37,7 +39,7 @@ struct MemoryPlan {
   int64_t optimizer = 0;    // AdamW m and v
   int64_t weights = 0;      // FSDP's gathered units
   int64_t activations = 0;  // saved activations, scratch, gradients of activations
-  int64_t workspace = 0;    // GEMM workspace, cross-entropy chunk, small buffers
+  int64_t workspace = 0;    // GEMM workspaces, the shared scratch (cross-entropy chunk, attention, FP8 operands)
   int64_t total() const { return params + grads + optimizer + weights + activations + workspace; }
   // Host memory, not in total(): the snapshot of an asynchronous save (train/checkpoint_async.h),
   // this rank's slice of every unit's masters, AdamW m and v (12 bytes an element).

@@ -18,19 +18,36 @@ double model_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   return 6.0 * matmul_params + 6.0 * static_cast<double>(c.num_layers * seq_len * c.q_dim());
 }
 
+namespace {
+
+struct Peak {
+  const char* key;  // a part of the device's name
+  double tflops;
+};
+
+template <size_t N>
+double peak_by_name(const Peak (&peaks)[N], const std::string& name) {
+  for (const Peak& p : peaks)
+    if (name.find(p.key) != std::string::npos) return p.tflops;
+  return 0;
+}
+
+}  // namespace
+
 double gpu_peak_tflops(const std::string& name) {
-  struct Peak {
-    const char* key;
-    double tflops;
-  };
   // Dense bf16 tensor-core rates from the vendors' datasheets (SXM parts).
   static const Peak kPeaks[] = {{"H100", 989.4}, {"H200", 989.4}, {"GH200", 989.4}, {"H800", 989.4},
                                 {"B200", 2250.0}, {"B100", 1750.0}, {"A100", 312.0}, {"A800", 312.0},
                                 {"L40S", 362.1}, {"L40", 181.0}, {"L4", 121.0},   {"4090", 165.2},
                                 {"A10", 125.0}};
-  for (const Peak& p : kPeaks)
-    if (name.find(p.key) != std::string::npos) return p.tflops;
-  return 0;
+  return peak_by_name(kPeaks, name);
+}
+
+double gpu_peak_fp8_tflops(const std::string& name) {
+  // Dense FP8 tensor-core rates from the vendors' datasheets (SXM parts); none before Ada.
+  static const Peak kPeaks[] = {{"H100", 1978.9}, {"H200", 1978.9}, {"GH200", 1978.9}, {"H800", 1978.9},
+                                {"B200", 4500.0}, {"B100", 3500.0}, {"L40S", 733.0},  {"L4", 242.5}};
+  return peak_by_name(kPeaks, name);
 }
 
 namespace {
@@ -150,6 +167,14 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
             {"planned_gib", static_cast<double>(trainer.plan().total()) / (1ll << 30)}};
   j["mfu"] = peak > 0 ? Json(tps * flops / run.world / (peak * 1e12)) : Json(nullptr);
   j["peak_tflops"] = peak > 0 ? Json(peak) : Json(nullptr);
+  // With FP8 block linears also against the FP8 peak (the GEMMs outside the blocks stay bf16,
+  // so the truth lies between the two).
+  j["fp8"] = fp8_recipe_name(c.parallel.fp8);
+  if (c.parallel.fp8 != Fp8Recipe::kOff) {
+    const double peak8 = gpu_peak_fp8_tflops(dev_name);
+    j["mfu_fp8"] = peak8 > 0 ? Json(tps * flops / run.world / (peak8 * 1e12)) : Json(nullptr);
+    j["peak_fp8_tflops"] = peak8 > 0 ? Json(peak8) : Json(nullptr);
+  }
   return j;
 }
 

@@ -84,6 +84,7 @@ PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int 
   pin.grad_dtype = resolved.parallel.grad_dtype == GradDType::kBF16 ? DType::kBF16 : DType::kF32;
   pin.mode = resolved.parallel.mode;
   pin.recompute = resolved.parallel.recompute;
+  pin.fp8 = resolved.parallel.fp8;
   return pin;
 }
 
