@@ -96,6 +96,7 @@ const float* quantize_fp8(uint8_t* dst, float* stats, const __nv_bfloat16* src, 
                           bool transposed, bool rowwise, cudaStream_t stream) {
   const int64_t n = rows > k ? rows : k;
   float *amax = stats, *scale = stats + n, *inv = stats + 2 * n;
+  if (rows == 0 || k == 0) return inv;
   // The amax of each operand row (rowwise) or of each source row (tensorwise: reduced next).
   const int64_t src_rows = transposed ? k : rows, src_cols = transposed ? rows : k;
   if (rowwise && transposed) {

@@ -7,6 +7,7 @@
 
 #include "core/cuda/check.h"
 #include "core/error.h"
+#include "ops/cuda/gemm.h"
 
 namespace anvil::cuda {
 
@@ -40,7 +41,7 @@ Fp8Gemm::~Fp8Gemm() {
 const Fp8Gemm::Plan& Fp8Gemm::plan(const Key& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
-  const auto [m, n, k, ldo, out_type, bias, beta_zero, rowwise] = key;
+  const auto [m, n, k, ldo, out_type, bias, beta_zero, rowwise, align_d] = key;
   (void)beta_zero;
   Plan p;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -65,6 +66,9 @@ const Fp8Gemm::Plan& Fp8Gemm::plan(const Key& key) {
   const uint64_t workspace = kWorkspaceBytes;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                     sizeof workspace));
+  const auto align = static_cast<uint32_t>(align_d);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
   cublasLtMatmulHeuristicResult_t result = {};
   int found = 0;
   const cublasStatus_t st =
@@ -89,7 +93,8 @@ void Fp8Gemm::run(void* out, cudaDataType_t out_type, int64_t ldo, Fp8Operand p,
   ANVIL_ENSURE(k % 16 == 0 && ldo % 16 == 0, kUnsupported, "FP8 GEMM (M, N, K) = (", m, ", ", n, ", ", k,
                "): FP8 tensor cores need K and the output's row stride to be multiples of 16 (the model's sizes and "
                "the tokens per micro-batch; else use --fp8 off)");
-  const Plan& pl = plan(Key{m, n, k, ldo, static_cast<int>(out_type), bias != nullptr, beta == 0.0f, rowwise});
+  const Plan& pl =
+      plan(Key{m, n, k, ldo, static_cast<int>(out_type), bias != nullptr, beta == 0.0f, rowwise, alignment_of(out)});
   set_desc(pl.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, q.inv_scale);
   set_desc(pl.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.inv_scale);
   if (bias) set_desc(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);

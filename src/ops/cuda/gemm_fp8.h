@@ -43,8 +43,9 @@ class Fp8Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  // m, n, k, ldo, out type, bias, beta == 0, rowwise
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool, bool>;
+  // m, n, k, ldo, out type, bias, beta == 0, rowwise, the output's alignment (the operands'
+  // FP8 copies are 256-byte aligned)
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool, bool, int>;
 
   const Plan& plan(const Key& key);
 
