@@ -6,7 +6,7 @@
 // tiny model trained 8 steps with each recipe, every step's loss and gradients against the
 // recipe in PyTorch on the weights anvil reached (checkpointed every step and exported); the
 // same run with recomputation, accumulation and 2 ranks (ddp, fsdp); --fp8 refused where the
-// device cannot run it; bench step's FP8 peak.
+// device cannot run it; a resume naming a changed recipe; bench step's FP8 peak.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +26,7 @@
 #include "ops/ops.h"
 #include "testing.h"
 #include "train/bench_step.h"
+#include "train/checkpoint.h"
 #include "train/resolve.h"
 
 namespace anvil {
@@ -267,6 +268,18 @@ TEST(Fp8Training, RefusedWhereTheDeviceCannotRunIt) {
               return s.rfind("fp8 tensorwise: ", 0) == 0;
             }));
   EXPECT_EQ(testing::run_anvil({"train", "--fp8", "e4m3"}).exit_code, 2);
+}
+
+// FP8 changes the numerics: a resume with another recipe says so (nothing FP8 is saved, so
+// any recipe resumes any checkpoint).
+TEST(Fp8Training, AResumeNamesAChangedRecipe) {
+  TrainConfig rowwise;
+  rowwise.parallel.fp8 = Fp8Recipe::kRowwise;
+  TrainConfig off = rowwise;
+  off.parallel.fp8 = Fp8Recipe::kOff;
+  EXPECT_EQ(continuation_changes(train_record(rowwise, 1), train_record(off, 1)),
+            std::vector<std::string>{"fp8 \"rowwise\" -> \"off\""});
+  EXPECT_TRUE(continuation_changes(train_record(rowwise, 1), train_record(rowwise, 1)).empty());
 }
 
 TEST(Fp8Bench, StepNamesTheRecipeAndTheFp8Peak) {
