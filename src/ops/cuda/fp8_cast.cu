@@ -1,9 +1,9 @@
 // FP8 amax, scales and casts (fp8_cast.h). Three passes per operand: the amax of each row of
-// the bf16 source (one block a row) or of each column (a thread a column, so every row read is
-// coalesced); the scales (one thread each, or one block reducing every amax for a tensorwise
-// scale); the cast, element by element or through a 32 x 32 shared-memory tile that writes
-// the transpose coalesced. Maxima do not depend on order, so the result is exact and
-// deterministic. __NV_SATFINITE is the recipe's saturation: beyond +-max clamps, NaN stays.
+// the bf16 source (one block a row) or of each column (a thread a column over 64 rows, so every
+// row read is coalesced, the blocks of a column joined by an atomic max); the scales (one thread each, or one block
+// reducing every amax for a tensorwise scale); the cast, element by element or through a 32 x 32 shared-memory tile
+// that writes the transpose coalesced. Maxima do not depend on order, so the result is exact and deterministic.
+// __NV_SATFINITE is the recipe's saturation: beyond +-max clamps, NaN stays.
 #include <cuda_fp8.h>
 
 #include "core/cuda/check.h"
@@ -25,13 +25,18 @@ __global__ void amax_rows_kernel(float* amax, const __nv_bfloat16* src, int64_t 
   }
 }
 
+// Block (x, y): columns x * 256 .. +255 over rows y * kColRows .. +kColRows; the blocks of a
+// column meet in an atomic max of the float's bits (non-negative floats order as their bits),
+// exact and independent of the order (amax starts at 0).
+constexpr int64_t kColRows = 64;
+
 __global__ void amax_cols_kernel(float* amax, const __nv_bfloat16* src, int64_t rows, int64_t cols) {
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float m = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) m = fmaxf(m, fabsf(__bfloat162float(src[r * cols + c])));
-    amax[c] = m;
-  }
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  const int64_t r0 = blockIdx.y * kColRows, r1 = r0 + kColRows < rows ? r0 + kColRows : rows;
+  float m = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) m = fmaxf(m, fabsf(__bfloat162float(src[r * cols + c])));
+  atomicMax(reinterpret_cast<unsigned*>(amax) + c, __float_as_uint(m));
 }
 
 // fp8_max / max(amax, 1e-12) in double, to float (ops/fp8_recipe.h's fp8_scale).
@@ -100,7 +105,10 @@ const float* quantize_fp8(uint8_t* dst, float* stats, const __nv_bfloat16* src, 
   // The amax of each operand row (rowwise) or of each source row (tensorwise: reduced next).
   const int64_t src_rows = transposed ? k : rows, src_cols = transposed ? rows : k;
   if (rowwise && transposed) {
-    amax_cols_kernel<<<grid_stride_blocks(src_cols, 256), 256, 0, stream>>>(amax, src, src_rows, src_cols);
+    CUDA_CHECK(cudaMemsetAsync(amax, 0, static_cast<size_t>(src_cols) * sizeof(float), stream));
+    const dim3 grid(static_cast<unsigned>(ceil_div(src_cols, 256)),
+                    static_cast<unsigned>(ceil_div(src_rows, kColRows)));
+    amax_cols_kernel<<<grid, 256, 0, stream>>>(amax, src, src_rows, src_cols);
   } else {
     amax_rows_kernel<<<static_cast<unsigned>(src_rows < 65535 ? src_rows : 65535), 256, 0, stream>>>(
         amax, src, src_rows, src_cols);
