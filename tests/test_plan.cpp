@@ -141,6 +141,32 @@ TEST(Plan, WorkspaceHoldsAttentionScratch) {
   EXPECT_EQ(plan_memory(in).workspace, (64ll << 20) + ce.bytes + 4 * 2048 * 3);
 }
 
+// FP8 block linears add their GEMMs' 32 MiB workspace, and their operands' FP8 copies share
+// the scratch: within it at 1.7B (the largest, gate_up's dw: (2I + C) x tokens bytes, is below
+// the cross-entropy's), beyond it with a small vocabulary, two heads and many tokens.
+TEST(Plan, Fp8AddsItsWorkspaceAndOperandCopies) {
+  PlanInput in;
+  in.config = preset_config("qwen3-1.7b");
+  in.micro_batch = 4;
+  const int64_t off = plan_memory(in).workspace;
+  for (Fp8Recipe r : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
+    in.fp8 = r;
+    EXPECT_EQ(plan_memory(in).workspace, off + (32ll << 20));
+  }
+  in.config.vocab_size = 1024;
+  in.config.num_heads = 2;
+  in.config.num_kv_heads = 1;
+  in.micro_batch = 64;
+  in.fp8 = Fp8Recipe::kOff;
+  const int64_t small_vocab = plan_memory(in).workspace;
+  in.fp8 = Fp8Recipe::kTensorwise;
+  const int64_t n = 64 * 2048;
+  EXPECT_GT(plan_memory(in).workspace - small_vocab, 32ll << 20) << "the FP8 operands do not outgrow the scratch";
+  EXPECT_EQ(plan_memory(in).workspace,
+            (64ll << 20) + (32ll << 20) + fp8_scratch(2 * in.config.intermediate_size, in.config.hidden_size, n).total() +
+                4 * n * 3);
+}
+
 // The cross-entropy's blocks of dlogits and chunks of logits stay within 512 MiB together,
 // blocks as large as that allows (in multiples of 64 rows), chunks a quarter of a block.
 TEST(Plan, CrossEntropyChunks) {

@@ -3,6 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/train_flags.h"
 #include "train/grad.h"
 
 namespace anvil {
@@ -19,6 +20,7 @@ int cmd_grad(int argc, char** argv) {
       .opt("--out", &o.out, "FILE", "output safetensors", true)
       .choice("--device", &o.device, {"cpu", "cuda"}, "where to compute")
       .opt("--mlp-tile", &o.mlp_tile, "N", "tokens per MLP tile (0: auto, as anvil train)");
+  bind_fp8(a, &o.fp8, "the blocks' linear layers in FP8 (see anvil train --help)");
   if (!a.parse(argc, argv)) return 0;
   const double loss = run_grad(o);
   std::printf("loss %.9g\nwrote %s\n", loss, o.out.c_str());

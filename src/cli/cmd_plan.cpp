@@ -151,6 +151,7 @@ int cmd_plan(int argc, char** argv) {
   bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)");
   bind_mlp_tile(a, &c.parallel.mlp_tile);
   bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (as anvil train)");
+  bind_fp8(a, &c.parallel.fp8, "the blocks' linear layers in FP8 (as anvil train): their operand copies");
   bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (as anvil train)")
       .opt("--gpu-mem", &gpu_mem, "GiB", "memory per GPU [default: 139.8, an H200's]")
       .opt("--gpu", &target.gpu, "NAME", "the GPU the step is predicted on (H200, H100, A100, ...) [default: this "
@@ -179,13 +180,15 @@ int cmd_plan(int argc, char** argv) {
   in.mode = c.parallel.mode;
   in.mlp_tile = c.parallel.mlp_tile;
   in.reduce_dtype = c.parallel.reduce_dtype;
+  in.fp8 = c.parallel.fp8;
   in.grad_dtype = resolve_grad_dtype(c.parallel.grad_dtype, in.compute_dtype, d.grad_accum);
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
   const PlanAdvice adv = advise(in, c.parallel.recompute, gpu_bytes);
   StepTarget target_of = step_target(target, in.world);
-  if (in.context_parallel > 1 && target_of.gpu) {
+  if ((in.context_parallel > 1 || in.fp8 != Fp8Recipe::kOff) && target_of.gpu) {
     target_of.gpu = nullptr;
-    target_of.why_not = "the step model does not count context parallelism's all-to-alls yet";
+    target_of.why_not = in.context_parallel > 1 ? "the step model does not count context parallelism's all-to-alls yet"
+                                                : "the step model does not price FP8 GEMMs and their casts yet";
   }
   StepPrediction ddp, fsdp;
   if (target_of.gpu) {

@@ -74,6 +74,10 @@ void bind_parallel(Args& a, TrainConfig& c) {
                  "activation recomputation in backward: selective recomputes the norms and RoPE, full every block "
                  "(auto: the fastest that fits the plan in the GPU's memory)");
   bind_mlp_tile(a, &p.mlp_tile);
+  bind_fp8(a, &p.fp8,
+           "the blocks' seven linear layers (q/k/v, o, gate/up, down) in FP8 with scales from each tensor's amax: "
+           "one per tensor, or one per row as torchao's rowwise; every operand E4M3; needs compute capability 8.9 or "
+           "newer on a GPU, emulated exactly on the CPU");
   a.flag_off("--no-overlap-optimizer", &p.overlap_optimizer,
              "run the optimizer alone after the backward instead of beside the next forward (the same results; "
              "for comparison)");
@@ -158,6 +162,12 @@ Args& bind_grad_dtype(Args& a, GradDType* out, const std::string& help) {
   return a.choice("--grad-dtype", {"auto", "fp32", "bf16"}, help,
                   [out](const std::string& v) { *out = parse_grad_dtype(v); },
                   [out] { return std::string(grad_dtype_name(*out)); });
+}
+
+Args& bind_fp8(Args& a, Fp8Recipe* out, const std::string& help) {
+  return a.choice("--fp8", {"off", "tensorwise", "rowwise"}, help,
+                  [out](const std::string& v) { *out = parse_fp8_recipe(v); },
+                  [out] { return std::string(fp8_recipe_name(*out)); });
 }
 
 Args& bind_recompute(Args& a, Recompute* out, const std::string& help) {

@@ -21,10 +21,10 @@ Tensor part(const Tensor& unit, int64_t offset, Shape shape) {
 
 Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops& ops, int64_t micro_batch,
                          int64_t seq_len, Recompute recompute, int64_t mlp_tile, DType grad_dtype,
-                         Comm* context_parallel)
+                         Comm* context_parallel, Fp8Recipe fp8)
     : c_(config), table_(table), ops_(ops), B_(micro_batch), T_(seq_len), N_(micro_batch * seq_len), Ta_(seq_len),
       Ha_(static_cast<int>(config.num_heads)), KVa_(static_cast<int>(config.num_kv_heads)),
-      cp_(context_parallel, context_parallel ? context_parallel->world() : 1), recompute_(recompute),
+      cp_(context_parallel, context_parallel ? context_parallel->world() : 1), recompute_(recompute), fp8_(fp8),
       compute_dtype_(ops.compute_dtype()) {
   ANVIL_ENSURE(B_ >= 1 && T_ >= 2, kInvalidInput, "micro-batch ", B_, " x sequence length ", T_,
                ": need at least one sequence of two tokens");
@@ -138,15 +138,15 @@ void Transformer::block_forward(Tensor w, Tensor x_in, BlockActs& a, Tensor x_ou
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
   const float eps = static_cast<float>(c_.rms_norm_eps);
   ops_.rmsnorm_forward(a.h1, a.rstd1, x_in, part(w, o.attn_norm, {C}), eps);
-  ops_.linear_forward(a.qkv_raw.reshape({N_, Q}), a.h1, part(w, o.qkv_w, {Q, C}),
-                      c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor());
+  block_linear(a.qkv_raw.reshape({N_, Q}), a.h1, part(w, o.qkv_w, {Q, C}),
+               c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor());
   if (cp_.size() > 1) cp_.to_heads(ops_, a.qkv_raw, a.qkv_raw, B_, qkv_segments());
   qk_norm_rope_forward(w, a);
   ops_.attention_forward(a.att.reshape(att_seqs()), a.lse.reshape({B_, Ha_, Ta_}), a.qkv.reshape(qkv_seqs()), Ha_,
                          KVa_, positions_);
-  ops_.linear_forward(a.x_mid, att_tokens(a), part(w, o.o_w, {C, c_.q_dim()}), Tensor());
+  block_linear(a.x_mid, att_tokens(a), part(w, o.o_w, {C, c_.q_dim()}), Tensor());
   ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps);
-  if (mlp_tile_ == N_) ops_.linear_forward(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
+  if (mlp_tile_ == N_) block_linear(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
   if (x_out.data) {
     mlp_forward(w, a, x_out);
     ops_.add(x_out, x_out, a.x_mid);
@@ -159,15 +159,15 @@ void Transformer::mlp_forward(Tensor w, BlockActs& a, Tensor x_out) {
   const Tensor w_gate_up = part(w, o.gate_up_w, {2 * I, C}), w_down = part(w, o.down_w, {C, I});
   if (mlp_tile_ == N_) {  // gate_up: block_forward's, kept for the backward
     ops_.swiglu_forward(act_, a.gate_up);
-    ops_.linear_forward(x_out, act_, w_down, Tensor());
+    block_linear(x_out, act_, w_down, Tensor());
     return;
   }
   for (int64_t r0 = 0; r0 < N_; r0 += mlp_tile_) {
     const int64_t r1 = std::min(N_, r0 + mlp_tile_), rows = r1 - r0;
     const Tensor gate_up = gate_up_tile_.slice_rows(0, rows), act = act_.slice_rows(0, rows);
-    ops_.linear_forward(gate_up, a.h2.slice_rows(r0, r1), w_gate_up, Tensor());
+    block_linear(gate_up, a.h2.slice_rows(r0, r1), w_gate_up, Tensor());
     ops_.swiglu_forward(act, gate_up);
-    ops_.linear_forward(x_out.slice_rows(r0, r1), act, w_down, Tensor());
+    block_linear(x_out.slice_rows(r0, r1), act, w_down, Tensor());
   }
 }
 
@@ -176,11 +176,11 @@ void Transformer::mlp_backward(Tensor w, Tensor g, bool acc, BlockActs& a) {
   // The SwiGLU's output, not kept from the forward, comes from its backward's pass.
   const BlockOffsets& o = table_.block();
   const int64_t C = c_.hidden_size, I = c_.intermediate_size;
-  ops_.linear_backward_input(d_act_, dx_, part(w, o.down_w, {C, I}), false);
+  block_linear_dx(d_act_, dx_, part(w, o.down_w, {C, I}));
   ops_.swiglu_backward(d_gate_up_, d_act_, a.gate_up, act_);
-  ops_.linear_backward_weight(part(g, o.down_w, {C, I}), Tensor(), dx_, act_, acc);
-  ops_.linear_backward_weight(part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2, acc);
-  ops_.linear_backward_input(dh_, d_gate_up_, part(w, o.gate_up_w, {2 * I, C}), false);
+  block_linear_dw(part(g, o.down_w, {C, I}), Tensor(), dx_, act_, acc);
+  block_linear_dw(part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2, acc);
+  block_linear_dx(dh_, d_gate_up_, part(w, o.gate_up_w, {2 * I, C}));
 }
 
 // Tile by tile the untiled ops on the tile's rows, gate_up recomputed first. The weight
@@ -201,16 +201,37 @@ void Transformer::mlp_backward_tiled(Tensor w, Tensor g, bool acc, BlockActs& a)
     const Tensor d_act = d_act_.slice_rows(0, rows), d_gate_up = d_gate_up_.slice_rows(0, rows);
     const Tensor h2 = a.h2.slice_rows(r0, r1), dy = dx_.slice_rows(r0, r1);
     const bool tile_acc = r0 > 0 || acc;
-    ops_.linear_forward(gate_up, h2, w_gate_up, Tensor());
-    ops_.linear_backward_input(d_act, dy, w_down, false);
+    block_linear(gate_up, h2, w_gate_up, Tensor());
+    block_linear_dx(d_act, dy, w_down);
     ops_.swiglu_backward(d_gate_up, d_act, gate_up, act);
-    ops_.linear_backward_weight(dw_down, Tensor(), dy, act, tile_acc);
-    ops_.linear_backward_weight(dw_gate_up, Tensor(), d_gate_up, h2, tile_acc);
-    ops_.linear_backward_input(dh_.slice_rows(r0, r1), d_gate_up, w_gate_up, false);
+    block_linear_dw(dw_down, Tensor(), dy, act, tile_acc);
+    block_linear_dw(dw_gate_up, Tensor(), d_gate_up, h2, tile_acc);
+    block_linear_dx(dh_.slice_rows(r0, r1), d_gate_up, w_gate_up);
   }
   if (f32) return;
   ops_.convert(part(g, o.down_w, {C, I}), dw_down);
   ops_.convert(part(g, o.gate_up_w, {2 * I, C}), dw_gate_up);
+}
+
+void Transformer::block_linear(Tensor y, Tensor x, Tensor w, Tensor bias) {
+  if (fp8_ == Fp8Recipe::kOff)
+    ops_.linear_forward(y, x, w, bias);
+  else
+    ops_.linear_fp8_forward(y, x, w, bias, fp8_);
+}
+
+void Transformer::block_linear_dx(Tensor dx, Tensor dy, Tensor w) {
+  if (fp8_ == Fp8Recipe::kOff)
+    ops_.linear_backward_input(dx, dy, w, false);
+  else
+    ops_.linear_fp8_backward_input(dx, dy, w, fp8_, false);
+}
+
+void Transformer::block_linear_dw(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate) {
+  if (fp8_ == Fp8Recipe::kOff)
+    ops_.linear_backward_weight(dw, dbias, dy, x, accumulate);
+  else
+    ops_.linear_fp8_backward_weight(dw, dbias, dy, x, fp8_, accumulate);
 }
 
 void Transformer::recompute_elementwise(Tensor w, Tensor x_in, BlockActs& a) {
@@ -230,8 +251,8 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
   mlp_backward(w, g, acc, a);
   ops_.rmsnorm_backward(dx_, part(g, o.mlp_norm, {C}), dh_, a.x_mid, part(w, o.mlp_norm, {C}), a.rstd2, true, acc);
   // attention (context parallel: its output exchanged again, its input's gradient exchanged back)
-  ops_.linear_backward_weight(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, att_tokens(a), acc);
-  ops_.linear_backward_input(d_att_, dx_, part(w, o.o_w, {C, c_.q_dim()}), false);
+  block_linear_dw(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, att_tokens(a), acc);
+  block_linear_dx(d_att_, dx_, part(w, o.o_w, {C, c_.q_dim()}));
   if (cp_.size() > 1) cp_.to_heads(ops_, d_att_, d_att_, B_, {c_.q_dim()});
   ops_.attention_backward(d_qkv_.reshape(qkv_seqs()), d_att_.reshape(att_seqs()), a.qkv.reshape(qkv_seqs()),
                           a.att.reshape(att_seqs()), a.lse.reshape({B_, Ha_, Ta_}), Ha_, KVa_, positions_);
@@ -244,9 +265,8 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
                              rope_cos_, rope_sin_, Ha_, KVa_, acc, positions_);
   if (cp_.size() > 1) cp_.to_tokens(ops_, d_qkv_raw_, d_qkv_raw_, B_, qkv_segments());
   const Tensor d_qkv_flat = d_qkv_raw_.reshape({N_, Q});
-  ops_.linear_backward_weight(part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat,
-                              a.h1, acc);
-  ops_.linear_backward_input(dh_, d_qkv_flat, part(w, o.qkv_w, {Q, C}), false);
+  block_linear_dw(part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat, a.h1, acc);
+  block_linear_dx(dh_, d_qkv_flat, part(w, o.qkv_w, {Q, C}));
   ops_.rmsnorm_backward(dx_, part(g, o.attn_norm, {C}), dh_, x_in, part(w, o.attn_norm, {C}), a.rstd1, true, acc);
 }
 

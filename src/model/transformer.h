@@ -29,6 +29,10 @@
 // T/P tokens (its slice); attention's all-to-alls give qk-norm, RoPE and attention all T
 // tokens of H/P and KV/P heads, and the parameter gradients are this slice's share (the
 // reduction across ranks adds the slices).
+//
+// With an FP8 recipe (`--fp8`, ops/fp8_recipe.h) the blocks' seven linear layers (the fused
+// qkv, o, the fused gate_up, down) run their forward and both backward GEMMs through the ops'
+// linear_fp8_*; the embedding, the head, norms, attention and the loss are unchanged.
 #pragma once
 
 #include <cstdint>
@@ -72,7 +76,8 @@ class Transformer {
   // world; null: none); seq_len is the whole sequence's.
   Transformer(const ModelConfig& config, const ParamTable& table, Ops& ops, int64_t micro_batch,
               int64_t seq_len, Recompute recompute, int64_t mlp_tile = kMlpTileAuto,
-              DType grad_dtype = DType::kF32, Comm* context_parallel = nullptr);
+              DType grad_dtype = DType::kF32, Comm* context_parallel = nullptr,
+              Fp8Recipe fp8 = Fp8Recipe::kOff);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -135,6 +140,11 @@ class Transformer {
   // accumulate: add to the unit's gradients (false: overwrite them, UnitSource::overwrite_grads)
   void block_backward(Tensor weights, Tensor grads, bool accumulate, Tensor x_in, BlockActs& a);
   void recompute_elementwise(Tensor weights, Tensor x_in, BlockActs& a);  // Recompute::kSelective
+  // The blocks' seven linear layers (qkv, o, gate_up, down): the ops' linear_* or, with fp8_,
+  // their FP8 forms (ops/fp8_recipe.h). dx is overwritten.
+  void block_linear(Tensor y, Tensor x, Tensor w, Tensor bias);
+  void block_linear_dx(Tensor dx, Tensor dy, Tensor w);
+  void block_linear_dw(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate);
 
   const ModelConfig& c_;
   const ParamTable& table_;
@@ -145,6 +155,7 @@ class Transformer {
   ContextParallel cp_;
   Recompute recompute_;
   int64_t mlp_tile_;  // tokens per MLP tile; N_: untiled
+  Fp8Recipe fp8_;
   DType compute_dtype_;
   std::vector<void*> buffers_;  // the activations' allocations, one per table entry
   std::function<void()> forward_done_;

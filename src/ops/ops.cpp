@@ -146,37 +146,95 @@ void Ops::copy_rows(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, 
 }
 
 // ---- linear layers
-void Ops::linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) {
-  const OpChecks c = checks_of(*this, "linear_forward");
+namespace {
+
+// A GEMM's M x N x K, the linear ops' timing label.
+struct GemmShape {
+  int64_t m, n, k;
+  std::string label() const { return cat(m, "x", n, "x", k); }
+};
+
+// The shapes of linear_forward's tensors: x (M, K), w (N, K), y (M, N), bias (N) or absent; y F32
+// when f32_out, else the compute dtype.
+GemmShape check_linear_forward(const OpChecks& c, DType compute, Tensor y, Tensor x, Tensor w, Tensor bias,
+                                 bool f32_out) {
   const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
-  const bool f32_out = y.dtype == DType::kF32 && !bias.data;  // inference logits
-  c.tensor("y", y, f32_out ? DType::kF32 : compute_dtype()).compute("x", x).compute("w", w);
-  c.optional("bias", bias, compute_dtype(), N);
+  c.tensor("y", y, f32_out ? DType::kF32 : compute).compute("x", x).compute("w", w);
+  c.optional("bias", bias, compute, N);
   c.ensure(w.cols() == K && y.rows() == M && y.cols() == N, "shapes x ", x.shape.str(), " w ", w.shape.str(), " y ",
            y.shape.str(), " are not (M, K), (N, K), (M, N)");
-  const OpScope scope(*this, c.op(), [&] { return cat(M, "x", N, "x", K); });
-  linear_forward_impl(y, x, w, bias);
+  return {M, N, K};
 }
 
-void Ops::linear_backward_input(Tensor dx, Tensor dy, Tensor w, bool accumulate) {
-  const OpChecks c = checks_of(*this, "linear_backward_input");
+GemmShape check_linear_backward_input(const OpChecks& c, Tensor dx, Tensor dy, Tensor w) {
   const int64_t M = dy.rows(), N = dy.cols(), K = w.cols();
   c.compute("dx", dx).compute("dy", dy).compute("w", w);
   c.ensure(w.dim(0) == N && dx.rows() == M && dx.cols() == K, "shapes dy ", dy.shape.str(), " w ", w.shape.str(),
            " dx ", dx.shape.str(), " are not (M, N), (N, K), (M, K)");
-  const OpScope scope(*this, c.op(), [&] { return cat(M, "x", N, "x", K); });
-  linear_backward_input_impl(dx, dy, w, accumulate);
+  return {M, N, K};
 }
 
-void Ops::linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate) {
-  const OpChecks c = checks_of(*this, "linear_backward_weight");
+GemmShape check_linear_backward_weight(const OpChecks& c, Tensor dw, Tensor dbias, Tensor dy, Tensor x,
+                                       bool accumulate) {
   const int64_t M = dy.rows(), N = dy.cols(), K = x.cols();
   c.grad("dw", dw, accumulate).compute("dy", dy).compute("x", x);
   if (dbias.data) c.grad("dbias", dbias, accumulate, N);
   c.ensure(x.rows() == M && dw.dim(0) == N && dw.cols() == K, "shapes dy ", dy.shape.str(), " x ", x.shape.str(),
            " dw ", dw.shape.str(), " are not (M, N), (M, K), (N, K)");
-  const OpScope scope(*this, c.op(), [&] { return cat(M, "x", N, "x", K); });
+  return {M, N, K};
+}
+
+void check_fp8_recipe(const OpChecks& c, Fp8Recipe recipe) {
+  c.ensure(recipe != Fp8Recipe::kOff, "called with the fp8 recipe off (use the bf16 linear ops)");
+}
+
+}  // namespace
+
+void Ops::linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) {
+  const OpChecks c = checks_of(*this, "linear_forward");
+  const bool f32_out = y.dtype == DType::kF32 && !bias.data;  // inference logits
+  const GemmShape shape = check_linear_forward(c, compute_dtype(), y, x, w, bias, f32_out);
+  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  linear_forward_impl(y, x, w, bias);
+}
+
+void Ops::linear_backward_input(Tensor dx, Tensor dy, Tensor w, bool accumulate) {
+  const OpChecks c = checks_of(*this, "linear_backward_input");
+  const GemmShape shape = check_linear_backward_input(c, dx, dy, w);
+  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  linear_backward_input_impl(dx, dy, w, accumulate);
+}
+
+void Ops::linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate) {
+  const OpChecks c = checks_of(*this, "linear_backward_weight");
+  const GemmShape shape = check_linear_backward_weight(c, dw, dbias, dy, x, accumulate);
+  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
   linear_backward_weight_impl(dw, dbias, dy, x, accumulate);
+}
+
+void Ops::linear_fp8_forward(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe) {
+  const OpChecks c = checks_of(*this, "linear_fp8_forward");
+  check_fp8_recipe(c, recipe);
+  const GemmShape shape = check_linear_forward(c, compute_dtype(), y, x, w, bias, false);
+  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  linear_fp8_forward_impl(y, x, w, bias, recipe);
+}
+
+void Ops::linear_fp8_backward_input(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate) {
+  const OpChecks c = checks_of(*this, "linear_fp8_backward_input");
+  check_fp8_recipe(c, recipe);
+  const GemmShape shape = check_linear_backward_input(c, dx, dy, w);
+  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  linear_fp8_backward_input_impl(dx, dy, w, recipe, accumulate);
+}
+
+void Ops::linear_fp8_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, Fp8Recipe recipe,
+                                     bool accumulate) {
+  const OpChecks c = checks_of(*this, "linear_fp8_backward_weight");
+  check_fp8_recipe(c, recipe);
+  const GemmShape shape = check_linear_backward_weight(c, dw, dbias, dy, x, accumulate);
+  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  linear_fp8_backward_weight_impl(dw, dbias, dy, x, recipe, accumulate);
 }
 
 // ---- embedding

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/fp8_recipe.h"
 
 namespace anvil {
 
@@ -46,6 +47,11 @@ struct AdamWHyper {
   VIRTUAL void linear_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias) TAIL;                           \
   VIRTUAL void linear_backward_input_impl(Tensor dx, Tensor dy, Tensor w, bool accumulate) TAIL;              \
   VIRTUAL void linear_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy, Tensor x,                      \
+      bool accumulate) TAIL;                                                                                  \
+  VIRTUAL void linear_fp8_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe) TAIL;     \
+  VIRTUAL void linear_fp8_backward_input_impl(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe,               \
+      bool accumulate) TAIL;                                                                                  \
+  VIRTUAL void linear_fp8_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy, Tensor x, Fp8Recipe recipe, \
       bool accumulate) TAIL;                                                                                  \
   VIRTUAL void embedding_forward_impl(Tensor out, Tensor ids, Tensor table) TAIL;                             \
   VIRTUAL void embedding_backward_impl(Tensor dtable, Tensor ids, Tensor dout, bool accumulate) TAIL;         \
@@ -81,6 +87,8 @@ class Ops {
   virtual Device device() const = 0;
   virtual DType compute_dtype() const = 0;
   virtual std::string name() const = 0;
+  // Why this backend cannot run the FP8 linear ops (linear_fp8_*), or empty where it can.
+  virtual std::string fp8_unsupported() const { return ""; }
 
   // ---- memory
   struct MemoryStats {
@@ -146,6 +154,15 @@ class Ops {
   // dw (N,K) += dy^T . x; dbias (N) += column sums of dy (dbias may be empty). dw, dbias F32.
   // accumulate false: = instead of +=.
   void linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate = true);
+
+  // ---- the same three products with FP8 operands (ops/fp8_recipe.h; recipe not kOff): each
+  // GEMM's operands scaled from their amax and cast to FP8, fp32 accumulation, the product
+  // dequantized into the compute dtype. The bias is added, and dbias summed, from the
+  // unquantized values. Nothing FP8 outlives the call.
+  void linear_fp8_forward(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe);
+  void linear_fp8_backward_input(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate);
+  void linear_fp8_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, Fp8Recipe recipe,
+                                  bool accumulate = true);
 
   // ---- embedding: out (N,C) = table[ids]; dtable (V,C) F32 += scatter of dout rows
   // (accumulate false: dtable = the scatter, zero in rows no id names)

@@ -14,6 +14,7 @@ namespace anvil {
 namespace {
 
 constexpr int64_t kGemmWorkspace = 64ll << 20;
+constexpr int64_t kFp8GemmWorkspace = 32ll << 20;  // ops/cuda/gemm_fp8.h's Fp8Gemm
 
 std::string gib(int64_t bytes) {
   char b[32];
@@ -98,16 +99,32 @@ void plan_model_states(const PlanInput& in, MemoryPlan& p) {
   }
 }
 
-// The GEMM workspace, the backend's shared scratch, which holds the largest temporary: the
-// cross-entropy chunk or attention's (ops/cuda/cuda_ops.cpp), and three I32 per token (the
-// trainer's ids, targets and positions). Context parallel over P: a rank's ids, targets and
-// loss cover its n / P tokens, its attention all tokens of its share of the heads.
+// The largest FP8 copy of a GEMM's two operands (ops/fp8_recipe.h's Fp8Scratch) over the
+// blocks' linear layers and their three GEMMs, for n tokens (at most: the MLP's run on its
+// tiles): forward (n + out) x in, dx (n + in) x out, dw (out + in) x n.
+int64_t fp8_scratch_bytes(const ModelConfig& c, int64_t n) {
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  int64_t most = 0;
+  for (auto [out, in] : {std::pair{c.qkv_dim(), C}, std::pair{C, c.q_dim()}, std::pair{2 * I, C}, std::pair{C, I}})
+    most = std::max({most, fp8_scratch(n, out, in).total(), fp8_scratch(n, in, out).total(),
+                     fp8_scratch(out, in, n).total()});
+  return most;
+}
+
+// The GEMM workspaces (the FP8 GEMMs have their own), the backend's shared scratch, which
+// holds the largest temporary: the cross-entropy chunk, attention's, or an FP8 GEMM's operands
+// (ops/cuda/cuda_ops.cpp), and three I32 per token (the trainer's ids, targets and positions).
+// Context parallel over P: a rank's ids, targets, loss and linear layers cover its n / P
+// tokens, its attention all tokens of its share of the heads.
 int64_t workspace_bytes(const PlanInput& in) {
   const int64_t n = in.micro_batch * in.seq_len, P = in.context_parallel;
-  const int64_t scratch = std::max(cross_entropy_chunks(n / P, in.config.vocab_size).bytes,
-                                   attention_scratch_bytes(in.micro_batch, in.seq_len, in.config.num_heads / P,
-                                                           in.config.num_kv_heads / P, in.config.head_dim));
-  return kGemmWorkspace + scratch + 4 * (2 * n / P + n);
+  int64_t scratch = std::max(cross_entropy_chunks(n / P, in.config.vocab_size).bytes,
+                             attention_scratch_bytes(in.micro_batch, in.seq_len, in.config.num_heads / P,
+                                                     in.config.num_kv_heads / P, in.config.head_dim));
+  const int64_t ids = 4 * (2 * n / P + n);
+  if (in.fp8 == Fp8Recipe::kOff) return kGemmWorkspace + scratch + ids;
+  scratch = std::max(scratch, fp8_scratch_bytes(in.config, n / P));
+  return kGemmWorkspace + kFp8GemmWorkspace + scratch + ids;
 }
 
 // The workspace's attention part, when its bound is the kernel's (ops/attention_scratch.h).

@@ -13,6 +13,7 @@
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "ops/fp8_recipe.h"
 #include "parallel/mode.h"
 
 namespace anvil {
@@ -29,6 +30,7 @@ struct PlanInput {
   DType reduce_dtype = DType::kF32;  // gradient reduction; BF16 adds unit-sized bf16 buffers
   DType grad_dtype = DType::kF32;    // resolved (model/params.h): BF16 halves the blocks' gradients
   int64_t context_parallel = 1;      // ranks sharing each sequence: seq_len / it tokens a rank
+  Fp8Recipe fp8 = Fp8Recipe::kOff;   // FP8 block linears: their GEMMs' workspace and operand copies
 };
 
 struct MemoryPlan {
@@ -40,7 +42,7 @@ struct MemoryPlan {
   int64_t optimizer = 0;    // AdamW m and v
   int64_t weights = 0;      // FSDP's gathered units
   int64_t activations = 0;  // saved activations, scratch, gradients of activations
-  int64_t workspace = 0;    // GEMM workspace, cross-entropy chunk, small buffers
+  int64_t workspace = 0;    // GEMM workspaces, the shared scratch (cross-entropy chunk, attention, FP8 operands)
   int64_t total() const { return params + grads + optimizer + weights + activations + workspace; }
   // Host memory, not in total(): the snapshot of an asynchronous save (train/checkpoint_async.h),
   // this rank's slice of every unit's masters, AdamW m and v (12 bytes an element).

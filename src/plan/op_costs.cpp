@@ -10,7 +10,7 @@ namespace anvil {
 
 namespace {
 
-// Dense bf16 tensor-core peaks and HBM bandwidths from the vendors' datasheets (SXM parts
+// Dense bf16 and FP8 tensor-core peaks (FP8: 0 before Ada) and HBM bandwidths from the vendors' datasheets (SXM parts
 // unless named), first match wins (so "L40S" before "L40", "A100" before "A10"). bus_gbps:
 // the all-reduce bus bandwidth (nccl-tests' busbw) assumed over the usual link of an 8-GPU
 // machine of that part: NVLink 4 through NVSwitch 360 GB/s (published nccl-tests runs on
@@ -20,13 +20,20 @@ namespace {
 // gen4/gen5 through the host 20/40 (published 8-GPU PCIe servers: 20-35 GB/s).
 // Assumptions until `anvil bench` measures the machine: pass its figure as --bus-gbps.
 const GpuSpec kGpus[] = {
-    {"H100 PCIe", 756.0, 2.0, "PCIe gen5", 40},       {"H100", 989.4, 3.35, "NVLink 4 via NVSwitch", 360},
-    {"H200", 989.4, 4.8, "NVLink 4 via NVSwitch", 360}, {"GH200", 989.4, 4.0, "NVLink 4 via NVSwitch", 360},
-    {"H800", 989.4, 3.35, "NVLink 4 (400 GB/s)", 160},   {"B200", 2250.0, 8.0, "NVLink 5 via NVSwitch", 720},
-    {"B100", 1750.0, 8.0, "NVLink 5 via NVSwitch", 720}, {"A100", 312.0, 2.039, "NVLink 3 via NVSwitch", 240},
-    {"A800", 312.0, 2.039, "NVLink 3 (400 GB/s)", 160},  {"L40S", 362.1, 0.864, "PCIe gen4", 20},
-    {"L40", 181.0, 0.864, "PCIe gen4", 20},              {"L4", 121.0, 0.3, "PCIe gen4", 20},
-    {"4090", 165.2, 1.008, "PCIe gen4", 20},             {"A10", 125.0, 0.6, "PCIe gen4", 20}};
+    {"H100 PCIe", 756.0, 1513.0, 2.0, "PCIe gen5", 40},
+    {"H100", 989.4, 1978.9, 3.35, "NVLink 4 via NVSwitch", 360},
+    {"H200", 989.4, 1978.9, 4.8, "NVLink 4 via NVSwitch", 360},
+    {"GH200", 989.4, 1978.9, 4.0, "NVLink 4 via NVSwitch", 360},
+    {"H800", 989.4, 1978.9, 3.35, "NVLink 4 (400 GB/s)", 160},
+    {"B200", 2250.0, 4500.0, 8.0, "NVLink 5 via NVSwitch", 720},
+    {"B100", 1750.0, 3500.0, 8.0, "NVLink 5 via NVSwitch", 720},
+    {"A100", 312.0, 0, 2.039, "NVLink 3 via NVSwitch", 240},
+    {"A800", 312.0, 0, 2.039, "NVLink 3 (400 GB/s)", 160},
+    {"L40S", 362.1, 733.0, 0.864, "PCIe gen4", 20},
+    {"L40", 181.0, 362.1, 0.864, "PCIe gen4", 20},
+    {"L4", 121.0, 242.5, 0.3, "PCIe gen4", 20},
+    {"4090", 165.2, 0, 1.008, "PCIe gen4", 20},
+    {"A10", 125.0, 0, 0.6, "PCIe gen4", 20}};
 
 double log_distance(int64_t a, int64_t b) {
   const double x = static_cast<double>(std::max<int64_t>(a, 1)), y = static_cast<double>(std::max<int64_t>(b, 1));

@@ -27,11 +27,12 @@
 
 namespace anvil {
 
-// A GPU's datasheet figures: dense bf16 tensor-core peak, HBM bandwidth, and the usual
+// A GPU's datasheet figures: dense bf16 and FP8 tensor-core peaks, HBM bandwidth, and the usual
 // link between GPUs of one machine with the collectives' bus bandwidth assumed over it.
 struct GpuSpec {
   const char* key;  // matched as a substring of the device's name ("H200")
   double peak_tflops;
+  double peak_fp8_tflops;  // 0: no FP8 tensor cores
   double hbm_tbps;
   const char* link;
   double bus_gbps;

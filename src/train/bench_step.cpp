@@ -25,6 +25,11 @@ double gpu_peak_tflops(const std::string& name) {
   return g ? g->peak_tflops : 0;
 }
 
+double gpu_peak_fp8_tflops(const std::string& name) {
+  const GpuSpec* g = find_gpu_spec(name);
+  return g ? g->peak_fp8_tflops : 0;
+}
+
 namespace {
 
 // `steps` steps with every op timed: per step, each op's calls, device and host milliseconds
@@ -144,6 +149,14 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
             {"planned_gib", static_cast<double>(trainer.plan().total()) / (1ll << 30)}};
   j["mfu"] = peak > 0 ? Json(tps * flops / run.world / (peak * 1e12)) : Json(nullptr);
   j["peak_tflops"] = peak > 0 ? Json(peak) : Json(nullptr);
+  // With FP8 block linears also against the FP8 peak (the GEMMs outside the blocks stay bf16,
+  // so the truth lies between the two).
+  j["fp8"] = fp8_recipe_name(c.parallel.fp8);
+  if (c.parallel.fp8 != Fp8Recipe::kOff) {
+    const double peak8 = gpu_peak_fp8_tflops(dev_name);
+    j["mfu_fp8"] = peak8 > 0 ? Json(tps * flops / run.world / (peak8 * 1e12)) : Json(nullptr);
+    j["peak_fp8_tflops"] = peak8 > 0 ? Json(peak8) : Json(nullptr);
+  }
   return j;
 }
 
@@ -167,10 +180,11 @@ StepInput step_input(Trainer& trainer, const OpenRun& run) {
 }
 
 // The step model's figures for this setting on this GPU (null on a GPU it does not know, and
-// with context parallelism, whose all-to-alls it does not count).
+// with context parallelism or FP8, whose all-to-alls and FP8 GEMMs it does not price).
 Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   const GpuSpec* gpu = find_gpu_spec(trainer.ops().name());
-  if (!gpu || trainer.settings().config.parallel.context_parallel > 1) return Json(nullptr);  // not modelled
+  const ParallelSection& ps = trainer.settings().config.parallel;
+  if (!gpu || ps.context_parallel > 1 || ps.fp8 != Fp8Recipe::kOff) return Json(nullptr);  // not modelled
   const OpCostTable table = OpCostTable::load(o.op_table);
   const double bus = o.bus_gbps > 0 ? o.bus_gbps : gpu->bus_gbps;
   const StepPrediction p = predict_step(step_input(trainer, run), table, *gpu, bus);

@@ -42,6 +42,8 @@ struct BenchStepOptions {
 double model_flops_per_token(const ModelConfig& c, int64_t seq_len);
 // Dense bf16 TFLOP/s of a GPU by its name (H100/H200, A100, ...: plan/op_costs.h); 0 when unknown.
 double gpu_peak_tflops(const std::string& device_name);
+// Dense FP8 TFLOP/s of a GPU by its name (H100/H200, B200, L40S, L4); 0 when unknown or none.
+double gpu_peak_fp8_tflops(const std::string& device_name);
 
 Json run_bench_step(const BenchStepOptions& o);
 

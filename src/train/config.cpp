@@ -13,7 +13,8 @@ Json train_record(const TrainConfig& c, int world) {
           {"seq_len", d.seq_len}, {"lr", s.lr},
           {"warmup", s.warmup_steps}, {"schedule", s.decay}, {"lr_min", s.lr_min},
           {"weight_decay", a.weight_decay}, {"beta1", a.beta1}, {"beta2", a.beta2}, {"eps", a.eps},
-          {"max_grad_norm", a.max_grad_norm}, {"assistant_only_loss", d.assistant_only_loss}};
+          {"max_grad_norm", a.max_grad_norm}, {"assistant_only_loss", d.assistant_only_loss},
+          {"fp8", fp8_recipe_name(c.parallel.fp8)}};
 }
 
 }  // namespace anvil

@@ -15,6 +15,7 @@
 #include "data/blocks.h"
 #include "model/params.h"
 #include "model/activations.h"
+#include "ops/fp8_recipe.h"
 #include "optim/schedule.h"
 #include "parallel/mode.h"
 
@@ -39,6 +40,7 @@ struct ParallelSection {
   bool fsdp_defer_sync = false;   // FSDP: reduce-scatter once per step, not per micro-batch
   // The ranks that share each sequence (model/context_parallel.h): every rank today.
   int64_t context_parallel = 1;
+  Fp8Recipe fp8 = Fp8Recipe::kOff;  // the blocks' linear layers in FP8 (ops/fp8_recipe.h)
   bool operator==(const ParallelSection&) const = default;
 };
 

@@ -27,6 +27,7 @@ double run_grad(const GradOptions& o) {
   c.model.device = o.device;
   c.parallel.mode = ParallelMode::kDdp;
   c.parallel.mlp_tile = o.mlp_tile;
+  c.parallel.fp8 = o.fp8;
   c.data.micro_batch = ids->shape[0];
   c.data.seq_len = ids->shape[1];
   ParamTable table(cfg, 1);

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ops/fp8_recipe.h"
+
 namespace anvil {
 
 struct GradOptions {
@@ -13,6 +15,7 @@ struct GradOptions {
   std::string out;     // output safetensors
   std::string device = "cpu";
   int64_t mlp_tile = 0;  // tokens per MLP tile (model/activations.h); 0: auto
+  Fp8Recipe fp8 = Fp8Recipe::kOff;  // the blocks' linear layers in FP8 (ops/fp8_recipe.h)
 };
 
 // Returns the loss. Writes loss F32 [1], logits F32 [B, T, V], grad.<name> F32.

@@ -90,6 +90,17 @@ void check_context_parallel(ResolvedConfig& r, const RunFacts& f) {
                           "runs all ", T, " of ", H / P, " query and ", KV / P, " key/value heads"));
 }
 
+// --fp8: refused where the device cannot run it; said in the log where it is on.
+void check_fp8(ResolvedConfig& r, const RunFacts& f) {
+  const Fp8Recipe fp8 = r.config.parallel.fp8;
+  if (fp8 == Fp8Recipe::kOff) return;
+  ANVIL_ENSURE(f.fp8_unsupported.empty(), kUnsupported, "--fp8 ", fp8_recipe_name(fp8), ": ", f.fp8_unsupported,
+               " (use --fp8 off)");
+  r.reasons.push_back(cat("fp8 ", fp8_recipe_name(fp8), ": the blocks' linear layers' GEMMs on ",
+                          fp8_format_name(kFp8Format), " operands, scaled ",
+                          fp8 == Fp8Recipe::kRowwise ? "per row" : "per tensor", " from their amax"));
+}
+
 }  // namespace
 
 void check_context_parallel_world(int64_t cp, int world) {
@@ -113,6 +124,7 @@ PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int 
   pin.recompute = resolved.parallel.recompute;
   pin.mlp_tile = resolved.parallel.mlp_tile;
   pin.context_parallel = resolved.parallel.context_parallel;
+  pin.fp8 = resolved.parallel.fp8;
   return pin;
 }
 
@@ -127,6 +139,7 @@ ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
   check_context_parallel(r, f);
   resolve_grad_dtype_of(r, f);
   resolve_mlp_tile(r, f);
+  check_fp8(r, f);
   resolve_memory(r, f);
   return r;
 }

@@ -42,6 +42,7 @@ CudaOps::~CudaOps() {
   cudaStreamSynchronize(main_);
   for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
   gemm_.reset();
+  fp8_gemm_.reset();
   cudnn_attention_.reset();
   if (scratch_) cudaFree(scratch_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -124,6 +125,12 @@ void* CudaOps::scratch(size_t bytes) {
 cuda::Gemm& CudaOps::gemm(const char* op) {
   ANVIL_ENSURE(stream_ == main_, kInternal, op, ": GEMMs run on the main queue only");
   return *gemm_;
+}
+
+cuda::Fp8Gemm& CudaOps::fp8_gemm(const char* op) {
+  ANVIL_ENSURE(stream_ == main_, kInternal, op, ": GEMMs run on the main queue only");
+  if (!fp8_gemm_) fp8_gemm_ = std::make_unique<cuda::Fp8Gemm>(main_);
+  return *fp8_gemm_;
 }
 
 cuda::CudnnAttention* CudaOps::cudnn_attention(const cuda::AttentionShape& s, bool backward) {

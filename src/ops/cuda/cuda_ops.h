@@ -29,10 +29,12 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/gemm.h"
+#include "ops/cuda/gemm_fp8.h"
 #include "ops/cuda/reduce.h"
 #include "ops/ops.h"
 
@@ -72,6 +74,7 @@ class CudaOps final : public Ops {
   void set_op_timing(bool on) override { op_timing_ = on; }
   OpTimes take_op_times() override;
 
+  std::string fp8_unsupported() const override;
   bool can_record() const override { return true; }
   void begin_recording() override;
   int end_recording() override;
@@ -117,6 +120,16 @@ class CudaOps final : public Ops {
   cuda::CudnnAttention* cudnn_attention(const cuda::AttentionShape& s, bool backward);
   // The GEMM plans and workspace belong to the main stream.
   cuda::Gemm& gemm(const char* op);
+  cuda::Fp8Gemm& fp8_gemm(const char* op);
+  // The two operands of an FP8 GEMM quantized into the shared scratch (ops/cuda/fp8_cast.h):
+  // p (p_rows, K) and q (q_rows, K), each from its bf16 source, transposed where asked.
+  struct Fp8Source {
+    const void* src;
+    int64_t rows;
+    bool transposed;
+  };
+  std::pair<cuda::Fp8Operand, cuda::Fp8Operand> quantize_fp8_pair(Fp8Source p, Fp8Source q, int64_t k,
+                                                                   Fp8Recipe recipe);
   // Event slot `slot`, created on first use (timing off: only ordering).
   cudaEvent_t event(int slot);
 
@@ -125,6 +138,7 @@ class CudaOps final : public Ops {
   cudaStream_t stream_ = nullptr;  // the current queue's
   std::vector<cudaEvent_t> events_;
   std::unique_ptr<cuda::Gemm> gemm_;
+  std::unique_ptr<cuda::Fp8Gemm> fp8_gemm_;  // made by the first FP8 linear op
   int sm_ = 0;  // compute capability, major * 10 + minor
   cuda::AttentionImpl attention_impl_ = cuda::AttentionImpl::kCudnn;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;

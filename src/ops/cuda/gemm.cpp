@@ -14,14 +14,14 @@
 
 namespace anvil::cuda {
 
-namespace {
-
 int alignment_of(const void* p) {
   const auto u = reinterpret_cast<uintptr_t>(p);
   int a = 256;
   while (a > 1 && (u % static_cast<uintptr_t>(a)) != 0) a /= 2;
   return a;
 }
+
+namespace {
 
 template <class T>
 void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {

@@ -19,6 +19,10 @@
 
 namespace anvil::cuda {
 
+// The largest power of two, at most 256, that p's address is a multiple of (cuBLASLt's
+// alignment preferences).
+int alignment_of(const void* p);
+
 struct GemmOperand {
   const void* ptr = nullptr;
   int64_t ld = 0;

@@ -1,0 +1,23 @@
+// The FP8 recipe's casts on the GPU (ops/fp8_recipe.h): a GEMM operand's amax (per row along
+// the reduction dimension, or of the whole tensor), its scales, and the saturating
+// round-to-nearest-even cast into FP8, transposed on the way where the operand is the
+// transpose of the bf16 tensor (Hopper's FP8 GEMMs take both operands K-major: TN only).
+// The CPU reference (ops/cpu/linear_fp8.cpp) gives the same bytes and scales.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace anvil::cuda {
+
+// dst (rows, k) E4M3 (the recipe's kFp8Format) = the operand scaled and cast: src (rows, k)
+// bf16, or when transposed, the transpose of src (k, rows). rowwise: one scale per operand
+// row, rounded down to a power of two; else one for the tensor. stats: 3 * max(rows, k)
+// floats of device scratch (ops/fp8_recipe.h's Fp8Scratch). Returns the inverse scales in stats (rows of them, or one).
+const float* quantize_fp8(uint8_t* dst, float* stats, const __nv_bfloat16* src, int64_t rows, int64_t k,
+                          bool transposed, bool rowwise, cudaStream_t stream);
+
+}  // namespace anvil::cuda

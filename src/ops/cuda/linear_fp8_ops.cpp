@@ -1,0 +1,72 @@
+// The FP8 linear layers' dispatch (CudaOps, ops.h's linear_fp8_*): each GEMM's two operands
+// quantized into the shared scratch by fp8_cast.h (amax, scales, cast, transposed where the
+// TN layout needs it), then one cuBLASLt FP8 GEMM (gemm_fp8.h); the bias gradient from the
+// bf16 dy as the bf16 path computes it (linear.h).
+#include "core/error.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/fp8_cast.h"
+#include "ops/cuda/linear.h"
+
+namespace anvil {
+
+using cuda::nv_bf16;
+using cuda::p;
+using cuda::present;
+
+std::string CudaOps::fp8_unsupported() const {
+  if (sm_ >= 89) return "";
+  return cat("FP8 tensor cores need compute capability 8.9 or newer (Ada, Hopper, Blackwell); this GPU is ", sm_ / 10,
+             ".", sm_ % 10);
+}
+
+std::pair<cuda::Fp8Operand, cuda::Fp8Operand> CudaOps::quantize_fp8_pair(Fp8Source ps, Fp8Source qs, int64_t k,
+                                                                         Fp8Recipe recipe) {
+  const bool rowwise = recipe == Fp8Recipe::kRowwise;
+  const Fp8Scratch layout = fp8_scratch(ps.rows, qs.rows, k);
+  char* s = static_cast<char*>(scratch(static_cast<size_t>(layout.total())));
+  auto* p8 = reinterpret_cast<uint8_t*>(s);
+  auto* q8 = reinterpret_cast<uint8_t*>(s + layout.p_bytes);
+  auto* p_stat = reinterpret_cast<float*>(s + layout.p_bytes + layout.q_bytes);
+  auto* q_stat = reinterpret_cast<float*>(s + layout.p_bytes + layout.q_bytes + layout.p_stats);
+  const float* p_inv =
+      cuda::quantize_fp8(p8, p_stat, static_cast<const nv_bf16*>(ps.src), ps.rows, k, ps.transposed, rowwise, stream_);
+  const float* q_inv =
+      cuda::quantize_fp8(q8, q_stat, static_cast<const nv_bf16*>(qs.src), qs.rows, k, qs.transposed, rowwise, stream_);
+  return {{p8, p_inv}, {q8, q_inv}};
+}
+
+void CudaOps::linear_fp8_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe) {
+  const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
+  cuda::Fp8Gemm& g = fp8_gemm("linear_fp8_forward");
+  const auto [xq, wq] = quantize_fp8_pair({x.data, M, false}, {w.data, N, false}, K, recipe);
+  g.run(y.data, CUDA_R_16BF, N, xq, wq, M, N, K, 0.0f, present(bias) ? bias.data : nullptr,
+        recipe == Fp8Recipe::kRowwise);
+}
+
+void CudaOps::linear_fp8_backward_input_impl(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate) {
+  const int64_t M = dy.rows(), N = dy.cols(), K = w.cols();
+  cuda::Fp8Gemm& g = fp8_gemm("linear_fp8_backward_input");
+  // dx (M, K) = dy (M, N) . w (N, K): the reduction runs over N, so w goes in as w^T (K, N).
+  const auto [dyq, wq] = quantize_fp8_pair({dy.data, M, false}, {w.data, K, true}, N, recipe);
+  g.run(dx.data, CUDA_R_16BF, K, dyq, wq, M, K, N, accumulate ? 1.0f : 0.0f, nullptr, recipe == Fp8Recipe::kRowwise);
+}
+
+void CudaOps::linear_fp8_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy, Tensor x, Fp8Recipe recipe,
+                                              bool accumulate) {
+  const int64_t M = dy.rows(), N = dy.cols(), K = x.cols();
+  const cuda::GradOut dw_out = cuda::grad_out(dw);
+  if (M > 0) {
+    cuda::Fp8Gemm& g = fp8_gemm("linear_fp8_backward_weight");
+    // dw (N, K) = dy^T (N, M) . x (M, K): the reduction runs over the M tokens, both transposed.
+    const auto [dyq, xq] = quantize_fp8_pair({dy.data, N, true}, {x.data, K, true}, M, recipe);
+    g.run(dw.data, dw_out.bf16 ? CUDA_R_16BF : CUDA_R_32F, K, dyq, xq, N, K, M, accumulate ? 1.0f : 0.0f, nullptr,
+          recipe == Fp8Recipe::kRowwise);
+  } else if (!accumulate) {
+    zero_impl(dw);
+  }
+  if (present(dbias))
+    cuda::bias_grad(cuda::grad_out(dbias), p<nv_bf16>(dy), M, N, accumulate,
+                    scratch(cuda::bias_grad_scratch_bytes(M, N)), stream_);
+}
+
+}  // namespace anvil

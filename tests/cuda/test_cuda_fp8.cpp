@@ -1,0 +1,128 @@
+// The FP8 linear layers on the GPU against the CPU emulation (ops/fp8_recipe.h): the casts,
+// amaxes and scales of fp8_cast.h bit for bit (every operand layout, both recipes), and each
+// cuBLASLt FP8 GEMM (forward, both backward GEMMs, bias, accumulation) within the rounding of
+// its bf16 output (fp32 outputs: the order of the fp32 additions). FP8 against bf16 differs by
+// about 3%, far outside these bounds, so a GEMM that skipped the casts would fail.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/fp8.h"
+#include "cuda_test_util.h"
+#include "ops/cuda/fp8_cast.h"
+#include "ops/fp8_recipe.h"
+#include "ops/ops.h"
+
+namespace anvil {
+namespace {
+
+// Rows of different magnitudes (e^-2 .. e^2), so that per-row scales differ.
+std::vector<float> uneven(int64_t rows, int64_t cols, uint32_t seed) {
+  std::vector<float> v = randn(rows * cols, seed);
+  std::mt19937 gen(seed + 1);
+  std::uniform_real_distribution<float> e(-2.0f, 2.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = std::exp(e(gen));
+    for (int64_t c = 0; c < cols; ++c)
+      v[static_cast<size_t>(r * cols + c)] = round_bf16(v[static_cast<size_t>(r * cols + c)] * s);
+  }
+  return v;
+}
+
+TEST(CudaFp8, CastsAmaxAndScalesAreExact) {
+  REQUIRE_GPU();
+  const int64_t rows = 96, k = 80;  // the operand (rows, k); the source (rows, k) or (k, rows)
+  for (bool transposed : {false, true})
+    for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
+      const std::string what = std::string(fp8_recipe_name(recipe)) + (transposed ? " transposed" : "");
+      const std::vector<float> src = uneven(transposed ? k : rows, transposed ? rows : k, 11);
+      const auto at = [&](int64_t r, int64_t c) { return transposed ? src[c * rows + r] : src[r * k + c]; };
+      std::vector<float> amax(static_cast<size_t>(rows), 0.0f);
+      float whole = 0.0f;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < k; ++c) {
+          amax[static_cast<size_t>(r)] = std::max(amax[static_cast<size_t>(r)], std::fabs(at(r, c)));
+          whole = std::max(whole, std::fabs(at(r, c)));
+        }
+      std::vector<uint16_t> bits(src.size());
+      for (size_t i = 0; i < src.size(); ++i) bits[i] = f32_to_bf16_bits(src[i]);
+      void* d_src = gpu().alloc(bits.size() * 2);
+      void* d_dst = gpu().alloc(static_cast<size_t>(rows * k));
+      void* d_stats = gpu().alloc(static_cast<size_t>(fp8_scratch(rows, 0, k).p_stats));
+      ASSERT_EQ(cudaMemcpy(d_src, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      const float* d_inv = cuda::quantize_fp8(static_cast<uint8_t*>(d_dst), static_cast<float*>(d_stats),
+                                              static_cast<const __nv_bfloat16*>(d_src), rows, k, transposed,
+                                              recipe == Fp8Recipe::kRowwise, static_cast<cudaStream_t>(gpu().stream()));
+      const int64_t scales = recipe == Fp8Recipe::kRowwise ? rows : 1;
+      std::vector<uint8_t> got(static_cast<size_t>(rows * k));
+      std::vector<float> inv(static_cast<size_t>(scales));
+      gpu().synchronize();
+      ASSERT_EQ(cudaMemcpy(got.data(), d_dst, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(inv.data(), d_inv, inv.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      int64_t wrong = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float scale =
+            fp8_scale(recipe == Fp8Recipe::kRowwise ? amax[static_cast<size_t>(r)] : whole, kFp8Format, recipe);
+        if (r < scales) {
+          EXPECT_EQ(inv[static_cast<size_t>(r)], 1.0f / scale) << what << " row " << r;
+        }
+        for (int64_t c = 0; c < k; ++c)
+          wrong += got[static_cast<size_t>(r * k + c)] != f32_to_fp8_bits_saturated(at(r, c) * scale, kFp8Format);
+      }
+      EXPECT_EQ(wrong, 0) << what << ": FP8 bytes that differ from the CPU's";
+      gpu().release(d_src);
+      gpu().release(d_dst);
+      gpu().release(d_stats);
+    }
+}
+
+TEST(CudaFp8, GemmsMatchTheCpuEmulation) {
+  REQUIRE_GPU();
+  if (!gpu().fp8_unsupported().empty()) GTEST_SKIP() << gpu().fp8_unsupported();
+  struct Case {
+    int64_t m, k, n;
+    bool bias;
+  };
+  for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise})
+    for (const Case& cs : {Case{64, 128, 96, false}, Case{256, 512, 384, true}, Case{48, 64, 32, true}}) {
+      const std::string tag = std::string(fp8_recipe_name(recipe)) + " " + dims({cs.m, cs.k, cs.n});
+      uint32_t seed = static_cast<uint32_t>(cs.m * 7 + cs.k);
+      Buf x({cs.m, cs.k}, DType::kBF16, uneven(cs.m, cs.k, seed++));
+      Buf w({cs.n, cs.k}, DType::kBF16, uneven(cs.n, cs.k, seed++));
+      Buf b({cs.n}, DType::kBF16, randn(cs.n, seed++));
+      Buf y({cs.m, cs.n}, DType::kBF16, nans(cs.m * cs.n));
+      Tensor none;
+      cpu().linear_fp8_forward(y.c(), x.c(), w.c(), cs.bias ? b.c() : none, recipe);
+      gpu().linear_fp8_forward(y.g(), x.g(), w.g(), cs.bias ? b.g() : none, recipe);
+      check("linear_fp8_forward " + tag + (cs.bias ? " +bias" : "") + " y", y, kOut1);
+
+      Buf dy({cs.m, cs.n}, DType::kBF16, uneven(cs.m, cs.n, seed++));
+      Buf dx({cs.m, cs.k}, DType::kBF16, nans(cs.m * cs.k));
+      cpu().linear_fp8_backward_input(dx.c(), dy.c(), w.c(), recipe, false);
+      gpu().linear_fp8_backward_input(dx.g(), dy.g(), w.g(), recipe, false);
+      check("linear_fp8_backward_input " + tag + " dx", dx, kOut1);
+      Buf dx2({cs.m, cs.k}, DType::kBF16, randn(cs.m * cs.k, seed++));
+      cpu().linear_fp8_backward_input(dx2.c(), dy.c(), w.c(), recipe, true);
+      gpu().linear_fp8_backward_input(dx2.g(), dy.g(), w.g(), recipe, true);
+      check("linear_fp8_backward_input " + tag + " dx (accumulate)", dx2, kOut1);
+
+      Buf dw({cs.n, cs.k}, DType::kF32, randn(cs.n * cs.k, seed++));
+      Buf db({cs.n}, DType::kF32, randn(cs.n, seed++));
+      cpu().linear_fp8_backward_weight(dw.c(), cs.bias ? db.c() : none, dy.c(), x.c(), recipe);
+      gpu().linear_fp8_backward_weight(dw.g(), cs.bias ? db.g() : none, dy.g(), x.g(), recipe);
+      check("linear_fp8_backward_weight " + tag + " dw", dw, kF32);
+      if (cs.bias) check("linear_fp8_backward_weight " + tag + " dbias", db, kF32);
+      Buf dw16({cs.n, cs.k}, DType::kBF16, nans(cs.n * cs.k));
+      cpu().linear_fp8_backward_weight(dw16.c(), none, dy.c(), x.c(), recipe, false);
+      gpu().linear_fp8_backward_weight(dw16.g(), none, dy.g(), x.g(), recipe, false);
+      check("linear_fp8_backward_weight " + tag + " dw (bf16, written)", dw16, kOut1);
+    }
+}
+
+}  // namespace
+}  // namespace anvil
