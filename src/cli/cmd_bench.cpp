@@ -76,6 +76,7 @@ int bench_step(int argc, char** argv) {
   bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (see anvil train --help)");
   bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (see anvil train --help)");
   bind_mlp_tile(a, &c.parallel.mlp_tile);
+  bind_offload(a, &c.parallel.offload_activations);
   bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)")
       .opt("--steps", &c.steps, "N", "steps in all (then up to 3 more with the phases timed)")
       .opt("--warmup", &o.warmup, "N", "untimed first steps")

@@ -74,6 +74,7 @@ void bind_parallel(Args& a, TrainConfig& c) {
                  "activation recomputation in backward: selective recomputes the norms and RoPE, full every block "
                  "(auto: the fastest that fits the plan in the GPU's memory)");
   bind_mlp_tile(a, &p.mlp_tile);
+  bind_offload(a, &p.offload_activations);
   a.flag_off("--no-overlap-optimizer", &p.overlap_optimizer,
              "run the optimizer alone after the backward instead of beside the next forward (the same results; "
              "for comparison)");
@@ -164,6 +165,13 @@ Args& bind_recompute(Args& a, Recompute* out, const std::string& help) {
   return a.choice("--recompute", {"none", "selective", "full", "auto"}, help,
                   [out](const std::string& v) { *out = parse_recompute(v); },
                   [out] { return std::string(recompute_name(*out)); });
+}
+
+Args& bind_offload(Args& a, bool* out) {
+  return a.flag("--offload-activations", out,
+                "with --recompute full (auto resolves to it): keep the blocks' checkpoints (the residual stream "
+                "between blocks) in pinned host memory, copied out after each block's forward and back one block "
+                "ahead of its backward, beside the compute; the device keeps two of them (the same results)");
 }
 
 Args& bind_mlp_tile(Args& a, int64_t* out) {

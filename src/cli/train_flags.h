@@ -23,6 +23,8 @@ Args& bind_grad_dtype(Args& a, GradDType* out, const std::string& help);
 Args& bind_recompute(Args& a, Recompute* out, const std::string& help);
 // --mlp-tile N (0: auto), as model/activations.h's mlp_tile.
 Args& bind_mlp_tile(Args& a, int64_t* out);
+// --offload-activations, as model/activations.h's offload.
+Args& bind_offload(Args& a, bool* out);
 Args& bind_packing(Args& a, Packing* out, const std::string& help);
 
 }  // namespace anvil

@@ -34,8 +34,9 @@ struct RunFacts {
   Comm* comm = nullptr;  // every rank takes the same mode (their GPUs could differ)
 };
 
-// Throws kUsage when the grad dtype or --context-parallel cannot hold here, kOutOfMemory when the run cannot fit
-// in the GPU's memory (with the plan of both modes).
+// Throws kUsage when the grad dtype, --context-parallel or --offload-activations cannot hold here, kOutOfMemory
+// when the run cannot fit in the GPU's memory (with the plan of both modes) or its offloaded activations in the
+// host's.
 ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f);
 
 // --context-parallel P on `world` ranks: at least 1, and 1 or every rank (kUsage otherwise).
