@@ -3,11 +3,12 @@
 // CudaOps is the runtime (cuda_ops.cpp): one device and non-blocking streams: the main one,
 // a side one for the optimizer overlapped with the next forward (set_queue; record/wait
 // order them with events), and a copy one for the activation offload's copies to and from
-// pinned host memory (copy_to_host/copy_to_device/wait_copy, events of their own). Every op is enqueued on the current stream; none
-// waits for the host except download(), upload() and synchronize(). Ops that need temporary
-// device memory (deterministic partial sums, the cross-entropy chunk, attention's row sums)
-// share one scratch buffer that grows to the largest request and is then reused; the main
-// stream's order makes the sharing safe (the side stream may not use it).
+// pinned host memory (copy_to_host/copy_to_device/wait_copy, events of their own). Every op
+// is enqueued on the current stream; none waits for the host except download(), upload() and
+// synchronize(). Ops that need temporary device memory (deterministic partial sums, the
+// cross-entropy chunk, attention's row sums) share one scratch buffer that grows to the
+// largest request and is then reused; the main stream's order makes the sharing safe (the
+// side and copy streams may not use it).
 // Scratch needs, for the memory plan: the largest of
 //   rmsnorm backward   min(rows, 264) * cols * 4
 //   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
