@@ -3,15 +3,19 @@
 // bit for bit the same, and that checks the bookkeeping: the ring slot each block writes and
 // reads, and which host buffer comes back before which block's backward (a wrong one changes
 // the gradients). Models of 1, 2, 4 and 7 blocks: none offloaded, one (no ring slot reused),
-// and the ring reused with copies back. Also: the activation table and the plan with offload
+// and the ring reused with copies back; and anvil train's losses and export. Also: the activation table and the plan with offload
 // against the shapes written out by hand, the step benchmark's measured peak, the refusals
 // (another policy; host memory too small), and the plan of Qwen3-8B at 65,536 and 131,072 tokens.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/json.h"
+#include "metrics_losses.h"
 #include "model/activations.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
@@ -62,6 +66,40 @@ TEST(Offload, OnAndOffAreTheSameBits) {
     EXPECT_EQ(on.losses, off.losses) << layers << " blocks";
     EXPECT_TRUE(on.masters == off.masters) << layers << " blocks: weights after 3 steps differ";
   }
+}
+
+// Bytes of a file ("" when missing).
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// anvil train on the demo's rows, the tiny preset, 3 steps: the logged losses and the fp32
+// export the same bytes with and without the flag, and the run says what it resolved.
+TEST(Offload, TrainLossesAndExportTheSame) {
+  const std::string demo = std::string(ANVIL_SOURCE_DIR) + "/data/demo", dir = testing::temp_dir("offload_train");
+  std::map<std::string, testing::MetricsLosses> losses;
+  for (const std::string run : {"kept", "offloaded"}) {
+    std::vector<std::string> args = {"train", "--device", "cpu", "--preset", "tiny", "--tokenizer", demo, "--data",
+                                     demo + "/arithmetic.jsonl", "--data-cache", dir + "/cache", "--seq-len", "64",
+                                     "--micro-batch", "2", "--steps", "3", "--metrics", dir + "/" + run + ".jsonl",
+                                     "--export", dir + "/" + run, "--export-dtype", "fp32", "--recompute", "auto",
+                                     "--log-every", "1"};
+    if (run == "offloaded") args.push_back("--offload-activations");
+    const testing::RunResult r = testing::run_anvil(args);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    losses[run] = testing::read_metrics_losses(dir + "/" + run + ".jsonl");
+    if (run == "offloaded") {
+      EXPECT_NE(r.out.find("recompute full: --offload-activations moves its checkpoints to host memory"),
+                std::string::npos)
+          << r.out;
+    }
+  }
+  EXPECT_EQ(losses["offloaded"].loss.size(), 3u);
+  EXPECT_EQ(losses["offloaded"].loss, losses["kept"].loss);
+  const std::string kept = file_bytes(dir + "/kept/model.safetensors");
+  EXPECT_FALSE(kept.empty());
+  EXPECT_TRUE(file_bytes(dir + "/offloaded/model.safetensors") == kept) << "the exported weights differ";
 }
 
 // The tiny preset (C = 128, 4 blocks), N = 2 x 32 = 64 tokens in fp32: a residual is
