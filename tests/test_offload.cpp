@@ -3,9 +3,10 @@
 // bit for bit the same, and that checks the bookkeeping: the ring slot each block writes and
 // reads, and which host buffer comes back before which block's backward (a wrong one changes
 // the gradients). Models of 1, 2, 4 and 7 blocks: none offloaded, one (no ring slot reused),
-// and the ring reused with copies back; and anvil train's losses and export. Also: the activation table and the plan with offload
-// against the shapes written out by hand, the step benchmark's measured peak, the refusals
-// (another policy; host memory too small), and the plan of Qwen3-8B at 65,536 and 131,072 tokens.
+// and the ring reused with copies back; and anvil train's losses and export. Also: the
+// activation table and the plan with offload against the shapes written out by hand, the
+// step benchmark's measured peak, the refusals (another policy; host memory too small), and
+// the plan of Qwen3-8B at 65,536 and 131,072 tokens.
 #include <gtest/gtest.h>
 
 #include <fstream>
