@@ -47,6 +47,10 @@ Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops
 }
 
 Transformer::~Transformer() {
+  try {
+    if (offload_) ops_.synchronize();  // no copy in flight to or from the buffers
+  } catch (const Error&) {  // a failed device: the op that met it has thrown already
+  }
   for (void* p : buffers_) ops_.release(p);
   for (void* p : host_resid_) ops_.release_host(p);
 }
