@@ -77,6 +77,7 @@ int bench_step(int argc, char** argv) {
   bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (see anvil train --help)");
   bind_mlp_tile(a, &c.parallel.mlp_tile);
   bind_fp8(a, &c.parallel.fp8, "the blocks' linear layers in FP8 (see anvil train --help)");
+  bind_offload(a, &c.parallel.offload_activations);
   bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)")
       .opt("--steps", &c.steps, "N", "steps in all (then up to 3 more with the phases timed)")
       .opt("--warmup", &o.warmup, "N", "untimed first steps")

@@ -150,6 +150,7 @@ int cmd_plan(int argc, char** argv) {
            "ranks sharing each sequence (as anvil train: --nproc of them): seq-len/N tokens a rank");
   bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)");
   bind_mlp_tile(a, &c.parallel.mlp_tile);
+  bind_offload(a, &c.parallel.offload_activations);
   bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (as anvil train)");
   bind_fp8(a, &c.parallel.fp8, "the blocks' linear layers in FP8 (as anvil train): their operand copies");
   bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (as anvil train)")
@@ -179,6 +180,8 @@ int cmd_plan(int argc, char** argv) {
   in.micro_batch = d.micro_batch;
   in.mode = c.parallel.mode;
   in.mlp_tile = c.parallel.mlp_tile;
+  in.offload = c.parallel.offload_activations;
+  check_offload(c.parallel.recompute, in.offload);
   in.reduce_dtype = c.parallel.reduce_dtype;
   in.fp8 = c.parallel.fp8;
   in.grad_dtype = resolve_grad_dtype(c.parallel.grad_dtype, in.compute_dtype, d.grad_accum);
@@ -199,7 +202,7 @@ int cmd_plan(int argc, char** argv) {
     auto j_of = [](const MemoryPlan& p) {
       return Json{{"params", p.params}, {"grads", p.grads}, {"optimizer", p.optimizer}, {"weights", p.weights},
                   {"activations", p.activations}, {"workspace", p.workspace}, {"total", p.total()},
-                  {"host_snapshot", p.host_snapshot},
+                  {"host_snapshot", p.host_snapshot}, {"host_activations", p.host_activations},
                   {"recompute", recompute_name(p.recompute)}, {"mlp_tile", p.mlp_tile}};
     };
     Json j = {{"gpu_bytes", gpu_bytes}, {"reserve_bytes", kPlanReserve},

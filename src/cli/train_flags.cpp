@@ -78,6 +78,7 @@ void bind_parallel(Args& a, TrainConfig& c) {
            "the blocks' seven linear layers (q/k/v, o, gate/up, down) in FP8 with scales from each tensor's amax: "
            "one per tensor, or one per row as torchao's rowwise; every operand E4M3; needs compute capability 8.9 or "
            "newer on a GPU, emulated exactly on the CPU");
+  bind_offload(a, &p.offload_activations);
   a.flag_off("--no-overlap-optimizer", &p.overlap_optimizer,
              "run the optimizer alone after the backward instead of beside the next forward (the same results; "
              "for comparison)");
@@ -174,6 +175,13 @@ Args& bind_recompute(Args& a, Recompute* out, const std::string& help) {
   return a.choice("--recompute", {"none", "selective", "full", "auto"}, help,
                   [out](const std::string& v) { *out = parse_recompute(v); },
                   [out] { return std::string(recompute_name(*out)); });
+}
+
+Args& bind_offload(Args& a, bool* out) {
+  return a.flag("--offload-activations", out,
+                "with --recompute full (auto resolves to it): keep the blocks' checkpoints (the residual stream "
+                "between blocks) in pinned host memory, copied out after each block's forward and back one block "
+                "ahead of its backward, beside the compute; the device keeps two of them (the same results)");
 }
 
 Args& bind_mlp_tile(Args& a, int64_t* out) {

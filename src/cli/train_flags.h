@@ -24,6 +24,8 @@ Args& bind_recompute(Args& a, Recompute* out, const std::string& help);
 // --mlp-tile N (0: auto), as model/activations.h's mlp_tile.
 Args& bind_mlp_tile(Args& a, int64_t* out);
 Args& bind_fp8(Args& a, Fp8Recipe* out, const std::string& help);
+// --offload-activations, as model/activations.h's offload.
+Args& bind_offload(Args& a, bool* out);
 Args& bind_packing(Args& a, Packing* out, const std::string& help);
 
 }  // namespace anvil

@@ -87,11 +87,20 @@ int64_t effective_mlp_tile(const ModelConfig& c, int64_t tokens, DType compute_d
   return mlp_tile == kMlpTileAuto ? auto_mlp_tile(c, tokens, compute_dtype) : std::min(mlp_tile, tokens);
 }
 
+void check_offload(Recompute r, bool offload) {
+  ANVIL_ENSURE(!offload || r == Recompute::kFull || r == Recompute::kAuto, kUsage,
+               "--offload-activations with --recompute ", recompute_name(r),
+               ": it moves the blocks' checkpoints (the residual stream) to host memory, which is what --recompute "
+               "full keeps; under none or selective every block keeps its own buffers, many times the residual, "
+               "so offloading the residual alone saves little; use --recompute full (or drop the flag)");
+}
+
 std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
                                                  Recompute r, DType compute_dtype, int64_t mlp_tile,
-                                                 DType grad_dtype, int64_t context_parallel) {
+                                                 DType grad_dtype, int64_t context_parallel, bool offload) {
   if (r == Recompute::kAuto)
     raise(ErrorKind::kInternal, "activation sizes of recompute ", recompute_name(r), " (resolve auto first)");
+  check_offload(r, offload);
   const int64_t P = context_parallel, T = seq_len / P;
   ANVIL_ENSURE(P >= 1 && seq_len % P == 0 && c.num_kv_heads % P == 0 && c.num_heads % P == 0, kInternal,
                "activation sizes: context parallel ", P, " does not divide sequence ", seq_len, " and the heads");
@@ -106,7 +115,12 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
     return true;
   };
   std::vector<ActivationBuffer> v;
-  for (int64_t l = 0; l <= c.num_layers; ++l) v.push_back({Activation::kResidual, "x", l, {d.N, d.C}, d.cd});
+  const int64_t L = c.num_layers;
+  for (int64_t l = 0; l <= L; ++l)
+    v.push_back({Activation::kResidual, "x", l, {d.N, d.C}, d.cd, offload && l > 0 && l < L});
+  if (offload)
+    for (int64_t s = 0; s < std::min(kOffloadRing, L - 1); ++s)
+      v.push_back({Activation::kResidualRing, "x_ring", s, {d.N, d.C}, d.cd});
   if (selective)
     for (const ActivationBuffer& b : block_set(d, kEveryBlockSet))
       if (recomputed_by_selective(b.what)) v.push_back(b);
@@ -124,7 +138,13 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
 
 int64_t activation_bytes(const std::vector<ActivationBuffer>& buffers) {
   int64_t n = 0;
-  for (const ActivationBuffer& b : buffers) n += b.bytes();
+  for (const ActivationBuffer& b : buffers) n += b.host ? 0 : b.bytes();
+  return n;
+}
+
+int64_t host_activation_bytes(const std::vector<ActivationBuffer>& buffers) {
+  int64_t n = 0;
+  for (const ActivationBuffer& b : buffers) n += b.host ? b.bytes() : 0;
   return n;
 }
 

@@ -7,6 +7,11 @@
 // key/value heads of hd dimensions, L layers; "cd" the compute dtype.
 //   x_0 .. x_L  (N, C) cd       the residual stream: block l's input, and the last block's
 //                               output; every policy keeps all of them.
+// Offloaded (--offload-activations, kFull only): x_1 .. x_{L-1}, the blocks' checkpoints, are
+// host buffers (pinned: the copy queue's, ops.h), and the device holds them in a ring:
+//   x_ring      (N, C) cd       min(kOffloadRing, L-1) of them: x_l in ring slot (l-1) % ring,
+//                               copied to the host after the block that writes it, and back
+//                               one block ahead of its backward (model/transformer.h).
 // A set of block buffers: one per block (kNone, kSelective), or one that every block's
 // forward runs again into just before its backward (kFull):
 //   h1         (N, C) cd        the attention RMSNorm's output     [kSelective: one shared set]
@@ -60,7 +65,7 @@ const char* recompute_name(Recompute r);
 
 // Which tensor of the pass a buffer holds (the table above, in its order).
 enum class Activation {
-  kResidual,
+  kResidual, kResidualRing,
   kH1, kRstd1, kQkvRaw, kQkv, kRstdQk, kAtt, kLse, kXMid, kH2, kRstd2, kGateUp,
   kAct, kDAct, kDGateUp, kGateUpTile, kMlpDw, kDAtt, kDQkv, kDQkvRaw, kDx, kDh, kHFinal, kRstdFinal, kRopeCos, kRopeSin,
   kCpSend, kCpRecv,
@@ -77,6 +82,7 @@ struct ActivationBuffer {
   int64_t index;
   Shape shape;
   DType dtype;
+  bool host = false;  // an offloaded residual: host memory, not the device's
   int64_t bytes() const { return shape.numel() * static_cast<int64_t>(dtype_size(dtype)); }
 };
 
@@ -96,13 +102,20 @@ int64_t auto_mlp_tile(const ModelConfig& c, int64_t tokens, DType compute_dtype)
 // The tile a model of `tokens` runs: mlp_tile (kMlpTileAuto resolved), at most tokens.
 int64_t effective_mlp_tile(const ModelConfig& c, int64_t tokens, DType compute_dtype, int64_t mlp_tile);
 
+// The device buffers that hold the offloaded residuals in turn.
+constexpr int64_t kOffloadRing = 2;
+// Refuses (kUsage) --offload-activations under a policy other than kFull.
+void check_offload(Recompute r, bool offload);
+
 // Every buffer, in allocation order. r: not kAuto (a kInternal error). mlp_tile: tokens per
 // MLP tile of this rank's tokens (kMlpTileAuto: auto_mlp_tile); grad_dtype: the blocks'
 // gradients (mlp_dw); context_parallel: the ranks that share each sequence (they divide
-// seq_len and the heads).
+// seq_len and the heads); offload: the checkpoints in host memory (check_offload).
 std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
                                                  Recompute r, DType compute_dtype, int64_t mlp_tile = kMlpTileAuto,
-                                                 DType grad_dtype = DType::kF32, int64_t context_parallel = 1);
-int64_t activation_bytes(const std::vector<ActivationBuffer>& buffers);
+                                                 DType grad_dtype = DType::kF32, int64_t context_parallel = 1,
+                                                 bool offload = false);
+int64_t activation_bytes(const std::vector<ActivationBuffer>& buffers);       // the device's
+int64_t host_activation_bytes(const std::vector<ActivationBuffer>& buffers);  // the offloaded
 
 }  // namespace anvil

@@ -21,11 +21,11 @@ Tensor part(const Tensor& unit, int64_t offset, Shape shape) {
 
 Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops& ops, int64_t micro_batch,
                          int64_t seq_len, Recompute recompute, int64_t mlp_tile, DType grad_dtype,
-                         Comm* context_parallel, Fp8Recipe fp8)
+                         Comm* context_parallel, Fp8Recipe fp8, bool offload)
     : c_(config), table_(table), ops_(ops), B_(micro_batch), T_(seq_len), N_(micro_batch * seq_len), Ta_(seq_len),
       Ha_(static_cast<int>(config.num_heads)), KVa_(static_cast<int>(config.num_kv_heads)),
       cp_(context_parallel, context_parallel ? context_parallel->world() : 1), recompute_(recompute), fp8_(fp8),
-      compute_dtype_(ops.compute_dtype()) {
+      compute_dtype_(ops.compute_dtype()), offload_(offload) {
   ANVIL_ENSURE(B_ >= 1 && T_ >= 2, kInvalidInput, "micro-batch ", B_, " x sequence length ", T_,
                ": need at least one sequence of two tokens");
   ANVIL_ENSURE(recompute_ != Recompute::kAuto, kInternal, "recompute auto reached the model unresolved");
@@ -34,25 +34,39 @@ Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops
                " does not divide the sequence (", T_, ") and the heads (", Ha_, ", ", KVa_, ")");
   T_ /= P, N_ /= P, Ha_ /= P, KVa_ /= P;
   resid_.resize(static_cast<size_t>(c_.num_layers + 1));
+  host_resid_.resize(resid_.size());
   acts_.resize(static_cast<size_t>(block_sets(c_, recompute_)));
   mlp_tile_ = effective_mlp_tile(c_, N_, compute_dtype_, mlp_tile);
   for (const ActivationBuffer& b :
-       activation_buffers(c_, B_, Ta_, recompute_, compute_dtype_, mlp_tile_, grad_dtype, P))
+       activation_buffers(c_, B_, Ta_, recompute_, compute_dtype_, mlp_tile_, grad_dtype, P, offload_))
     allocate(b);
+  for (int64_t l = 0; l <= c_.num_layers; ++l)
+    if (offloaded(l)) resid_[static_cast<size_t>(l)] = ring_[static_cast<size_t>(ring_slot(l))];
   cp_.set_buffers(cp_send_, cp_recv_);
   upload_rope_tables();
 }
 
 Transformer::~Transformer() {
+  try {
+    if (offload_) ops_.synchronize();  // no copy in flight to or from the buffers
+  } catch (const Error&) {  // a failed device: the op that met it has thrown already
+  }
   for (void* p : buffers_) ops_.release(p);
+  for (void* p : host_resid_) ops_.release_host(p);
 }
 
 void Transformer::allocate(const ActivationBuffer& b) {
   Tensor t(nullptr, b.dtype, b.shape, ops_.device());
+  if (b.host) {
+    host_resid_[static_cast<size_t>(b.index)] = ops_.alloc_host(static_cast<size_t>(t.bytes()));
+    return;
+  }
   t.data = ops_.alloc(t.bytes());
   buffers_.push_back(t.data);
   if (b.what == Activation::kResidual) {
     resid_[static_cast<size_t>(b.index)] = t;
+  } else if (b.what == Activation::kResidualRing) {
+    ring_.push_back(t);
   } else if (!is_block_activation(b.what)) {
     one_of_each(b.what) = t;
   } else {
@@ -285,9 +299,31 @@ void Transformer::forward_blocks(UnitSource& src, Tensor ids, Tensor positions) 
     const int u = table_.block_unit(l);
     Tensor w = src.weights(u);
     src.prefetch(l + 1 < L ? table_.block_unit(l + 1) : norm);
+    before_write(l + 1);
     block_forward(w, resid_[static_cast<size_t>(l)], block_acts(l), resid_[static_cast<size_t>(l + 1)]);
+    after_write(l + 1);
     src.release(u);
   }
+}
+
+void Transformer::before_write(int64_t l) {
+  if (offloaded(l)) ops_.wait_copy(2 * ring_slot(l));
+}
+
+void Transformer::after_write(int64_t l) {
+  if (offloaded(l)) ops_.copy_to_host(host_resid_[static_cast<size_t>(l)], resid_[static_cast<size_t>(l)],
+                                      2 * ring_slot(l));
+}
+
+// x_l's ring slot was overwritten in the forward by x_{l+ring} where that is offloaded too;
+// its last reader, that block's backward, is enqueued by now.
+void Transformer::prefetch_residual(int64_t l) {
+  if (offloaded(l) && offloaded(l + static_cast<int64_t>(ring_.size())))
+    ops_.copy_to_device(resid_[static_cast<size_t>(l)], host_resid_[static_cast<size_t>(l)], 2 * ring_slot(l) + 1);
+}
+
+void Transformer::before_read(int64_t l) {
+  if (offloaded(l) && offloaded(l + static_cast<int64_t>(ring_.size()))) ops_.wait_copy(2 * ring_slot(l) + 1);
 }
 
 void Transformer::forward_loss(UnitSource& src, Tensor ids, Tensor targets, Tensor loss_sum, Tensor positions) {
@@ -339,6 +375,8 @@ void Transformer::backward_blocks(UnitSource& src) {
     const int u = table_.block_unit(l);
     Tensor w = src.weights(u);
     if (l > 0) src.prefetch(table_.block_unit(l - 1));
+    prefetch_residual(l - 1);
+    before_read(l);
     BlockActs& a = block_acts(l);
     if (recompute_ == Recompute::kFull) block_forward(w, resid_[static_cast<size_t>(l)], a, Tensor());
     if (recompute_ == Recompute::kSelective) recompute_elementwise(w, resid_[static_cast<size_t>(l)], a);

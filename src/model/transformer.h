@@ -25,6 +25,14 @@
 // gradients add up over the tiles (rows of the same sums in the same order on the CPU: the
 // same bits as untiled). Untiled, gate_up is kept per block as above.
 //
+// Offloaded activations (--offload-activations, Recompute::kFull): the checkpoints x_1 ..
+// x_{L-1} live in host memory and pass through a ring of device buffers (model/activations.h):
+// each is copied to the host on the copy queue (ops.h) right after the block that writes it,
+// and a block waits for the copy out of its ring slot before overwriting it; in the backward
+// each comes back one block ahead of its use (those the forward's last blocks left in the
+// ring need no copy), and the block waits for it. The same ops on the same values: the same
+// bits as without.
+//
 // Context parallel (model/context_parallel.h): each of the group's P ranks runs B sequences of
 // T/P tokens (its slice); attention's all-to-alls give qk-norm, RoPE and attention all T
 // tokens of H/P and KV/P heads, and the parameter gradients are this slice's share (the
@@ -73,11 +81,12 @@ class Transformer {
   // mlp_tile: tokens per MLP tile of this rank's tokens (kMlpTileAuto: auto_mlp_tile);
   // grad_dtype: the blocks' gradients as the source hands them (BF16: tiles sum into an F32
   // buffer, then rounded once); context_parallel: the group that shares each sequence (its
-  // world; null: none); seq_len is the whole sequence's.
+  // world; null: none); seq_len is the whole sequence's; offload: the checkpoints in host
+  // memory (above).
   Transformer(const ModelConfig& config, const ParamTable& table, Ops& ops, int64_t micro_batch,
               int64_t seq_len, Recompute recompute, int64_t mlp_tile = kMlpTileAuto,
               DType grad_dtype = DType::kF32, Comm* context_parallel = nullptr,
-              Fp8Recipe fp8 = Fp8Recipe::kOff);
+              Fp8Recipe fp8 = Fp8Recipe::kOff, bool offload = false);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -145,6 +154,14 @@ class Transformer {
   void block_linear(Tensor y, Tensor x, Tensor w, Tensor bias);
   void block_linear_dx(Tensor dx, Tensor dy, Tensor w);
   void block_linear_dw(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate);
+  // The offload (x_l offloaded: 0 < l < L). Ring slot s's copies mark copy slots 2s (out)
+  // and 2s + 1 (back).
+  bool offloaded(int64_t l) const { return offload_ && l > 0 && l < c_.num_layers; }
+  int ring_slot(int64_t l) const { return static_cast<int>((l - 1) % static_cast<int64_t>(ring_.size())); }
+  void before_write(int64_t l);  // forward: x_l's ring slot's last copy out is done
+  void after_write(int64_t l);   // forward: x_l to the host
+  void prefetch_residual(int64_t l);  // backward: x_l back into its ring slot, where needed
+  void before_read(int64_t l);        // backward: x_l is back
 
   const ModelConfig& c_;
   const ParamTable& table_;
@@ -160,7 +177,10 @@ class Transformer {
   std::vector<void*> buffers_;  // the activations' allocations, one per table entry
   std::function<void()> forward_done_;
 
-  std::vector<Tensor> resid_;  // x_0 .. x_L, (N, C)
+  std::vector<Tensor> resid_;  // x_0 .. x_L, (N, C); offloaded: their ring slots
+  bool offload_;
+  std::vector<Tensor> ring_;         // offload: the device's x_ring buffers
+  std::vector<void*> host_resid_;    // offload: x_l's host buffer at l (else null)
   std::vector<BlockActs> acts_;  // the sets of block buffers: one per layer, or one (kFull)
   Tensor rope_cos_, rope_sin_;  // (Ta_, hd/2) F32
   Tensor positions_;  // the pass's positions (forward_backward), or empty

@@ -115,6 +115,28 @@ void Ops::download(void* host_dst, Tensor src) {
   download_impl(host_dst, src);
 }
 
+void Ops::copy_to_host(void* host_dst, Tensor src, int slot) {
+  checks_of(*this, "copy_to_host").tensor("src", src, src.dtype);
+  ANVIL_ENSURE(slot >= 0, kInternal, "copy_to_host: event slot ", slot);
+  copy_to_host_impl(host_dst, src, slot);
+}
+
+void Ops::copy_to_device(Tensor dst, const void* host_src, int slot) {
+  checks_of(*this, "copy_to_device").tensor("dst", dst, dst.dtype);
+  ANVIL_ENSURE(slot >= 0, kInternal, "copy_to_device: event slot ", slot);
+  copy_to_device_impl(dst, host_src, slot);
+}
+
+void Ops::copy_to_host_impl(void* host_dst, Tensor src, int slot) {
+  (void)slot;
+  download_impl(host_dst, src);
+}
+
+void Ops::copy_to_device_impl(Tensor dst, const void* host_src, int slot) {
+  (void)slot;
+  upload_impl(dst, host_src);
+}
+
 void Ops::zero(Tensor t) {
   checks_of(*this, "zero").tensor("t", t, t.dtype);
   const OpScope scope(*this, "zero", [&] { return cat(t.bytes(), " bytes"); });

@@ -127,6 +127,17 @@ class Ops {
   virtual void record(int slot) { (void)slot; }
   virtual void wait(int slot) { (void)slot; }
 
+  // ---- activation offload (model/transformer.h, --offload-activations): copies between device
+  // buffers and host memory from alloc_host, on a copy queue of their own that overlaps the
+  // main queue's compute, with events of their own (slots apart from record/wait's).
+  // copy_to_host / copy_to_device start the copy once the main queue has reached this point
+  // (the source's producer, or the destination's last reader, is done) and mark `slot` when
+  // the copy is done; wait_copy(slot) holds the main queue until then (at once if never
+  // marked). The CPU copies at once (memcpy), so there the waits are no-ops.
+  void copy_to_host(void* host_dst, Tensor src, int slot);
+  void copy_to_device(Tensor dst, const void* host_src, int slot);
+  virtual void wait_copy(int slot) { (void)slot; }
+
   // ---- per-op timing (anvil bench step --op-times). While on, each op issued to the main
   // queue is timed on the device, between events recorded before and after it (so time the
   // queue spends waiting for the host to launch the op counts as the op's), and on the host
@@ -277,6 +288,9 @@ class Ops {
   virtual void convert_impl(Tensor dst, Tensor src) = 0;
   virtual void copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
                               int64_t width) = 0;
+  // The activation offload's copies (default: download and upload, which wait for them).
+  virtual void copy_to_host_impl(void* host_dst, Tensor src, int slot);
+  virtual void copy_to_device_impl(Tensor dst, const void* host_src, int slot);
 
   // ---- the backend: each op after the front's checks, with the front's arguments
   ANVIL_OP_IMPLS(virtual, = 0)

@@ -55,6 +55,23 @@ int64_t ddp_wire_copies(const PlanInput& in, const ParamTable& table) {
   return 2 * static_cast<int64_t>(dtype_size(in.reduce_dtype)) * largest;
 }
 
+// When neither mode fits: whether --recompute full with --offload-activations would.
+std::string offload_advice(const PlanInput& in, int64_t gpu_bytes) {
+  if (in.offload) return "";
+  PlanInput x = in;
+  x.offload = true;
+  x.recompute = Recompute::kFull;
+  for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
+    x.mode = mode;
+    const MemoryPlan p = plan_memory(x);
+    if (plan_fits(p, gpu_bytes))
+      return "; " + std::string(parallel_mode_name(mode)) + " fits with --recompute full --offload-activations (" +
+             gib(p.total()) + " GiB planned; the checkpoints take " + gib(p.host_activations) +
+             " GiB of pinned host memory per rank)";
+  }
+  return "";
+}
+
 }  // namespace
 
 int64_t host_snapshot_bytes(const ParamTable& table) {
@@ -149,8 +166,11 @@ MemoryPlan plan_memory(const PlanInput& in) {
   plan_model_states(in, p);
   const int64_t P = in.context_parallel;
   p.mlp_tile = effective_mlp_tile(in.config, in.micro_batch * in.seq_len / P, in.compute_dtype, in.mlp_tile);
-  p.activations = activation_bytes(activation_buffers(in.config, in.micro_batch, in.seq_len, in.recompute,
-                                                      in.compute_dtype, p.mlp_tile, in.grad_dtype, P));
+  const std::vector<ActivationBuffer> acts = activation_buffers(in.config, in.micro_batch, in.seq_len, in.recompute,
+                                                                 in.compute_dtype, p.mlp_tile, in.grad_dtype, P,
+                                                                 in.offload);
+  p.activations = activation_bytes(acts);
+  p.host_activations = host_activation_bytes(acts);
   p.workspace = workspace_bytes(in);
   return p;
 }
@@ -168,6 +188,7 @@ PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
     }
     MemoryPlan p;
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {  // fastest first
+      if (in.offload && r != Recompute::kFull) continue;
       x.recompute = r;
       p = plan_memory(x);
       if (plan_fits(p, gpu_bytes)) break;
@@ -192,6 +213,7 @@ PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
     const int64_t need = room > 0 ? (states + room - 1) / room : 0;
     a.message = "neither mode fits in " + gib(gpu_bytes) + " GiB per GPU";
     if (recompute != Recompute::kFull && recompute != Recompute::kAuto) a.message += "; try --recompute full";
+    a.message += offload_advice(in, gpu_bytes);
     if (need > in.world && room > 0) a.message += "; fsdp needs about " + std::to_string(need) + " GPUs of this size";
     a.message += "; or a shorter --seq-len or smaller --micro-batch.";
   }
@@ -232,7 +254,23 @@ std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_byt
   std::snprintf(line, sizeof line, "host memory per rank for the snapshot of asynchronous saves: %s GiB (ddp), %s GiB "
                 "(fsdp)\n", gib(a.ddp.host_snapshot).c_str(), gib(a.fsdp.host_snapshot).c_str());
   s += line;
+  if (in.offload) {
+    std::snprintf(line, sizeof line, "host memory per rank for the offloaded activations (pinned): %s GiB (ddp), %s "
+                  "GiB (fsdp)\n", gib(a.ddp.host_activations).c_str(), gib(a.fsdp.host_activations).c_str());
+    s += line;
+  }
   return s;
+}
+
+std::string host_memory_refusal(const MemoryPlan& p, bool async_saves, int local_ranks, const HostMemory& m) {
+  const int64_t per_rank = p.host_activations + (async_saves ? p.host_snapshot : 0);
+  if (p.host_activations == 0 || per_rank * local_ranks <= m.available) return "";
+  return "the offloaded activations take " + gib(p.host_activations) + " GiB of pinned host memory per rank" +
+         (async_saves ? " and the snapshot of asynchronous saves " + gib(p.host_snapshot) + " GiB" : "") +
+         ", " + gib(per_rank * local_ranks) + " GiB for the " + std::to_string(local_ranks) +
+         " rank(s) of this machine, but " + gib(m.available) + " GiB of its " + gib(m.total) + " GiB are available (" +
+         m.source + "); drop --offload-activations" + (async_saves ? " or save with --sync-save" : "") +
+         ", use a shorter --seq-len or --micro-batch, or spread the sequence with --context-parallel";
 }
 
 }  // namespace anvil

@@ -15,6 +15,7 @@
 #include "model/params.h"
 #include "ops/fp8_recipe.h"
 #include "parallel/mode.h"
+#include "sys/host_memory.h"
 
 namespace anvil {
 
@@ -31,6 +32,7 @@ struct PlanInput {
   DType grad_dtype = DType::kF32;    // resolved (model/params.h): BF16 halves the blocks' gradients
   int64_t context_parallel = 1;      // ranks sharing each sequence: seq_len / it tokens a rank
   Fp8Recipe fp8 = Fp8Recipe::kOff;   // FP8 block linears: their GEMMs' workspace and operand copies
+  bool offload = false;              // --offload-activations: the checkpoints in host memory (kFull)
 };
 
 struct MemoryPlan {
@@ -47,6 +49,8 @@ struct MemoryPlan {
   // Host memory, not in total(): the snapshot of an asynchronous save (train/checkpoint_async.h),
   // this rank's slice of every unit's masters, AdamW m and v (12 bytes an element).
   int64_t host_snapshot = 0;
+  // Host memory, pinned, not in total(): the offloaded activations (model/activations.h).
+  int64_t host_activations = 0;
 };
 
 MemoryPlan plan_memory(const PlanInput& in);
@@ -60,13 +64,19 @@ struct PlanAdvice {
   std::string message;        // one or two sentences: what to do
 };
 // Recompute::kAuto: the fastest setting that fits in gpu_bytes, per mode (none, then
-// selective, then full); any other setting is planned as given.
+// selective, then full; with in.offload only full); any other setting is planned as given.
+// When neither mode fits without offload and with it one would, the message says so.
 // A plan fits when its total plus kPlanReserve (the CUDA context, allocator slack) is at
 // most the GPU's memory.
 constexpr int64_t kPlanReserve = 1ll << 30;
 constexpr int64_t kH200Bytes = 150110011392;  // an H200 as CUDA reports it (139.8 GiB)
 bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes);
 PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes);
+
+// Why this machine's host memory cannot hold what the plan puts there, or "": the offloaded
+// activations, and the snapshot of asynchronous saves when `async_saves`, for each of the
+// machine's local_ranks, against m.available.
+std::string host_memory_refusal(const MemoryPlan& p, bool async_saves, int local_ranks, const HostMemory& m);
 
 // A readable table of both modes for `anvil plan` and for the trainer's refusal.
 std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_bytes);

@@ -133,6 +133,8 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
             {"grad_dtype", trainer.grad_dtype() == DType::kBF16 ? "bf16" : "fp32"},
             {"recompute", recompute_name(trainer.recompute())},
             {"mlp_tile", c.parallel.mlp_tile},
+            {"offload_activations", c.parallel.offload_activations},
+            {"host_activations_gib", static_cast<double>(trainer.plan().host_activations) / (1ll << 30)},
             {"seq_len", c.data.seq_len},
             {"micro_batch", c.data.micro_batch},
             {"grad_accum", c.data.grad_accum},
@@ -171,6 +173,7 @@ StepInput step_input(Trainer& trainer, const OpenRun& run) {
   in.plan.micro_batch = c.data.micro_batch;
   in.plan.recompute = trainer.recompute();
   in.plan.mlp_tile = c.parallel.mlp_tile;
+  in.plan.offload = c.parallel.offload_activations;
   in.plan.compute_dtype = trainer.ops().compute_dtype();
   in.plan.fsdp_defer_sync = c.parallel.fsdp_defer_sync;
   in.plan.reduce_dtype = c.parallel.reduce_dtype;

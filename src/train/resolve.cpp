@@ -1,7 +1,10 @@
 // The one resolution of the config's autos: see train/resolve.h.
 #include "train/resolve.h"
 
+#include "core/env.h"
 #include "core/error.h"
+#include "sys/host_memory.h"
+#include "train/checkpoint.h"
 
 namespace anvil {
 namespace {
@@ -74,6 +77,28 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
   r.reasons.push_back(cat("mode ", parallel_mode_name(p.mode), ": ", mode_why));
 }
 
+// --offload-activations: the checkpoints of --recompute full (auto resolves to it).
+void resolve_offload(ResolvedConfig& r) {
+  ParallelSection& p = r.config.parallel;
+  check_offload(p.recompute, p.offload_activations);
+  if (!p.offload_activations || p.recompute != Recompute::kAuto) return;
+  p.recompute = Recompute::kFull;
+  r.reasons.push_back("recompute full: --offload-activations moves its checkpoints to host memory");
+}
+
+// The offloaded activations (and asynchronous saves' snapshot) in this machine's host memory,
+// for every rank on it.
+void check_offload_host_memory(const ResolvedConfig& r, const RunFacts& f) {
+  if (!r.config.parallel.offload_activations) return;
+  const MemoryPlan plan = plan_memory(plan_input(*f.model, r.config, f.world, f.compute_dtype));
+  const CheckpointSection& k = r.config.checkpoint;
+  const int local_ranks = static_cast<int>(env_int("LOCAL_WORLD_SIZE", 1));
+  const std::string refusal = first_error(
+      f.comm, host_memory_refusal(plan, k.save_every > 0 && !k.sync_save, local_ranks, host_memory()),
+      "offload memory");
+  ANVIL_ENSURE(refusal.empty(), kOutOfMemory, refusal);
+}
+
 // --context-parallel P: Ulysses (model/context_parallel.h) splits the sequence and the heads,
 // over every rank of the run (no data-parallel groups beside it yet).
 void check_context_parallel(ResolvedConfig& r, const RunFacts& f) {
@@ -125,6 +150,7 @@ PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int 
   pin.mlp_tile = resolved.parallel.mlp_tile;
   pin.context_parallel = resolved.parallel.context_parallel;
   pin.fp8 = resolved.parallel.fp8;
+  pin.offload = resolved.parallel.offload_activations;
   return pin;
 }
 
@@ -140,7 +166,9 @@ ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
   resolve_grad_dtype_of(r, f);
   resolve_mlp_tile(r, f);
   check_fp8(r, f);
+  resolve_offload(r);
   resolve_memory(r, f);
+  check_offload_host_memory(r, f);
   return r;
 }
 

@@ -35,9 +35,9 @@ struct RunFacts {
   std::string fp8_unsupported;  // why the device cannot run --fp8 (Ops::fp8_unsupported), or empty
 };
 
-// Throws kUsage when the grad dtype or --context-parallel cannot hold here, kUnsupported for
-// --fp8 on a device that cannot run it, kOutOfMemory when the run cannot fit in the GPU's
-// memory (with the plan of both modes).
+// Throws kUsage when the grad dtype, --context-parallel or --offload-activations cannot hold
+// here, kUnsupported for --fp8 on a device that cannot run it, kOutOfMemory when the run cannot
+// fit in the GPU's memory (with the plan of both modes) or its offloaded activations in the host's.
 ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f);
 
 // --context-parallel P on `world` ranks: at least 1, and 1 or every rank (kUsage otherwise).

@@ -33,11 +33,14 @@ CudaOps::CudaOps(int device) {
   CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
   CUDA_CHECK(cudaStreamCreateWithPriority(&main_, cudaStreamNonBlocking, highest));
   CUDA_CHECK(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, lowest));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&copy_issue_, cudaEventDisableTiming));
   stream_ = main_;
   gemm_ = std::make_unique<cuda::Gemm>(main_);
 }
 
 CudaOps::~CudaOps() {
+  cudaStreamSynchronize(copy_);
   cudaStreamSynchronize(side_);
   cudaStreamSynchronize(main_);
   for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
@@ -46,6 +49,9 @@ CudaOps::~CudaOps() {
   cudnn_attention_.reset();
   if (scratch_) cudaFree(scratch_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
+  cudaEventDestroy(copy_issue_);
+  cudaStreamDestroy(copy_);
   for (const TimedOp& t : timed_ops_) free_events_.insert(free_events_.end(), {t.start, t.end});
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   cudaStreamDestroy(side_);
@@ -101,11 +107,43 @@ void CudaOps::download_impl(void* host_dst, Tensor src) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaOps::begin_copy() {
+  CUDA_CHECK(cudaEventRecord(copy_issue_, stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(copy_, copy_issue_, 0));
+}
+
+void CudaOps::end_copy(int slot) {
+  while (copy_done_.size() <= static_cast<size_t>(slot)) {
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    copy_done_.push_back(e);
+  }
+  CUDA_CHECK(cudaEventRecord(copy_done_[static_cast<size_t>(slot)], copy_));
+}
+
+void CudaOps::copy_to_host_impl(void* host_dst, Tensor src, int slot) {
+  begin_copy();
+  if (src.bytes()) CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, copy_));
+  end_copy(slot);
+}
+
+void CudaOps::copy_to_device_impl(Tensor dst, const void* host_src, int slot) {
+  begin_copy();
+  if (dst.bytes()) CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src, dst.bytes(), cudaMemcpyHostToDevice, copy_));
+  end_copy(slot);
+}
+
+void CudaOps::wait_copy(int slot) {
+  if (static_cast<size_t>(slot) < copy_done_.size())
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, copy_done_[static_cast<size_t>(slot)], 0));
+}
+
 void CudaOps::zero_impl(Tensor t) {
   if (t.bytes()) CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
 }
 
 void CudaOps::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(copy_));
   CUDA_CHECK(cudaStreamSynchronize(side_));
   CUDA_CHECK(cudaStreamSynchronize(main_));
 }

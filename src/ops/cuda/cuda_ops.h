@@ -1,12 +1,14 @@
 // The CUDA backend of the op set (ops/ops.h): bf16 compute, fp32 accumulation.
 //
-// CudaOps is the runtime (cuda_ops.cpp): one device and two non-blocking streams, the main
-// one and a side one for the optimizer overlapped with the next forward (set_queue;
-// record/wait order them with events). Every op is enqueued on the current stream; none
-// waits for the host except download(), upload() and synchronize(). Ops that need temporary
-// device memory (deterministic partial sums, the cross-entropy chunk, attention's row sums)
-// share one scratch buffer that grows to the largest request and is then reused; the main
-// stream's order makes the sharing safe (the side stream may not use it).
+// CudaOps is the runtime (cuda_ops.cpp): one device and non-blocking streams: the main one,
+// a side one for the optimizer overlapped with the next forward (set_queue; record/wait
+// order them with events), and a copy one for the activation offload's copies to and from
+// pinned host memory (copy_to_host/copy_to_device/wait_copy, events of their own). Every op
+// is enqueued on the current stream; none waits for the host except download(), upload() and
+// synchronize(). Ops that need temporary device memory (deterministic partial sums, the
+// cross-entropy chunk, attention's row sums) share one scratch buffer that grows to the
+// largest request and is then reused; the main stream's order makes the sharing safe (the
+// side and copy streams may not use it).
 // Scratch needs, for the memory plan: the largest of
 //   rmsnorm backward   min(rows, 264) * cols * 4
 //   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
@@ -70,6 +72,7 @@ class CudaOps final : public Ops {
   void set_queue(Queue q) override { stream_ = q == Queue::kMain ? main_ : side_; }
   void record(int slot) override;
   void wait(int slot) override;
+  void wait_copy(int slot) override;
 
   void set_op_timing(bool on) override { op_timing_ = on; }
   OpTimes take_op_times() override;
@@ -87,6 +90,8 @@ class CudaOps final : public Ops {
   int64_t memory_capacity() const override;
   void* alloc_host_impl(size_t bytes) override;  // page-locked (cudaHostAlloc)
   void release_host_impl(void* p) override;
+  void copy_to_host_impl(void* host_dst, Tensor src, int slot) override;
+  void copy_to_device_impl(Tensor dst, const void* host_src, int slot) override;
   void upload_impl(Tensor dst, const void* host_src) override;
   void download_impl(void* host_dst, Tensor src) override;
   void zero_impl(Tensor t) override;
@@ -132,11 +137,18 @@ class CudaOps final : public Ops {
                                                                    Fp8Recipe recipe);
   // Event slot `slot`, created on first use (timing off: only ordering).
   cudaEvent_t event(int slot);
+  // The copy queue: waits for the current queue's point now, then the copy (the caller
+  // enqueues it), then marks copy event `slot`.
+  void begin_copy();
+  void end_copy(int slot);
 
   std::string name_;
   cudaStream_t main_ = nullptr, side_ = nullptr;
   cudaStream_t stream_ = nullptr;  // the current queue's
   std::vector<cudaEvent_t> events_;
+  cudaStream_t copy_ = nullptr;         // the activation offload's copies
+  cudaEvent_t copy_issue_ = nullptr;    // the current queue's point a copy starts after
+  std::vector<cudaEvent_t> copy_done_;  // by copy slot
   std::unique_ptr<cuda::Gemm> gemm_;
   std::unique_ptr<cuda::Fp8Gemm> fp8_gemm_;  // made by the first FP8 linear op
   int sm_ = 0;  // compute capability, major * 10 + minor
