@@ -261,6 +261,16 @@ TEST(Fp8Training, RefusedWhereTheDeviceCannotRunIt) {
     EXPECT_NE(std::string(e.what()).find("--fp8 tensorwise: FP8 tensor cores need"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("use --fp8 off"), std::string::npos) << e.what();
   }
+  // Rowwise where only its per-row scales are missing (cuBLASLt on Hopper): tensorwise is named.
+  c.parallel.fp8 = Fp8Recipe::kRowwise;
+  f.fp8_unsupported = "cuBLASLt has no FP8 GEMM with per-row scales on compute capability 9.0 (Hopper)";
+  try {
+    resolve_config(c, f);
+    ADD_FAILURE() << "--fp8 rowwise resolved where its GEMMs cannot run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(use --fp8 tensorwise, or off)"), std::string::npos) << e.what();
+  }
+  c.parallel.fp8 = Fp8Recipe::kTensorwise;
   f.fp8_unsupported.clear();
   const ResolvedConfig r = resolve_config(c, f);
   EXPECT_EQ(r.config.parallel.fp8, Fp8Recipe::kTensorwise);

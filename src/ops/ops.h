@@ -87,8 +87,12 @@ class Ops {
   virtual Device device() const = 0;
   virtual DType compute_dtype() const = 0;
   virtual std::string name() const = 0;
-  // Why this backend cannot run the FP8 linear ops (linear_fp8_*), or empty where it can.
-  virtual std::string fp8_unsupported() const { return ""; }
+  // Why this backend cannot run the FP8 linear ops (linear_fp8_*) with `recipe`, or empty
+  // where it can.
+  virtual std::string fp8_unsupported(Fp8Recipe recipe) const {
+    (void)recipe;
+    return "";
+  }
 
   // ---- memory
   struct MemoryStats {

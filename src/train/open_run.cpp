@@ -50,7 +50,7 @@ std::unique_ptr<Trainer> make_trainer(const ModelConfig& model, const UnitReader
   f.compute_dtype = ops->compute_dtype();
   f.capacity = ops->memory_stats().capacity;
   f.comm = comm;
-  f.fp8_unsupported = ops->fp8_unsupported();
+  f.fp8_unsupported = ops->fp8_unsupported(config.parallel.fp8);
   return std::make_unique<Trainer>(model, weights, resolve_config(config, f), comm, std::move(ops));
 }
 

@@ -120,7 +120,7 @@ void check_fp8(ResolvedConfig& r, const RunFacts& f) {
   const Fp8Recipe fp8 = r.config.parallel.fp8;
   if (fp8 == Fp8Recipe::kOff) return;
   ANVIL_ENSURE(f.fp8_unsupported.empty(), kUnsupported, "--fp8 ", fp8_recipe_name(fp8), ": ", f.fp8_unsupported,
-               " (use --fp8 off)");
+               fp8 == Fp8Recipe::kRowwise ? " (use --fp8 tensorwise, or off)" : " (use --fp8 off)");
   r.reasons.push_back(cat("fp8 ", fp8_recipe_name(fp8), ": the blocks' linear layers' GEMMs on ",
                           fp8_format_name(kFp8Format), " operands, scaled ",
                           fp8 == Fp8Recipe::kRowwise ? "per row" : "per tensor", " from their amax"));

@@ -32,7 +32,7 @@ struct RunFacts {
   DType compute_dtype = DType::kF32;
   int64_t capacity = 0;
   Comm* comm = nullptr;  // every rank takes the same mode (their GPUs could differ)
-  std::string fp8_unsupported;  // why the device cannot run --fp8 (Ops::fp8_unsupported), or empty
+  std::string fp8_unsupported;  // why the device cannot run this --fp8 (Ops::fp8_unsupported), or empty
 };
 
 // Throws kUsage when the grad dtype, --context-parallel or --offload-activations cannot hold

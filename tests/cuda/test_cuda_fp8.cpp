@@ -21,6 +21,13 @@
 namespace anvil {
 namespace {
 
+// An FP8 GEMM's fp32 output (dw) against the fp32 emulation of the same FP8 operands: Hopper's
+// FP8 tensor cores add the products in an accumulator narrower than fp32 (about 14 bits kept:
+// DeepSeek-V3's report, section 3.3.2), so the two differ by more than the order of fp32
+// additions (kF32); measured on an H200, rel L2 1.3e-4 to 2.7e-4 over these shapes. Still well
+// inside one bf16 rounding (kOut1), the bar for every FP8 GEMM.
+constexpr double kFp8F32 = 1e-3;
+
 // Rows of different magnitudes (e^-2 .. e^2), so that per-row scales differ.
 std::vector<float> uneven(int64_t rows, int64_t cols, uint32_t seed) {
   std::vector<float> v = randn(rows * cols, seed);
@@ -83,12 +90,17 @@ TEST(CudaFp8, CastsAmaxAndScalesAreExact) {
 
 TEST(CudaFp8, GemmsMatchTheCpuEmulation) {
   REQUIRE_GPU();
-  if (!gpu().fp8_unsupported().empty()) GTEST_SKIP() << gpu().fp8_unsupported();
+  if (!gpu().fp8_unsupported(Fp8Recipe::kTensorwise).empty())
+    GTEST_SKIP() << gpu().fp8_unsupported(Fp8Recipe::kTensorwise);
   struct Case {
     int64_t m, k, n;
     bool bias;
   };
-  for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise})
+  for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
+    if (!gpu().fp8_unsupported(recipe).empty()) {
+      std::printf("%s: not run here: %s\n", fp8_recipe_name(recipe), gpu().fp8_unsupported(recipe).c_str());
+      continue;
+    }
     for (const Case& cs : {Case{64, 128, 96, false}, Case{256, 512, 384, true}, Case{48, 64, 32, true}}) {
       const std::string tag = std::string(fp8_recipe_name(recipe)) + " " + dims({cs.m, cs.k, cs.n});
       uint32_t seed = static_cast<uint32_t>(cs.m * 7 + cs.k);
@@ -115,13 +127,14 @@ TEST(CudaFp8, GemmsMatchTheCpuEmulation) {
       Buf db({cs.n}, DType::kF32, randn(cs.n, seed++));
       cpu().linear_fp8_backward_weight(dw.c(), cs.bias ? db.c() : none, dy.c(), x.c(), recipe);
       gpu().linear_fp8_backward_weight(dw.g(), cs.bias ? db.g() : none, dy.g(), x.g(), recipe);
-      check("linear_fp8_backward_weight " + tag + " dw", dw, kF32);
+      check("linear_fp8_backward_weight " + tag + " dw", dw, kFp8F32);
       if (cs.bias) check("linear_fp8_backward_weight " + tag + " dbias", db, kF32);
       Buf dw16({cs.n, cs.k}, DType::kBF16, nans(cs.n * cs.k));
       cpu().linear_fp8_backward_weight(dw16.c(), none, dy.c(), x.c(), recipe, false);
       gpu().linear_fp8_backward_weight(dw16.g(), none, dy.g(), x.g(), recipe, false);
       check("linear_fp8_backward_weight " + tag + " dw (bf16, written)", dw16, kOut1);
     }
+  }
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ class CudaOps final : public Ops {
   void set_op_timing(bool on) override { op_timing_ = on; }
   OpTimes take_op_times() override;
 
-  std::string fp8_unsupported() const override;
+  std::string fp8_unsupported(Fp8Recipe recipe) const override;
   bool can_record() const override { return true; }
   void begin_recording() override;
   int end_recording() override;

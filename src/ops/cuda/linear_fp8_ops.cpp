@@ -13,10 +13,15 @@ using cuda::nv_bf16;
 using cuda::p;
 using cuda::present;
 
-std::string CudaOps::fp8_unsupported() const {
-  if (sm_ >= 89) return "";
-  return cat("FP8 tensor cores need compute capability 8.9 or newer (Ada, Hopper, Blackwell); this GPU is ", sm_ / 10,
-             ".", sm_ % 10);
+std::string CudaOps::fp8_unsupported(Fp8Recipe recipe) const {
+  if (sm_ < 89)
+    return cat("FP8 tensor cores need compute capability 8.9 or newer (Ada, Hopper, Blackwell); this GPU is ",
+               sm_ / 10, ".", sm_ % 10);
+  // Measured on an H200 with CUDA 13.0's cuBLASLt: no algorithm for outer-vector (per-row)
+  // scales on compute capability 9.0, at any shape of the blocks' GEMMs.
+  if (recipe == Fp8Recipe::kRowwise && sm_ / 10 == 9)
+    return "cuBLASLt has no FP8 GEMM with per-row scales on compute capability 9.0 (Hopper)";
+  return "";
 }
 
 std::pair<cuda::Fp8Operand, cuda::Fp8Operand> CudaOps::quantize_fp8_pair(Fp8Source ps, Fp8Source qs, int64_t k,
