@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <regex>
 
 #include "comm/comm.h"
 #include "core/json.h"
@@ -186,9 +187,11 @@ CliRun train_cli(const std::string& dir, const std::string& tag, const std::vect
   std::ifstream m(dir + "/" + tag + ".jsonl");
   for (std::string line; std::getline(m, line);)
     if (const Json j = json_parse(line, tag); j.contains("step")) run.losses.push_back(j["loss"].get<double>());
-  const size_t at = r.out.find("eval loss");
-  const size_t open = r.out.find('(', at), close = r.out.find(", ", r.out.find(" tokens", open));
-  if (at != std::string::npos && close != std::string::npos) run.eval_counts = r.out.substr(open + 1, close - open - 1);
+  // The eval line ("eval loss 6.9162  (6 blocks, 186 tokens, 0.0 s)"), wherever the ranks'
+  // lines fall among each other.
+  std::smatch m_eval;
+  static const std::regex kEval(R"(eval loss [0-9.]+ +\((\d+ blocks, \d+ tokens), )");
+  if (std::regex_search(r.out, m_eval, kEval)) run.eval_counts = m_eval[1].str();
   return run;
 }
 
