@@ -76,7 +76,7 @@ TEST(Config, RefusesWhatItCannotTrainNamingTheSetting) {
       {"use_sliding_window", true, "use_sliding_window"},
       {"num_experts", 8, "num_experts"},
       {"hidden_act", "gelu", "gelu"},
-      {"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e6}}, "yarn"},
+      {"rope_parameters", {{"rope_type", "longrope"}, {"rope_theta", 1e6}}, "longrope"},
       {"layer_types", Json::array({"sliding_attention"}), "sliding_attention"},
       {"vocab_size", -3, "vocab_size"},
   };
