@@ -141,6 +141,15 @@ TEST(Plan, WorkspaceHoldsAttentionScratch) {
   EXPECT_EQ(plan_memory(in).workspace, (64ll << 20) + ce.bytes + 4 * 2048 * 3);
 }
 
+// Past the dP bound the scratch holds anvil's kernel or cuDNN's non-deterministic backward:
+// what cuDNN 9.14 asked for on an H200 at 32,768 tokens (8B's 32 heads, 1.7B's 16), 256
+// bytes over the kernel's partials.
+TEST(Plan, AttentionScratchPastTheDpBoundHoldsCudnnsNondeterministicBackward) {
+  EXPECT_FALSE(cudnn_backward_within_bound(1, 32768, 32));
+  EXPECT_GE(attention_scratch_bytes(1, 32768, 32, 8, 128), 1077936384);
+  EXPECT_GE(attention_scratch_bytes(1, 32768, 16, 8, 128), 538968320);
+}
+
 // FP8 block linears add their GEMMs' 32 MiB workspace, and their operands' FP8 copies share
 // the scratch: within it at 1.7B (the largest, gate_up's dw: (2I + C) x tokens bytes, is below
 // the cross-entropy's), beyond it with a small vocabulary, two heads and many tokens.
