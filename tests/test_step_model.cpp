@@ -3,6 +3,7 @@
 // overlap rule's limits, the op-cost table's fit and scaling, and `anvil plan`'s lines.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -282,6 +283,27 @@ TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
       const double want = both.per_op_us * 1e-6 + slower * base.seconds(it.op, h200());
       EXPECT_NEAR(both.seconds(it.op, h200()), want, 1e-9 * want) << it.op.label();
     }
+}
+
+// A call too small to be timed by its work (the loss sum's 4-byte zeroing, measured at a
+// launch's cost) gives no rate: an FSDP shard's zeroing of a gigabyte keeps the rate of the
+// table it was merged with, not one that prices it at hours.
+TEST(StepModel, FitTakesNoRateFromLaunchBoundCalls) {
+  OpCostTable base = OpCostTable::builtin();
+  base.measured = false;
+  base.per_op_us = base.per_op_calls = 0;
+  const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1));
+  double ms = 0, calls = 0;
+  std::vector<Ops::OpTime> measured = times_at(program, base, 2, &ms, &calls);
+  const auto loss_zero = std::find_if(program.begin(), program.end(), [](const StepItem& it) {
+    return it.kind == StepItem::Kind::kOp && it.op.op == "zero" && it.op.bytes == 4;
+  });
+  ASSERT_NE(loss_zero, program.end());
+  measured.push_back({loss_zero->op.label(), 1, 0.05, 0});
+  const OpCostTable fit = merge_op_tables(fit_op_table(program, measured, ms + 0.05, h200(), "test"), base);
+  const OpCall shard_zero{"zero", "1073741824 bytes", 1 << 30, 0, double{1 << 30}};
+  const double want = base.seconds(shard_zero, h200()) + fit.per_op_us * 1e-6;
+  EXPECT_NEAR(fit.seconds(shard_zero, h200()), want, 1e-9 * want);
 }
 
 TEST(StepModel, PlanPrintsEachModesPrediction) {

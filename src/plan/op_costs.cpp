@@ -148,6 +148,11 @@ double OpCostTable::seconds(const OpCall& c, const GpuSpec& g) const {
   return std::max(0.0, s + per_op_us * 1e-6);  // a fitted per_op_us may be negative (the events' cost)
 }
 
+// A call smaller than this is timed by its launch, not by its work: its rate, extrapolated
+// to the op's large calls (an FSDP shard's zeroing from the 4-byte loss sum's), would price
+// them thousands of times too slow. Such calls are left to per_op_us.
+constexpr double kMinRatedBytes = 1 << 20, kMinRatedFlops = 1e8;
+
 OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Ops::OpTime>& measured,
                          double step_ms, const GpuSpec& gpu, const std::string& source) {
   std::map<std::string, const OpCall*> by_label;
@@ -164,8 +169,10 @@ OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector
     auto it = by_label.find(m.op);
     if (it == by_label.end()) continue;  // not an op of the model's step (none expected)
     const OpCall& c = *it->second;
+    const double work = op_priced_by_flops(c.op) ? c.flops : c.bytes;
+    if (work < (op_priced_by_flops(c.op) ? kMinRatedFlops : kMinRatedBytes)) continue;
     Sum& s = sums[{c.op, c.size}];
-    s.work += static_cast<double>(m.calls) * (op_priced_by_flops(c.op) ? c.flops : c.bytes);
+    s.work += static_cast<double>(m.calls) * work;
     s.ms += m.device_ms;
   }
   OpCostTable t;

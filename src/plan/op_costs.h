@@ -80,7 +80,8 @@ struct OpCostTable {
 // `measured` the same step's op times (Ops::take_op_times, per step), `step_ms` the step's
 // time untimed. Each (op, size) gets the rate sum of work / sum of device time of its
 // labels; per_op_us is what the untimed step differs from the ops' sum, per call (the
-// timing events' cost shows as a negative figure). Only the step's ops have rates.
+// timing events' cost shows as a negative figure). Only the step's ops have rates, and only
+// from calls of at least 1 MiB or 0.1 GFLOP (smaller ones measure their launch).
 OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Ops::OpTime>& measured,
                          double step_ms, const GpuSpec& gpu, const std::string& source);
 // `fit` completed from `base`: an earlier fit of the same GPU keeps its measured sizes that
