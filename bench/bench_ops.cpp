@@ -4,7 +4,7 @@
 // for matrix work, bytes over memory bandwidth for the rest (peaks as flags, defaults
 // 790 TFLOP/s and 4.0 TB/s, the rates measured on an H200).
 //
-// Usage: anvil_bench_ops [--tokens N] [--seq T] [--peak-tflops F] [--peak-tbs B] [--variants K]
+// Usage: anvil_bench_ops [--tokens N] [--seq T] [--peak-tflops F] [--peak-tbs B] [--variants K] [--fp8]
 //        anvil_bench_ops --attention   (bench/attention_vs_sdpa.py reads its output)
 // Times are host-clock medians of 5 batches of back-to-back calls (each batch ends with
 // one synchronize), after warm-up; inputs are random, never zeros.
@@ -15,6 +15,10 @@
 // cuBLASLt's first K heuristic candidates, and says whether each repeats bit for bit and how
 // far it lands from candidate 0 (a different order of additions), so that a faster
 // deterministic choice can be found in one run.
+// --fp8 times the blocks' linear layers with tensorwise FP8 instead (ops/fp8_recipe.h), each
+// op beside its bf16 form, and its parts: each operand's quantization (fp8_cast.h, floor:
+// 2 bytes read twice, 1 written) and the FP8 GEMM alone, with fast accumulation off (the
+// recipe's) and on (against the FP8 rate, --peak-fp8-tflops, default 1580).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,7 +35,9 @@
 #include "core/bf16.h"
 #include "core/error.h"
 #include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/fp8_cast.h"
 #include "ops/cuda/gemm.h"
+#include "ops/cuda/gemm_fp8.h"
 #include "ops/ops.h"
 
 namespace anvil {
@@ -98,11 +104,12 @@ class Bench {
     return per[per.size() / 2];
   }
 
-  // Times fn; flops or bytes (one of them non-zero) give the floor.
+  // Times fn; flops or bytes (one of them non-zero) give the floor, flops at peak_flops
+  // (default: the bf16 rate).
   void run(const std::string& name, const std::string& shape, double flops, double bytes,
-           const std::function<void()>& fn) {
+           const std::function<void()>& fn, double peak_flops = 0) {
     const double t = time(fn);
-    const double floor = flops > 0 ? flops / peak_flops_ : bytes / peak_bytes_;
+    const double floor = flops > 0 ? flops / (peak_flops > 0 ? peak_flops : peak_flops_) : bytes / peak_bytes_;
     if (flops > 0)
       std::printf("%-28s %-22s %10.1f us %9.1f TFLOP/s  floor %8.1f us  %5.1f%% of peak\n", name.c_str(),
                   shape.c_str(), t * 1e6, flops / t / 1e12, floor * 1e6, 100.0 * floor / t);
@@ -181,12 +188,67 @@ int attention_main() {
   return 0;
 }
 
+// The FP8 linear layers (see the top) at the shapes of one block.
+void bench_fp8(Ops& ops, Bench& b, int64_t N, double peak_fp8) {
+  const Model m;
+  const DType bf = DType::kBF16, f32 = DType::kF32;
+  const auto stream = static_cast<cudaStream_t>(ops.stream());
+  cuda::Fp8Gemm exact(stream), fast(stream, true);
+  const Fp8Recipe tw = Fp8Recipe::kTensorwise;
+  Tensor none;
+  struct Lin { const char* name; int64_t k, n; };
+  for (const Lin& l : {Lin{"qkv", m.C, (m.H + 2 * m.KV) * m.hd}, Lin{"o", m.H * m.hd, m.C},
+                       Lin{"gate_up", m.C, 2 * m.I}, Lin{"down", m.I, m.C}}) {
+    Tensor x = b.make(bf, {N, l.k}), w = b.make(bf, {l.n, l.k}, 0.02f), y = b.make(bf, {N, l.n});
+    Tensor dw = b.make(f32, {l.n, l.k}, 0.0f);
+    const double fl = 2.0 * N * l.n * l.k;
+    const std::string nm = l.name;
+    b.run("bf16 forward " + nm, dims({N, l.k, l.n}), fl, 0, [&] { ops.linear_forward(y, x, w, none); });
+    b.run("fp8 forward " + nm, dims({N, l.k, l.n}), fl, 0, [&] { ops.linear_fp8_forward(y, x, w, none, tw); });
+    b.run("bf16 backward_input " + nm, dims({N, l.n, l.k}), fl, 0, [&] { ops.linear_backward_input(x, y, w, false); });
+    b.run("fp8 backward_input " + nm, dims({N, l.n, l.k}), fl, 0,
+          [&] { ops.linear_fp8_backward_input(x, y, w, tw, false); });
+    b.run("bf16 backward_weight " + nm, dims({l.n, l.k, N}), fl, 0,
+          [&] { ops.linear_backward_weight(dw, none, y, x); });
+    b.run("fp8 backward_weight " + nm, dims({l.n, l.k, N}), fl, 0,
+          [&] { ops.linear_fp8_backward_weight(dw, none, y, x, tw); });
+    b.run("fp8 backward (both, one op) " + nm, dims({N, l.n, l.k}), 2 * fl, 0,
+          [&] { ops.linear_fp8_backward(x, dw, none, y, x, w, tw, true); });
+    // The parts: each operand (source, its rows as the GEMM reads them, transposed) quantized.
+    Tensor q8 = b.make(DType::kI32, {(std::max(N, l.n) * std::max(l.k, l.n) + 3) / 4}, 0, INT32_MAX);
+    Tensor stats = b.make(f32, {3 * std::max({N, l.n, l.k})}, 0.0f);
+    struct Src { const char* what; const Tensor& t; int64_t rows, k; bool transposed; };
+    for (const Src& src : {Src{"x", x, N, l.k, false}, Src{"w", w, l.n, l.k, false}, Src{"dy", y, N, l.n, false},
+                           Src{"w^T", w, l.k, l.n, true}, Src{"dy^T", y, l.n, N, true}, Src{"x^T", x, l.k, N, true}})
+      b.run("fp8 quantize " + nm + " " + src.what, dims({src.rows, src.k}), 0, 5.0 * src.rows * src.k, [&] {
+        cuda::quantize_fp8(static_cast<uint8_t*>(q8.data), static_cast<float*>(stats.data),
+                           static_cast<const __nv_bfloat16*>(src.t.data), src.rows, src.k, src.transposed, false,
+                           stream);
+      });
+    const cuda::Fp8Operand p8{q8.data, static_cast<const float*>(stats.data)};
+    for (cuda::Fp8Gemm* g : {&exact, &fast}) {
+      const std::string acc = g == &fast ? " (fast accumulation)" : "";
+      b.run(
+          "fp8 gemm forward " + nm + acc, dims({N, l.k, l.n}), fl, 0,
+          [&] { g->run(y.data, CUDA_R_16BF, l.n, p8, p8, N, l.n, l.k, 0.0f, nullptr, false); }, peak_fp8 * 1e12);
+      b.run(
+          "fp8 gemm backward_weight " + nm + acc, dims({l.n, l.k, N}), fl, 0,
+          [&] { g->run(dw.data, CUDA_R_32F, l.k, p8, p8, l.n, l.k, N, 1.0f, nullptr, false); }, peak_fp8 * 1e12);
+    }
+  }
+}
+
 int bench_main(int argc, char** argv) {
   int64_t tokens = 2048, seq = 2048, variants = 0;
-  double peak_tflops = 790, peak_tbs = 4.0;
+  double peak_tflops = 790, peak_tbs = 4.0, peak_fp8 = 1580;
+  bool fp8 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k == "--attention") return attention_main();
+    if (k == "--fp8") {
+      fp8 = true;
+      continue;
+    }
     ANVIL_ENSURE(i + 1 < argc, kUsage, k, " needs a value");
     const char* v = argv[++i];
     if (k == "--tokens") tokens = std::atoll(v);
@@ -194,14 +256,19 @@ int bench_main(int argc, char** argv) {
     else if (k == "--peak-tflops") peak_tflops = std::atof(v);
     else if (k == "--peak-tbs") peak_tbs = std::atof(v);
     else if (k == "--variants") variants = std::atoll(v);
+    else if (k == "--peak-fp8-tflops") peak_fp8 = std::atof(v);
     else raise(ErrorKind::kUsage, "unknown flag ", k,
-               " (flags: --tokens --seq --peak-tflops --peak-tbs --variants, or --attention)");
+               " (flags: --tokens --seq --peak-tflops --peak-tbs --peak-fp8-tflops --variants --fp8, or --attention)");
   }
   ANVIL_ENSURE(seq > 0 && tokens % seq == 0, kUsage, "--tokens must be a multiple of --seq");
   auto ops = make_cuda_ops(0);
   std::printf("%s, %lld tokens (sequences of %lld); peaks %.0f TFLOP/s, %.1f TB/s\n", ops->name().c_str(),
               static_cast<long long>(tokens), static_cast<long long>(seq), peak_tflops, peak_tbs);
   Bench b(*ops, peak_tflops * 1e12, peak_tbs * 1e12);
+  if (fp8) {
+    bench_fp8(*ops, b, tokens, peak_fp8);
+    return 0;
+  }
   const Model m;
   const int64_t N = tokens, B = tokens / seq, T = seq, heads = m.H + 2 * m.KV, QKV = heads * m.hd;
   const DType bf = DType::kBF16, f32 = DType::kF32;

@@ -151,8 +151,9 @@ TEST(Plan, AttentionScratchPastTheDpBoundHoldsCudnnsNondeterministicBackward) {
 }
 
 // FP8 block linears add their GEMMs' 32 MiB workspace, and their operands' FP8 copies share
-// the scratch: within it at 1.7B (the largest, gate_up's dw: (2I + C) x tokens bytes, is below
-// the cross-entropy's), beyond it with a small vocabulary, two heads and many tokens.
+// the scratch: within it at 1.7B (the largest, gate_up's backward: dy both ways, 2 x 2I x tokens
+// bytes, and x^T, C x tokens, is below the cross-entropy's), beyond it with a small
+// vocabulary, two heads and many tokens.
 TEST(Plan, Fp8AddsItsWorkspaceAndOperandCopies) {
   PlanInput in;
   in.config = preset_config("qwen3-1.7b");
@@ -172,8 +173,8 @@ TEST(Plan, Fp8AddsItsWorkspaceAndOperandCopies) {
   const int64_t n = 64 * 2048;
   EXPECT_GT(plan_memory(in).workspace - small_vocab, 32ll << 20) << "the FP8 operands do not outgrow the scratch";
   EXPECT_EQ(plan_memory(in).workspace,
-            (64ll << 20) + (32ll << 20) + fp8_scratch(2 * in.config.intermediate_size, in.config.hidden_size, n).total() +
-                4 * n * 3);
+            (64ll << 20) + (32ll << 20) +
+                fp8_backward_scratch(n, 2 * in.config.intermediate_size, in.config.hidden_size).total() + 4 * n * 3);
 }
 
 // The cross-entropy's blocks of dlogits and chunks of logits stay within 512 MiB together,

@@ -193,8 +193,8 @@ void Transformer::mlp_backward(Tensor w, Tensor g, bool acc, BlockActs& a) {
   block_linear_dx(d_act_, dx_, part(w, o.down_w, {C, I}));
   ops_.swiglu_backward(d_gate_up_, d_act_, a.gate_up, act_);
   block_linear_dw(part(g, o.down_w, {C, I}), Tensor(), dx_, act_, acc);
-  block_linear_dw(part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2, acc);
-  block_linear_dx(dh_, d_gate_up_, part(w, o.gate_up_w, {2 * I, C}));
+  block_linear_backward(dh_, part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2,
+                        part(w, o.gate_up_w, {2 * I, C}), acc);
 }
 
 // Tile by tile the untiled ops on the tile's rows, gate_up recomputed first. The weight
@@ -248,6 +248,16 @@ void Transformer::block_linear_dw(Tensor dw, Tensor dbias, Tensor dy, Tensor x, 
     ops_.linear_fp8_backward_weight(dw, dbias, dy, x, fp8_, accumulate);
 }
 
+void Transformer::block_linear_backward(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
+                                        bool accumulate) {
+  if (fp8_ == Fp8Recipe::kOff) {
+    ops_.linear_backward_weight(dw, dbias, dy, x, accumulate);
+    ops_.linear_backward_input(dx, dy, w, false);
+  } else {
+    ops_.linear_fp8_backward(dx, dw, dbias, dy, x, w, fp8_, accumulate);
+  }
+}
+
 void Transformer::recompute_elementwise(Tensor w, Tensor x_in, BlockActs& a) {
   // The same ops on the same inputs as block_forward: the same bits.
   const BlockOffsets& o = table_.block();
@@ -265,8 +275,8 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
   mlp_backward(w, g, acc, a);
   ops_.rmsnorm_backward(dx_, part(g, o.mlp_norm, {C}), dh_, a.x_mid, part(w, o.mlp_norm, {C}), a.rstd2, true, acc);
   // attention (context parallel: its output exchanged again, its input's gradient exchanged back)
-  block_linear_dw(part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, att_tokens(a), acc);
-  block_linear_dx(d_att_, dx_, part(w, o.o_w, {C, c_.q_dim()}));
+  block_linear_backward(d_att_, part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, att_tokens(a),
+                        part(w, o.o_w, {C, c_.q_dim()}), acc);
   if (cp_.size() > 1) cp_.to_heads(ops_, d_att_, d_att_, B_, {c_.q_dim()});
   ops_.attention_backward(d_qkv_.reshape(qkv_seqs()), d_att_.reshape(att_seqs()), a.qkv.reshape(qkv_seqs()),
                           a.att.reshape(att_seqs()), a.lse.reshape({B_, Ha_, Ta_}), Ha_, KVa_, positions_);
@@ -279,8 +289,8 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
                              rope_cos_, rope_sin_, Ha_, KVa_, acc, positions_);
   if (cp_.size() > 1) cp_.to_tokens(ops_, d_qkv_raw_, d_qkv_raw_, B_, qkv_segments());
   const Tensor d_qkv_flat = d_qkv_raw_.reshape({N_, Q});
-  block_linear_dw(part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat, a.h1, acc);
-  block_linear_dx(dh_, d_qkv_flat, part(w, o.qkv_w, {Q, C}));
+  block_linear_backward(dh_, part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat,
+                        a.h1, part(w, o.qkv_w, {Q, C}), acc);
   ops_.rmsnorm_backward(dx_, part(g, o.attn_norm, {C}), dh_, x_in, part(w, o.attn_norm, {C}), a.rstd1, true, acc);
 }
 

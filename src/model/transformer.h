@@ -154,6 +154,8 @@ class Transformer {
   void block_linear(Tensor y, Tensor x, Tensor w, Tensor bias);
   void block_linear_dx(Tensor dx, Tensor dy, Tensor w);
   void block_linear_dw(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate);
+  // block_linear_dw then block_linear_dx of one layer (FP8: one op, dy quantized once).
+  void block_linear_backward(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, bool accumulate);
   // The offload (x_l offloaded: 0 < l < L). Ring slot s's copies mark copy slots 2s (out)
   // and 2s + 1 (back).
   bool offloaded(int64_t l) const { return offload_ && l > 0 && l < c_.num_layers; }

@@ -25,6 +25,11 @@ Fp8Scratch fp8_scratch(int64_t p_rows, int64_t q_rows, int64_t k) {
   return {aligned(p_rows * k), aligned(q_rows * k), stats(p_rows), stats(q_rows)};
 }
 
+Fp8Scratch fp8_backward_scratch(int64_t m, int64_t n, int64_t k) {
+  const Fp8Scratch dy = fp8_scratch(n, 0, m), other = fp8_scratch(k, 0, std::max(m, n));
+  return {2 * dy.p_bytes, other.p_bytes, dy.p_stats, other.p_stats};
+}
+
 float fp8_scale(float amax, Fp8Format format, Fp8Recipe r) {
   const float scale =
       static_cast<float>(static_cast<double>(fp8_max(format)) / std::max(static_cast<double>(amax), 1e-12));

@@ -39,6 +39,11 @@ struct Fp8Scratch {
   int64_t total() const { return p_bytes + q_bytes + p_stats + q_stats; }
 };
 Fp8Scratch fp8_scratch(int64_t p_rows, int64_t q_rows, int64_t k);
+// The shared scratch of the tensorwise linear_fp8_backward on the GPU, dy (m, n) with x (m, k)
+// and w (n, k): p_bytes dy's two FP8 copies (transposed, then as it lies; each m x n,
+// 256-byte aligned), q_bytes one slot that x^T and then w^T take, p_stats and q_stats their
+// amax, scale and inverse-scale vectors (as fp8_scratch's).
+Fp8Scratch fp8_backward_scratch(int64_t m, int64_t n, int64_t k);
 
 // The factor an operand of the given amax is multiplied by before its cast (1/it dequantizes).
 float fp8_scale(float amax, Fp8Format format, Fp8Recipe r);

@@ -259,6 +259,22 @@ void Ops::linear_fp8_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor 
   linear_fp8_backward_weight_impl(dw, dbias, dy, x, recipe, accumulate);
 }
 
+void Ops::linear_fp8_backward(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, Fp8Recipe recipe,
+                              bool accumulate) {
+  const OpChecks c = checks_of(*this, "linear_fp8_backward");
+  check_fp8_recipe(c, recipe);
+  const GemmShape shape = check_linear_backward_weight(c, dw, dbias, dy, x, accumulate);
+  check_linear_backward_input(c, dx, dy, w);
+  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  linear_fp8_backward_impl(dx, dw, dbias, dy, x, w, recipe, accumulate);
+}
+
+void Ops::linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
+                                   Fp8Recipe recipe, bool accumulate) {
+  linear_fp8_backward_weight_impl(dw, dbias, dy, x, recipe, accumulate);
+  linear_fp8_backward_input_impl(dx, dy, w, recipe, false);
+}
+
 // ---- embedding
 void Ops::embedding_forward(Tensor out, Tensor ids, Tensor table) {
   const int64_t N = ids.numel(), C = table.cols();

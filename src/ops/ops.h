@@ -42,7 +42,8 @@ struct AdamWHyper {
 
 // The op implementations (*_impl) every backend gives, declared once for the base class,
 // ANVIL_OP_IMPLS(virtual, = 0), and for each backend's class, ANVIL_OP_IMPLS(, override).
-// add_rmsnorm_forward_impl is not among them: its default runs add and rmsnorm_forward.
+// add_rmsnorm_forward_impl and linear_fp8_backward_impl are not among them: their defaults run
+// add and rmsnorm_forward, and the two FP8 backward products.
 #define ANVIL_OP_IMPLS(VIRTUAL, TAIL)                                                                         \
   VIRTUAL void linear_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias) TAIL;                           \
   VIRTUAL void linear_backward_input_impl(Tensor dx, Tensor dy, Tensor w, bool accumulate) TAIL;              \
@@ -178,6 +179,11 @@ class Ops {
   void linear_fp8_backward_input(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate);
   void linear_fp8_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, Fp8Recipe recipe,
                                   bool accumulate = true);
+  // Both backward products of one layer from the same dy: linear_fp8_backward_weight (dw,
+  // dbias; accumulate as there), then linear_fp8_backward_input (dx overwritten), the same
+  // results; a backend may quantize dy once for both (tensorwise: the same scale either way).
+  void linear_fp8_backward(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, Fp8Recipe recipe,
+                           bool accumulate);
 
   // ---- embedding: out (N,C) = table[ids]; dtable (V,C) F32 += scatter of dout rows
   // (accumulate false: dtable = the scatter, zero in rows no id names)
@@ -300,6 +306,8 @@ class Ops {
   ANVIL_OP_IMPLS(virtual, = 0)
   virtual void add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w,
                                         float eps);
+  virtual void linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
+                                        Fp8Recipe recipe, bool accumulate);
 
   // ---- the backend: op timing. The front asks op_timed() before each op; when true it
   // calls begin_op with the op's name and shape, and end_op when the op's call ends (also

@@ -118,13 +118,14 @@ void plan_model_states(const PlanInput& in, MemoryPlan& p) {
 
 // The largest FP8 copy of a GEMM's two operands (ops/fp8_recipe.h's Fp8Scratch) over the
 // blocks' linear layers and their three GEMMs, for n tokens (at most: the MLP's run on its
-// tiles): forward (n + out) x in, dx (n + in) x out, dw (out + in) x n.
+// tiles): forward (n + out) x in, dx (n + in) x out, dw (out + in) x n; and the two backward
+// GEMMs' together (fp8_backward_scratch: dy both ways, 2 n x out, and in x max(n, out)).
 int64_t fp8_scratch_bytes(const ModelConfig& c, int64_t n) {
   const int64_t C = c.hidden_size, I = c.intermediate_size;
   int64_t most = 0;
   for (auto [out, in] : {std::pair{c.qkv_dim(), C}, std::pair{C, c.q_dim()}, std::pair{2 * I, C}, std::pair{C, I}})
     most = std::max({most, fp8_scratch(n, out, in).total(), fp8_scratch(n, in, out).total(),
-                     fp8_scratch(out, in, n).total()});
+                     fp8_scratch(out, in, n).total(), fp8_backward_scratch(n, out, in).total()});
   return most;
 }
 

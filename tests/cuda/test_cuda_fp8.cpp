@@ -41,51 +41,72 @@ std::vector<float> uneven(int64_t rows, int64_t cols, uint32_t seed) {
   return v;
 }
 
+// quantize_fp8 of an operand (rows, k) (the source (rows, k), or (k, rows) transposed): its
+// bytes and inverse scales against the CPU's; tensorwise transposed, also its straight copy
+// (the source cast as it lies).
+void expect_exact_cast(int64_t rows, int64_t k, bool transposed, Fp8Recipe recipe) {
+  const std::string what =
+      std::string(fp8_recipe_name(recipe)) + (transposed ? " transposed " : " ") + dims({rows, k});
+  const std::vector<float> src = uneven(transposed ? k : rows, transposed ? rows : k, 11);
+  const auto at = [&](int64_t r, int64_t c) { return transposed ? src[c * rows + r] : src[r * k + c]; };
+  std::vector<float> amax(static_cast<size_t>(rows), 0.0f);
+  float whole = 0.0f;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      amax[static_cast<size_t>(r)] = std::max(amax[static_cast<size_t>(r)], std::fabs(at(r, c)));
+      whole = std::max(whole, std::fabs(at(r, c)));
+    }
+  std::vector<uint16_t> bits(src.size());
+  for (size_t i = 0; i < src.size(); ++i) bits[i] = f32_to_bf16_bits(src[i]);
+  void* d_src = gpu().alloc(bits.size() * 2);
+  void* d_dst = gpu().alloc(static_cast<size_t>(rows * k));
+  void* d_stats = gpu().alloc(static_cast<size_t>(fp8_scratch(rows, 0, k).p_stats));
+  const bool both = transposed && recipe == Fp8Recipe::kTensorwise;
+  void* d_straight = both ? gpu().alloc(static_cast<size_t>(rows * k)) : nullptr;
+  ASSERT_EQ(cudaMemcpy(d_src, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  const float* d_inv = cuda::quantize_fp8(
+      static_cast<uint8_t*>(d_dst), static_cast<float*>(d_stats), static_cast<const __nv_bfloat16*>(d_src), rows, k,
+      transposed, recipe == Fp8Recipe::kRowwise, static_cast<cudaStream_t>(gpu().stream()),
+      static_cast<uint8_t*>(d_straight));
+  const int64_t scales = recipe == Fp8Recipe::kRowwise ? rows : 1;
+  std::vector<uint8_t> got(static_cast<size_t>(rows * k));
+  std::vector<float> inv(static_cast<size_t>(scales));
+  gpu().synchronize();
+  ASSERT_EQ(cudaMemcpy(got.data(), d_dst, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(inv.data(), d_inv, inv.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale =
+        fp8_scale(recipe == Fp8Recipe::kRowwise ? amax[static_cast<size_t>(r)] : whole, kFp8Format, recipe);
+    if (r < scales) {
+      EXPECT_EQ(inv[static_cast<size_t>(r)], 1.0f / scale) << what << " row " << r;
+    }
+    for (int64_t c = 0; c < k; ++c)
+      wrong += got[static_cast<size_t>(r * k + c)] != f32_to_fp8_bits_saturated(at(r, c) * scale, kFp8Format);
+  }
+  EXPECT_EQ(wrong, 0) << what << ": FP8 bytes that differ from the CPU's";
+  if (both) {
+    const float scale = fp8_scale(whole, kFp8Format, recipe);
+    ASSERT_EQ(cudaMemcpy(got.data(), d_straight, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    wrong = 0;
+    for (size_t i = 0; i < src.size(); ++i) wrong += got[i] != f32_to_fp8_bits_saturated(src[i] * scale, kFp8Format);
+    EXPECT_EQ(wrong, 0) << what << ": FP8 bytes of the straight copy that differ from the CPU's";
+    gpu().release(d_straight);
+  }
+  gpu().release(d_src);
+  gpu().release(d_dst);
+  gpu().release(d_stats);
+}
+
+// Tensorwise takes the two-pass kernels where rows and k are multiples of 8 (96 x 80; 200 x 136
+// with partial 64 x 64 tiles; 1024 x 1536, whose amax joins 768 blocks), else the three-pass
+// ones (90 x 70).
 TEST(CudaFp8, CastsAmaxAndScalesAreExact) {
   REQUIRE_GPU();
-  const int64_t rows = 96, k = 80;  // the operand (rows, k); the source (rows, k) or (k, rows)
-  for (bool transposed : {false, true})
-    for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
-      const std::string what = std::string(fp8_recipe_name(recipe)) + (transposed ? " transposed" : "");
-      const std::vector<float> src = uneven(transposed ? k : rows, transposed ? rows : k, 11);
-      const auto at = [&](int64_t r, int64_t c) { return transposed ? src[c * rows + r] : src[r * k + c]; };
-      std::vector<float> amax(static_cast<size_t>(rows), 0.0f);
-      float whole = 0.0f;
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < k; ++c) {
-          amax[static_cast<size_t>(r)] = std::max(amax[static_cast<size_t>(r)], std::fabs(at(r, c)));
-          whole = std::max(whole, std::fabs(at(r, c)));
-        }
-      std::vector<uint16_t> bits(src.size());
-      for (size_t i = 0; i < src.size(); ++i) bits[i] = f32_to_bf16_bits(src[i]);
-      void* d_src = gpu().alloc(bits.size() * 2);
-      void* d_dst = gpu().alloc(static_cast<size_t>(rows * k));
-      void* d_stats = gpu().alloc(static_cast<size_t>(fp8_scratch(rows, 0, k).p_stats));
-      ASSERT_EQ(cudaMemcpy(d_src, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-      const float* d_inv = cuda::quantize_fp8(static_cast<uint8_t*>(d_dst), static_cast<float*>(d_stats),
-                                              static_cast<const __nv_bfloat16*>(d_src), rows, k, transposed,
-                                              recipe == Fp8Recipe::kRowwise, static_cast<cudaStream_t>(gpu().stream()));
-      const int64_t scales = recipe == Fp8Recipe::kRowwise ? rows : 1;
-      std::vector<uint8_t> got(static_cast<size_t>(rows * k));
-      std::vector<float> inv(static_cast<size_t>(scales));
-      gpu().synchronize();
-      ASSERT_EQ(cudaMemcpy(got.data(), d_dst, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(inv.data(), d_inv, inv.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-      int64_t wrong = 0;
-      for (int64_t r = 0; r < rows; ++r) {
-        const float scale =
-            fp8_scale(recipe == Fp8Recipe::kRowwise ? amax[static_cast<size_t>(r)] : whole, kFp8Format, recipe);
-        if (r < scales) {
-          EXPECT_EQ(inv[static_cast<size_t>(r)], 1.0f / scale) << what << " row " << r;
-        }
-        for (int64_t c = 0; c < k; ++c)
-          wrong += got[static_cast<size_t>(r * k + c)] != f32_to_fp8_bits_saturated(at(r, c) * scale, kFp8Format);
-      }
-      EXPECT_EQ(wrong, 0) << what << ": FP8 bytes that differ from the CPU's";
-      gpu().release(d_src);
-      gpu().release(d_dst);
-      gpu().release(d_stats);
-    }
+  for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{96, 80}, {90, 70}, {200, 136}, {1024, 1536}})
+    for (bool transposed : {false, true})
+      for (Fp8Recipe recipe : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise})
+        expect_exact_cast(rows, k, transposed, recipe);
 }
 
 TEST(CudaFp8, GemmsMatchTheCpuEmulation) {
@@ -135,6 +156,36 @@ TEST(CudaFp8, GemmsMatchTheCpuEmulation) {
       check("linear_fp8_backward_weight " + tag + " dw (bf16, written)", dw16, kOut1);
     }
   }
+}
+
+// linear_fp8_backward (dy quantized once for both GEMMs) gives the bits of the two ops it
+// stands for: dw (fp32 accumulated, fp32 written, bf16 written), dbias and dx.
+TEST(CudaFp8, BackwardInOneOpEqualsTheTwoOps) {
+  REQUIRE_GPU();
+  if (!gpu().fp8_unsupported(Fp8Recipe::kTensorwise).empty())
+    GTEST_SKIP() << gpu().fp8_unsupported(Fp8Recipe::kTensorwise);
+  const Fp8Recipe tw = Fp8Recipe::kTensorwise;
+  const auto bits_equal = [](Buf& a, Buf& b) { return a.got() == b.got(); };
+  for (const auto& [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{64, 128, 96}, {256, 512, 384}, {48, 64, 32}})
+    for (const auto& [dw_type, acc] : {std::pair{DType::kF32, true}, {DType::kF32, false}, {DType::kBF16, false}}) {
+      const std::string tag = dims({m, k, n}) + " dw " + dtype_name(dw_type) + (acc ? " accumulated" : " written");
+      uint32_t seed = static_cast<uint32_t>(m + k + n);
+      Buf x({m, k}, DType::kBF16, uneven(m, k, seed++)), w({n, k}, DType::kBF16, uneven(n, k, seed++));
+      Buf dy({m, n}, DType::kBF16, uneven(m, n, seed++));
+      const std::vector<float> dw0 = randn(n * k, seed++), db0 = randn(n, seed++);
+      Buf dx1({m, k}, DType::kBF16, nans(m * k)), dw1({n, k}, dw_type, dw0), db1({n}, DType::kF32, db0);
+      Buf dx2({m, k}, DType::kBF16, nans(m * k)), dw2({n, k}, dw_type, dw0), db2({n}, DType::kF32, db0);
+      const bool bias = dw_type == DType::kF32;
+      gpu().linear_fp8_backward_weight(dw1.g(), bias ? db1.g() : Tensor(), dy.g(), x.g(), tw, acc);
+      gpu().linear_fp8_backward_input(dx1.g(), dy.g(), w.g(), tw, false);
+      gpu().linear_fp8_backward(dx2.g(), dw2.g(), bias ? db2.g() : Tensor(), dy.g(), x.g(), w.g(), tw, acc);
+      cpu().linear_fp8_backward(dx2.c(), dw2.c(), bias ? db2.c() : Tensor(), dy.c(), x.c(), w.c(), tw, acc);
+      EXPECT_TRUE(bits_equal(dx1, dx2)) << tag << ": dx";
+      EXPECT_TRUE(bits_equal(dw1, dw2)) << tag << ": dw";
+      EXPECT_TRUE(bits_equal(db1, db2)) << tag << ": dbias";
+      check("linear_fp8_backward " + tag + " dx against the CPU", dx2, kOut1);
+      check("linear_fp8_backward " + tag + " dw against the CPU", dw2, dw_type == DType::kF32 ? kFp8F32 : kOut1);
+    }
 }
 
 }  // namespace

@@ -102,6 +102,8 @@ class CudaOps final : public Ops {
   ANVIL_OP_IMPLS(, override)
   void add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w,
                                 float eps) override;
+  void linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, Fp8Recipe recipe,
+                                bool accumulate) override;
 
   // Op timing (ops.h): events on the main queue around each op, and the host's clock; not
   // off the main queue, nor for an op another op runs.

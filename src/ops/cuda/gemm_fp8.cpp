@@ -27,7 +27,7 @@ void destroy(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrix
 
 }  // namespace
 
-Fp8Gemm::Fp8Gemm(cudaStream_t stream) : stream_(stream) {
+Fp8Gemm::Fp8Gemm(cudaStream_t stream, bool fast_accum) : stream_(stream), fast_accum_(fast_accum) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
@@ -47,7 +47,7 @@ const Fp8Gemm::Plan& Fp8Gemm::plan(const Key& key) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  set_desc(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(0));
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(fast_accum_ ? 1 : 0));
   if (rowwise) {
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);

@@ -28,7 +28,10 @@ class Fp8Gemm {
  public:
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-  explicit Fp8Gemm(cudaStream_t stream);
+  // fast_accum: cuBLASLt's FP8 fast accumulation (the products summed in the tensor cores'
+  // narrower accumulator throughout, never promoted to fp32): off in training (the recipe's
+  // fp32 accumulation); on only for anvil_bench_ops' comparison.
+  explicit Fp8Gemm(cudaStream_t stream, bool fast_accum = false);
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;
@@ -50,6 +53,7 @@ class Fp8Gemm {
   const Plan& plan(const Key& key);
 
   cudaStream_t stream_;
+  bool fast_accum_ = false;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Key, Plan> plans_;

@@ -74,4 +74,34 @@ void CudaOps::linear_fp8_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy
                     scratch(cuda::bias_grad_scratch_bytes(M, N)), stream_);
 }
 
+// Tensorwise: dy quantized once, both ways from one amax and one read (fp8_cast.h's straight
+// copy), into the scratch laid out by fp8_backward_scratch; x^T and then w^T take the other
+// slot in turn. The same bytes, scales and GEMM plans as the two ops, so the same results.
+void CudaOps::linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
+                                       Fp8Recipe recipe, bool accumulate) {
+  const int64_t M = dy.rows(), N = dy.cols(), K = x.cols();
+  if (recipe != Fp8Recipe::kTensorwise || M == 0) return Ops::linear_fp8_backward_impl(dx, dw, dbias, dy, x, w, recipe,
+                                                                                       accumulate);
+  cuda::Fp8Gemm& g = fp8_gemm("linear_fp8_backward");
+  const Fp8Scratch layout = fp8_backward_scratch(M, N, K);
+  char* s = static_cast<char*>(scratch(static_cast<size_t>(layout.total())));
+  auto* dy_t8 = reinterpret_cast<uint8_t*>(s);
+  auto* dy8 = dy_t8 + layout.p_bytes / 2;
+  auto* other8 = reinterpret_cast<uint8_t*>(s + layout.p_bytes);
+  auto* dy_stat = reinterpret_cast<float*>(s + layout.p_bytes + layout.q_bytes);
+  auto* other_stat = reinterpret_cast<float*>(s + layout.p_bytes + layout.q_bytes + layout.p_stats);
+  const auto bf = [](const Tensor& t) { return static_cast<const nv_bf16*>(t.data); };
+  const float* dy_inv = cuda::quantize_fp8(dy_t8, dy_stat, bf(dy), N, M, true, false, stream_, dy8);
+  // dw (N, K) = dy^T (N, M) . x (M, K), as linear_fp8_backward_weight_impl.
+  const float* x_inv = cuda::quantize_fp8(other8, other_stat, bf(x), K, M, true, false, stream_);
+  g.run(dw.data, cuda::grad_out(dw).bf16 ? CUDA_R_16BF : CUDA_R_32F, K, {dy_t8, dy_inv}, {other8, x_inv}, N, K, M,
+        accumulate ? 1.0f : 0.0f, nullptr, false);
+  // dx (M, K) = dy (M, N) . w (N, K), as linear_fp8_backward_input_impl.
+  const float* w_inv = cuda::quantize_fp8(other8, other_stat, bf(w), K, N, true, false, stream_);
+  g.run(dx.data, CUDA_R_16BF, K, {dy8, dy_inv}, {other8, w_inv}, M, K, N, 0.0f, nullptr, false);
+  if (present(dbias))
+    cuda::bias_grad(cuda::grad_out(dbias), p<nv_bf16>(dy), M, N, accumulate,
+                    scratch(cuda::bias_grad_scratch_bytes(M, N)), stream_);
+}
+
 }  // namespace anvil
