@@ -6,8 +6,9 @@
 // (query, key) pair in bf16 instead of accumulating dQ with atomics, B x H x T x T x 2
 // bytes (T padded to 128): it grows as T^2, 64 GiB for Qwen3-8B at 32,768 tokens. Up to
 // kCudnnDpBound of dP the bound is the larger of the two paths' needs and cuDNN runs; beyond
-// it the backward runs the kernel, whose scratch grows as T, and the bound is the kernel's
-// (the forward, cuDNN's or the kernel's, needs far less). The backend refuses a cuDNN plan
+// it the backward runs cuDNN's non-deterministic algorithm (fp32 dQ accumulated by atomics)
+// or the kernel (ANVIL_ATTENTION, ops/cuda/attention_cudnn.h), whose scratch grows as T, and
+// the bound is the larger of theirs (the forward, cuDNN's or the kernel's, needs far less). The backend refuses a cuDNN plan
 // whose workspace is larger than this bound and runs its kernel instead, so the plan is never
 // exceeded.
 #pragma once

@@ -150,7 +150,8 @@ std::string attention_note(const PlanInput& in) {
   const ModelConfig& c = in.config;
   const int64_t H = c.num_heads / in.context_parallel, KV = c.num_kv_heads / in.context_parallel;
   if (cudnn_backward_within_bound(in.micro_batch, in.seq_len, H)) return "";
-  return "attention: the backward runs anvil's kernel, its scratch " +
+  return "attention: the backward runs cuDNN's non-deterministic algorithm (anvil's kernel with "
+         "ANVIL_ATTENTION=cudnn-deterministic), its scratch " +
          gib(attention_scratch_bytes(in.micro_batch, in.seq_len, H, KV, c.head_dim)) +
          " GiB of the workspace; cuDNN's deterministic backward would keep dP, " +
          gib(cudnn_dp_bytes(in.micro_batch, in.seq_len, H)) + " GiB, over its bound of " +

@@ -219,17 +219,20 @@ TEST(CudaOps, AttentionKernel) {
 }
 
 // Past cuDNN's dP bound (ops/attention_scratch.h; here 3 x 48 heads x 4,096^2 x 2 bytes =
-// 4.5 GiB, over 4 GiB) the default path's backward runs the kernel, within the scratch the
-// plan counts for it, after cuDNN's forward: both against the CPU reference.
+// 4.5 GiB, over 4 GiB) the default path's backward runs cuDNN's non-deterministic algorithm
+// and cudnn-deterministic's the kernel, each within the scratch the plan counts, after
+// cuDNN's forward: all against the CPU reference.
 TEST(CudaOps, AttentionPastTheDpBound) {
   REQUIRE_GPU();
   REQUIRE_CUDNN();
   const Case cs{3, 4096, 48, 8, 32};
   ASSERT_FALSE(cudnn_backward_within_bound(cs.b, cs.t, cs.h));
-  const auto [fwd_cudnn, bwd_cudnn] = compare_attention(gpu_attention("cudnn"), cs, {}, "cudnn past the dP bound");
-  EXPECT_FALSE(bwd_cudnn) << "cuDNN ran a backward whose dP is over the bound";
-  std::printf("past the dP bound: forward %s, backward %s\n", fwd_cudnn ? "cudnn" : "kernel",
-              bwd_cudnn ? "cudnn" : "kernel");
+  const auto [fwd, bwd] = compare_attention(gpu_attention("cudnn"), cs, {}, "cudnn past the dP bound");
+  EXPECT_TRUE(fwd && bwd) << "the default path past the bound: cuDNN's forward and non-deterministic backward";
+  const auto [fwd_det, bwd_det] =
+      compare_attention(gpu_attention("cudnn-deterministic"), cs, {}, "cudnn-deterministic past the dP bound");
+  EXPECT_TRUE(fwd_det) << "cuDNN's forward";
+  EXPECT_FALSE(bwd_det) << "cudnn-deterministic ran cuDNN's backward with a dP over the bound";
 }
 
 TEST(CudaOps, AttentionDocumentsKernel) {

@@ -51,16 +51,17 @@ std::atomic<int64_t> g_forward_runs{0}, g_backward_runs{0};
 }  // namespace
 
 AttentionImpl parse_attention_impl(const std::string& value) {
-  for (AttentionImpl i : {AttentionImpl::kCudnn, AttentionImpl::kCudnnForward, AttentionImpl::kCudnnNondeterministic,
-                          AttentionImpl::kKernel})
+  for (AttentionImpl i : {AttentionImpl::kCudnn, AttentionImpl::kCudnnDeterministic, AttentionImpl::kCudnnForward,
+                          AttentionImpl::kCudnnNondeterministic, AttentionImpl::kKernel})
     if (value == attention_impl_name(i)) return i;
   raise(ErrorKind::kUsage, "ANVIL_ATTENTION=", value,
-        ": expected cudnn (the default), cudnn-forward, cudnn-nondeterministic or kernel");
+        ": expected cudnn (the default), cudnn-deterministic, cudnn-forward, cudnn-nondeterministic or kernel");
 }
 
 const char* attention_impl_name(AttentionImpl impl) {
   switch (impl) {
     case AttentionImpl::kCudnn: return "cudnn";
+    case AttentionImpl::kCudnnDeterministic: return "cudnn-deterministic";
     case AttentionImpl::kCudnnForward: return "cudnn-forward";
     case AttentionImpl::kCudnnNondeterministic: return "cudnn-nondeterministic";
     case AttentionImpl::kKernel: return "kernel";
@@ -216,7 +217,7 @@ struct CudnnAttention::Impl {
 
   cudnnHandle_t handle = nullptr;
   int sm = 0;  // compute capability, major * 10 + minor
-  bool deterministic = true;
+  AttentionImpl impl = AttentionImpl::kCudnn;
   std::map<Key, Plan> plans;
 
   ~Impl() {
@@ -228,14 +229,12 @@ struct CudnnAttention::Impl {
     const Key key{s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim, backward};
     if (auto it = plans.find(key); it != plans.end()) return it->second;
     Plan p;
-    if (backward && deterministic && !cudnn_backward_within_bound(s.batch, s.seq, s.n_heads)) {
-      log_info("attention: the ", shape_text(s, backward), " runs anvil's kernel (fp32 dK/dV partials, ",
-               attention_scratch_bytes(s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim) >> 20,
-               " MiB): cuDNN's deterministic backward would keep dP, ", cudnn_dp_bytes(s.batch, s.seq, s.n_heads) >> 20,
-               " MiB, over the ", kCudnnDpBound >> 20, " MiB bound (ops/attention_scratch.h)");
+    const bool within = cudnn_backward_within_bound(s.batch, s.seq, s.n_heads);
+    if (backward && !within && impl != AttentionImpl::kCudnnNondeterministic) past_the_bound_note(s);
+    if (backward && !within && impl == AttentionImpl::kCudnnDeterministic)
       return plans.emplace(key, std::move(p)).first->second;
-    }
     try {
+      const bool deterministic = within && impl != AttentionImpl::kCudnnNondeterministic;
       p.graph = backward ? build_backward(s, deterministic, sm, handle) : build_forward(s, sm, handle);
       ok(p.graph->get_workspace_size(p.workspace), "get_workspace_size");
       const int64_t bound = attention_scratch_bytes(s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim);
@@ -247,6 +246,22 @@ struct CudnnAttention::Impl {
                "); anvil's kernel runs it");
     }
     return plans.emplace(key, std::move(p)).first->second;
+  }
+
+  // What runs a backward whose deterministic dP is over the bound, said once per shape.
+  void past_the_bound_note(const AttentionShape& s) const {
+    const std::string why = cat("cuDNN's deterministic backward would keep dP, ",
+                                cudnn_dp_bytes(s.batch, s.seq, s.n_heads) >> 20, " MiB, over the ",
+                                kCudnnDpBound >> 20, " MiB bound (ops/attention_scratch.h)");
+    const int64_t scratch = attention_scratch_bytes(s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim) >> 20;
+    if (impl == AttentionImpl::kCudnnDeterministic)
+      log_info("attention: the ", shape_text(s, true), " runs anvil's kernel (fp32 dK/dV partials, ", scratch,
+               " MiB): ", why, "; ANVIL_ATTENTION=cudnn runs cuDNN's non-deterministic backward there, about twice "
+               "as fast");
+    else
+      log_info("attention: the ", shape_text(s, true), " runs cuDNN's non-deterministic backward (within ", scratch,
+               " MiB): ", why, "; runs at this length do not repeat bit for bit (ANVIL_ATTENTION=cudnn-deterministic: "
+               "anvil's kernel, about half as fast)");
   }
 
   bool run(const AttentionShape& s, bool backward, std::unordered_map<int64_t, void*>& pack, void* workspace) {
@@ -270,12 +285,12 @@ struct CudnnAttention::Impl {
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;
 
-std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t stream, int sm, bool deterministic_backward,
+std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t stream, int sm, AttentionImpl attention,
                                                        std::string* why) {
   if (!load_cudnn(why)) return nullptr;
   auto impl = std::make_unique<Impl>();
   impl->sm = sm;
-  impl->deterministic = deterministic_backward;
+  impl->impl = attention;
   try {
     const size_t version = fe::detail::get_backend_version();
     if (version < 90000) throw std::runtime_error(cat("cuDNN ", cudnn_version(), " is older than 9.0"));
@@ -334,7 +349,7 @@ bool CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
 struct CudnnAttention::Impl {};
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;
-std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t, int, bool, std::string* why) {
+std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t, int, AttentionImpl, std::string* why) {
   *why = "anvil was built without cuDNN (cudnn.h or the cudnn-frontend headers were not found)";
   return nullptr;
 }

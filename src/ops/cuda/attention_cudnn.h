@@ -11,7 +11,8 @@
 // Graphs and their plans are built once per shape and direction and cached. A shape cuDNN
 // cannot run (the support check fails, or its workspace is more than the memory plan's
 // attention_scratch_bytes) is said once in the log and answered "no": the caller runs the
-// kernel. The backward uses cuDNN's deterministic algorithm unless asked otherwise.
+// kernel. The backward uses cuDNN's deterministic algorithm while its dP is within
+// kCudnnDpBound, else the non-deterministic one or the kernel, as AttentionImpl says.
 // libcudnn.so.9 is loaded at run time; built without cuDNN (ANVIL_HAVE_CUDNN unset), or
 // where the library cannot be loaded, create() says why and returns nothing.
 #pragma once
@@ -29,7 +30,11 @@ namespace anvil::cuda {
 
 // How the CUDA backend runs attention: ANVIL_ATTENTION, read when a backend is made.
 enum class AttentionImpl {
-  kCudnn,                  // "cudnn" (default): cuDNN forward and deterministic backward
+  // "cudnn" (default): cuDNN forward; its deterministic backward up to kCudnnDpBound of dP
+  // (ops/attention_scratch.h), its non-deterministic one past it (runs there do not repeat
+  // bit for bit; the kernel would take about twice as long)
+  kCudnn,
+  kCudnnDeterministic,     // "cudnn-deterministic": as cudnn, but past the bound the kernel's backward
   kCudnnForward,           // "cudnn-forward": cuDNN forward, the kernel's backward
   kCudnnNondeterministic,  // "cudnn-nondeterministic": cuDNN's faster backward; runs do not repeat bit for bit
   kKernel,                 // "kernel": anvil's mma.sync kernel only
@@ -50,8 +55,8 @@ class CudnnAttention {
  public:
   // nullptr, with the reason in *why, where cuDNN cannot be used at all (built without it,
   // libcudnn.so.9 not found, no handle). sm: the GPU's compute capability, major * 10 + minor.
-  static std::unique_ptr<CudnnAttention> create(cudaStream_t stream, int sm, bool deterministic_backward,
-                                                std::string* why);
+  // impl: kCudnn, kCudnnDeterministic, kCudnnForward or kCudnnNondeterministic.
+  static std::unique_ptr<CudnnAttention> create(cudaStream_t stream, int sm, AttentionImpl impl, std::string* why);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;

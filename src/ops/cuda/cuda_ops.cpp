@@ -179,7 +179,7 @@ cuda::CudnnAttention* CudaOps::cudnn_attention(const cuda::AttentionShape& s, bo
   if (!cudnn_attention_ && !cudnn_unavailable_) {
     std::string why;
     cudnn_attention_ =
-        cuda::CudnnAttention::create(main_, sm_, attention_impl_ != AttentionImpl::kCudnnNondeterministic, &why);
+        cuda::CudnnAttention::create(main_, sm_, attention_impl_, &why);
     cudnn_unavailable_ = !cudnn_attention_;
     if (cudnn_unavailable_) log_warn("attention: cuDNN is not available (", why, "); anvil's kernel runs it");
     else log_info("attention: cuDNN ", cuda::cudnn_version(), " fused attention (ANVIL_ATTENTION=",
