@@ -22,7 +22,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "ops/attention_ragged.h"
 #include "ops/cuda/attention.h"
 
 namespace anvil::cuda {
@@ -64,6 +66,17 @@ class CudnnAttention {
   bool forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttentionShape& s, void* workspace);
   bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                 const float* lse, const AttentionShape& s, void* workspace);
+
+  // Packed documents (ops/attention_ragged.h) over the call's B x T tokens `s`, the same
+  // tensors and layouts: the scratch bytes (index arrays and the largest group's workspace),
+  // or -1 where cuDNN cannot run every group within the memory plan's bound; then each
+  // group's graph, all on the stream (the index arrays travel as kernel parameters).
+  int64_t ragged_workspace(const AttentionShape& s, const std::vector<RaggedGroup>& groups, bool backward);
+  bool forward_ragged(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttentionShape& s,
+                      const std::vector<RaggedGroup>& groups, void* scratch);
+  bool backward_ragged(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                       const __nv_bfloat16* out, const float* lse, const AttentionShape& s,
+                       const std::vector<RaggedGroup>& groups, void* scratch);
 
  private:
   struct Impl;
