@@ -2,7 +2,9 @@
 // path ANVIL_ATTENTION picks (cuDNN's fused attention, cuDNN's forward with the kernel's
 // backward, the mma.sync kernel), and their determinism at a goal shape; the same with
 // documents packed in each sequence (positions: one, two, many, and documents of one
-// token), and qk-norm + RoPE by position. Inputs, poisoning and tolerances: cuda_test_util.h.
+// token) on the kernel and, given the documents' lengths, on cuDNN's ragged path (its
+// deterministic backward repeating bit for bit; chat-like micro-batches staying on cuDNN,
+// with the scratch they take), and qk-norm + RoPE by position. Inputs, poisoning and tolerances: cuda_test_util.h.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>

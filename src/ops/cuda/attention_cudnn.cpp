@@ -4,6 +4,11 @@
 // the packed qkv (token stride (H + 2KV) hd, head stride hd), out and dout as (B, H, T, hd)
 // views of (B, T, H, hd), Stats (B, H, T, 1) packed, which is our lse buffer as it is. Each
 // graph is built once (finish()); execute() then only binds the pointers of the call.
+// Packed documents (ragged graphs, one per group of ops/attention_ragged.h): the same views
+// with (entries, padded length) for (B, T), each entry placed by ragged offsets (elements:
+// the document's first token times the token stride; in lse, its sequence's block plus the
+// token, lse's strides kept), the documents' lengths as a padding mask; the index arrays
+// reach the device as kernel parameters at each call (param_upload.h).
 //
 // The frontend runs in its dynamic-loading mode: libcudnn.so.9 is opened with dlopen on
 // first use (so the binary starts, and attention runs on the kernel, where cuDNN is

@@ -8,7 +8,12 @@
 // and the CPU reference's lse; dq, dk, dv are written into the packed dqkv. Scale
 // 1/sqrt(hd), causal (key <= query).
 //
-// Graphs and their plans are built once per shape and direction and cached. A shape cuDNN
+// Packed documents run through cuDNN's ragged (THD) path, each document one of cuDNN's batch
+// entries, with the same tensors and layouts (lse too, so the kernel's backward reads a
+// ragged forward's lse, and the ragged backward the kernel's).
+//
+// Graphs and their plans are built once per shape and direction and cached (the ragged ones
+// all at a call shape's first packed call: ragged_group_shapes). A shape cuDNN
 // cannot run (the support check fails, or its workspace is more than the memory plan's
 // attention_scratch_bytes) is said once in the log and answered "no": the caller runs the
 // kernel. The backward uses cuDNN's deterministic algorithm unless asked otherwise.
