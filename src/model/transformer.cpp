@@ -144,7 +144,7 @@ void Transformer::qk_norm_rope_forward(Tensor w, BlockActs& a) {
   const Tensor kn = c_.qk_norm ? part(w, o.k_norm, {c_.head_dim}) : Tensor();
   ops_.qk_norm_rope_forward(a.qkv.reshape(qkv_rows()), a.rstd_qk.reshape({B_ * Ta_, Ha_ + KVa_}),
                             a.qkv_raw.reshape(qkv_rows()), qn, kn, rope_cos_, rope_sin_, Ha_, KVa_,
-                            static_cast<float>(c_.rms_norm_eps), positions_);
+                            static_cast<float>(c_.rms_norm_eps), documents_.positions);
 }
 
 void Transformer::block_forward(Tensor w, Tensor x_in, BlockActs& a, Tensor x_out) {
@@ -157,7 +157,7 @@ void Transformer::block_forward(Tensor w, Tensor x_in, BlockActs& a, Tensor x_ou
   if (cp_.size() > 1) cp_.to_heads(ops_, a.qkv_raw, a.qkv_raw, B_, qkv_segments());
   qk_norm_rope_forward(w, a);
   ops_.attention_forward(a.att.reshape(att_seqs()), a.lse.reshape({B_, Ha_, Ta_}), a.qkv.reshape(qkv_seqs()), Ha_,
-                         KVa_, positions_);
+                         KVa_, documents_);
   block_linear(a.x_mid, att_tokens(a), part(w, o.o_w, {C, c_.q_dim()}), Tensor());
   ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps);
   if (mlp_tile_ == N_) block_linear(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
@@ -279,14 +279,14 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
                         part(w, o.o_w, {C, c_.q_dim()}), acc);
   if (cp_.size() > 1) cp_.to_heads(ops_, d_att_, d_att_, B_, {c_.q_dim()});
   ops_.attention_backward(d_qkv_.reshape(qkv_seqs()), d_att_.reshape(att_seqs()), a.qkv.reshape(qkv_seqs()),
-                          a.att.reshape(att_seqs()), a.lse.reshape({B_, Ha_, Ta_}), Ha_, KVa_, positions_);
+                          a.att.reshape(att_seqs()), a.lse.reshape({B_, Ha_, Ta_}), Ha_, KVa_, documents_);
   const Tensor qn = c_.qk_norm ? part(w, o.q_norm, {hd}) : Tensor();
   const Tensor kn = c_.qk_norm ? part(w, o.k_norm, {hd}) : Tensor();
   const Tensor dqn = c_.qk_norm ? part(g, o.q_norm, {hd}) : Tensor();
   const Tensor dkn = c_.qk_norm ? part(g, o.k_norm, {hd}) : Tensor();
   ops_.qk_norm_rope_backward(d_qkv_raw_.reshape(qkv_rows()), dqn, dkn, d_qkv_.reshape(qkv_rows()),
                              a.qkv_raw.reshape(qkv_rows()), qn, kn, a.rstd_qk.reshape({B_ * Ta_, Ha_ + KVa_}),
-                             rope_cos_, rope_sin_, Ha_, KVa_, acc, positions_);
+                             rope_cos_, rope_sin_, Ha_, KVa_, acc, documents_.positions);
   if (cp_.size() > 1) cp_.to_tokens(ops_, d_qkv_raw_, d_qkv_raw_, B_, qkv_segments());
   const Tensor d_qkv_flat = d_qkv_raw_.reshape({N_, Q});
   block_linear_backward(dh_, part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat,
@@ -294,12 +294,13 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
   ops_.rmsnorm_backward(dx_, part(g, o.attn_norm, {C}), dh_, x_in, part(w, o.attn_norm, {C}), a.rstd1, true, acc);
 }
 
-void Transformer::forward_blocks(UnitSource& src, Tensor ids, Tensor positions) {
+void Transformer::forward_blocks(UnitSource& src, Tensor ids, const Documents& documents) {
   ANVIL_ENSURE(ids.numel() == N_, kInternal, "transformer: ", ids.numel(), " ids for a model built for ", N_,
                " tokens");
+  const Tensor& positions = documents.positions;
   ANVIL_ENSURE(!positions.data || positions.numel() == B_ * Ta_, kInternal, "transformer: ", positions.numel(),
                " positions for ", B_ * Ta_, " tokens");
-  positions_ = positions;
+  documents_ = documents;
   const int64_t C = c_.hidden_size, V = c_.vocab_size, L = c_.num_layers;
   const int embed = table_.embed_unit(), norm = table_.norm_unit();
   Tensor we = src.weights(embed);
@@ -336,11 +337,12 @@ void Transformer::before_read(int64_t l) {
   if (offloaded(l) && offloaded(l + static_cast<int64_t>(ring_.size()))) ops_.wait_copy(2 * ring_slot(l) + 1);
 }
 
-void Transformer::forward_loss(UnitSource& src, Tensor ids, Tensor targets, Tensor loss_sum, Tensor positions) {
+void Transformer::forward_loss(UnitSource& src, Tensor ids, Tensor targets, Tensor loss_sum,
+                               const Documents& documents) {
   ANVIL_ENSURE(targets.numel() == N_, kInternal, "forward_loss: ", targets.numel(), " targets for ", N_, " tokens");
   const int64_t C = c_.hidden_size, V = c_.vocab_size;
   const int norm = table_.norm_unit(), head = table_.lm_head_unit();
-  forward_blocks(src, ids, positions);
+  forward_blocks(src, ids, documents);
   Tensor wn = src.weights(norm);
   if (head != norm) src.prefetch(head);
   ops_.rmsnorm_forward(h_final_, rstd_final_, resid_[static_cast<size_t>(c_.num_layers)], part(wn, 0, {C}),
@@ -397,12 +399,12 @@ void Transformer::backward_blocks(UnitSource& src) {
 }
 
 void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
-                                   Tensor logits, Tensor positions) {
+                                   Tensor logits, const Documents& documents) {
   ANVIL_ENSURE(targets.numel() == N_, kInternal, "forward_backward: ", targets.numel(), " targets for ", N_,
                " tokens");
   const int64_t C = c_.hidden_size, V = c_.vocab_size;
   const int embed = table_.embed_unit(), head = table_.lm_head_unit();
-  forward_blocks(src, ids, positions);
+  forward_blocks(src, ids, documents);
   head_forward_backward(src, targets, loss_scale, loss_sum, logits);
   backward_blocks(src);
   ops_.embedding_backward(part(src.grads(embed), 0, {V, C}), ids, dx_, head == embed || !src.overwrite_grads(embed));

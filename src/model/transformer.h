@@ -95,15 +95,17 @@ class Transformer {
   // predicts (-100: none). Context parallel: this rank's slice of every sequence, B*T/P
   // (positions, when given, still all B*T). loss_sum (1) F32 += the summed token losses; gradients are of
   // loss_sum * loss_scale. logits (B*T, V) F32, when given, receives the logits.
-  // positions (B*T) I32, when given: documents packed in each sequence, each token's position
-  // in its document (ops.h's attention_forward): RoPE takes those positions and attention
-  // stays within each document. Empty: each sequence is one document (positions 0..T-1).
+  // documents (ops/documents.h), when given: documents packed in each sequence, each token's
+  // position in its document (ops.h's attention_forward) and their lengths: RoPE takes those
+  // positions and attention stays within each document. Empty: each sequence is one
+  // document (positions 0..T-1).
   void forward_backward(UnitSource& source, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
-                        Tensor logits = Tensor(), Tensor positions = Tensor());
+                        Tensor logits = Tensor(), const Documents& documents = Documents());
 
   // The forward and the loss only (evaluation): loss_sum (1) F32 += the summed token losses.
   // Reads weights from `source` as forward_backward does and touches no gradient.
-  void forward_loss(UnitSource& source, Tensor ids, Tensor targets, Tensor loss_sum, Tensor positions = Tensor());
+  void forward_loss(UnitSource& source, Tensor ids, Tensor targets, Tensor loss_sum,
+                    const Documents& documents = Documents());
 
   // Called between the forward (through the final norm) and the loss and backward: the
   // step benchmark's phase clock.
@@ -132,8 +134,8 @@ class Transformer {
   Tensor& one_of_each(Activation what);  // the model's tensor of an activation it has one of
   void upload_rope_tables();
   BlockActs& block_acts(int64_t layer);  // the set a block's forward writes and its backward reads
-  // The embedding and the blocks, into resid_[0..L]; positions_ = positions for the pass.
-  void forward_blocks(UnitSource& source, Tensor ids, Tensor positions);
+  // The embedding and the blocks, into resid_[0..L]; documents_ = documents for the pass.
+  void forward_blocks(UnitSource& source, Tensor ids, const Documents& documents);
   // The final norm, the output projection and loss, and their backward: dx_ = d loss / d x_L.
   void head_forward_backward(UnitSource& source, Tensor targets, float loss_scale, Tensor loss_sum, Tensor logits);
   // The blocks' backward, last to first, each recomputed first as recompute_ says: dx_ = d loss / d x_0.
@@ -185,7 +187,7 @@ class Transformer {
   std::vector<void*> host_resid_;    // offload: x_l's host buffer at l (else null)
   std::vector<BlockActs> acts_;  // the sets of block buffers: one per layer, or one (kFull)
   Tensor rope_cos_, rope_sin_;  // (Ta_, hd/2) F32
-  Tensor positions_;  // the pass's positions (forward_backward), or empty
+  Documents documents_;  // the pass's documents (forward_backward), or none
   Tensor act_, d_act_, d_gate_up_, gate_up_tile_, mlp_dw_, d_att_, d_qkv_, d_qkv_raw_, dx_, dh_, h_final_,
       rstd_final_, cp_send_, cp_recv_;
 };

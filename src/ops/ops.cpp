@@ -64,6 +64,22 @@ void check_qkv(const OpChecks& c, const Tensor& qkv, int n_heads, int n_kv_heads
   c.ensure(n_kv_heads > 0 && n_heads % n_kv_heads == 0, n_heads, " heads do not share ", n_kv_heads, " kv heads");
 }
 
+// Packed documents' positions (B*T) I32, and their lengths, where given, positive, none across
+// a sequence's end, B*T in all.
+void check_documents(const OpChecks& c, const Documents& documents, const Tensor& qkv) {
+  const int64_t T = qkv.dim(1);
+  c.optional("positions", documents.positions, DType::kI32, qkv.dim(0) * T);
+  if (documents.lengths.empty()) return;
+  c.ensure(documents.positions.data != nullptr, "document lengths are given without positions");
+  int64_t at = 0;
+  for (const int32_t n : documents.lengths) {
+    c.ensure(n > 0 && at / T == (at + n - 1) / T, "a document of ", n, " tokens at token ", at,
+             " is empty or crosses the end of its sequence of ", T);
+    at += n;
+  }
+  c.ensure(at == qkv.dim(0) * T, "the documents hold ", at, " tokens, the sequences ", qkv.dim(0) * T);
+}
+
 // The shape, and " documents" where documents are packed (a different op in the timings).
 std::string attention_label(const Tensor& qkv, int n_heads, int n_kv_heads, const Tensor& positions) {
   return cat(qkv.dim(0), "x", qkv.dim(1), "x", n_heads, "/", n_kv_heads, "x", qkv.dim(3),
@@ -351,26 +367,27 @@ void Ops::qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dou
 }
 
 // ---- attention
-void Ops::attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads, Tensor positions) {
+void Ops::attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads,
+                            const Documents& documents) {
   const OpChecks c = checks_of(*this, "attention_forward");
   check_qkv(c, qkv, n_heads, n_kv_heads);
   const int64_t rows = qkv.dim(0) * qkv.dim(1);
   c.compute("out", out, rows * n_heads * qkv.dim(3)).f32("lse", lse, rows * n_heads);
-  c.optional("positions", positions, DType::kI32, rows);
-  const OpScope scope(*this, c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads, positions); });
-  attention_forward_impl(out, lse, qkv, n_heads, n_kv_heads, positions);
+  check_documents(c, documents, qkv);
+  const OpScope scope(*this, c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads, documents.positions); });
+  attention_forward_impl(out, lse, qkv, n_heads, n_kv_heads, documents);
 }
 
 void Ops::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_heads,
-                             int n_kv_heads, Tensor positions) {
+                             int n_kv_heads, const Documents& documents) {
   const OpChecks c = checks_of(*this, "attention_backward");
   check_qkv(c, qkv, n_heads, n_kv_heads);
   const int64_t rows = qkv.dim(0) * qkv.dim(1);
   c.compute("out", out, rows * n_heads * qkv.dim(3)).f32("lse", lse, rows * n_heads);
   c.compute("dout", dout, out.numel()).compute("dqkv", dqkv, qkv.numel());
-  c.optional("positions", positions, DType::kI32, rows);
-  const OpScope scope(*this, c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads, positions); });
-  attention_backward_impl(dqkv, dout, qkv, out, lse, n_heads, n_kv_heads, positions);
+  check_documents(c, documents, qkv);
+  const OpScope scope(*this, c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads, documents.positions); });
+  attention_backward_impl(dqkv, dout, qkv, out, lse, n_heads, n_kv_heads, documents);
 }
 
 void Ops::attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots, Tensor positions,

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/documents.h"
 #include "ops/fp8_recipe.h"
 
 namespace anvil {
@@ -65,9 +66,9 @@ struct AdamWHyper {
       Tensor q_w, Tensor k_w, Tensor rstd, Tensor cos, Tensor sin, int n_heads, int n_kv_heads,               \
       bool accumulate_dw, Tensor positions) TAIL;                                                             \
   VIRTUAL void attention_forward_impl(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads,        \
-      Tensor positions) TAIL;                                                                                 \
+      const Documents& documents) TAIL;                                                                       \
   VIRTUAL void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,          \
-      int n_heads, int n_kv_heads, Tensor positions) TAIL;                                                    \
+      int n_heads, int n_kv_heads, const Documents& documents) TAIL;                                          \
   VIRTUAL void attention_cached_impl(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,    \
       Tensor positions, int n_heads, int n_kv_heads) TAIL;                                                    \
   VIRTUAL void argmax_rows_impl(Tensor out, Tensor x) TAIL;                                                   \
@@ -217,16 +218,17 @@ class Ops {
 
   // ---- causal GQA attention, scale 1/sqrt(hd). qkv (B,T,H+2KV,hd); out (B,T,H,hd);
   // lse (B,H,T) F32: log-sum-exp of each query's scaled scores, saved for backward.
-  // positions (B*T) I32, when given: documents packed in each sequence, as each token's
-  // position within its document (0 at a document's first token, +1 per token after it, so
-  // positions[t] <= t within the sequence); query t then attends only to keys
+  // documents.positions (B*T) I32, when given: documents packed in each sequence, as each
+  // token's position within its document (0 at a document's first token, +1 per token after
+  // it, so positions[t] <= t within the sequence); query t then attends only to keys
   // t - positions[t] .. t, those of its own document (block-diagonal causal). Empty: each
-  // sequence is one document (plain causal).
+  // sequence is one document (plain causal). documents.lengths, when given, are those
+  // documents' lengths (ops/documents.h), which a backend may use to run them as such.
   void attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads,
-                         Tensor positions = Tensor());
+                         const Documents& documents = Documents());
   // dqkv (B,T,H+2KV,hd) written.
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                          int n_heads, int n_kv_heads, Tensor positions = Tensor());
+                          int n_heads, int n_kv_heads, const Documents& documents = Documents());
 
   // ---- inference: attention of new rows against a KV cache (infer/decoder.h).
   // k_cache, v_cache (S, KV, P, hd) compute dtype: S sequence slots of P positions each.

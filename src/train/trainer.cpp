@@ -126,16 +126,18 @@ void Trainer::upload_batch(const TokenBatch& b) {
     }
   ops_->upload(ids_, slice_of(ids, T, slice_.begin, slice_.end).data());
   ops_->upload(targets_, slice_of(tgt, T, slice_.begin, slice_.end).data());
-  if (positions_of(b).data) ops_->upload(positions_, positions.data());
+  if (documents_of(b).positions.data) ops_->upload(positions_, positions.data());
 }
 
 // Without positions, or where every sequence is one document (positions 0..T-1, the same
-// attention and RoPE), the model runs plain causal attention: the faster path (cuDNN's).
-Tensor Trainer::positions_of(const TokenBatch& b) const {
+// attention and RoPE), the model runs plain causal attention: the faster path. Otherwise the
+// uploaded positions and the documents' lengths (for cuDNN's ragged attention).
+Documents Trainer::documents_of(const TokenBatch& b) const {
   const int64_t T = settings_.config.data.seq_len;
   for (size_t i = 0; i < b.positions.size(); ++i)
-    if (b.positions[i] != static_cast<int64_t>(i % static_cast<size_t>(T))) return positions_;
-  return Tensor();
+    if (b.positions[i] != static_cast<int64_t>(i % static_cast<size_t>(T)))
+      return Documents(positions_, document_lengths(b.positions));
+  return Documents();
 }
 
 StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
@@ -159,7 +161,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     store_->set_sync(i + 1 == micro_batches.size());  // DDP: no_sync before the last
     if (timing_) lap();  // the upload is not the model's time
     model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(total), loss_sum_, Tensor(),
-                             positions_of(micro_batches[i]));
+                             documents_of(micro_batches[i]));
     if (timing_) timing_result_.backward += lap();
   }
   if (timing_) {
@@ -218,7 +220,7 @@ double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logi
     lg_buf = lg.data = ops_->alloc(lg.bytes());
   }
   model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(count), loss_sum_, lg,
-                           positions_of(batch));
+                           documents_of(batch));
   if (logits) {
     logits->resize(static_cast<size_t>(lg.numel()));
     ops_->download(logits->data(), lg);
@@ -234,7 +236,7 @@ Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
   upload_batch(batch);
   r.tokens = slice_targets(batch);
   ops_->zero(loss_sum_);
-  model_->forward_loss(*store_, ids_, targets_, loss_sum_, positions_of(batch));
+  model_->forward_loss(*store_, ids_, targets_, loss_sum_, documents_of(batch));
   store_->drop_kept_unit();  // no backward follows
   float sum = 0;
   ops_->download(&sum, loss_sum_);

@@ -90,7 +90,7 @@ class Trainer {
   // Uploads ids/targets (and positions, where documents are packed) of a micro-batch, checked
   // against the vocabulary; a target is -100 where the next token starts a document.
   void upload_batch(const TokenBatch& b);
-  Tensor positions_of(const TokenBatch& b) const;  // positions_ where a sequence holds documents, else empty
+  Documents documents_of(const TokenBatch& b) const;  // positions_ and lengths where a sequence holds documents
   int64_t global_sum(int64_t local, const char* what);
   int64_t slice_targets(const TokenBatch& b) const;  // the target tokens of this rank's slice
 

@@ -2,7 +2,9 @@
 // path ANVIL_ATTENTION picks (cuDNN's fused attention, cuDNN's forward with the kernel's
 // backward, the mma.sync kernel), and their determinism at a goal shape; the same with
 // documents packed in each sequence (positions: one, two, many, and documents of one
-// token), and qk-norm + RoPE by position. Inputs, poisoning and tolerances: cuda_test_util.h.
+// token) on the kernel and, given the documents' lengths, on cuDNN's ragged path (its
+// deterministic backward repeating bit for bit; chat-like micro-batches staying on cuDNN,
+// with the scratch they take), and qk-norm + RoPE by position. Inputs, poisoning and tolerances: cuda_test_util.h.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -18,7 +20,9 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "ops/attention_ragged.h"
 #include "ops/attention_scratch.h"
+#include "ops/documents.h"
 #include "ops/cuda/attention_cudnn.h"
 #include "ops/ops.h"
 #include "cuda_test_util.h"
@@ -87,13 +91,17 @@ std::vector<int32_t> document_positions(int64_t B, int64_t T, const std::vector<
 }
 
 // Forward and backward of one case on `dev` against the CPU reference (positions empty:
-// plain causal); returns whether cuDNN ran the forward and the backward.
+// plain causal; lengths: the device also gets the documents' lengths, ops/documents.h, the
+// CPU positions alone); returns whether cuDNN ran the forward and the backward.
 std::pair<bool, bool> compare_attention(Ops& dev, const Case& cs, const std::vector<int32_t>& positions,
-                                        const std::string& tag) {
+                                        const std::string& tag, bool lengths = false) {
   const int64_t heads = cs.h + 2 * cs.kv, n = cs.b * cs.t * heads * cs.hd, no = cs.b * cs.t * cs.h * cs.hd;
   const cuda::CudnnAttentionCounts before = cuda::cudnn_attention_counts();
   Ids pos(positions.empty() ? std::vector<int32_t>{0} : positions);
-  const Tensor pc = positions.empty() ? Tensor() : pos.c(), pg = positions.empty() ? Tensor() : pos.g();
+  const Tensor pc = positions.empty() ? Tensor() : pos.c();
+  const Documents pg = positions.empty() ? Documents()
+                       : lengths        ? Documents(pos.g(), document_lengths(positions))
+                                        : Documents(pos.g());
   Buf qkv({cs.b, cs.t, heads, cs.hd}, DType::kBF16, randn(n, 31, 1.0f));
   Buf out({cs.b, cs.t, cs.h, cs.hd}, DType::kBF16, nans(no));
   Buf lse({cs.b, cs.h, cs.t}, DType::kF32, nans(cs.b * cs.h * cs.t));
@@ -186,14 +194,24 @@ const std::vector<std::pair<std::string, std::vector<int64_t>>>& document_layout
   return layouts;
 }
 
-// Packed documents (positions) on `dev` against the CPU reference, on each layout.
-void attention_documents_vs_cpu(const std::string& impl) {
+// Packed documents (positions; with ragged, their lengths too: cuDNN's ragged path) on `dev`
+// against the CPU reference, on each layout. Given positions alone the kernel runs them; given
+// their lengths, on a cuDNN path, cuDNN runs the production head size wherever the documents
+// form few groups (all but one-token documents; attention_ragged.h).
+void attention_documents_vs_cpu(const std::string& impl, bool ragged) {
   Ops& dev = gpu_attention(impl);
   for (const Case& cs : {Case{2, 200, 4, 2, 128}, Case{1, 333, 32, 8, 128}, Case{2, 130, 2, 2, 64},
                          Case{1, 300, 8, 1, 32}, Case{2, 37, 4, 2, 16}, Case{1, 1024, 16, 8, 128}}) {
     for (const auto& [name, lengths] : document_layouts()) {
-      const std::string tag = impl + " " + dims({cs.b, cs.t, cs.h, cs.kv, cs.hd}) + " " + name;
-      compare_attention(dev, cs, document_positions(cs.b, cs.t, lengths), tag);
+      const std::string tag = impl + (ragged ? " ragged " : " ") + dims({cs.b, cs.t, cs.h, cs.kv, cs.hd}) + " " + name;
+      const auto [fwd_cudnn, bwd_cudnn] =
+          compare_attention(dev, cs, document_positions(cs.b, cs.t, lengths), tag, ragged);
+      if (!ragged || impl == "kernel") {
+        EXPECT_FALSE(fwd_cudnn || bwd_cudnn) << tag;
+      } else if (cs.hd == 128 && name != "documents of one token") {
+        EXPECT_TRUE(fwd_cudnn) << tag << ": cuDNN did not run the forward (see the log for why)";
+        EXPECT_EQ(bwd_cudnn, impl != "cudnn-forward") << tag << ": backward path";
+      }
     }
   }
 }
@@ -237,13 +255,61 @@ TEST(CudaOps, AttentionPastTheDpBound) {
 
 TEST(CudaOps, AttentionDocumentsKernel) {
   REQUIRE_GPU();
-  attention_documents_vs_cpu("kernel");
+  attention_documents_vs_cpu("kernel", false);
+  attention_documents_vs_cpu("kernel", true);
 }
 
-// The default path with packed documents.
+// The default path with packed documents, given their positions alone (the kernel).
 TEST(CudaOps, AttentionDocuments) {
   REQUIRE_GPU();
-  attention_documents_vs_cpu("cudnn");
+  attention_documents_vs_cpu("cudnn", false);
+}
+
+// The default path with packed documents and their lengths: cuDNN's ragged forward and
+// deterministic backward, reading and writing lse in the kernel's (B, H, T) layout.
+TEST(CudaOps, AttentionDocumentsCudnnRagged) {
+  REQUIRE_GPU();
+  REQUIRE_CUDNN();
+  attention_documents_vs_cpu("cudnn", true);
+}
+
+// cuDNN's ragged forward with the kernel's backward: the kernel reads the lse cuDNN wrote.
+TEST(CudaOps, AttentionDocumentsCudnnRaggedForward) {
+  REQUIRE_GPU();
+  REQUIRE_CUDNN();
+  attention_documents_vs_cpu("cudnn-forward", true);
+}
+
+// A micro-batch of chat-like documents (1-30 in 2048 tokens, Qwen3-1.7B's heads) stays on
+// cuDNN: few groups, each within the memory plan's bound; the scratch it takes is printed.
+TEST(CudaOps, AttentionChatBinsStayOnCudnn) {
+  REQUIRE_GPU();
+  REQUIRE_CUDNN();
+  const Case cs{1, 2048, 16, 8, 128};
+  const cuda::AttentionShape s{cs.b, cs.t, cs.h, cs.kv, static_cast<int>(cs.hd)};
+  std::string why;
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  const auto dnn =
+      cuda::CudnnAttention::create(nullptr, prop.major * 10 + prop.minor, cuda::AttentionImpl::kCudnn, &why);
+  ASSERT_TRUE(dnn) << why;
+  for (const std::vector<int64_t>& lengths : std::vector<std::vector<int64_t>>{
+           {2048}, {1500, 548}, {1400, 500, 148}, {900, 700, 300, 148}, {620, 480, 300, 250, 200, 198},
+           {300, 250, 200, 180, 160, 150, 140, 120, 110, 100, 90, 80, 70, 60, 50, 40},
+           std::vector<int64_t>(30, 68)}) {
+    const std::vector<int32_t> pos = document_positions(cs.b, cs.t, lengths);
+    const std::vector<RaggedGroup> groups =
+        ragged_groups(document_lengths(pos), cs.b, cs.t, cs.h, cs.kv, static_cast<int>(cs.hd));
+    std::string shape;
+    for (const RaggedGroup& g : groups) shape += cat(" ", g.entries, "x", g.padded);
+    const std::string tag = cat(lengths.size(), " documents, groups", shape);
+    const auto [fwd_cudnn, bwd_cudnn] = compare_attention(gpu_attention("cudnn"), cs, pos, tag, true);
+    EXPECT_TRUE(fwd_cudnn && bwd_cudnn) << tag;
+    const int64_t fwd = dnn->ragged_workspace(s, groups, false), bwd = dnn->ragged_workspace(s, groups, true);
+    std::printf("[scratch] %-40s forward %.1f MiB, backward %.1f MiB; dense 1 x 2048: %.1f MiB, bound %.1f MiB\n",
+                tag.c_str(), fwd / 1048576.0, bwd / 1048576.0, dnn->backward_workspace(s) / 1048576.0,
+                attention_scratch_bytes(cs.b, cs.t, cs.h, cs.kv, cs.hd) / 1048576.0);
+  }
 }
 
 // qk-norm + RoPE with packed documents' positions (the angles of each token's position in
@@ -288,13 +354,17 @@ TEST(CudaOps, AttentionImplIsChecked) {
 
 // Attention forward and backward give identical bits when run again on the same inputs, on
 // one path (cuDNN's deterministic backward, the kernel), at a goal shape, whole sequences
-// or (documents) the many-documents layout.
-void attention_deterministic(const std::string& impl, bool documents) {
+// or (documents) the many-documents layout, given its positions alone or (ragged) its lengths too.
+void attention_deterministic(const std::string& impl, bool documents, bool ragged = false) {
   const int64_t B = 2, T = 1024, H = 16, KV = 8, hd = 128, heads = H + 2 * KV;
   Buf qkv({B, T, heads, hd}, DType::kBF16, randn(B * T * heads * hd, 81));
   Buf dout({B, T, H, hd}, DType::kBF16, randn(B * T * H * hd, 82));
-  Ids pos(document_positions(B, T, document_layouts()[2].second));
-  const Tensor positions = documents ? pos.g() : Tensor();
+  const std::vector<int32_t> host_positions = document_positions(B, T, document_layouts()[2].second);
+  Ids pos(host_positions);
+  const Documents positions = !documents ? Documents()
+                              : ragged   ? Documents(pos.g(), document_lengths(host_positions))
+                                         : Documents(pos.g());
+  const cuda::CudnnAttentionCounts before = cuda::cudnn_attention_counts();
   Ops& dev = gpu_attention(impl);
   std::vector<double> first[3];
   for (int run = 0; run < 3; ++run) {
@@ -313,6 +383,7 @@ void attention_deterministic(const std::string& impl, bool documents) {
       EXPECT_TRUE(first[2] == dqkv.got()) << impl << " attention_backward dqkv, run " << run;
     }
   }
+  if (ragged) EXPECT_EQ(cuda::cudnn_attention_counts().backward - before.backward, 3) << "cuDNN's ragged backward";
 }
 
 TEST(CudaOps, AttentionDeterministicCudnn) {
@@ -320,6 +391,7 @@ TEST(CudaOps, AttentionDeterministicCudnn) {
   REQUIRE_CUDNN();
   attention_deterministic("cudnn", false);
   attention_deterministic("cudnn", true);
+  attention_deterministic("cudnn", true, true);
 }
 
 TEST(CudaOps, AttentionDeterministicKernel) {

@@ -13,6 +13,7 @@
 #include "core/json.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/ops.h"
 #include "train/open_run.h"
 #include "../testing.h"
@@ -145,7 +146,12 @@ TEST_P(GpuGolden, PackedDocumentsAgainstTheCpu) {
   EXPECT_LT(wrapped_worst, 0.999) << "the wrapped batch's gradients pass the bar: a missing mask would go unseen";
   LossAndGrads none;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    const cuda::CudnnAttentionCounts before = cuda::cudnn_attention_counts();
     const LossAndGrads gpu = packed_loss_and_grads(dir, "cuda", r, packed, B, T);
+    const cuda::CudnnAttentionCounts after = cuda::cudnn_attention_counts();
+    std::printf("[path] %s packed, recompute %s: cuDNN ran %lld attention forwards, %lld backwards\n",
+                GetParam().c_str(), recompute_name(r), static_cast<long long>(after.forward - before.forward),
+                static_cast<long long>(after.backward - before.backward));
     EXPECT_NEAR(gpu.loss, cpu.loss, 2e-3 * cpu.loss) << recompute_name(r);
     double worst = 1;
     for (size_t u = 0; u < gpu.grads.size(); ++u) {

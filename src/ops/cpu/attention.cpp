@@ -33,12 +33,12 @@ int64_t first_key(const int32_t* pos, int64_t b, int64_t T, int64_t t) {
 }  // namespace
 
 void CpuOps::attention_forward_impl(Tensor out, Tensor lse, Tensor qkv, int n_heads, int n_kv_heads,
-                                    Tensor positions) {
+                                    const Documents& documents) {
   const int64_t B = qkv.dim(0), T = qkv.dim(1), heads = n_heads + 2 * n_kv_heads, hd = qkv.dim(3);
   const int64_t group = n_heads / n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float* QKV = f32(qkv);
-  const int32_t* P = present(positions) ? i32(positions) : nullptr;
+  const int32_t* P = present(documents.positions) ? i32(documents.positions) : nullptr;
   float *O = f32(out), *L = f32(lse);
   parallel_for(B * n_heads, 1, [&](int64_t jb, int64_t je) {
     std::vector<float> p(static_cast<size_t>(T));
@@ -69,12 +69,12 @@ void CpuOps::attention_forward_impl(Tensor out, Tensor lse, Tensor qkv, int n_he
 }
 
 void CpuOps::attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_heads,
-                                     int n_kv_heads, Tensor positions) {
+                                     int n_kv_heads, const Documents& documents) {
   const int64_t B = qkv.dim(0), T = qkv.dim(1), heads = n_heads + 2 * n_kv_heads, hd = qkv.dim(3);
   const int64_t group = n_heads / n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float *QKV = f32(qkv), *G = f32(dout), *O = f32(out), *L = f32(lse);
-  const int32_t* P = present(positions) ? i32(positions) : nullptr;
+  const int32_t* P = present(documents.positions) ? i32(documents.positions) : nullptr;
   float* D = f32(dqkv);
   // One task per (batch, kv head): it owns dk and dv of that head and dq of its group.
   parallel_for(B * n_kv_heads, 1, [&](int64_t jb, int64_t je) {

@@ -8,7 +8,12 @@
 // and the CPU reference's lse; dq, dk, dv are written into the packed dqkv. Scale
 // 1/sqrt(hd), causal (key <= query).
 //
-// Graphs and their plans are built once per shape and direction and cached. A shape cuDNN
+// Packed documents run through cuDNN's ragged (THD) path, each document one of cuDNN's batch
+// entries, with the same tensors and layouts (lse too, so the kernel's backward reads a
+// ragged forward's lse, and the ragged backward the kernel's).
+//
+// Graphs and their plans are built once per shape and direction and cached (the ragged ones
+// all at a call shape's first packed call: ragged_group_shapes). A shape cuDNN
 // cannot run (the support check fails, or its workspace is more than the memory plan's
 // attention_scratch_bytes) is said once in the log and answered "no": the caller runs the
 // kernel. The backward uses cuDNN's deterministic algorithm while its dP is within
@@ -23,7 +28,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "ops/attention_ragged.h"
 #include "ops/cuda/attention.h"
 
 namespace anvil::cuda {
@@ -69,6 +76,17 @@ class CudnnAttention {
   bool forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttentionShape& s, void* workspace);
   bool backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                 const float* lse, const AttentionShape& s, void* workspace);
+
+  // Packed documents (ops/attention_ragged.h) over the call's B x T tokens `s`, the same
+  // tensors and layouts: the scratch bytes (index arrays and the largest group's workspace),
+  // or -1 where cuDNN cannot run every group within the memory plan's bound; then each
+  // group's graph, all on the stream (the index arrays travel as kernel parameters).
+  int64_t ragged_workspace(const AttentionShape& s, const std::vector<RaggedGroup>& groups, bool backward);
+  bool forward_ragged(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttentionShape& s,
+                      const std::vector<RaggedGroup>& groups, void* scratch);
+  bool backward_ragged(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                       const __nv_bfloat16* out, const float* lse, const AttentionShape& s,
+                       const std::vector<RaggedGroup>& groups, void* scratch);
 
  private:
   struct Impl;
