@@ -8,9 +8,9 @@
 // kCudnnDpBound of dP the bound is the larger of the two paths' needs and cuDNN runs; beyond
 // it the backward runs cuDNN's non-deterministic algorithm (fp32 dQ accumulated by atomics)
 // or the kernel (ANVIL_ATTENTION, ops/cuda/attention_cudnn.h), whose scratch grows as T, and
-// the bound is the larger of theirs (the forward, cuDNN's or the kernel's, needs far less). The backend refuses a cuDNN plan
-// whose workspace is larger than this bound and runs its kernel instead, so the plan is never
-// exceeded.
+// the bound is the larger of theirs (the forward, cuDNN's or the kernel's, needs far less).
+// The backend refuses a cuDNN plan whose workspace is larger than this bound and runs its
+// kernel instead, so the plan is never exceeded.
 #pragma once
 
 #include <cstdint>
