@@ -2,13 +2,12 @@
 # Issue 26's loss goal on one GPU: the same blocks trained STEPS steps with the blocks' linear
 # layers in bf16 (--fp8 off) and in FP8 (tensorwise; rowwise where the GPU runs it), same
 # fresh weights (--seed), same order. The text is real English prose found on any machine
-# with Python: the docstrings of its installed modules (standard library and packages, read
-# from the sources, up to 4 M characters), each a chat (the user asks what a module, class
-# or function does; the assistant answers with its docstring), packed at
-# sequence SEQ by `anvil prepare` with the Qwen3 tokenizer. Prints, per FP8 mode, the mean
-# |loss difference| over the last 100 steps as a fraction of bf16's mean loss there (the
-# issue's bar: <= 1%), the largest step difference, and gradient-norm spikes (steps whose norm
-# is over 3x the median of the 20 before it), for each run.
+# with Python: the docstrings of its installed modules as chats (bench/docstring_chats.py, up
+# to 4 M characters), packed at sequence SEQ by `anvil prepare` with the Qwen3 tokenizer.
+# Prints, per FP8 mode, the mean |loss difference| over the last 100 steps as a fraction of
+# bf16's mean loss there (the issue's bar: <= 1%), the largest step difference, and
+# gradient-norm spikes (steps whose norm is over 3x the median of the 20 before it), for each
+# run.
 # Usage: bench/fp8_curve.sh TOKENIZER_DIR [WORKDIR=$(mktemp -d)]
 # Environment: ANVIL (build/anvil), PRESET (qwen3-0.6b), STEPS (300), SEQ (2048), LR (3e-5),
 # MODES ("tensorwise rowwise").
@@ -17,32 +16,7 @@ tok=${1:?usage: bench/fp8_curve.sh TOKENIZER_DIR [WORKDIR]}
 work=${2:-$(mktemp -d)}
 anvil=${ANVIL:-build/anvil} preset=${PRESET:-qwen3-0.6b} steps=${STEPS:-300} seq=${SEQ:-2048} lr=${LR:-3e-5}
 mkdir -p "$work"
-python3 - "$work/chats.jsonl" <<'PY'
-import ast, json, pathlib, sys, sysconfig
-# Docstrings read from the sources (nothing imported), in path order, up to 4 M characters.
-roots = [sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")]
-rows, seen, chars = [], set(), 0
-for path in sorted({p for r in dict.fromkeys(roots) for p in pathlib.Path(r).rglob("*.py")}):
-    if chars > 4e6:
-        break
-    try:
-        tree = ast.parse(path.read_bytes())
-    except (SyntaxError, ValueError, OSError):
-        continue
-    for node in [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef))]:
-        doc = ast.get_docstring(node)
-        if not doc or len(doc) < 200 or doc in seen:
-            continue
-        seen.add(doc)
-        chars += len(doc)
-        what = path.stem if node is tree else f"{path.stem}.{node.name}"
-        rows.append({"messages": [{"role": "user", "content": f"What does {what} do in Python?"},
-                                  {"role": "assistant", "content": doc}]})
-with open(sys.argv[1], "w") as f:
-    for r in rows:
-        f.write(json.dumps(r) + "\n")
-print(f"{len(rows)} chats from Python's docstrings, {chars / 1e6:.2f} M characters")
-PY
+python3 "$(dirname "$0")/docstring_chats.py" "$work/chats.jsonl"
 "$anvil" prepare --tokenizer "$tok" --data "$work/chats.jsonl" --seq-len "$seq" --out "$work/blocks" 2>&1 | tail -3
 modes=(off ${MODES:-tensorwise rowwise})
 for fp8 in "${modes[@]}"; do
