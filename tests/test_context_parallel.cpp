@@ -256,9 +256,11 @@ TEST(ContextParallel, PlanCountsARanksSlice) {
     p.context_parallel = 4;
     EXPECT_EQ(ops->memory_stats().allocated, plan_memory(p).activations);
   });
+  // (The tile plan_memory took by size: anvil plan's auto would leave the MLP untiled where it fits.)
   const testing::RunResult r = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2", "--mode", "fsdp",
                                                    "--recompute", "full", "--seq-len", "131072",
-                                                   "--context-parallel", "2", "--json"});
+                                                   "--context-parallel", "2", "--mlp-tile",
+                                                   std::to_string(cp.mlp_tile), "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(json_parse(r.out, "plan")["fsdp"]["activations"].get<int64_t>(), cp.activations) << r.out;
   const testing::RunResult bad = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2",

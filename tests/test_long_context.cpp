@@ -191,15 +191,17 @@ TEST(LongContext, PlanOfQwen3_8bAt32kTokens) {
   EXPECT_TRUE(has(N, Activation::kGateUpTile));
 }
 
-// --mlp-tile auto is resolved once, with its reason: Qwen3-8B on an H200 untiled at 2,048
-// tokens (gate_up 96 MiB), tiles of 4,096 at 32,768 (gate_up 1.5 GiB); a given tile stays.
+// --mlp-tile auto is resolved once, with its reason, from the memory plan: Qwen3-8B with full
+// recomputation untiled on an H200 at 2,048 and at 32,768 tokens (127.5 GiB planned), tiles of
+// 4,096 at 32,768 on a GPU of 128 GiB (untiled would not fit; tiled plans 124.1); without a GPU
+// (the CPU) by size: tiles where gate_up would pass 512 MiB; a given tile stays.
 TEST(LongContext, MlpTileAutoIsResolvedOnce) {
   const ModelConfig m = preset_config("qwen3-8b");
-  RunFacts f;
-  f.model = &m;
-  f.compute_dtype = DType::kBF16;
-  f.capacity = kH200Bytes;
-  auto resolve = [&](int64_t seq, int64_t tile) {
+  auto resolve = [&](int64_t seq, int64_t tile, int64_t capacity) {
+    RunFacts f;
+    f.model = &m;
+    f.compute_dtype = DType::kBF16;
+    f.capacity = capacity;
     TrainConfig c;
     c.data.seq_len = seq;
     c.parallel.recompute = Recompute::kFull;
@@ -211,13 +213,26 @@ TEST(LongContext, MlpTileAutoIsResolvedOnce) {
       if (x.rfind("mlp tile", 0) == 0) return x;
     return std::string();
   };
-  const ResolvedConfig short_run = resolve(2048, kMlpTileAuto), long_run = resolve(32768, kMlpTileAuto);
+  const int64_t gpu128 = int64_t{128} << 30;
+  const ResolvedConfig short_run = resolve(2048, kMlpTileAuto, kH200Bytes);
+  const ResolvedConfig long_run = resolve(32768, kMlpTileAuto, kH200Bytes);
+  const ResolvedConfig smaller_gpu = resolve(32768, kMlpTileAuto, gpu128);
   EXPECT_EQ(short_run.config.parallel.mlp_tile, 2048);
-  EXPECT_EQ(reason(short_run), "mlp tile 2048 tokens (untiled): gate_up of the micro-batch takes 96 MiB, at most 512");
-  EXPECT_EQ(long_run.config.parallel.mlp_tile, 4096);
+  EXPECT_EQ(reason(short_run),
+            "mlp tile 2048 tokens (untiled): the plan fits in 139.801 GiB with gate_up of the micro-batch (96 MiB)");
+  EXPECT_EQ(long_run.config.parallel.mlp_tile, 32768);
   EXPECT_EQ(reason(long_run),
+            "mlp tile 32768 tokens (untiled): the plan fits in 139.801 GiB with gate_up of the micro-batch (1536 MiB)");
+  EXPECT_EQ(smaller_gpu.config.parallel.mlp_tile, 4096);
+  EXPECT_EQ(reason(smaller_gpu), "mlp tile 4096 tokens: untiled (gate_up of the micro-batch 1536 MiB) the plan would "
+                                 "not fit in 128 GiB; a tile at most 256 MiB");
+  const ResolvedConfig cpu_short = resolve(2048, kMlpTileAuto, 0), cpu_long = resolve(32768, kMlpTileAuto, 0);
+  EXPECT_EQ(cpu_short.config.parallel.mlp_tile, 2048);
+  EXPECT_EQ(reason(cpu_short), "mlp tile 2048 tokens (untiled): gate_up of the micro-batch takes 96 MiB, at most 512");
+  EXPECT_EQ(cpu_long.config.parallel.mlp_tile, 4096);
+  EXPECT_EQ(reason(cpu_long),
             "mlp tile 4096 tokens: gate_up of the micro-batch would take 1536 MiB, a tile at most 256");
-  const ResolvedConfig given = resolve(32768, 512);
+  const ResolvedConfig given = resolve(32768, 512, kH200Bytes);
   EXPECT_EQ(given.config.parallel.mlp_tile, 512);
   EXPECT_EQ(reason(given), "");
 }

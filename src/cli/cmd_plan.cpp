@@ -101,6 +101,7 @@ StepPrediction predict_mode(const PlanInput& in, const MemoryPlan& plan, int64_t
   StepInput s{in, grad_accum};
   s.plan.mode = plan.mode;
   s.plan.recompute = plan.recompute;
+  s.plan.mlp_tile = plan.mlp_tile;
   return predict_step(s, t.table, *t.gpu, t.bus_gbps);
 }
 

@@ -187,9 +187,9 @@ Args& bind_offload(Args& a, bool* out) {
 Args& bind_mlp_tile(Args& a, int64_t* out) {
   return a.opt("--mlp-tile", out, "N",
                "run each block's MLP (gate/up, SwiGLU, down, and their backward) over N tokens at a time, "
-               "recomputing gate_up in the backward, so that its buffers hold one tile (0, auto: untiled while the "
-               "micro-batch's gate_up takes at most 512 MiB, else tiles of at most 256 MiB; N >= the micro-batch's "
-               "tokens: untiled)");
+               "recomputing gate_up in the backward, so that its buffers hold one tile (0, auto: untiled where the "
+               "memory plan fits so, else tiles of at most 256 MiB; without a GPU, untiled while the micro-batch's "
+               "gate_up takes at most 512 MiB; N >= the micro-batch's tokens: untiled)");
 }
 
 }  // namespace anvil

@@ -181,18 +181,28 @@ bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes) { return p.total() + kPla
 
 PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
   PlanAdvice a;
+  // --mlp-tile auto: untiled where that fits (tiles recompute gate_up in the backward), else
+  // auto_mlp_tile's tiles.
+  auto plan_of = [&](PlanInput x) {
+    if (x.mlp_tile != kMlpTileAuto) return plan_memory(x);
+    x.mlp_tile = x.micro_batch * x.seq_len / x.context_parallel;
+    const MemoryPlan untiled = plan_memory(x);
+    if (plan_fits(untiled, gpu_bytes)) return untiled;
+    x.mlp_tile = kMlpTileAuto;
+    return plan_memory(x);
+  };
   auto pick = [&](ParallelMode mode) {
     PlanInput x = in;
     x.mode = mode;
     if (recompute != Recompute::kAuto) {
       x.recompute = recompute;
-      return plan_memory(x);
+      return plan_of(x);
     }
     MemoryPlan p;
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {  // fastest first
       if (in.offload && r != Recompute::kFull) continue;
       x.recompute = r;
-      p = plan_memory(x);
+      p = plan_of(x);
       if (plan_fits(p, gpu_bytes)) break;
     }
     return p;

@@ -65,6 +65,8 @@ struct PlanAdvice {
 };
 // Recompute::kAuto: the fastest setting that fits in gpu_bytes, per mode (none, then
 // selective, then full; with in.offload only full); any other setting is planned as given.
+// in.mlp_tile kMlpTileAuto: untiled where that plan fits, else auto_mlp_tile's tiles (for each
+// recomputation tried); MemoryPlan::mlp_tile says which.
 // When neither mode fits without offload and with it one would, the message says so.
 // A plan fits when its total plus kPlanReserve (the CUDA context, allocator slack) is at
 // most the GPU's memory.

@@ -23,23 +23,41 @@ void resolve_grad_dtype_of(ResolvedConfig& r, const RunFacts& f) {
   p.grad_dtype = g == DType::kBF16 ? GradDType::kBF16 : GradDType::kF32;
 }
 
-// The MLP's tile: untiled while the micro-batch's gate_up is small (model/activations.h).
-void resolve_mlp_tile(ResolvedConfig& r, const RunFacts& f) {
-  ParallelSection& p = r.config.parallel;
-  const int64_t tokens = r.config.data.micro_batch * r.config.data.seq_len;
-  const bool was_auto = p.mlp_tile == kMlpTileAuto;
-  p.mlp_tile = effective_mlp_tile(*f.model, tokens, f.compute_dtype, p.mlp_tile);
-  if (!was_auto) return;
-  const int64_t gate_up = tokens * 2 * f.model->intermediate_size * static_cast<int64_t>(dtype_size(f.compute_dtype));
-  r.reasons.push_back(p.mlp_tile == tokens
-                          ? cat("mlp tile ", tokens, " tokens (untiled): gate_up of the micro-batch takes ",
-                                gate_up >> 20, " MiB, at most ", kMlpUntiledBytes >> 20)
-                          : cat("mlp tile ", p.mlp_tile, " tokens: gate_up of the micro-batch would take ",
-                                gate_up >> 20, " MiB, a tile at most ", kMlpTileBytes >> 20));
+// gate_up (tokens, 2I) of a rank's micro-batch, in MiB.
+int64_t gate_up_mib(int64_t tokens, const RunFacts& f) {
+  return (tokens * 2 * f.model->intermediate_size * static_cast<int64_t>(dtype_size(f.compute_dtype))) >> 20;
 }
 
-// Mode and recomputation from the memory plan: ddp when it fits, else fsdp; recompute auto:
-// the fastest setting that fits. The CPU's (host) memory is not planned: ddp, no recompute.
+// The MLP's tile, where resolve_memory left it auto (no GPU memory to plan): untiled while the
+// micro-batch's gate_up is small (model/activations.h).
+void resolve_mlp_tile(ResolvedConfig& r, const RunFacts& f) {
+  ParallelSection& p = r.config.parallel;
+  if (p.mlp_tile != kMlpTileAuto) return;
+  const int64_t tokens = r.config.data.micro_batch * r.config.data.seq_len;
+  p.mlp_tile = auto_mlp_tile(*f.model, tokens, f.compute_dtype);
+  r.reasons.push_back(p.mlp_tile == tokens
+                          ? cat("mlp tile ", tokens, " tokens (untiled): gate_up of the micro-batch takes ",
+                                gate_up_mib(tokens, f), " MiB, at most ", kMlpUntiledBytes >> 20)
+                          : cat("mlp tile ", p.mlp_tile, " tokens: gate_up of the micro-batch would take ",
+                                gate_up_mib(tokens, f), " MiB, a tile at most ", kMlpTileBytes >> 20));
+}
+
+// --mlp-tile auto on a GPU: the memory plan's (plan/memory_plan.h's advise: untiled where the
+// plan fits, since tiles recompute gate_up in the backward).
+void take_planned_mlp_tile(ResolvedConfig& r, const RunFacts& f, int64_t tile) {
+  r.config.parallel.mlp_tile = tile;
+  const int64_t tokens = r.config.data.micro_batch * r.config.data.seq_len / r.config.parallel.context_parallel;
+  const double gib = static_cast<double>(f.capacity) / (1ll << 30);
+  r.reasons.push_back(tile == tokens ? cat("mlp tile ", tokens, " tokens (untiled): the plan fits in ", gib,
+                                           " GiB with gate_up of the micro-batch (", gate_up_mib(tokens, f), " MiB)")
+                                     : cat("mlp tile ", tile, " tokens: untiled (gate_up of the micro-batch ",
+                                           gate_up_mib(tokens, f), " MiB) the plan would not fit in ", gib,
+                                           " GiB; a tile at most ", kMlpTileBytes >> 20, " MiB"));
+}
+
+// Mode, recomputation and the MLP's tile from the memory plan: ddp when it fits, else fsdp;
+// recompute and mlp tile auto: the fastest setting that fits. The CPU's (host) memory is not
+// planned: ddp, no recompute, the tile by size (resolve_mlp_tile).
 void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
   ParallelSection& p = r.config.parallel;
   const bool mode_auto = p.mode == ParallelMode::kAuto, recompute_auto = p.recompute == Recompute::kAuto;
@@ -62,6 +80,7 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
     if (recompute_auto)
       r.reasons.push_back(cat("recompute ", recompute_name(p.recompute), ": the fastest setting whose plan fits in ",
                               static_cast<double>(f.capacity) / (1ll << 30), " GiB"));
+    if (p.mlp_tile == kMlpTileAuto) take_planned_mlp_tile(r, f, plan.mlp_tile);
   } else {
     if (mode_auto) {
       p.mode = ParallelMode::kDdp;
@@ -164,10 +183,10 @@ ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
   }
   check_context_parallel(r, f);
   resolve_grad_dtype_of(r, f);
-  resolve_mlp_tile(r, f);
   check_fp8(r, f);
   resolve_offload(r);
   resolve_memory(r, f);
+  resolve_mlp_tile(r, f);
   check_offload_host_memory(r, f);
   return r;
 }
