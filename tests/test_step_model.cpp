@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -36,6 +37,7 @@ struct RecordedCase {
   Recompute recompute;
   DType reduce_dtype;
   int64_t mlp_tile = kMlpTileAuto;  // untiled at 32 tokens
+  Fp8Recipe fp8 = Fp8Recipe::kOff;
 };
 
 StepInput input_of(const RecordedCase& k) {
@@ -49,6 +51,7 @@ StepInput input_of(const RecordedCase& k) {
   in.plan.compute_dtype = in.plan.grad_dtype = DType::kF32;  // the CPU backend
   in.plan.reduce_dtype = k.reduce_dtype;
   in.plan.mlp_tile = k.mlp_tile;
+  in.plan.fp8 = k.fp8;
   in.grad_accum = k.grad_accum;
   return in;
 }
@@ -64,6 +67,7 @@ std::map<std::string, double> recorded_ops(const RecordedCase& k) {
   else args.insert(args.end(), {"--model", testing::fixture_dir(k.model)});
   if (k.world > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(k.world)});
   if (k.mlp_tile != kMlpTileAuto) args.insert(args.end(), {"--mlp-tile", std::to_string(k.mlp_tile)});
+  if (k.fp8 != Fp8Recipe::kOff) args.insert(args.end(), {"--fp8", fp8_recipe_name(k.fp8)});
   const testing::RunResult r = testing::run_anvil(args);
   EXPECT_EQ(r.exit_code, 0) << r.out;
   std::map<std::string, double> calls;
@@ -80,6 +84,23 @@ std::map<std::string, double> recorded_ops(const RecordedCase& k) {
   return calls;
 }
 
+// `t` with FP8 linear rates (twice the bf16 ones, the combined backward at dw's), where it has none.
+OpCostTable with_fp8_rates(OpCostTable t) {
+  if (t.why_not_fp8(h200()).empty()) return t;
+  const std::vector<OpRate> bf16 = t.rates;
+  for (OpRate r : bf16) {
+    if (r.op.rfind("linear_", 0) != 0) continue;
+    r.rate *= 2;
+    const std::string kind = r.op.substr(std::strlen("linear_"));
+    r.op = "linear_fp8_" + kind;
+    t.rates.push_back(r);
+    if (kind != "backward_weight") continue;
+    r.op = "linear_fp8_backward";
+    t.rates.push_back(r);
+  }
+  return t;
+}
+
 TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
   const RecordedCase cases[] = {
       {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32},
@@ -93,12 +114,15 @@ TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
       {"tiny-qwen3-untied", ParallelMode::kFsdp, 2, 1, 1, Recompute::kNone, DType::kBF16},
       {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32, 12},  // MLP tiles of 12, 12, 8
       {"tiny", ParallelMode::kFsdp, 2, 1, 1, Recompute::kFull, DType::kF32, 12},
+      // FP8 block linears: dw and dx of one layer in one op (Transformer::block_linear_backward)
+      {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32, kMlpTileAuto, Fp8Recipe::kTensorwise},
+      {"tiny", ParallelMode::kFsdp, 2, 1, 1, Recompute::kFull, DType::kF32, 12, Fp8Recipe::kTensorwise},
   };
-  const OpCostTable table = OpCostTable::builtin();
+  const OpCostTable table = with_fp8_rates(OpCostTable::builtin());
   for (const RecordedCase& k : cases) {
     SCOPED_TRACE(k.model + " " + parallel_mode_name(k.mode) + " x" + std::to_string(k.world) + " accum " +
                  std::to_string(k.grad_accum) + " " + recompute_name(k.recompute) + " tile " +
-                 std::to_string(k.mlp_tile));
+                 std::to_string(k.mlp_tile) + " fp8 " + fp8_recipe_name(k.fp8));
     const std::vector<StepItem> program = step_program(input_of(k));
     const std::map<std::string, double> recorded = recorded_ops(k);
     EXPECT_EQ(program_ops(program), recorded);
@@ -123,6 +147,33 @@ StepInput big_input(const std::string& preset, ParallelMode mode, int world) {
   in.plan.seq_len = 2048;
   in.plan.grad_dtype = DType::kBF16;
   return in;
+}
+
+// With --fp8 the block linears are the FP8 ops, the same products (FLOPs), priced by the
+// table's FP8 rates; a table without them, or a GPU without FP8 tensor cores, says so.
+TEST(StepModel, Fp8LinearsArePricedByTheirOwnRates) {
+  StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 1);
+  const std::vector<StepItem> bf16 = step_program(in);
+  in.plan.fp8 = Fp8Recipe::kTensorwise;
+  const std::vector<StepItem> fp8 = step_program(in);
+  auto flops = [](const std::vector<StepItem>& p, const std::string& prefix) {
+    double f = 0;
+    for (const StepItem& it : p)
+      if (it.kind == StepItem::Kind::kOp && it.op.op.rfind(prefix, 0) == 0) f += it.op.flops;
+    return f;
+  };
+  EXPECT_GT(flops(bf16, "linear_"), 0);
+  EXPECT_EQ(flops(fp8, "linear_fp8_"), flops(bf16, "linear_"));
+  EXPECT_EQ(flops(fp8, "linear_") , flops(fp8, "linear_fp8_")) << "every block linear is an FP8 op";
+  OpCostTable t = OpCostTable::builtin();
+  t.rates.erase(std::remove_if(t.rates.begin(), t.rates.end(),
+                               [](const OpRate& r) { return r.op.rfind("linear_fp8_", 0) == 0; }),
+                t.rates.end());
+  EXPECT_NE(t.why_not_fp8(h200()).find("has no FP8 linear rates"), std::string::npos) << t.why_not_fp8(h200());
+  t = with_fp8_rates(t);
+  EXPECT_EQ(t.why_not_fp8(h200()), "");
+  EXPECT_EQ(t.why_not_fp8(*find_gpu_spec("NVIDIA A100-SXM4-80GB")), "the A100 has no FP8 tensor cores");
+  EXPECT_LT(compute_seconds(fp8, t, h200()), compute_seconds(bf16, t, h200()));
 }
 
 // ddp: every unit all-reduced once a step on the wire; fsdp: bf16 weights gathered for the

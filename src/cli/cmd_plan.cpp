@@ -189,10 +189,13 @@ int cmd_plan(int argc, char** argv) {
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
   const PlanAdvice adv = advise(in, c.parallel.recompute, gpu_bytes);
   StepTarget target_of = step_target(target, in.world);
-  if ((in.context_parallel > 1 || in.fp8 != Fp8Recipe::kOff) && target_of.gpu) {
+  if (in.context_parallel > 1 && target_of.gpu) {
     target_of.gpu = nullptr;
-    target_of.why_not = in.context_parallel > 1 ? "the step model does not count context parallelism's all-to-alls yet"
-                                                : "the step model does not price FP8 GEMMs and their casts yet";
+    target_of.why_not = "the step model does not count context parallelism's all-to-alls yet";
+  }
+  if (in.fp8 != Fp8Recipe::kOff && target_of.gpu && !target_of.table.why_not_fp8(*target_of.gpu).empty()) {
+    target_of.why_not = target_of.table.why_not_fp8(*target_of.gpu);
+    target_of.gpu = nullptr;
   }
   StepPrediction ddp, fsdp;
   if (target_of.gpu) {

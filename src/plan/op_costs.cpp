@@ -83,7 +83,8 @@ double topology_bus_gbps(const Topology& t, std::string* why) {
 
 bool op_priced_by_flops(const std::string& op) {
   return op == "linear_forward" || op == "linear_backward_input" || op == "linear_backward_weight" ||
-         op == "attention_forward" || op == "attention_backward" || op == "cross_entropy_forward_backward";
+         op.rfind("linear_fp8_", 0) == 0 || op == "attention_forward" || op == "attention_backward" ||
+         op == "cross_entropy_forward_backward";
 }
 
 OpCostTable OpCostTable::builtin() {
@@ -137,6 +138,14 @@ Json OpCostTable::to_json() const {
               {"comm_overlap_cost", comm_overlap_cost},
               {"measured", measured}, {"source", source},
               {"ops", ops}};
+}
+
+std::string OpCostTable::why_not_fp8(const GpuSpec& g) const {
+  if (g.peak_fp8_tflops <= 0) return cat("the ", g.key, " has no FP8 tensor cores");
+  for (const OpRate& r : rates)
+    if (r.op.rfind("linear_fp8_", 0) == 0) return "";
+  return cat("the op-cost table of ", gpu, " has no FP8 linear rates (measure them with anvil bench step --fp8 "
+             "tensorwise --op-times --write-op-table FILE)");
 }
 
 double OpCostTable::seconds(const OpCall& c, const GpuSpec& g) const {

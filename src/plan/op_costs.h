@@ -72,8 +72,12 @@ struct OpCostTable {
   static OpCostTable from_json(const Json& j, const std::string& what);
   Json to_json() const;
   // Seconds of one call of `c` on `gpu`, at least 0; throws kInvalidInput when the table has no
-  // rate for the op.
+  // rate for the op. The FP8 linears (linear_fp8_*, the casts inside) scale to another GPU by
+  // the bf16 peaks too: every GPU here with FP8 tensor cores has twice its bf16 rate in FP8.
   double seconds(const OpCall& c, const GpuSpec& gpu) const;
+  // Why a step with --fp8 cannot be priced on `gpu` (no FP8 tensor cores, or no FP8 linear
+  // rates in the table), or "".
+  std::string why_not_fp8(const GpuSpec& gpu) const;
 };
 
 // A table fitted from one measured step: `program` is the step's op list (step_program),

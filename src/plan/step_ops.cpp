@@ -3,6 +3,7 @@
 #include "plan/step_ops.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -18,7 +19,8 @@ class StepWalk {
         cb_(static_cast<double>(dtype_size(in.plan.compute_dtype))),
         sharded_(in.plan.mode == ParallelMode::kFsdp && in.plan.world > 1),
         split_(in.plan.compute_dtype != DType::kF32),
-        tile_(effective_mlp_tile(c_, N_, in.plan.compute_dtype, in.plan.mlp_tile)) {
+        tile_(effective_mlp_tile(c_, N_, in.plan.compute_dtype, in.plan.mlp_tile)),
+        fp8_(in.plan.fp8 != Fp8Recipe::kOff) {
     if (table_.norm_unit() > 1) keep_unit_ = table_.norm_unit() - 1;
   }
 
@@ -62,8 +64,23 @@ class StepWalk {
     op("convert", cat(dtype_name(from), "->", dtype_name(to), " ", n), n, 0,
        static_cast<double>(n * static_cast<int64_t>(dtype_size(from) + dtype_size(to))));
   }
+  // A block linear's product (Transformer::block_linear, _dx, _dw): name is the bf16 op's,
+  // linear_fp8_* in its place with --fp8.
   void linear(const char* name, int64_t M, int64_t N, int64_t K) {
-    op(name, cat(M, "x", N, "x", K), M, 2.0 * M * N * K, cb_ * static_cast<double>(M * K + N * K + M * N));
+    const std::string op_name = fp8_ ? "linear_fp8_" + std::string(name + std::strlen("linear_")) : name;
+    op(op_name.c_str(), cat(M, "x", N, "x", K), M, 2.0 * M * N * K,
+       cb_ * static_cast<double>(M * K + N * K + M * N));
+  }
+  // Both backward products of a block linear (Transformer::block_linear_backward): dw then dx,
+  // one op with --fp8 (dy cast once for both), named by dw's shape.
+  void linear_backward(int64_t M, int64_t N, int64_t K) {
+    if (!fp8_) {
+      linear("linear_backward_weight", M, N, K);
+      linear("linear_backward_input", M, N, K);
+      return;
+    }
+    op("linear_fp8_backward", cat(M, "x", N, "x", K), M, 4.0 * M * N * K,
+       2 * cb_ * static_cast<double>(M * K + N * K + M * N));
   }
   void per_token(const char* name, int64_t C, double bytes_per_element, int64_t rows = 0) {
     if (rows == 0) rows = N_;
@@ -108,6 +125,7 @@ class StepWalk {
   const double cb_;
   const bool sharded_, split_;
   const int64_t tile_;  // tokens per MLP tile: N_ untiled
+  const bool fp8_;      // the block linears' FP8 ops (Transformer::block_linear*)
   StepPhase phase_ = StepPhase::kForward;
   bool last_micro_ = true;
   std::vector<StepItem> items_;
@@ -212,16 +230,13 @@ void StepWalk::block_backward() {
     linear("linear_backward_input", N_, C, I);
     per_token("swiglu_backward", I, 6);
     linear("linear_backward_weight", N_, C, I);
-    linear("linear_backward_weight", N_, 2 * I, C);
-    linear("linear_backward_input", N_, 2 * I, C);
+    linear_backward(N_, 2 * I, C);
   }
   per_token("rmsnorm_backward", C, 3);
-  linear("linear_backward_weight", N_, C, c_.q_dim());
-  linear("linear_backward_input", N_, C, c_.q_dim());
+  linear_backward(N_, C, c_.q_dim());
   attention("attention_backward", 2.5);
   qk_norm_rope("qk_norm_rope_backward", 3);
-  linear("linear_backward_weight", N_, Q, C);
-  linear("linear_backward_input", N_, Q, C);
+  linear_backward(N_, Q, C);
   per_token("rmsnorm_backward", C, 3);
 }
 

@@ -174,6 +174,7 @@ StepInput step_input(Trainer& trainer, const OpenRun& run) {
   in.plan.recompute = trainer.recompute();
   in.plan.mlp_tile = c.parallel.mlp_tile;
   in.plan.offload = c.parallel.offload_activations;
+  in.plan.fp8 = c.parallel.fp8;
   in.plan.compute_dtype = trainer.ops().compute_dtype();
   in.plan.fsdp_defer_sync = c.parallel.fsdp_defer_sync;
   in.plan.reduce_dtype = c.parallel.reduce_dtype;
@@ -182,13 +183,15 @@ StepInput step_input(Trainer& trainer, const OpenRun& run) {
   return in;
 }
 
-// The step model's figures for this setting on this GPU (null on a GPU it does not know, and
-// with context parallelism or FP8, whose all-to-alls and FP8 GEMMs it does not price).
+// The step model's figures for this setting on this GPU (null on a GPU it does not know, with
+// context parallelism, whose all-to-alls it does not price, and with FP8 where the table has
+// no FP8 linear rates).
 Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   const GpuSpec* gpu = find_gpu_spec(trainer.ops().name());
   const ParallelSection& ps = trainer.settings().config.parallel;
-  if (!gpu || ps.context_parallel > 1 || ps.fp8 != Fp8Recipe::kOff) return Json(nullptr);  // not modelled
+  if (!gpu || ps.context_parallel > 1) return Json(nullptr);  // not modelled
   const OpCostTable table = OpCostTable::load(o.op_table);
+  if (ps.fp8 != Fp8Recipe::kOff && !table.why_not_fp8(*gpu).empty()) return Json(nullptr);
   const double bus = o.bus_gbps > 0 ? o.bus_gbps : gpu->bus_gbps;
   const StepPrediction p = predict_step(step_input(trainer, run), table, *gpu, bus);
   return Json{{"tokens_per_s", p.tokens_per_s}, {"step_ms", 1e3 * p.step_s},
@@ -217,7 +220,8 @@ void write_op_table(Trainer& trainer, const OpenRun& run, const BenchStepOptions
   const std::string source =
       cat("measured by anvil bench step --op-times on ", trainer.ops().name(), ": ",
           c.model.model.empty() ? c.model.preset : c.model.model, ", seq ", c.data.seq_len, ", micro-batch ",
-          c.data.micro_batch, ", recompute ", recompute_name(trainer.recompute()));
+          c.data.micro_batch, ", recompute ", recompute_name(trainer.recompute()),
+          c.parallel.fp8 == Fp8Recipe::kOff ? "" : cat(", fp8 ", fp8_recipe_name(c.parallel.fp8)));
   const OpCostTable fit = fit_op_table(step_program(step_input(trainer, run)), measured, step_ms, *gpu, source);
   const OpCostTable base = path_exists(o.write_op_table) ? OpCostTable::load(o.write_op_table) : OpCostTable::builtin();
   json_write_file(o.write_op_table, merge_op_tables(fit, base).to_json());
