@@ -6,9 +6,12 @@
 #     sequence 1024 and 2048 with one sequence and 2048 with four (1024, 2048 and 8192 rows),
 #     each fit merged into the last (default TABLE: src/plan/h200_op_costs.json, the one the
 #     binary embeds at its next build; of an unmeasured table there only the rates of ops no
-#     step here runs stay, marked not measured: convert, of several GPUs' wire copies).
+#     step here runs stay, marked not measured: convert, of several GPUs' wire copies). The
+#     same three shapes with --fp8 tensorwise go first, so that their linear_fp8_* rows stay
+#     and the bf16 steps' fits price every other op.
 #  2. One GPU, as training runs (the optimizer overlapped): 0.6B (sequence 1024), 1.7B (one
-#     sequence, none; four, selective), 8B (none): measured and predicted with --op-table TABLE.
+#     sequence, none; four, selective; four, selective, FP8), 8B (none; two sequences, FP8):
+#     measured and predicted with --op-table TABLE.
 #  3. With two GPUs or more: the all-reduce bus bandwidth at 256 MB fp32 (`anvil bench`, about
 #     a block's gradient), then 1.7B ddp and fsdp on 2 GPUs, predicted with that bandwidth, and
 #     the comm_overlap_cost each measured step implies (the table's is 0.3, not measured): the
@@ -19,10 +22,12 @@ table=${1:-$(dirname "$0")/../src/plan/h200_op_costs.json}
 anvil=${ANVIL:-build/anvil} steps=${STEPS:-20} log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 run() { "$anvil" "$@" 2> "$log" || { tail -5 "$log" >&2; exit 1; }; }
-for shape in "1024 1" "2048 4" "2048 1"; do
-  set -- $shape
-  run bench step --preset qwen3-1.7b --seq-len "$1" --micro-batch "$2" --recompute none --steps "$steps" \
-    --op-times --no-overlap-optimizer --write-op-table "$table" > /dev/null
+for fp8 in tensorwise off; do
+  for shape in "1024 1" "2048 4" "2048 1"; do
+    set -- $shape
+    run bench step --preset qwen3-1.7b --seq-len "$1" --micro-batch "$2" --recompute none --fp8 "$fp8" \
+      --steps "$steps" --op-times --no-overlap-optimizer --write-op-table "$table" > /dev/null
+  done
 done
 echo "op-cost table written: $table"
 row() {  # LABEL, then bench step's flags: measured and predicted tokens/s side by side
@@ -44,6 +49,9 @@ row "0.6B seq 1024, 1 seq, none" --preset qwen3-0.6b --seq-len 1024 --recompute 
 row "1.7B seq 2048, 1 seq, none" --preset qwen3-1.7b --seq-len 2048 --recompute none
 row "1.7B seq 2048, 4 seq, selective" --preset qwen3-1.7b --seq-len 2048 --micro-batch 4 --recompute selective
 row "8B seq 2048, 1 seq, none" --preset qwen3-8b --seq-len 2048 --recompute none
+row "1.7B seq 2048, 4 seq, selective, fp8" --preset qwen3-1.7b --seq-len 2048 --micro-batch 4 --recompute selective \
+  --fp8 tensorwise
+row "8B seq 2048, 2 seq, none, fp8" --preset qwen3-8b --seq-len 2048 --micro-batch 2 --recompute none --fp8 tensorwise
 gpus=$(nvidia-smi -L 2> /dev/null | wc -l)
 if [ "$gpus" -ge 2 ]; then
   bus=$(run bench all_reduce --nproc-per-node 2 -b 256M -e 256M --dtype fp32 --json |
