@@ -50,11 +50,12 @@ struct AdamWHyper {
   VIRTUAL void linear_backward_input_impl(Tensor dx, Tensor dy, Tensor w, bool accumulate) TAIL;              \
   VIRTUAL void linear_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy, Tensor x,                      \
       bool accumulate) TAIL;                                                                                  \
-  VIRTUAL void linear_fp8_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe) TAIL;     \
+  VIRTUAL void linear_fp8_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe,          \
+      const Fp8Amax& amax) TAIL;                                                                              \
   VIRTUAL void linear_fp8_backward_input_impl(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe,               \
-      bool accumulate) TAIL;                                                                                  \
+      bool accumulate, const Fp8Amax& amax) TAIL;                                                             \
   VIRTUAL void linear_fp8_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy, Tensor x, Fp8Recipe recipe, \
-      bool accumulate) TAIL;                                                                                  \
+      bool accumulate, const Fp8Amax& amax) TAIL;                                                             \
   VIRTUAL void embedding_forward_impl(Tensor out, Tensor ids, Tensor table) TAIL;                             \
   VIRTUAL void embedding_backward_impl(Tensor dtable, Tensor ids, Tensor dout, bool accumulate) TAIL;         \
   VIRTUAL void rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) TAIL;             \
@@ -175,16 +176,18 @@ class Ops {
   // ---- the same three products with FP8 operands (ops/fp8_recipe.h; recipe not kOff): each
   // GEMM's operands scaled from their amax and cast to FP8, fp32 accumulation, the product
   // dequantized into the compute dtype. The bias is added, and dbias summed, from the
-  // unquantized values. Nothing FP8 outlives the call.
-  void linear_fp8_forward(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe);
-  void linear_fp8_backward_input(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate);
+  // unquantized values. Nothing FP8 outlives the call. amax (tensorwise only): where x's and
+  // w's amax are found or kept (ops/fp8_recipe.h's Fp8Amax); the same results either way.
+  void linear_fp8_forward(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe, const Fp8Amax& amax = {});
+  void linear_fp8_backward_input(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate,
+                                 const Fp8Amax& amax = {});
   void linear_fp8_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, Fp8Recipe recipe,
-                                  bool accumulate = true);
+                                  bool accumulate = true, const Fp8Amax& amax = {});
   // Both backward products of one layer from the same dy: linear_fp8_backward_weight (dw,
   // dbias; accumulate as there), then linear_fp8_backward_input (dx overwritten), the same
   // results; a backend may quantize dy once for both (tensorwise: the same scale either way).
   void linear_fp8_backward(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, Fp8Recipe recipe,
-                           bool accumulate);
+                           bool accumulate, const Fp8Amax& amax = {});
 
   // ---- embedding: out (N,C) = table[ids]; dtable (V,C) F32 += scatter of dout rows
   // (accumulate false: dtable = the scatter, zero in rows no id names)
@@ -309,7 +312,7 @@ class Ops {
   virtual void add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w,
                                         float eps);
   virtual void linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
-                                        Fp8Recipe recipe, bool accumulate);
+                                        Fp8Recipe recipe, bool accumulate, const Fp8Amax& amax);
 
   // ---- the backend: op timing. The front asks op_timed() before each op; when true it
   // calls begin_op with the op's name and shape, and end_op when the op's call ends (also

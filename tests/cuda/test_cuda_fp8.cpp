@@ -2,7 +2,8 @@
 // amaxes and scales of fp8_cast.h bit for bit (every operand layout, both recipes), and each
 // cuBLASLt FP8 GEMM (forward, both backward GEMMs, bias, accumulation) within the rounding of
 // its bf16 output (fp32 outputs: the order of the fp32 additions). FP8 against bf16 differs by
-// about 3%, far outside these bounds, so a GEMM that skipped the casts would fail.
+// about 3%, far outside these bounds, so a GEMM that skipped the casts would fail. Training
+// steps with the model's amax slots (model/transformer.h) give the bits of steps without them.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include "ops/cuda/fp8_cast.h"
 #include "ops/fp8_recipe.h"
 #include "ops/ops.h"
+#include "../fp8_amax_steps.h"
 
 namespace anvil {
 namespace {
@@ -186,6 +188,27 @@ TEST(CudaFp8, BackwardInOneOpEqualsTheTwoOps) {
       check("linear_fp8_backward " + tag + " dx against the CPU", dx2, kOut1);
       check("linear_fp8_backward " + tag + " dw against the CPU", dw2, dw_type == DType::kF32 ? kFp8F32 : kOut1);
     }
+}
+
+// The CPU test's (test_fp8.cpp) on the GPU: bf16 tensors, the casts' kernels; one-GPU fsdp too.
+TEST(CudaFp8, AmaxSlotsGiveTheSameBits) {
+  REQUIRE_GPU();
+  if (!gpu().fp8_unsupported(Fp8Recipe::kTensorwise).empty())
+    GTEST_SKIP() << gpu().fp8_unsupported(Fp8Recipe::kTensorwise);
+  struct Case {
+    ParallelMode mode;
+    Recompute recompute;
+    int64_t mlp_tile;
+  };
+  for (const Case& cs : {Case{ParallelMode::kDdp, Recompute::kNone, kMlpTileAuto},
+                         Case{ParallelMode::kFsdp, Recompute::kNone, kMlpTileAuto},
+                         Case{ParallelMode::kDdp, Recompute::kSelective, kMlpTileAuto},
+                         Case{ParallelMode::kDdp, Recompute::kFull, kMlpTileAuto},
+                         Case{ParallelMode::kDdp, Recompute::kNone, 32}})
+    testing::expect_fp8_amax_slots_change_no_bit(std::string(cs.mode == ParallelMode::kDdp ? "ddp " : "fsdp ") +
+                                                     recompute_name(cs.recompute) +
+                                                     (cs.mlp_tile == 32 ? ", MLP in tiles" : ""),
+                                                 "cuda", cs.mode, cs.recompute, cs.mlp_tile, 64);
 }
 
 }  // namespace
