@@ -247,9 +247,9 @@ TEST(Fp8Training, RecomputeAccumulationAndRanksTrainAlike) {
   }
 }
 
-// Each amax kept in a slot (taken in the forward) is the one the cast would take itself, so
-// the slots change no bit: with every recomputation and with the MLP in tiles (their x amax
-// per tile, w's shared).
+// Each amax kept in a slot (taken in the forward, or written by RMSNorm and SwiGLU) is the one
+// the cast would take itself, so the slots change no bit: with every recomputation and with
+// the MLP in tiles (their x amax per tile, w's shared).
 TEST(Fp8Training, AmaxSlotsGiveTheSameBitsAsEachCastTakingItsOwn) {
   for (Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
     for (int64_t mlp_tile : {kMlpTileAuto, int64_t{16}})

@@ -157,17 +157,18 @@ void Transformer::block_forward(Tensor w, Tensor x_in, BlockActs& a, Tensor x_ou
   const BlockOffsets& o = table_.block();
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
   const float eps = static_cast<float>(c_.rms_norm_eps);
-  ops_.rmsnorm_forward(a.h1, a.rstd1, x_in, part(w, o.attn_norm, {C}), eps);
+  const bool untiled = mlp_tile_ == N_;
+  ops_.rmsnorm_forward(a.h1, a.rstd1, x_in, part(w, o.attn_norm, {C}), eps, x_amax(kQkvLinear));
   block_linear(kQkvLinear, a.qkv_raw.reshape({N_, Q}), a.h1, part(w, o.qkv_w, {Q, C}),
-               c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor(), false, false);
+               c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor(), true, false);
   if (cp_.size() > 1) cp_.to_heads(ops_, a.qkv_raw, a.qkv_raw, B_, qkv_segments());
   qk_norm_rope_forward(w, a);
   ops_.attention_forward(a.att.reshape(att_seqs()), a.lse.reshape({B_, Ha_, Ta_}), a.qkv.reshape(qkv_seqs()), Ha_,
                          KVa_, documents_);
   block_linear(kOLinear, a.x_mid, att_tokens(a), part(w, o.o_w, {C, c_.q_dim()}), Tensor(), false, false);
-  ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps);
-  if (mlp_tile_ == N_)
-    block_linear(kGateUpLinear, a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor(), false, false);
+  ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps,
+                           x_amax(kGateUpLinear, untiled));
+  if (untiled) block_linear(kGateUpLinear, a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor(), true, false);
   if (x_out.data) {
     mlp_forward(w, a, x_out);
     ops_.add(x_out, x_out, a.x_mid);
@@ -179,8 +180,8 @@ void Transformer::mlp_forward(Tensor w, BlockActs& a, Tensor x_out) {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size;
   const Tensor w_gate_up = part(w, o.gate_up_w, {2 * I, C}), w_down = part(w, o.down_w, {C, I});
   if (mlp_tile_ == N_) {  // gate_up: block_forward's, kept for the backward
-    ops_.swiglu_forward(act_, a.gate_up);
-    block_linear(kDownLinear, x_out, act_, w_down, Tensor(), false, false);
+    ops_.swiglu_forward(act_, a.gate_up, x_amax(kDownLinear));
+    block_linear(kDownLinear, x_out, act_, w_down, Tensor(), true, false);
     return;
   }
   for (int64_t r0 = 0; r0 < N_; r0 += mlp_tile_) {
@@ -239,6 +240,11 @@ Fp8Amax Transformer::fp8_amax(Linear linear, bool x_known, bool w_known) const {
   return {part(fp8_amax_, (layer_ * kBlockLinears + linear) * 2, {2}), x_known, w_known};
 }
 
+Tensor Transformer::x_amax(Linear linear, bool when) const {
+  if (!fp8_amax_.data || !when) return Tensor();
+  return part(fp8_amax_, (layer_ * kBlockLinears + linear) * 2, {1});
+}
+
 void Transformer::block_linear(Linear linear, Tensor y, Tensor x, Tensor w, Tensor bias, bool x_known,
                                bool w_known) {
   if (fp8_ == Fp8Recipe::kOff)
@@ -273,7 +279,8 @@ void Transformer::block_linear_backward(Linear linear, Tensor dx, Tensor dw, Ten
 }
 
 void Transformer::recompute_elementwise(Tensor w, Tensor x_in, BlockActs& a) {
-  // The same ops on the same inputs as block_forward: the same bits.
+  // The same ops on the same inputs as block_forward: the same bits (the norms' amax slots
+  // still hold the forward's).
   const BlockOffsets& o = table_.block();
   const int64_t C = c_.hidden_size;
   const float eps = static_cast<float>(c_.rms_norm_eps);

@@ -43,8 +43,10 @@
 // linear_fp8_*; the embedding, the head, norms, attention and the loss are unchanged.
 // Tensorwise, each block's four linears have an amax slot (ops/fp8_recipe.h's Fp8Amax): x's
 // and w's amax, taken once in the forward and read by the backward's casts of x^T and w^T
-// (the same tensors: recomputed ones are the same bits). The MLP's tiles share w's amax;
-// each tile's x takes its own (a tile's amax is not the tensor's).
+// (the same tensors: recomputed ones are the same bits); x's written by the op that makes x
+// where one does (RMSNorm before qkv and gate_up, SwiGLU before down), so no cast of x or w
+// reads its tensor for the amax but the forward's of w and of attention's output. The MLP's
+// tiles share w's amax; each tile's x takes its own (a tile's amax is not the tensor's).
 // ANVIL_FP8_AMAX_REUSE=0 (read when the model is built): every amax taken by the cast that
 // needs it, as before the slots; the same bits either way.
 #pragma once
@@ -168,8 +170,10 @@ class Transformer {
   // block_linear_dw then block_linear_dx of one layer (FP8: one op, dy quantized once).
   void block_linear_backward(Linear linear, Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
                              bool accumulate);
-  // The linear's amax slot in layer_'s block (none without slots).
+  // The linear's amax slot in layer_'s block (none without slots), and its x's amax alone: the
+  // output a producer writes it into (none without slots or when `when` is false).
   Fp8Amax fp8_amax(Linear linear, bool x_known, bool w_known) const;
+  Tensor x_amax(Linear linear, bool when = true) const;
   // The offload (x_l offloaded: 0 < l < L). Ring slot s's copies mark copy slots 2s (out)
   // and 2s + 1 (back).
   bool offloaded(int64_t l) const { return offload_ && l > 0 && l < c_.num_layers; }

@@ -312,26 +312,29 @@ void Ops::embedding_backward(Tensor dtable, Tensor ids, Tensor dout, bool accumu
 }
 
 // ---- RMSNorm
-void Ops::rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) {
+void Ops::rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps, Tensor amax) {
   const int64_t R = x.rows(), C = x.cols();
   const OpChecks c = checks_of(*this, "rmsnorm_forward");
-  c.compute("x", x).compute("w", w, C).compute("out", out, R * C).f32("rstd", rstd, R);
+  c.compute("x", x).compute("w", w, C).compute("out", out, R * C).f32("rstd", rstd, R).optional("amax", amax,
+                                                                                                  DType::kF32, 1);
   const OpScope scope(*this, c.op(), [&] { return cat(R, "x", C); });
-  rmsnorm_forward_impl(out, rstd, x, w, eps);
+  rmsnorm_forward_impl(out, rstd, x, w, eps, amax);
 }
 
-void Ops::add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps) {
+void Ops::add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps,
+                              Tensor amax) {
   const int64_t R = a.rows(), C = a.cols();
   const OpChecks c = checks_of(*this, "add_rmsnorm_forward");
   c.compute("a", a).compute("b", b, R * C).compute("w", w, C).compute("sum", sum, R * C);
-  c.compute("out", out, R * C).f32("rstd", rstd, R);
+  c.compute("out", out, R * C).f32("rstd", rstd, R).optional("amax", amax, DType::kF32, 1);
   const OpScope scope(*this, c.op(), [&] { return cat(R, "x", C); });
-  add_rmsnorm_forward_impl(sum, out, rstd, a, b, w, eps);
+  add_rmsnorm_forward_impl(sum, out, rstd, a, b, w, eps, amax);
 }
 
-void Ops::add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps) {
+void Ops::add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps,
+                                   Tensor amax) {
   add_impl(sum, a, b);
-  rmsnorm_forward_impl(out, rstd, sum, w, eps);
+  rmsnorm_forward_impl(out, rstd, sum, w, eps, amax);
 }
 
 void Ops::rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate,
@@ -417,13 +420,13 @@ void Ops::argmax_rows(Tensor out, Tensor x) {
 }
 
 // ---- SwiGLU, add
-void Ops::swiglu_forward(Tensor out, Tensor gate_up) {
+void Ops::swiglu_forward(Tensor out, Tensor gate_up, Tensor amax) {
   const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
   const OpChecks c = checks_of(*this, "swiglu_forward");
   c.compute("gate_up", gate_up).ensure(gate_up.cols() % 2 == 0, "gate_up ", gate_up.shape.str(), " has an odd width");
-  c.compute("out", out, N * I);
+  c.compute("out", out, N * I).optional("amax", amax, DType::kF32, 1);
   const OpScope scope(*this, c.op(), [&] { return cat(N, "x", I); });
-  swiglu_forward_impl(out, gate_up);
+  swiglu_forward_impl(out, gate_up, amax);
 }
 
 void Ops::swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) {

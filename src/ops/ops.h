@@ -58,7 +58,7 @@ struct AdamWHyper {
       bool accumulate, const Fp8Amax& amax) TAIL;                                                             \
   VIRTUAL void embedding_forward_impl(Tensor out, Tensor ids, Tensor table) TAIL;                             \
   VIRTUAL void embedding_backward_impl(Tensor dtable, Tensor ids, Tensor dout, bool accumulate) TAIL;         \
-  VIRTUAL void rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) TAIL;             \
+  VIRTUAL void rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps, Tensor amax) TAIL; \
   VIRTUAL void rmsnorm_backward_impl(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,      \
       bool accumulate, bool accumulate_dw) TAIL;                                                              \
   VIRTUAL void qk_norm_rope_forward_impl(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w,          \
@@ -73,7 +73,7 @@ struct AdamWHyper {
   VIRTUAL void attention_cached_impl(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,    \
       Tensor positions, int n_heads, int n_kv_heads) TAIL;                                                    \
   VIRTUAL void argmax_rows_impl(Tensor out, Tensor x) TAIL;                                                   \
-  VIRTUAL void swiglu_forward_impl(Tensor out, Tensor gate_up) TAIL;                                          \
+  VIRTUAL void swiglu_forward_impl(Tensor out, Tensor gate_up, Tensor amax) TAIL;                             \
   VIRTUAL void swiglu_backward_impl(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) TAIL;           \
   VIRTUAL void add_impl(Tensor out, Tensor a, Tensor b) TAIL;                                                 \
   VIRTUAL void cross_entropy_forward_backward_impl(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h, Tensor w, \
@@ -195,7 +195,9 @@ class Ops {
   void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, bool accumulate = true);
 
   // ---- RMSNorm over the last dimension: out = x * rstd * w, rstd (R) F32 = 1/sqrt(mean(x^2)+eps)
-  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps);
+  // amax (1) F32, when given: the largest |element| of out as stored, written in the same pass
+  // (for the FP8 linear that reads out: Fp8Amax). The same for add_rmsnorm and swiglu_forward.
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps, Tensor amax = Tensor());
   // dx (=, or += when accumulate) and dw (F32, +=, or = when not accumulate_dw)
   void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
                         bool accumulate, bool accumulate_dw = true);
@@ -203,7 +205,8 @@ class Ops {
   // rmsnorm_forward(out, rstd, sum, w, eps), with the same values as those two ops (the
   // default implementation runs them; a backend may fuse them). Its backward is rmsnorm_backward with
   // accumulate: dx += the norm's gradient, on top of the residual's.
-  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps);
+  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps,
+                           Tensor amax = Tensor());
 
   // ---- per-head RMSNorm of q and k (Qwen3; skipped when q_w is empty) then RoPE
   // (rotate-half), on packed qkv (B*T, H+2KV, hd); v is copied unchanged.
@@ -260,7 +263,7 @@ class Ops {
   // ---- SwiGLU: out (N,I) = silu(gate) * up, gate_up (N,2I); dgate_up written. act (N,I),
   // when given, also receives swiglu_forward's out, the same bits (the backward needs it for
   // the down projection's weight gradient, so the pass that reads gate_up anyway makes it).
-  void swiglu_forward(Tensor out, Tensor gate_up);
+  void swiglu_forward(Tensor out, Tensor gate_up, Tensor amax = Tensor());
   void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act = Tensor());
 
   // ---- out = a + b (out may alias a or b)
@@ -310,7 +313,7 @@ class Ops {
   // ---- the backend: each op after the front's checks, with the front's arguments
   ANVIL_OP_IMPLS(virtual, = 0)
   virtual void add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w,
-                                        float eps);
+                                        float eps, Tensor amax);
   virtual void linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
                                         Fp8Recipe recipe, bool accumulate, const Fp8Amax& amax);
 

@@ -102,7 +102,7 @@ class CudaOps final : public Ops {
 
   ANVIL_OP_IMPLS(, override)
   void add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w,
-                                float eps) override;
+                                float eps, Tensor amax) override;
   void linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, Fp8Recipe recipe,
                                 bool accumulate, const Fp8Amax& amax) override;
 

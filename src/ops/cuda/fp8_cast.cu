@@ -124,8 +124,7 @@ __global__ void amax_tensor_kernel(float* amax, const __nv_bfloat16* src, int64_
 #pragma unroll
     for (int j = 0; j < kVec; ++j) m = fmaxf(m, fabsf(v[j]));
   }
-  m = block_max(m);
-  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned*>(amax), __float_as_uint(m));
+  block_amax_to(amax, m);
 }
 
 // The tensor's scale from its amax (tensor_scale_kernel's, bit for bit); the grid's first
