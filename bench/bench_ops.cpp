@@ -16,9 +16,11 @@
 // far it lands from candidate 0 (a different order of additions), so that a faster
 // deterministic choice can be found in one run.
 // --fp8 times the blocks' linear layers with tensorwise FP8 instead (ops/fp8_recipe.h), each
-// op beside its bf16 form, and its parts: each operand's quantization (fp8_cast.h, floor:
-// 2 bytes read twice, 1 written) and the FP8 GEMM alone, with fast accumulation off (the
-// recipe's) and on (against the FP8 rate, --peak-fp8-tflops, default 1580).
+// op beside its bf16 form (and as the model runs them: forward with x's amax known, from its
+// producer, and the backward with x's and w's, from the forward: Fp8Amax), and its parts: each
+// operand's quantization (fp8_cast.h, floor: 2 bytes read twice, 1 written) and the FP8 GEMM
+// alone, with fast accumulation off (the recipe's) and on (against the FP8 rate,
+// --peak-fp8-tflops, default 1580).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -214,6 +216,12 @@ void bench_fp8(Ops& ops, Bench& b, int64_t N, double peak_fp8) {
           [&] { ops.linear_fp8_backward_weight(dw, none, y, x, tw); });
     b.run("fp8 backward (both, one op) " + nm, dims({N, l.n, l.k}), 2 * fl, 0,
           [&] { ops.linear_fp8_backward(x, dw, none, y, x, w, tw, true); });
+    Tensor slot = b.make(f32, {2}, 0.0f);
+    ops.linear_fp8_forward(y, x, w, none, tw, {slot});  // x's and w's amax into the slot
+    b.run("fp8 forward, x amax known " + nm, dims({N, l.k, l.n}), fl, 0,
+          [&] { ops.linear_fp8_forward(y, x, w, none, tw, {slot, true, false}); });
+    b.run("fp8 backward (both, one op), amax known " + nm, dims({N, l.n, l.k}), 2 * fl, 0,
+          [&] { ops.linear_fp8_backward(x, dw, none, y, x, w, tw, true, {slot, true, true}); });
     // The parts: each operand (source, its rows as the GEMM reads them, transposed) quantized.
     Tensor q8 = b.make(DType::kI32, {(std::max(N, l.n) * std::max(l.k, l.n) + 3) / 4}, 0, INT32_MAX);
     Tensor stats = b.make(f32, {3 * std::max({N, l.n, l.k})}, 0.0f);

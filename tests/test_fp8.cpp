@@ -5,8 +5,9 @@
 // dtypes and float64 matmuls (tests/oracle/fp8_oracle.py), within fp32 rounding; and the
 // tiny model trained 8 steps with each recipe, every step's loss and gradients against the
 // recipe in PyTorch on the weights anvil reached (checkpointed every step and exported); the
-// same run with recomputation, accumulation and 2 ranks (ddp, fsdp); --fp8 refused where the
-// device cannot run it; a resume naming a changed recipe; bench step's FP8 peak.
+// same run with recomputation, accumulation and 2 ranks (ddp, fsdp); tensorwise steps with the
+// amax slots (model/transformer.h) bit for bit those without; --fp8 refused where the device
+// cannot run it; a resume naming a changed recipe; bench step's FP8 peak.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "io/safetensors.h"
+#include "fp8_amax_steps.h"
 #include "model/config.h"
 #include "ops/ops.h"
 #include "testing.h"
@@ -243,6 +245,17 @@ TEST(Fp8Training, RecomputeAccumulationAndRanksTrainAlike) {
     ASSERT_EQ(two.size(), 3u) << mode;
     for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(two[i], base[i], 1e-4 * base[i]) << mode << " step " << i + 1;
   }
+}
+
+// Each amax kept in a slot (taken in the forward, or written by RMSNorm and SwiGLU) is the one
+// the cast would take itself, so the slots change no bit: with every recomputation and with
+// the MLP in tiles (their x amax per tile, w's shared).
+TEST(Fp8Training, AmaxSlotsGiveTheSameBitsAsEachCastTakingItsOwn) {
+  for (Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
+    for (int64_t mlp_tile : {kMlpTileAuto, int64_t{16}})
+      testing::expect_fp8_amax_slots_change_no_bit(
+          std::string(recompute_name(recompute)) + (mlp_tile == 16 ? ", MLP in tiles" : ""), "cpu",
+          ParallelMode::kDdp, recompute, mlp_tile, 24);
 }
 
 TEST(Fp8Training, RefusedWhereTheDeviceCannotRunIt) {

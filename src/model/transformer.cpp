@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace anvil {
@@ -44,6 +45,11 @@ Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops
     if (offloaded(l)) resid_[static_cast<size_t>(l)] = ring_[static_cast<size_t>(ring_slot(l))];
   cp_.set_buffers(cp_send_, cp_recv_);
   upload_rope_tables();
+  if (fp8_ == Fp8Recipe::kTensorwise && env_int("ANVIL_FP8_AMAX_REUSE", 1) != 0) {
+    fp8_amax_ = Tensor(nullptr, DType::kF32, {c_.num_layers, kBlockLinears, 2}, ops_.device());
+    fp8_amax_.data = ops_.alloc(fp8_amax_.bytes());
+    buffers_.push_back(fp8_amax_.data);
+  }
 }
 
 Transformer::~Transformer() {
@@ -151,16 +157,18 @@ void Transformer::block_forward(Tensor w, Tensor x_in, BlockActs& a, Tensor x_ou
   const BlockOffsets& o = table_.block();
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
   const float eps = static_cast<float>(c_.rms_norm_eps);
-  ops_.rmsnorm_forward(a.h1, a.rstd1, x_in, part(w, o.attn_norm, {C}), eps);
-  block_linear(a.qkv_raw.reshape({N_, Q}), a.h1, part(w, o.qkv_w, {Q, C}),
-               c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor());
+  const bool untiled = mlp_tile_ == N_;
+  ops_.rmsnorm_forward(a.h1, a.rstd1, x_in, part(w, o.attn_norm, {C}), eps, x_amax(kQkvLinear));
+  block_linear(kQkvLinear, a.qkv_raw.reshape({N_, Q}), a.h1, part(w, o.qkv_w, {Q, C}),
+               c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor(), true, false);
   if (cp_.size() > 1) cp_.to_heads(ops_, a.qkv_raw, a.qkv_raw, B_, qkv_segments());
   qk_norm_rope_forward(w, a);
   ops_.attention_forward(a.att.reshape(att_seqs()), a.lse.reshape({B_, Ha_, Ta_}), a.qkv.reshape(qkv_seqs()), Ha_,
                          KVa_, documents_);
-  block_linear(a.x_mid, att_tokens(a), part(w, o.o_w, {C, c_.q_dim()}), Tensor());
-  ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps);
-  if (mlp_tile_ == N_) block_linear(a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor());
+  block_linear(kOLinear, a.x_mid, att_tokens(a), part(w, o.o_w, {C, c_.q_dim()}), Tensor(), false, false);
+  ops_.add_rmsnorm_forward(a.x_mid, a.h2, a.rstd2, a.x_mid, x_in, part(w, o.mlp_norm, {C}), eps,
+                           x_amax(kGateUpLinear, untiled));
+  if (untiled) block_linear(kGateUpLinear, a.gate_up, a.h2, part(w, o.gate_up_w, {2 * I, C}), Tensor(), true, false);
   if (x_out.data) {
     mlp_forward(w, a, x_out);
     ops_.add(x_out, x_out, a.x_mid);
@@ -172,16 +180,16 @@ void Transformer::mlp_forward(Tensor w, BlockActs& a, Tensor x_out) {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size;
   const Tensor w_gate_up = part(w, o.gate_up_w, {2 * I, C}), w_down = part(w, o.down_w, {C, I});
   if (mlp_tile_ == N_) {  // gate_up: block_forward's, kept for the backward
-    ops_.swiglu_forward(act_, a.gate_up);
-    block_linear(x_out, act_, w_down, Tensor());
+    ops_.swiglu_forward(act_, a.gate_up, x_amax(kDownLinear));
+    block_linear(kDownLinear, x_out, act_, w_down, Tensor(), true, false);
     return;
   }
   for (int64_t r0 = 0; r0 < N_; r0 += mlp_tile_) {
     const int64_t r1 = std::min(N_, r0 + mlp_tile_), rows = r1 - r0;
     const Tensor gate_up = gate_up_tile_.slice_rows(0, rows), act = act_.slice_rows(0, rows);
-    block_linear(gate_up, a.h2.slice_rows(r0, r1), w_gate_up, Tensor());
+    block_linear(kGateUpLinear, gate_up, a.h2.slice_rows(r0, r1), w_gate_up, Tensor(), false, r0 > 0);
     ops_.swiglu_forward(act, gate_up);
-    block_linear(x_out.slice_rows(r0, r1), act, w_down, Tensor());
+    block_linear(kDownLinear, x_out.slice_rows(r0, r1), act, w_down, Tensor(), false, r0 > 0);
   }
 }
 
@@ -190,10 +198,10 @@ void Transformer::mlp_backward(Tensor w, Tensor g, bool acc, BlockActs& a) {
   // The SwiGLU's output, not kept from the forward, comes from its backward's pass.
   const BlockOffsets& o = table_.block();
   const int64_t C = c_.hidden_size, I = c_.intermediate_size;
-  block_linear_dx(d_act_, dx_, part(w, o.down_w, {C, I}));
+  block_linear_dx(kDownLinear, d_act_, dx_, part(w, o.down_w, {C, I}));
   ops_.swiglu_backward(d_gate_up_, d_act_, a.gate_up, act_);
-  block_linear_dw(part(g, o.down_w, {C, I}), Tensor(), dx_, act_, acc);
-  block_linear_backward(dh_, part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2,
+  block_linear_dw(kDownLinear, part(g, o.down_w, {C, I}), Tensor(), dx_, act_, acc, true);
+  block_linear_backward(kGateUpLinear, dh_, part(g, o.gate_up_w, {2 * I, C}), Tensor(), d_gate_up_, a.h2,
                         part(w, o.gate_up_w, {2 * I, C}), acc);
 }
 
@@ -215,51 +223,64 @@ void Transformer::mlp_backward_tiled(Tensor w, Tensor g, bool acc, BlockActs& a)
     const Tensor d_act = d_act_.slice_rows(0, rows), d_gate_up = d_gate_up_.slice_rows(0, rows);
     const Tensor h2 = a.h2.slice_rows(r0, r1), dy = dx_.slice_rows(r0, r1);
     const bool tile_acc = r0 > 0 || acc;
-    block_linear(gate_up, h2, w_gate_up, Tensor());
-    block_linear_dx(d_act, dy, w_down);
+    block_linear(kGateUpLinear, gate_up, h2, w_gate_up, Tensor(), false, true);
+    block_linear_dx(kDownLinear, d_act, dy, w_down);
     ops_.swiglu_backward(d_gate_up, d_act, gate_up, act);
-    block_linear_dw(dw_down, Tensor(), dy, act, tile_acc);
-    block_linear_dw(dw_gate_up, Tensor(), d_gate_up, h2, tile_acc);
-    block_linear_dx(dh_.slice_rows(r0, r1), d_gate_up, w_gate_up);
+    block_linear_dw(kDownLinear, dw_down, Tensor(), dy, act, tile_acc, false);
+    block_linear_dw(kGateUpLinear, dw_gate_up, Tensor(), d_gate_up, h2, tile_acc, false);
+    block_linear_dx(kGateUpLinear, dh_.slice_rows(r0, r1), d_gate_up, w_gate_up);
   }
   if (f32) return;
   ops_.convert(part(g, o.down_w, {C, I}), dw_down);
   ops_.convert(part(g, o.gate_up_w, {2 * I, C}), dw_gate_up);
 }
 
-void Transformer::block_linear(Tensor y, Tensor x, Tensor w, Tensor bias) {
+Fp8Amax Transformer::fp8_amax(Linear linear, bool x_known, bool w_known) const {
+  if (!fp8_amax_.data) return {};
+  return {part(fp8_amax_, (layer_ * kBlockLinears + linear) * 2, {2}), x_known, w_known};
+}
+
+Tensor Transformer::x_amax(Linear linear, bool when) const {
+  if (!fp8_amax_.data || !when) return Tensor();
+  return part(fp8_amax_, (layer_ * kBlockLinears + linear) * 2, {1});
+}
+
+void Transformer::block_linear(Linear linear, Tensor y, Tensor x, Tensor w, Tensor bias, bool x_known,
+                               bool w_known) {
   if (fp8_ == Fp8Recipe::kOff)
     ops_.linear_forward(y, x, w, bias);
   else
-    ops_.linear_fp8_forward(y, x, w, bias, fp8_);
+    ops_.linear_fp8_forward(y, x, w, bias, fp8_, fp8_amax(linear, x_known, w_known));
 }
 
-void Transformer::block_linear_dx(Tensor dx, Tensor dy, Tensor w) {
+void Transformer::block_linear_dx(Linear linear, Tensor dx, Tensor dy, Tensor w) {
   if (fp8_ == Fp8Recipe::kOff)
     ops_.linear_backward_input(dx, dy, w, false);
   else
-    ops_.linear_fp8_backward_input(dx, dy, w, fp8_, false);
+    ops_.linear_fp8_backward_input(dx, dy, w, fp8_, false, fp8_amax(linear, false, true));
 }
 
-void Transformer::block_linear_dw(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate) {
+void Transformer::block_linear_dw(Linear linear, Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate,
+                                  bool x_known) {
   if (fp8_ == Fp8Recipe::kOff)
     ops_.linear_backward_weight(dw, dbias, dy, x, accumulate);
   else
-    ops_.linear_fp8_backward_weight(dw, dbias, dy, x, fp8_, accumulate);
+    ops_.linear_fp8_backward_weight(dw, dbias, dy, x, fp8_, accumulate, fp8_amax(linear, x_known, false));
 }
 
-void Transformer::block_linear_backward(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
-                                        bool accumulate) {
+void Transformer::block_linear_backward(Linear linear, Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x,
+                                        Tensor w, bool accumulate) {
   if (fp8_ == Fp8Recipe::kOff) {
     ops_.linear_backward_weight(dw, dbias, dy, x, accumulate);
     ops_.linear_backward_input(dx, dy, w, false);
   } else {
-    ops_.linear_fp8_backward(dx, dw, dbias, dy, x, w, fp8_, accumulate);
+    ops_.linear_fp8_backward(dx, dw, dbias, dy, x, w, fp8_, accumulate, fp8_amax(linear, true, true));
   }
 }
 
 void Transformer::recompute_elementwise(Tensor w, Tensor x_in, BlockActs& a) {
-  // The same ops on the same inputs as block_forward: the same bits.
+  // The same ops on the same inputs as block_forward: the same bits (the norms' amax slots
+  // still hold the forward's).
   const BlockOffsets& o = table_.block();
   const int64_t C = c_.hidden_size;
   const float eps = static_cast<float>(c_.rms_norm_eps);
@@ -275,7 +296,7 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
   mlp_backward(w, g, acc, a);
   ops_.rmsnorm_backward(dx_, part(g, o.mlp_norm, {C}), dh_, a.x_mid, part(w, o.mlp_norm, {C}), a.rstd2, true, acc);
   // attention (context parallel: its output exchanged again, its input's gradient exchanged back)
-  block_linear_backward(d_att_, part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, att_tokens(a),
+  block_linear_backward(kOLinear, d_att_, part(g, o.o_w, {C, c_.q_dim()}), Tensor(), dx_, att_tokens(a),
                         part(w, o.o_w, {C, c_.q_dim()}), acc);
   if (cp_.size() > 1) cp_.to_heads(ops_, d_att_, d_att_, B_, {c_.q_dim()});
   ops_.attention_backward(d_qkv_.reshape(qkv_seqs()), d_att_.reshape(att_seqs()), a.qkv.reshape(qkv_seqs()),
@@ -289,8 +310,8 @@ void Transformer::block_backward(Tensor w, Tensor g, bool acc, Tensor x_in, Bloc
                              rope_cos_, rope_sin_, Ha_, KVa_, acc, documents_.positions);
   if (cp_.size() > 1) cp_.to_tokens(ops_, d_qkv_raw_, d_qkv_raw_, B_, qkv_segments());
   const Tensor d_qkv_flat = d_qkv_raw_.reshape({N_, Q});
-  block_linear_backward(dh_, part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(), d_qkv_flat,
-                        a.h1, part(w, o.qkv_w, {Q, C}), acc);
+  block_linear_backward(kQkvLinear, dh_, part(g, o.qkv_w, {Q, C}), c_.qkv_bias ? part(g, o.qkv_b, {Q}) : Tensor(),
+                        d_qkv_flat, a.h1, part(w, o.qkv_w, {Q, C}), acc);
   ops_.rmsnorm_backward(dx_, part(g, o.attn_norm, {C}), dh_, x_in, part(w, o.attn_norm, {C}), a.rstd1, true, acc);
 }
 
@@ -311,6 +332,7 @@ void Transformer::forward_blocks(UnitSource& src, Tensor ids, const Documents& d
     Tensor w = src.weights(u);
     src.prefetch(l + 1 < L ? table_.block_unit(l + 1) : norm);
     before_write(l + 1);
+    layer_ = l;
     block_forward(w, resid_[static_cast<size_t>(l)], block_acts(l), resid_[static_cast<size_t>(l + 1)]);
     after_write(l + 1);
     src.release(u);
@@ -390,6 +412,7 @@ void Transformer::backward_blocks(UnitSource& src) {
     prefetch_residual(l - 1);
     before_read(l);
     BlockActs& a = block_acts(l);
+    layer_ = l;
     if (recompute_ == Recompute::kFull) block_forward(w, resid_[static_cast<size_t>(l)], a, Tensor());
     if (recompute_ == Recompute::kSelective) recompute_elementwise(w, resid_[static_cast<size_t>(l)], a);
     block_backward(w, src.grads(u), !src.overwrite_grads(u), resid_[static_cast<size_t>(l)], a);

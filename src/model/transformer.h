@@ -41,6 +41,14 @@
 // With an FP8 recipe (`--fp8`, ops/fp8_recipe.h) the blocks' seven linear layers (the fused
 // qkv, o, the fused gate_up, down) run their forward and both backward GEMMs through the ops'
 // linear_fp8_*; the embedding, the head, norms, attention and the loss are unchanged.
+// Tensorwise, each block's four linears have an amax slot (ops/fp8_recipe.h's Fp8Amax): x's
+// and w's amax, taken once in the forward and read by the backward's casts of x^T and w^T
+// (the same tensors: recomputed ones are the same bits); x's written by the op that makes x
+// where one does (RMSNorm before qkv and gate_up, SwiGLU before down), so no cast of x or w
+// reads its tensor for the amax but the forward's of w and of attention's output. The MLP's
+// tiles share w's amax; each tile's x takes its own (a tile's amax is not the tensor's).
+// ANVIL_FP8_AMAX_REUSE=0 (read when the model is built): every amax taken by the cast that
+// needs it, as before the slots; the same bits either way.
 #pragma once
 
 #include <cstdint>
@@ -153,11 +161,19 @@ class Transformer {
   void recompute_elementwise(Tensor weights, Tensor x_in, BlockActs& a);  // Recompute::kSelective
   // The blocks' seven linear layers (qkv, o, gate_up, down): the ops' linear_* or, with fp8_,
   // their FP8 forms (ops/fp8_recipe.h). dx is overwritten.
-  void block_linear(Tensor y, Tensor x, Tensor w, Tensor bias);
-  void block_linear_dx(Tensor dx, Tensor dy, Tensor w);
-  void block_linear_dw(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate);
+  // `linear` names the layer (its amax slot in layer_'s block); x_known / w_known: its slot
+  // holds that operand's amax already (Fp8Amax).
+  enum Linear { kQkvLinear, kOLinear, kGateUpLinear, kDownLinear, kBlockLinears };
+  void block_linear(Linear linear, Tensor y, Tensor x, Tensor w, Tensor bias, bool x_known, bool w_known);
+  void block_linear_dx(Linear linear, Tensor dx, Tensor dy, Tensor w);
+  void block_linear_dw(Linear linear, Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate, bool x_known);
   // block_linear_dw then block_linear_dx of one layer (FP8: one op, dy quantized once).
-  void block_linear_backward(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, bool accumulate);
+  void block_linear_backward(Linear linear, Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
+                             bool accumulate);
+  // The linear's amax slot in layer_'s block (none without slots), and its x's amax alone: the
+  // output a producer writes it into (none without slots or when `when` is false).
+  Fp8Amax fp8_amax(Linear linear, bool x_known, bool w_known) const;
+  Tensor x_amax(Linear linear, bool when = true) const;
   // The offload (x_l offloaded: 0 < l < L). Ring slot s's copies mark copy slots 2s (out)
   // and 2s + 1 (back).
   bool offloaded(int64_t l) const { return offload_ && l > 0 && l < c_.num_layers; }
@@ -177,6 +193,8 @@ class Transformer {
   Recompute recompute_;
   int64_t mlp_tile_;  // tokens per MLP tile; N_: untiled
   Fp8Recipe fp8_;
+  Tensor fp8_amax_;    // (L, kBlockLinears, 2) F32: each block linear's x and w amax; empty: no slots
+  int64_t layer_ = 0;  // the block the pass is in
   DType compute_dtype_;
   std::vector<void*> buffers_;  // the activations' allocations, one per table entry
   std::function<void()> forward_done_;

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "core/fp8.h"
+#include "core/tensor.h"
 
 namespace anvil {
 
@@ -44,6 +45,18 @@ Fp8Scratch fp8_scratch(int64_t p_rows, int64_t q_rows, int64_t k);
 // 256-byte aligned), q_bytes one slot that x^T and then w^T take, p_stats and q_stats their
 // amax, scale and inverse-scale vectors (as fp8_scratch's).
 Fp8Scratch fp8_backward_scratch(int64_t m, int64_t n, int64_t k);
+
+// Where a tensorwise FP8 linear op (ops.h's linear_fp8_*) finds or keeps the amax of its two
+// operands that recur in a step: slot (2) F32 on the backend's device, x's amax then w's. x
+// is the forward's input and the weight gradient's x^T, w the forward's weight and dx's w^T:
+// the same tensors, so the same amax (a max is exact wherever it is taken). An operand whose
+// flag says known takes its amax from the slot and skips its amax pass; any other x or w the
+// op quantizes has its amax computed and stored there. No slot: every amax computed in the
+// call, none stored. dy's never comes from a slot (each backward's dy is new).
+struct Fp8Amax {
+  Tensor slot;
+  bool x_known = false, w_known = false;
+};
 
 // The factor an operand of the given amax is multiplied by before its cast (1/it dequantizes).
 float fp8_scale(float amax, Fp8Format format, Fp8Recipe r);

@@ -222,8 +222,12 @@ GemmShape check_linear_backward_weight(const OpChecks& c, Tensor dw, Tensor dbia
   return {M, N, K};
 }
 
-void check_fp8_recipe(const OpChecks& c, Fp8Recipe recipe) {
+void check_fp8_recipe(const OpChecks& c, Fp8Recipe recipe, const Fp8Amax& amax) {
   c.ensure(recipe != Fp8Recipe::kOff, "called with the fp8 recipe off (use the bf16 linear ops)");
+  c.optional("amax slot", amax.slot, DType::kF32, 2);
+  c.ensure(!amax.slot.data || recipe == Fp8Recipe::kTensorwise, "an amax slot with the ", fp8_recipe_name(recipe),
+           " recipe (a slot holds tensorwise amaxes)");
+  c.ensure(amax.slot.data || !(amax.x_known || amax.w_known), "an amax known without a slot");
 }
 
 }  // namespace
@@ -250,45 +254,46 @@ void Ops::linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, b
   linear_backward_weight_impl(dw, dbias, dy, x, accumulate);
 }
 
-void Ops::linear_fp8_forward(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe) {
+void Ops::linear_fp8_forward(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe, const Fp8Amax& amax) {
   const OpChecks c = checks_of(*this, "linear_fp8_forward");
-  check_fp8_recipe(c, recipe);
+  check_fp8_recipe(c, recipe, amax);
   const GemmShape shape = check_linear_forward(c, compute_dtype(), y, x, w, bias, false);
   const OpScope scope(*this, c.op(), [&] { return shape.label(); });
-  linear_fp8_forward_impl(y, x, w, bias, recipe);
+  linear_fp8_forward_impl(y, x, w, bias, recipe, amax);
 }
 
-void Ops::linear_fp8_backward_input(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate) {
+void Ops::linear_fp8_backward_input(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate,
+                                    const Fp8Amax& amax) {
   const OpChecks c = checks_of(*this, "linear_fp8_backward_input");
-  check_fp8_recipe(c, recipe);
+  check_fp8_recipe(c, recipe, amax);
   const GemmShape shape = check_linear_backward_input(c, dx, dy, w);
   const OpScope scope(*this, c.op(), [&] { return shape.label(); });
-  linear_fp8_backward_input_impl(dx, dy, w, recipe, accumulate);
+  linear_fp8_backward_input_impl(dx, dy, w, recipe, accumulate, amax);
 }
 
 void Ops::linear_fp8_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, Fp8Recipe recipe,
-                                     bool accumulate) {
+                                     bool accumulate, const Fp8Amax& amax) {
   const OpChecks c = checks_of(*this, "linear_fp8_backward_weight");
-  check_fp8_recipe(c, recipe);
+  check_fp8_recipe(c, recipe, amax);
   const GemmShape shape = check_linear_backward_weight(c, dw, dbias, dy, x, accumulate);
   const OpScope scope(*this, c.op(), [&] { return shape.label(); });
-  linear_fp8_backward_weight_impl(dw, dbias, dy, x, recipe, accumulate);
+  linear_fp8_backward_weight_impl(dw, dbias, dy, x, recipe, accumulate, amax);
 }
 
 void Ops::linear_fp8_backward(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, Fp8Recipe recipe,
-                              bool accumulate) {
+                              bool accumulate, const Fp8Amax& amax) {
   const OpChecks c = checks_of(*this, "linear_fp8_backward");
-  check_fp8_recipe(c, recipe);
+  check_fp8_recipe(c, recipe, amax);
   const GemmShape shape = check_linear_backward_weight(c, dw, dbias, dy, x, accumulate);
   check_linear_backward_input(c, dx, dy, w);
   const OpScope scope(*this, c.op(), [&] { return shape.label(); });
-  linear_fp8_backward_impl(dx, dw, dbias, dy, x, w, recipe, accumulate);
+  linear_fp8_backward_impl(dx, dw, dbias, dy, x, w, recipe, accumulate, amax);
 }
 
 void Ops::linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
-                                   Fp8Recipe recipe, bool accumulate) {
-  linear_fp8_backward_weight_impl(dw, dbias, dy, x, recipe, accumulate);
-  linear_fp8_backward_input_impl(dx, dy, w, recipe, false);
+                                   Fp8Recipe recipe, bool accumulate, const Fp8Amax& amax) {
+  linear_fp8_backward_weight_impl(dw, dbias, dy, x, recipe, accumulate, amax);
+  linear_fp8_backward_input_impl(dx, dy, w, recipe, false, amax);
 }
 
 // ---- embedding
@@ -307,26 +312,29 @@ void Ops::embedding_backward(Tensor dtable, Tensor ids, Tensor dout, bool accumu
 }
 
 // ---- RMSNorm
-void Ops::rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) {
+void Ops::rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps, Tensor amax) {
   const int64_t R = x.rows(), C = x.cols();
   const OpChecks c = checks_of(*this, "rmsnorm_forward");
-  c.compute("x", x).compute("w", w, C).compute("out", out, R * C).f32("rstd", rstd, R);
+  c.compute("x", x).compute("w", w, C).compute("out", out, R * C).f32("rstd", rstd, R).optional("amax", amax,
+                                                                                                  DType::kF32, 1);
   const OpScope scope(*this, c.op(), [&] { return cat(R, "x", C); });
-  rmsnorm_forward_impl(out, rstd, x, w, eps);
+  rmsnorm_forward_impl(out, rstd, x, w, eps, amax);
 }
 
-void Ops::add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps) {
+void Ops::add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps,
+                              Tensor amax) {
   const int64_t R = a.rows(), C = a.cols();
   const OpChecks c = checks_of(*this, "add_rmsnorm_forward");
   c.compute("a", a).compute("b", b, R * C).compute("w", w, C).compute("sum", sum, R * C);
-  c.compute("out", out, R * C).f32("rstd", rstd, R);
+  c.compute("out", out, R * C).f32("rstd", rstd, R).optional("amax", amax, DType::kF32, 1);
   const OpScope scope(*this, c.op(), [&] { return cat(R, "x", C); });
-  add_rmsnorm_forward_impl(sum, out, rstd, a, b, w, eps);
+  add_rmsnorm_forward_impl(sum, out, rstd, a, b, w, eps, amax);
 }
 
-void Ops::add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps) {
+void Ops::add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps,
+                                   Tensor amax) {
   add_impl(sum, a, b);
-  rmsnorm_forward_impl(out, rstd, sum, w, eps);
+  rmsnorm_forward_impl(out, rstd, sum, w, eps, amax);
 }
 
 void Ops::rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd, bool accumulate,
@@ -412,13 +420,13 @@ void Ops::argmax_rows(Tensor out, Tensor x) {
 }
 
 // ---- SwiGLU, add
-void Ops::swiglu_forward(Tensor out, Tensor gate_up) {
+void Ops::swiglu_forward(Tensor out, Tensor gate_up, Tensor amax) {
   const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
   const OpChecks c = checks_of(*this, "swiglu_forward");
   c.compute("gate_up", gate_up).ensure(gate_up.cols() % 2 == 0, "gate_up ", gate_up.shape.str(), " has an odd width");
-  c.compute("out", out, N * I);
+  c.compute("out", out, N * I).optional("amax", amax, DType::kF32, 1);
   const OpScope scope(*this, c.op(), [&] { return cat(N, "x", I); });
-  swiglu_forward_impl(out, gate_up);
+  swiglu_forward_impl(out, gate_up, amax);
 }
 
 void Ops::swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) {

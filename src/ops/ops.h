@@ -50,14 +50,15 @@ struct AdamWHyper {
   VIRTUAL void linear_backward_input_impl(Tensor dx, Tensor dy, Tensor w, bool accumulate) TAIL;              \
   VIRTUAL void linear_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy, Tensor x,                      \
       bool accumulate) TAIL;                                                                                  \
-  VIRTUAL void linear_fp8_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe) TAIL;     \
+  VIRTUAL void linear_fp8_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe,          \
+      const Fp8Amax& amax) TAIL;                                                                              \
   VIRTUAL void linear_fp8_backward_input_impl(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe,               \
-      bool accumulate) TAIL;                                                                                  \
+      bool accumulate, const Fp8Amax& amax) TAIL;                                                             \
   VIRTUAL void linear_fp8_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy, Tensor x, Fp8Recipe recipe, \
-      bool accumulate) TAIL;                                                                                  \
+      bool accumulate, const Fp8Amax& amax) TAIL;                                                             \
   VIRTUAL void embedding_forward_impl(Tensor out, Tensor ids, Tensor table) TAIL;                             \
   VIRTUAL void embedding_backward_impl(Tensor dtable, Tensor ids, Tensor dout, bool accumulate) TAIL;         \
-  VIRTUAL void rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) TAIL;             \
+  VIRTUAL void rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps, Tensor amax) TAIL; \
   VIRTUAL void rmsnorm_backward_impl(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,      \
       bool accumulate, bool accumulate_dw) TAIL;                                                              \
   VIRTUAL void qk_norm_rope_forward_impl(Tensor out, Tensor rstd, Tensor in, Tensor q_w, Tensor k_w,          \
@@ -72,7 +73,7 @@ struct AdamWHyper {
   VIRTUAL void attention_cached_impl(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,    \
       Tensor positions, int n_heads, int n_kv_heads) TAIL;                                                    \
   VIRTUAL void argmax_rows_impl(Tensor out, Tensor x) TAIL;                                                   \
-  VIRTUAL void swiglu_forward_impl(Tensor out, Tensor gate_up) TAIL;                                          \
+  VIRTUAL void swiglu_forward_impl(Tensor out, Tensor gate_up, Tensor amax) TAIL;                             \
   VIRTUAL void swiglu_backward_impl(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) TAIL;           \
   VIRTUAL void add_impl(Tensor out, Tensor a, Tensor b) TAIL;                                                 \
   VIRTUAL void cross_entropy_forward_backward_impl(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h, Tensor w, \
@@ -175,16 +176,18 @@ class Ops {
   // ---- the same three products with FP8 operands (ops/fp8_recipe.h; recipe not kOff): each
   // GEMM's operands scaled from their amax and cast to FP8, fp32 accumulation, the product
   // dequantized into the compute dtype. The bias is added, and dbias summed, from the
-  // unquantized values. Nothing FP8 outlives the call.
-  void linear_fp8_forward(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe);
-  void linear_fp8_backward_input(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate);
+  // unquantized values. Nothing FP8 outlives the call. amax (tensorwise only): where x's and
+  // w's amax are found or kept (ops/fp8_recipe.h's Fp8Amax); the same results either way.
+  void linear_fp8_forward(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recipe recipe, const Fp8Amax& amax = {});
+  void linear_fp8_backward_input(Tensor dx, Tensor dy, Tensor w, Fp8Recipe recipe, bool accumulate,
+                                 const Fp8Amax& amax = {});
   void linear_fp8_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, Fp8Recipe recipe,
-                                  bool accumulate = true);
+                                  bool accumulate = true, const Fp8Amax& amax = {});
   // Both backward products of one layer from the same dy: linear_fp8_backward_weight (dw,
   // dbias; accumulate as there), then linear_fp8_backward_input (dx overwritten), the same
   // results; a backend may quantize dy once for both (tensorwise: the same scale either way).
   void linear_fp8_backward(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, Fp8Recipe recipe,
-                           bool accumulate);
+                           bool accumulate, const Fp8Amax& amax = {});
 
   // ---- embedding: out (N,C) = table[ids]; dtable (V,C) F32 += scatter of dout rows
   // (accumulate false: dtable = the scatter, zero in rows no id names)
@@ -192,7 +195,9 @@ class Ops {
   void embedding_backward(Tensor dtable, Tensor ids, Tensor dout, bool accumulate = true);
 
   // ---- RMSNorm over the last dimension: out = x * rstd * w, rstd (R) F32 = 1/sqrt(mean(x^2)+eps)
-  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps);
+  // amax (1) F32, when given: the largest |element| of out as stored, written in the same pass
+  // (for the FP8 linear that reads out: Fp8Amax). The same for add_rmsnorm and swiglu_forward.
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps, Tensor amax = Tensor());
   // dx (=, or += when accumulate) and dw (F32, +=, or = when not accumulate_dw)
   void rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,
                         bool accumulate, bool accumulate_dw = true);
@@ -200,7 +205,8 @@ class Ops {
   // rmsnorm_forward(out, rstd, sum, w, eps), with the same values as those two ops (the
   // default implementation runs them; a backend may fuse them). Its backward is rmsnorm_backward with
   // accumulate: dx += the norm's gradient, on top of the residual's.
-  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps);
+  void add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps,
+                           Tensor amax = Tensor());
 
   // ---- per-head RMSNorm of q and k (Qwen3; skipped when q_w is empty) then RoPE
   // (rotate-half), on packed qkv (B*T, H+2KV, hd); v is copied unchanged.
@@ -257,7 +263,7 @@ class Ops {
   // ---- SwiGLU: out (N,I) = silu(gate) * up, gate_up (N,2I); dgate_up written. act (N,I),
   // when given, also receives swiglu_forward's out, the same bits (the backward needs it for
   // the down projection's weight gradient, so the pass that reads gate_up anyway makes it).
-  void swiglu_forward(Tensor out, Tensor gate_up);
+  void swiglu_forward(Tensor out, Tensor gate_up, Tensor amax = Tensor());
   void swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act = Tensor());
 
   // ---- out = a + b (out may alias a or b)
@@ -307,9 +313,9 @@ class Ops {
   // ---- the backend: each op after the front's checks, with the front's arguments
   ANVIL_OP_IMPLS(virtual, = 0)
   virtual void add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w,
-                                        float eps);
+                                        float eps, Tensor amax);
   virtual void linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
-                                        Fp8Recipe recipe, bool accumulate);
+                                        Fp8Recipe recipe, bool accumulate, const Fp8Amax& amax);
 
   // ---- the backend: op timing. The front asks op_timed() before each op; when true it
   // calls begin_op with the op's name and shape, and end_op when the op's call ends (also

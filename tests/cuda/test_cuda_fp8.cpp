@@ -2,10 +2,15 @@
 // amaxes and scales of fp8_cast.h bit for bit (every operand layout, both recipes), and each
 // cuBLASLt FP8 GEMM (forward, both backward GEMMs, bias, accumulation) within the rounding of
 // its bf16 output (fp32 outputs: the order of the fp32 additions). FP8 against bf16 differs by
-// about 3%, far outside these bounds, so a GEMM that skipped the casts would fail.
+// about 3%, far outside these bounds, so a GEMM that skipped the casts would fail. The amax
+// that RMSNorm, the fused add + RMSNorm and SwiGLU write of their outputs is the cast's own
+// amax pass's, bit for bit, and a cast given it writes the same bytes; training steps with the
+// model's amax slots (model/transformer.h) give the bits of steps without them.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -17,6 +22,7 @@
 #include "ops/cuda/fp8_cast.h"
 #include "ops/fp8_recipe.h"
 #include "ops/ops.h"
+#include "../fp8_amax_steps.h"
 
 namespace anvil {
 namespace {
@@ -186,6 +192,88 @@ TEST(CudaFp8, BackwardInOneOpEqualsTheTwoOps) {
       check("linear_fp8_backward " + tag + " dx against the CPU", dx2, kOut1);
       check("linear_fp8_backward " + tag + " dw against the CPU", dw2, dw_type == DType::kF32 ? kFp8F32 : kOut1);
     }
+}
+
+// A producer's amax (written into `amax` by the op) against the tensorwise cast of its bf16
+// output t (rows, k): the cast's own amax pass (written to a slot) gives the same bits, and the
+// cast given the producer's amax writes the same bytes and inverse scale as the one taking its own.
+void expect_cast_amax(const std::string& what, Buf& t, Buf& amax, int64_t rows, int64_t k) {
+  const auto stream = static_cast<cudaStream_t>(gpu().stream());
+  const auto* src = static_cast<const __nv_bfloat16*>(t.g().data);
+  const size_t n = static_cast<size_t>(rows * k);
+  void* d_bytes = gpu().alloc(2 * n);
+  void* d_stats = gpu().alloc(2 * static_cast<size_t>(fp8_scratch(rows, 0, k).p_stats));
+  void* d_own = gpu().alloc(sizeof(float));
+  auto* own_bytes = static_cast<uint8_t*>(d_bytes);
+  auto* stats = static_cast<float*>(d_stats);
+  const float* own_inv =
+      cuda::quantize_fp8(own_bytes, stats, src, rows, k, false, false, stream, nullptr, {static_cast<float*>(d_own)});
+  const float* known_inv = cuda::quantize_fp8(own_bytes + n, stats + 3 * std::max(rows, k), src, rows, k, false, false,
+                                              stream, nullptr, {static_cast<float*>(amax.g().data), true});
+  gpu().synchronize();
+  float own = NAN, inv[2] = {NAN, NAN};
+  std::vector<uint8_t> bytes(2 * n);
+  ASSERT_EQ(cudaMemcpy(&own, d_own, sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(&inv[0], own_inv, sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(&inv[1], known_inv, sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(bytes.data(), d_bytes, bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  double host = 0;
+  for (double v : t.got()) host = std::max(host, std::fabs(v));
+  const float written = static_cast<float>(amax.got()[0]);
+  EXPECT_EQ(std::bit_cast<uint32_t>(written), std::bit_cast<uint32_t>(own)) << what << ": " << written << " vs " << own;
+  EXPECT_EQ(static_cast<double>(own), host) << what;
+  EXPECT_EQ(inv[0], inv[1]) << what;
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n),
+                         bytes.begin() + static_cast<std::ptrdiff_t>(n)))
+      << what << ": the cast given the amax wrote other bytes";
+  gpu().release(d_bytes);
+  gpu().release(d_stats);
+  gpu().release(d_own);
+}
+
+// Rows of 256 (the vector kernels, and a 64 x 2048 amax joined over 2048 blocks) and of 100
+// (the scalar ones; the fused add + RMSNorm falls back to its two ops there). The amax starts
+// as NaN: the op must write it, not only raise it.
+TEST(CudaFp8, ProducersWriteTheAmaxOfTheCast) {
+  REQUIRE_GPU();
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{64, 256}, {37, 100}, {2048, 256}}) {
+    const std::string tag = dims({rows, cols});
+    uint32_t seed = static_cast<uint32_t>(rows + cols);
+    Buf x({rows, cols}, DType::kBF16, uneven(rows, cols, seed++)), w({cols}, DType::kBF16, randn(cols, seed++));
+    Buf b({rows, cols}, DType::kBF16, uneven(rows, cols, seed++)), sum({rows, cols}, DType::kBF16, nans(rows * cols));
+    Buf out({rows, cols}, DType::kBF16, nans(rows * cols)), rstd({rows}, DType::kF32, nans(rows));
+    Buf amax({1}, DType::kF32, nans(1)), sum_amax({1}, DType::kF32, nans(1));
+    gpu().rmsnorm_forward(out.g(), rstd.g(), x.g(), w.g(), 1e-6f, amax.g());
+    expect_cast_amax("rmsnorm_forward " + tag, out, amax, rows, cols);
+    gpu().add_rmsnorm_forward(sum.g(), out.g(), rstd.g(), x.g(), b.g(), w.g(), 1e-6f, sum_amax.g());
+    expect_cast_amax("add_rmsnorm_forward " + tag, out, sum_amax, rows, cols);
+    Buf gate_up({rows, 2 * cols}, DType::kBF16, uneven(rows, 2 * cols, seed++));
+    Buf act({rows, cols}, DType::kBF16, nans(rows * cols)), act_amax({1}, DType::kF32, nans(1));
+    gpu().swiglu_forward(act.g(), gate_up.g(), act_amax.g());
+    expect_cast_amax("swiglu_forward " + tag, act, act_amax, rows, cols);
+  }
+}
+
+// The CPU test's (test_fp8.cpp) on the GPU: bf16 tensors, the fused producers' amax, the
+// casts' kernels; one-GPU fsdp too.
+TEST(CudaFp8, AmaxSlotsGiveTheSameBits) {
+  REQUIRE_GPU();
+  if (!gpu().fp8_unsupported(Fp8Recipe::kTensorwise).empty())
+    GTEST_SKIP() << gpu().fp8_unsupported(Fp8Recipe::kTensorwise);
+  struct Case {
+    ParallelMode mode;
+    Recompute recompute;
+    int64_t mlp_tile;
+  };
+  for (const Case& cs : {Case{ParallelMode::kDdp, Recompute::kNone, kMlpTileAuto},
+                         Case{ParallelMode::kFsdp, Recompute::kNone, kMlpTileAuto},
+                         Case{ParallelMode::kDdp, Recompute::kSelective, kMlpTileAuto},
+                         Case{ParallelMode::kDdp, Recompute::kFull, kMlpTileAuto},
+                         Case{ParallelMode::kDdp, Recompute::kNone, 32}})
+    testing::expect_fp8_amax_slots_change_no_bit(std::string(cs.mode == ParallelMode::kDdp ? "ddp " : "fsdp ") +
+                                                     recompute_name(cs.recompute) +
+                                                     (cs.mlp_tile == 32 ? ", MLP in tiles" : ""),
+                                                 "cuda", cs.mode, cs.recompute, cs.mlp_tile, 64);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // The loops the CPU reference ops (cpu_ops.h) share: typed views, a deterministic dot
 // product, axpy, the chunked reduction that keeps sums independent of the thread count, and
-// the RMSNorm row backward of rmsnorm.cpp and qk_norm_rope.cpp.
+// the RMSNorm row backward of rmsnorm.cpp and qk_norm_rope.cpp, and the amax an op writes for
+// an FP8 linear (ops.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 
@@ -31,6 +33,14 @@ inline float dot(const float* a, const float* b, int64_t n) {
   float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+// amax (1) F32, when given, = the largest |v[i]| of v's n values.
+inline void store_amax(const Tensor& amax, const float* v, int64_t n) {
+  if (!present(amax)) return;
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::fmax(m, std::fabs(v[i]));
+  *f32(amax) = m;
 }
 
 inline void axpy(float* y, float a, const float* x, int64_t n) {

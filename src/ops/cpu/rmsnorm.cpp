@@ -15,7 +15,7 @@ using cpu::dot;
 using cpu::f32;
 using cpu::norm_row_backward;
 
-void CpuOps::rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) {
+void CpuOps::rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps, Tensor amax) {
   const int64_t R = x.rows(), D = x.cols();
   const float *X = f32(x), *W = f32(w);
   float *O = f32(out), *S = f32(rstd);
@@ -28,6 +28,7 @@ void CpuOps::rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, f
       for (int64_t i = 0; i < D; ++i) O[r * D + i] = W[i] * (xr[i] * s);
     }
   });
+  cpu::store_amax(amax, O, R * D);
 }
 
 void CpuOps::rmsnorm_backward_impl(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,

@@ -16,7 +16,7 @@ inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
-void CpuOps::swiglu_forward_impl(Tensor out, Tensor gate_up) {
+void CpuOps::swiglu_forward_impl(Tensor out, Tensor gate_up, Tensor amax) {
   const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
   const float* GU = f32(gate_up);
   float* O = f32(out);
@@ -24,10 +24,11 @@ void CpuOps::swiglu_forward_impl(Tensor out, Tensor gate_up) {
     for (int64_t n = nb; n < ne; ++n)
       for (int64_t i = 0; i < I; ++i) O[n * I + i] = silu(GU[n * 2 * I + i]) * GU[n * 2 * I + I + i];
   });
+  cpu::store_amax(amax, O, N * I);
 }
 
 void CpuOps::swiglu_backward_impl(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) {
-  if (act.data) swiglu_forward_impl(act, gate_up);
+  if (act.data) swiglu_forward_impl(act, gate_up, Tensor());
   const int64_t N = gate_up.rows(), I = gate_up.cols() / 2;
   const float *GU = f32(gate_up), *G = f32(dout);
   float* D = f32(dgate_up);

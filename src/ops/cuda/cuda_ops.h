@@ -36,6 +36,7 @@
 
 #include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/gemm.h"
+#include "ops/cuda/fp8_cast.h"
 #include "ops/cuda/gemm_fp8.h"
 #include "ops/cuda/reduce.h"
 #include "ops/ops.h"
@@ -101,9 +102,9 @@ class CudaOps final : public Ops {
 
   ANVIL_OP_IMPLS(, override)
   void add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w,
-                                float eps) override;
+                                float eps, Tensor amax) override;
   void linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, Fp8Recipe recipe,
-                                bool accumulate) override;
+                                bool accumulate, const Fp8Amax& amax) override;
 
   // Op timing (ops.h): events on the main queue around each op, and the host's clock; not
   // off the main queue, nor for an op another op runs.
@@ -129,11 +130,13 @@ class CudaOps final : public Ops {
   cuda::Gemm& gemm(const char* op);
   cuda::Fp8Gemm& fp8_gemm(const char* op);
   // The two operands of an FP8 GEMM quantized into the shared scratch (ops/cuda/fp8_cast.h):
-  // p (p_rows, K) and q (q_rows, K), each from its bf16 source, transposed where asked.
+  // p (p_rows, K) and q (q_rows, K), each from its bf16 source, transposed where asked, each
+  // tensorwise amax from or into its slot where it has one (fp8_cast.h's AmaxSlot).
   struct Fp8Source {
     const void* src;
     int64_t rows;
     bool transposed;
+    cuda::AmaxSlot amax = {};
   };
   std::pair<cuda::Fp8Operand, cuda::Fp8Operand> quantize_fp8_pair(Fp8Source p, Fp8Source q, int64_t k,
                                                                    Fp8Recipe recipe);

@@ -11,6 +11,8 @@
 // reducing every amax for a tensorwise scale); the cast, element by element or through a 32 x 32 shared-memory tile
 // that writes the transpose coalesced.
 // Maxima do not depend on order and each byte is one element's cast, so both give the same bits, deterministic.
+// A tensorwise amax given by the caller (AmaxSlot known) skips the amax pass; one taken is also
+// written to the slot.
 // __NV_SATFINITE is the recipe's saturation: beyond +-max clamps, NaN stays.
 #include <cuda_fp8.h>
 
@@ -62,13 +64,16 @@ __global__ void row_scales_kernel(float* scale, float* inv, const float* amax, i
   }
 }
 
-__global__ void tensor_scale_kernel(float* scale, float* inv, const float* amax, int64_t n, float fp8_max) {
+// The tensor's scale from n amaxes (their max also into *whole, unless null).
+__global__ void tensor_scale_kernel(float* scale, float* inv, float* whole, const float* amax, int64_t n,
+                                    float fp8_max) {
   float m = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, amax[i]);
   m = block_max(m);
   if (threadIdx.x == 0) {
     scale[0] = scale_of(m, fp8_max, false);
     inv[0] = __frcp_rn(scale[0]);
+    if (whole) *whole = m;
   }
 }
 
@@ -119,8 +124,7 @@ __global__ void amax_tensor_kernel(float* amax, const __nv_bfloat16* src, int64_
 #pragma unroll
     for (int j = 0; j < kVec; ++j) m = fmaxf(m, fabsf(v[j]));
   }
-  m = block_max(m);
-  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned*>(amax), __float_as_uint(m));
+  block_amax_to(amax, m);
 }
 
 // The tensor's scale from its amax (tensor_scale_kernel's, bit for bit); the grid's first
@@ -196,16 +200,21 @@ __global__ void cast_transpose_tensor_kernel(uint8_t* dst, uint8_t* straight, co
 
 bool aligned8(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 8 == 0; }
 
-// The tensorwise quantization in two passes (the top of the file); false when the shape or
+// The tensorwise quantization in two passes (the top of the file), or one where the slot
+// knows the amax (else the amax goes to the slot, when there is one); false when the shape or
 // the pointers are off the 8-element grid.
 bool quantize_tensor_fast(uint8_t* dst, uint8_t* straight, float* amax, float* scale, float* inv,
-                          const __nv_bfloat16* src, int64_t rows, int64_t k, bool transposed, cudaStream_t stream) {
+                          const __nv_bfloat16* src, int64_t rows, int64_t k, bool transposed, AmaxSlot slot,
+                          cudaStream_t stream) {
   if (rows % kVec != 0 || k % kVec != 0 || !aligned16(src) || !aligned8(dst) || !aligned8(straight)) return false;
   const int64_t n8 = rows * k / kVec;
-  CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   const unsigned blocks = grid_stride_blocks(n8, 256);
-  amax_tensor_kernel<<<blocks < 2048 ? blocks : 2048, 256, 0, stream>>>(amax, src, n8);
-  CUDA_CHECK_LAUNCH();
+  if (slot.at) amax = slot.at;
+  if (!slot.known) {
+    CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    amax_tensor_kernel<<<blocks < 2048 ? blocks : 2048, 256, 0, stream>>>(amax, src, n8);
+    CUDA_CHECK_LAUNCH();
+  }
   if (transposed) {
     const dim3 grid(static_cast<unsigned>(ceil_div(rows, kVecTile)), static_cast<unsigned>(ceil_div(k, kVecTile)));
     cast_transpose_tensor_kernel<<<grid, 256, 0, stream>>>(dst, straight, src, amax, scale, inv, rows, k);
@@ -219,17 +228,21 @@ bool quantize_tensor_fast(uint8_t* dst, uint8_t* straight, float* amax, float* s
 }  // namespace
 
 const float* quantize_fp8(uint8_t* dst, float* stats, const __nv_bfloat16* src, int64_t rows, int64_t k,
-                          bool transposed, bool rowwise, cudaStream_t stream, uint8_t* straight) {
+                          bool transposed, bool rowwise, cudaStream_t stream, uint8_t* straight, AmaxSlot slot) {
   const int64_t n = rows > k ? rows : k;
   float *amax = stats, *scale = stats + n, *inv = stats + 2 * n;
   ANVIL_ENSURE(!straight || (transposed && !rowwise), kInternal, "quantize_fp8: a straight copy needs a transposed "
                "tensorwise operand");
+  ANVIL_ENSURE(!slot.at || !rowwise, kInternal, "quantize_fp8: an amax slot with the rowwise recipe");
   if (rows == 0 || k == 0) return inv;
-  if (!rowwise && quantize_tensor_fast(dst, straight, amax, scale, inv, src, rows, k, transposed, stream)) return inv;
-  if (straight) quantize_fp8(straight, stats, src, k, rows, false, false, stream);
+  if (!rowwise && quantize_tensor_fast(dst, straight, amax, scale, inv, src, rows, k, transposed, slot, stream))
+    return inv;
+  if (straight) quantize_fp8(straight, stats, src, k, rows, false, false, stream, nullptr, slot);
   // The amax of each operand row (rowwise) or of each source row (tensorwise: reduced next).
   const int64_t src_rows = transposed ? k : rows, src_cols = transposed ? rows : k;
-  if (rowwise && transposed) {
+  if (slot.known) {
+    tensor_scale_kernel<<<1, 1024, 0, stream>>>(scale, inv, nullptr, slot.at, 1, kE4M3Max);
+  } else if (rowwise && transposed) {
     CUDA_CHECK(cudaMemsetAsync(amax, 0, static_cast<size_t>(src_cols) * sizeof(float), stream));
     const dim3 grid(static_cast<unsigned>(ceil_div(src_cols, 256)),
                     static_cast<unsigned>(ceil_div(src_rows, kColRows)));
@@ -241,8 +254,8 @@ const float* quantize_fp8(uint8_t* dst, float* stats, const __nv_bfloat16* src, 
   CUDA_CHECK_LAUNCH();
   if (rowwise)
     row_scales_kernel<<<grid_stride_blocks(rows, 256), 256, 0, stream>>>(scale, inv, amax, rows, kE4M3Max);
-  else
-    tensor_scale_kernel<<<1, 1024, 0, stream>>>(scale, inv, amax, src_rows, kE4M3Max);
+  else if (!slot.known)
+    tensor_scale_kernel<<<1, 1024, 0, stream>>>(scale, inv, slot.at, amax, src_rows, kE4M3Max);
   CUDA_CHECK_LAUNCH();
   if (transposed) {
     const dim3 grid(static_cast<unsigned>(ceil_div(rows, kTile)), static_cast<unsigned>(ceil_div(k, kTile)));

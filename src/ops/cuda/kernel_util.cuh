@@ -1,5 +1,6 @@
-// Device helpers shared by the CUDA op kernels: bf16 vector loads, warp and block sums, and
-// the launch-shape constants that keep reductions deterministic.
+// Device helpers shared by the CUDA op kernels: bf16 vector loads, warp and block sums, a
+// tensor's amax joined across blocks, and the launch-shape constants that keep reductions
+// deterministic.
 //
 // Every reduction in ops/cuda runs in a fixed order that depends only on the problem shape
 // (never on timing or on the GPU model): partial sums go to a workspace with one row per
@@ -64,6 +65,22 @@ __device__ __forceinline__ float block_max(float v) {
   r = warp_max(r);
   __syncthreads();
   return r;
+}
+
+// max(m, the largest |v[i]| rounded to bf16, as store_bf16 stores it).
+template <int VEC>
+__device__ __forceinline__ float amax_bf16(float m, const float (&v)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) m = fmaxf(m, fabsf(__bfloat162float(__float2bfloat16_rn(v[i]))));
+  return m;
+}
+
+// *amax = max(*amax, the block's largest m), every thread of the block calling with its m >= 0:
+// an atomic max of the float's bits (non-negative floats order as their bits), exact and
+// independent of the order of the blocks (*amax zeroed before the kernel).
+__device__ __forceinline__ void block_amax_to(float* amax, float m) {
+  m = block_max(m);
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned*>(amax), __float_as_uint(m));
 }
 
 // VEC consecutive bf16 as floats: one 16-byte load for VEC == 8, scalar loads for VEC == 1.

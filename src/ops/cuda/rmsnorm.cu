@@ -10,7 +10,8 @@
 // add_rmsnorm_forward is the residual add and the forward in one pass over the row: it
 // stores the bf16 sum and normalises what it stored, with the forward's thread layout and
 // order of sums, so its output is bit for bit add_bf16 then rmsnorm_forward (where the
-// pointers do not allow the vector path, it runs those two).
+// pointers do not allow the vector path, it runs those two). Given an amax, both forwards also
+// take the largest |element| of the bf16 output they store (block_amax_to).
 #include "core/cuda/check.h"
 #include "core/error.h"
 #include "ops/cuda/elementwise.h"
@@ -26,7 +27,7 @@ constexpr int64_t kMaxCols = 12288;  // the dw row of one block lives in 48 KB o
 }  // namespace
 
 template <int VEC>
-static __global__ void rmsnorm_fwd_kernel(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* x,
+static __global__ void rmsnorm_fwd_kernel(__nv_bfloat16* out, float* rstd, float* amax, const __nv_bfloat16* x,
                                           const __nv_bfloat16* w, int cols, float eps) {
   const int64_t r = blockIdx.x;
   const __nv_bfloat16* xr = x + r * cols;
@@ -40,6 +41,7 @@ static __global__ void rmsnorm_fwd_kernel(__nv_bfloat16* out, float* rstd, const
   ss = block_sum(ss);
   const float rs = rsqrtf(ss / static_cast<float>(cols) + eps);
   if (threadIdx.x == 0) rstd[r] = rs;
+  float m = 0.0f;
   for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
     float v[VEC], wv[VEC];
     load_bf16<VEC>(xr + c, v);
@@ -47,11 +49,13 @@ static __global__ void rmsnorm_fwd_kernel(__nv_bfloat16* out, float* rstd, const
 #pragma unroll
     for (int i = 0; i < VEC; ++i) v[i] = v[i] * rs * wv[i];
     store_bf16<VEC>(out + r * cols + c, v);
+    if (amax) m = amax_bf16(m, v);
   }
+  if (amax) block_amax_to(amax, m);
 }
 
 template <int VEC>
-static __global__ void add_rmsnorm_fwd_kernel(__nv_bfloat16* sum, __nv_bfloat16* out, float* rstd,
+static __global__ void add_rmsnorm_fwd_kernel(__nv_bfloat16* sum, __nv_bfloat16* out, float* rstd, float* amax,
                                               const __nv_bfloat16* a, const __nv_bfloat16* b,
                                               const __nv_bfloat16* w, int cols, float eps) {
   const int64_t r = blockIdx.x;
@@ -71,6 +75,7 @@ static __global__ void add_rmsnorm_fwd_kernel(__nv_bfloat16* sum, __nv_bfloat16*
   ss = block_sum(ss);
   const float rs = rsqrtf(ss / static_cast<float>(cols) + eps);
   if (threadIdx.x == 0) rstd[r] = rs;
+  float m = 0.0f;
   for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
     float v[VEC], wv[VEC];
     load_bf16<VEC>(sr + c, v);
@@ -78,7 +83,9 @@ static __global__ void add_rmsnorm_fwd_kernel(__nv_bfloat16* sum, __nv_bfloat16*
 #pragma unroll
     for (int i = 0; i < VEC; ++i) v[i] = v[i] * rs * wv[i];
     store_bf16<VEC>(out + r * cols + c, v);
+    if (amax) m = amax_bf16(m, v);
   }
+  if (amax) block_amax_to(amax, m);
 }
 
 template <int VEC>
@@ -127,26 +134,28 @@ static __global__ void rmsnorm_bwd_kernel(__nv_bfloat16* dx, float* partials, co
 }
 
 void rmsnorm_forward(__nv_bfloat16* out, float* rstd, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                     int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
+                     int64_t rows, int64_t cols, float eps, cudaStream_t stream, float* amax) {
+  if (amax) CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
   if (rows == 0) return;
   const int c = static_cast<int>(cols);
   if (cols % 8 == 0 && aligned16(out) && aligned16(x) && aligned16(w))
-    rmsnorm_fwd_kernel<8><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, x, w, c, eps);
+    rmsnorm_fwd_kernel<8><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, amax, x, w, c, eps);
   else
-    rmsnorm_fwd_kernel<1><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, x, w, c, eps);
+    rmsnorm_fwd_kernel<1><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, amax, x, w, c, eps);
   CUDA_CHECK_LAUNCH();
 }
 
 void add_rmsnorm_forward(__nv_bfloat16* sum, __nv_bfloat16* out, float* rstd, const __nv_bfloat16* a,
                          const __nv_bfloat16* b, const __nv_bfloat16* w, int64_t rows, int64_t cols, float eps,
-                         cudaStream_t stream) {
-  if (rows == 0) return;
+                         cudaStream_t stream, float* amax) {
   if (cols % 8 != 0 || !aligned16(sum) || !aligned16(out) || !aligned16(a) || !aligned16(b) || !aligned16(w)) {
-    add_bf16(sum, a, b, rows * cols, stream);
-    rmsnorm_forward(out, rstd, sum, w, rows, cols, eps, stream);
+    if (rows > 0) add_bf16(sum, a, b, rows * cols, stream);
+    rmsnorm_forward(out, rstd, sum, w, rows, cols, eps, stream, amax);
     return;
   }
-  add_rmsnorm_fwd_kernel<8><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(sum, out, rstd, a, b, w,
+  if (amax) CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+  if (rows == 0) return;
+  add_rmsnorm_fwd_kernel<8><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(sum, out, rstd, amax, a, b, w,
                                                                                   static_cast<int>(cols), eps);
   CUDA_CHECK_LAUNCH();
 }

@@ -8,14 +8,16 @@ namespace anvil {
 using cuda::nv_bf16;
 using cuda::p;
 
-void CudaOps::rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps) {
+void CudaOps::rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps, Tensor amax) {
   cuda::rmsnorm_forward(p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(x), p<nv_bf16>(w), x.rows(), x.cols(), eps,
-                        stream_);
+                        stream_, cuda::present(amax) ? p<float>(amax) : nullptr);
 }
 
-void CudaOps::add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps) {
+void CudaOps::add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps,
+                                       Tensor amax) {
   cuda::add_rmsnorm_forward(p<nv_bf16>(sum), p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(a), p<nv_bf16>(b),
-                            p<nv_bf16>(w), a.rows(), a.cols(), eps, stream_);
+                            p<nv_bf16>(w), a.rows(), a.cols(), eps, stream_,
+                            cuda::present(amax) ? p<float>(amax) : nullptr);
 }
 
 void CudaOps::rmsnorm_backward_impl(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w, Tensor rstd,

@@ -7,8 +7,9 @@ namespace anvil {
 using cuda::nv_bf16;
 using cuda::p;
 
-void CudaOps::swiglu_forward_impl(Tensor out, Tensor gate_up) {
-  cuda::swiglu_forward(p<nv_bf16>(out), p<nv_bf16>(gate_up), gate_up.rows(), gate_up.cols() / 2, stream_);
+void CudaOps::swiglu_forward_impl(Tensor out, Tensor gate_up, Tensor amax) {
+  cuda::swiglu_forward(p<nv_bf16>(out), p<nv_bf16>(gate_up), gate_up.rows(), gate_up.cols() / 2, stream_,
+                       cuda::present(amax) ? p<float>(amax) : nullptr);
 }
 
 void CudaOps::swiglu_backward_impl(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) {
