@@ -241,13 +241,18 @@ TEST(Plan, ModelAllocatesWhatThePlanCounts) {
       in.seq_len = k.seq_len;
       in.recompute = r;
       in.compute_dtype = ops->compute_dtype();
-      const int64_t before = ops->memory_stats().allocated;
-      {
-        const Transformer model(k.config, table, *ops, k.micro_batch, k.seq_len, r);
-        EXPECT_EQ(ops->memory_stats().allocated - before, plan_memory(in).activations)
-            << k.config.architecture << " " << k.micro_batch << "x" << k.seq_len << " " << recompute_name(r);
+      for (Fp8Recipe fp8 : {Fp8Recipe::kOff, Fp8Recipe::kTensorwise}) {
+        in.fp8 = fp8;
+        const int64_t before = ops->memory_stats().allocated;
+        {
+          const Transformer model(k.config, table, *ops, k.micro_batch, k.seq_len, r, kMlpTileAuto, DType::kF32,
+                                  nullptr, fp8);
+          EXPECT_EQ(ops->memory_stats().allocated - before, plan_memory(in).activations)
+              << k.config.architecture << " " << k.micro_batch << "x" << k.seq_len << " " << recompute_name(r)
+              << " fp8 " << fp8_recipe_name(fp8);
+        }
+        EXPECT_EQ(ops->memory_stats().allocated, before) << recompute_name(r);
       }
-      EXPECT_EQ(ops->memory_stats().allocated, before) << recompute_name(r);
     }
   }
   const ParamTable tiny(cases[0].config, 1);
