@@ -300,6 +300,30 @@ TEST(Plan, AdviceFollowsTheRule) {
   EXPECT_EQ(advise(in.run(), kH200Bytes).mode, ParallelMode::kFsdp);
 }
 
+// The context-parallel rule, one for anvil train and anvil plan: P ranks, every rank of the
+// run, dividing the key/value heads and the sequence; the refusal names the fix.
+TEST(Plan, ContextParallelRule) {
+  const ModelConfig m = preset_config("qwen3-1.7b");  // 8 key/value heads
+  EXPECT_NO_THROW(check_context_parallel(1, 3, m, 2047, "--nproc"));
+  EXPECT_NO_THROW(check_context_parallel(2, 2, m, 2048, "--nproc"));
+  auto refusal = [&](int64_t P, int world, int64_t seq_len) {
+    try {
+      check_context_parallel(P, world, m, seq_len, "--nproc");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal(3, 3, 2048).find("the model's 8 key/value heads do not split evenly over 3 ranks"),
+            std::string::npos) << refusal(3, 3, 2048);
+  EXPECT_NE(refusal(2, 2, 2047).find("sequence length 2047 does not split into 2 equal slices"), std::string::npos)
+      << refusal(2, 2, 2047);
+  EXPECT_NE(refusal(4, 2, 2048).find("--context-parallel 4 on 2 ranks"), std::string::npos) << refusal(4, 2, 2048);
+  EXPECT_NE(refusal(4, 2, 2048).find("or --nproc 4"), std::string::npos) << refusal(4, 2, 2048);
+  EXPECT_NE(refusal(0, 1, 2048).find("must be at least 1"), std::string::npos) << refusal(0, 1, 2048);
+}
+
 TEST(Plan, Command) {
   auto r = testing::run_anvil({"plan", "--preset", "qwen3-14b", "--nproc", "2", "--seq-len", "2048", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -326,6 +350,7 @@ TEST(Plan, Command) {
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("activations"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("advice: ddp fits"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("sequence 2048 x micro-batch 1,"), std::string::npos) << "no data: 2048 tokens\n" << t.out;
   auto sel = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--recompute", "selective", "--json"});
   ASSERT_EQ(sel.exit_code, 0) << sel.out;
   EXPECT_EQ(json_parse(sel.out, "plan")["ddp"]["recompute"], "selective");

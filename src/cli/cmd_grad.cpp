@@ -15,7 +15,7 @@ int cmd_grad(int argc, char** argv) {
                  "grad.<name> F32 under Hugging Face names (tied models: the embedding's name only).");
   a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache", true)
       .opt("--tokens", &o.tokens, "FILE",
-           "safetensors holding input_ids I64 [B, T]; with position_ids I64 [B, T] (0 at each document's\n"
+           "safetensors holding input_ids I64 [B, T]; with position_ids I64 [B, T] (0 at each document's "
            "first token), documents packed in each sequence: attention, RoPE and the loss per document", true)
       .opt("--out", &o.out, "FILE", "output safetensors", true)
       .choice("--device", &o.device, {"cpu", "cuda"}, "where to compute");
