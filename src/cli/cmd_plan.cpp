@@ -97,6 +97,32 @@ StepTarget step_target(const TargetFlags& f, int nproc) {
   return t;
 }
 
+// The settings the plan reads, resolved as a run on `world` GPUs (bf16) would resolve them, but
+// for what advise() chooses: without data 2048 tokens, the rules of context parallelism and of
+// offloading checked, the blocks' gradient dtype.
+PlannedRun resolve_plan(TrainConfig& c, const ModelConfig& model, int world) {
+  DataSection& d = c.data;
+  ParallelSection& p = c.parallel;
+  if (d.seq_len == 0) d.seq_len = kSeqLenWithoutData;
+  ANVIL_ENSURE(d.seq_len >= 2 && d.micro_batch >= 1 && d.grad_accum >= 1, kUsage,
+               "anvil plan: --micro-batch, --grad-accum must be >= 1 and --seq-len >= 2");
+  check_context_parallel(p.context_parallel, world, model, d.seq_len, "--nproc");
+  check_offload(p.recompute, p.offload_activations);
+  const PlannedRun run{model, d, p, world};
+  const bool bf16 = resolve_grad_dtype(p.grad_dtype, run.compute_dtype, d.grad_accum) == DType::kBF16;
+  p.grad_dtype = bf16 ? GradDType::kBF16 : GradDType::kF32;
+  return run;
+}
+
+// No prediction where the step model does not price the setting: context parallelism's
+// all-to-alls, FP8 linears without the table's FP8 rates.
+void skip_unmodelled(StepTarget& t, const ParallelSection& p) {
+  if (!t.gpu) return;
+  if (p.context_parallel > 1) t.why_not = "the step model does not count context parallelism's all-to-alls yet";
+  else if (p.fp8 != Fp8Recipe::kOff) t.why_not = t.table.why_not_fp8(*t.gpu);
+  if (!t.why_not.empty()) t.gpu = nullptr;
+}
+
 // The step of a mode as its plan resolved it.
 StepPrediction predict_mode(const PlannedRun& run, const MemoryPlan& plan, const StepTarget& t) {
   ParallelSection p = run.parallel;
@@ -148,33 +174,19 @@ int cmd_plan(int argc, char** argv) {
       .flag("--json", &json, "print one JSON object");
   bind_step_model(a, &target.op_table, &target.bus_gbps);
   if (!a.parse(argc, argv)) return 0;
-  DataSection& d = c.data;
-  ParallelSection& par = c.parallel;
   ANVIL_ENSURE(c.model.model.empty() != c.model.preset.empty(), kUsage,
                "anvil plan: give exactly one of --model and --preset");
-  if (d.seq_len == 0) d.seq_len = kSeqLenWithoutData;
-  ANVIL_ENSURE(nproc >= 1 && d.seq_len >= 2 && d.micro_batch >= 1 && d.grad_accum >= 1, kUsage,
-               "anvil plan: --nproc, --micro-batch, --grad-accum must be >= 1 and --seq-len >= 2");
+  ANVIL_ENSURE(nproc >= 1, kUsage, "anvil plan: --nproc must be >= 1");
   const ModelConfig model =
       c.model.preset.empty() ? load_config(resolve_model_dir(c.model.model)) : preset_config(c.model.preset);
   const int world = static_cast<int>(nproc);
-  check_context_parallel(par.context_parallel, world, model, d.seq_len, "--nproc");
-  check_offload(par.recompute, par.offload_activations);
-  const PlannedRun run{model, d, par, world};  // on a GPU: bf16
-  const GradDType asked = par.grad_dtype;
-  par.grad_dtype = resolve_grad_dtype(asked, run.compute_dtype, d.grad_accum) == DType::kBF16 ? GradDType::kBF16
-                                                                                            : GradDType::kF32;
+  const GradDType asked = c.parallel.grad_dtype;
+  const PlannedRun run = resolve_plan(c, model, world);
+  const ParallelSection& par = run.parallel;
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
   const PlanAdvice adv = advise(run, gpu_bytes);
   StepTarget target_of = step_target(target, world);
-  if (par.context_parallel > 1 && target_of.gpu) {
-    target_of.gpu = nullptr;
-    target_of.why_not = "the step model does not count context parallelism's all-to-alls yet";
-  }
-  if (par.fp8 != Fp8Recipe::kOff && target_of.gpu && !target_of.table.why_not_fp8(*target_of.gpu).empty()) {
-    target_of.why_not = target_of.table.why_not_fp8(*target_of.gpu);
-    target_of.gpu = nullptr;
-  }
+  skip_unmodelled(target_of, par);
   StepPrediction ddp, fsdp;
   if (target_of.gpu) {
     ddp = predict_mode(run, adv.ddp, target_of);
