@@ -213,7 +213,11 @@ def main():
     if args.experiment == "all":
         if not args.dry_run:
             ap.error("all runs with --dry-run only")
-        return max([run_one(name, args) or print() or 0 for name in experiments()])
+        failed = 0
+        for name in experiments():
+            failed |= run_one(name, args)
+            print()
+        return failed
     if args.experiment not in experiments():
         ap.error("no experiment %s (bench/run.py --list)" % args.experiment)
     signal.signal(signal.SIGTERM, interrupted)
