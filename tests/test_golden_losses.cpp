@@ -24,10 +24,10 @@
 namespace anvil {
 namespace {
 
-constexpr int64_t kSteps = 20, kSeq = 32, kSequences = 2;  // global: 2 sequences a micro-batch
+constexpr int64_t kSteps = 20, kSeq = 32, kSequences = 4;  // a step: 4 sequences over ranks and micro-batches
 
-// The step's micro-batches of one sequence each (ids from a fixed generator, below the
-// fixtures' smallest vocabulary): micro-batch m of step s is sequence 2 s + m.
+// Sequence `index` of the run (ids from a fixed generator, below the
+// fixtures' smallest vocabulary); step s holds sequences 4 s .. 4 s + 3.
 std::vector<int64_t> sequence(int64_t index) {
   std::vector<int64_t> ids(static_cast<size_t>(kSeq));
   uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index + 1);
@@ -136,6 +136,7 @@ TEST_P(GoldenLosses, TwentyStepsGiveTheRecordedBits) {
   Json got = Json::object();
   for (const Variant& v : variants()) got[v.name] = run(fixture, v);
   if (const char* w = std::getenv("ANVIL_WRITE_GOLDEN"); w && std::string(w) == "1") {
+    ASSERT_FALSE(HasFailure()) << "nothing written: a run failed";
     Json all = Json::object();
     if (std::ifstream in(golden_path()); in) all = json_parse(std::string(std::istreambuf_iterator<char>(in), {}), golden_path());
     all[fixture] = got;

@@ -77,7 +77,10 @@ void save(TrainRun& run, int64_t step, bool complete, const Json& eval_loss) {
   saved(run, save_checkpoint(*run.trainer, run.base.comm.get(), k, run.save, run.order->after(step)));
 }
 
+// Every --save-every steps, and the last step wherever there is a --ckpt-dir: a run that
+// ends never leaves its last steps unsaved.
 bool due(const TrainConfig& c, int64_t step) {
+  if (!c.checkpoint.dir.empty() && step == c.steps) return true;
   return c.checkpoint.save_every > 0 && step % c.checkpoint.save_every == 0;
 }
 
