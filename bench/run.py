@@ -106,7 +106,10 @@ class Runner:
 
     def query(self, *args):
         """anvil's stdout for a question that runs on the CPU (anvil plan), asked in a dry run too."""
-        return subprocess.run([self.bin, *map(str, args)], capture_output=True, text=True, check=True).stdout
+        try:
+            return subprocess.run([self.bin, *map(str, args)], capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise Stop("anvil %s, which chooses the runs, failed: %s" % (" ".join(map(str, args)), e))
 
     def _keep(self, label, r):
         if self.dry:
@@ -153,7 +156,8 @@ def settings(mod, pairs):
     for pair in pairs:
         key, _, value = pair.partition("=")
         if key not in s:
-            sys.exit("bench/run.py: %s has no setting %s (it has: %s)" % (mod.__name__, key, ", ".join(s) or "none"))
+            sys.exit("bench/run.py: %s has no setting %s (it has: %s)" % (mod.__name__.split(".")[-1], key,
+                                                                          ", ".join(s) or "none"))
         s[key] = type(s[key])(value) if s[key] is not None else value
     return s
 

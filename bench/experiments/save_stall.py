@@ -9,9 +9,10 @@ read (page cache dropped) bandwidth. Then, for each preset (fresh weights), on r
     saves against without (steps after the 10th);
   - a resume from the newest checkpoint with its pages dropped from the cache: the checksum
     pass's and the load's GB/s (they run side by side) beside bench disk's read.
-qwen3-8b takes a call of its own (98 GB of snapshot and checkpoint, one save): its STEPS and EVERY
-default to 15 and 10 and PLAIN to 0 (set them to override). NPROC > 1 runs fsdp on NPROC GPUs;
-VOCAB bounds the random token ids; DISK_SIZE is bench disk's file.
+STEPS and EVERY at 0 mean 500 and 50, PLAIN at -1 means 1 (the run without saves too); qwen3-8b
+takes a call of its own (98 GB of snapshot and checkpoint, one save), where they mean 15, 10 and
+0. NPROC > 1 runs fsdp on NPROC GPUs; VOCAB bounds the random token ids; DISK_SIZE is bench
+disk's file.
 """
 import json
 import re
