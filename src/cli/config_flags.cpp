@@ -196,20 +196,20 @@ void bind_step_model(Args& a, std::string* op_table, double* bus_gbps) {
            "link]");
 }
 
-Args& bind_fp8(Args& a, Fp8Recipe* out) {
-  return enum_choice(a, "--fp8", out, {"off", "tensorwise", "rowwise"},
-                     "the blocks' seven linear layers (q/k/v, o, gate/up, down) in FP8 with scales from each "
-                     "tensor's amax: one per tensor, or one per row as torchao's rowwise; every operand E4M3; needs "
-                     "compute capability 8.9 or newer on a GPU, emulated exactly on the CPU",
-                     parse_fp8_recipe, fp8_recipe_name);
-}
-
 Args& bind_mlp_tile(Args& a, int64_t* out) {
   return a.opt("--mlp-tile", out, "N",
                "run each block's MLP (gate/up, SwiGLU, down, and their backward) over N tokens at a time, "
                "recomputing gate_up in the backward, so that its buffers hold one tile (0, auto: untiled where the "
                "memory plan fits so, else tiles of at most 256 MiB; without a GPU, untiled while the micro-batch's "
                "gate_up takes at most 512 MiB; N >= the micro-batch's tokens: untiled)");
+}
+
+Args& bind_fp8(Args& a, Fp8Recipe* out) {
+  return enum_choice(a, "--fp8", out, {"off", "tensorwise", "rowwise"},
+                     "the blocks' seven linear layers (q/k/v, o, gate/up, down) in FP8 with scales from each "
+                     "tensor's amax: one per tensor, or one per row as torchao's rowwise; every operand E4M3; needs "
+                     "compute capability 8.9 or newer on a GPU, emulated exactly on the CPU",
+                     parse_fp8_recipe, fp8_recipe_name);
 }
 
 Args& bind_packing(Args& a, Packing* out) {
