@@ -80,14 +80,17 @@ void bind_log(Args& a, LogSection& l) {
 }
 
 void bind_export(Args& a, ExportSection& e) {
-  a.opt("--export", &e.dir, "DIR", "write a Hugging Face model folder at the end")
+  a.opt("--export", &e.dir, "DIR",
+        "write a Hugging Face model folder at the end: a new or empty folder, or an earlier export "
+        "(never the --model folder)")
       .choice("--export-dtype", &e.dtype, {"bf16", "fp32"}, "dtype of the exported weights");
 }
 
 void bind_checkpoint(Args& a, CheckpointSection& k) {
   a.opt("--save-every", &k.save_every, "N", "write a checkpoint every N steps into --ckpt-dir")
       .opt("--ckpt-dir", &k.dir, "DIR",
-           "checkpoint folder; a run resumes from the newest complete checkpoint found there")
+           "checkpoint folder; a run resumes from the newest complete checkpoint found there, and "
+           "saves its last step there")
       .opt("--keep-last", &k.keep_last, "K", "keep only the newest K checkpoints (0: all)")
       .flag("--keep-best", &k.keep_best,
             "also keep the checkpoint of the lowest eval loss (each save step must be an --eval-every step)")
