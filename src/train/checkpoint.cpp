@@ -211,20 +211,6 @@ void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std
   }
 }
 
-std::vector<std::string> continuation_changes(const Json& was, const Json& now) {
-  std::vector<std::string> out;
-  for (const char* key : {"data", "seq_len", "assistant_only_loss", "seed", "shuffle", "global_batch", "steps", "lr",
-                          "warmup", "schedule", "lr_min", "weight_decay", "beta1", "beta2", "eps", "max_grad_norm",
-                          "fp8"}) {
-    if (!was.contains(key) || !now.contains(key) || was[key] == now[key]) continue;
-    // The step count shapes only a cosine schedule.
-    if (std::string(key) == "steps" && was.value("schedule", "") == "constant" && now.value("schedule", "") == "constant")
-      continue;
-    out.push_back(cat(key, " ", was[key].dump(), " -> ", now[key].dump()));
-  }
-  return out;
-}
-
 std::string first_error(Comm* comm, const std::string& mine, std::string_view tag) {
   if (!comm) return mine;
   const auto len = static_cast<size_t>(comm->host_max(static_cast<double>(mine.size()), tag));

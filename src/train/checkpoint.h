@@ -46,11 +46,6 @@ struct SaveSettings {
   std::string config_toml;      // written as anvil_config.toml when not empty
 };
 
-// The settings of meta.json's "train" whose change makes a resumed run differ from an
-// uninterrupted one, each as "name old -> new"; empty when none changed (keys missing from
-// `was`, written by an older anvil, are not compared).
-std::vector<std::string> continuation_changes(const Json& was, const Json& now);
-
 struct SaveReport {
   std::string path;
   double gigabytes = 0, seconds = 0;  // asynchronous: seconds of the slowest rank's background write

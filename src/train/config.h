@@ -105,8 +105,12 @@ struct TrainConfig {
 };
 
 // The training settings recorded in a checkpoint's meta.json ("train"), from the resolved
-// config (its seq_len is the data's) on `world` ranks: what continuation_changes compares. The
-// global batch counts a context-parallel group's sequences once.
+// config (its seq_len is the data's) on `world` ranks. The global batch counts a
+// context-parallel group's sequences once.
 Json train_record(const TrainConfig& c, int world);
+// The recorded settings whose change makes a resumed run differ from an uninterrupted one,
+// each as "name old -> new"; empty when none changed (keys missing from `was`, written by an
+// older anvil, are not compared). One list, in train/config.cpp, makes both.
+std::vector<std::string> continuation_changes(const Json& was, const Json& now);
 
 }  // namespace anvil
