@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "core/duration.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/fault.h"
@@ -25,7 +26,6 @@ namespace anvil {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 constexpr const char* kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 

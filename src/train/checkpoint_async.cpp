@@ -6,11 +6,13 @@
 #include <cstring>
 
 #include "core/bf16.h"
+#include "core/duration.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/fault.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/units.h"
 #include "io/checkpoint_files.h"
 #include "plan/memory_plan.h"
 #include "sys/host_memory.h"
@@ -19,9 +21,6 @@ namespace anvil {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double gib(double bytes) { return bytes / double(1 << 30); }
 
 // Why `local_ranks` snapshots of `bytes` each do not fit in the host's memory (empty: they fit).
 std::string snapshot_refusal(size_t bytes, int local_ranks) {
@@ -30,12 +29,13 @@ std::string snapshot_refusal(size_t bytes, int local_ranks) {
   if (need <= static_cast<double>(m.available)) return "";
   char line[512];
   std::snprintf(line, sizeof line,
-                "asynchronous saves hold a snapshot of each rank's state in host memory: %.2f GiB per rank, %.2f "
-                "GiB for the %d rank%s of this machine, but %.2f GiB of its %.2f GiB are available (%s); save "
+                "asynchronous saves hold a snapshot of each rank's state in host memory: %s GiB per rank, %s "
+                "GiB for the %d rank%s of this machine, but %s GiB of its %s GiB are available (%s); save "
                 "synchronously with --sync-save (training then waits while each checkpoint is written), or spread "
                 "the state over more machines",
-                gib(static_cast<double>(bytes)), gib(need), local_ranks, local_ranks == 1 ? "" : "s",
-                gib(static_cast<double>(m.available)), gib(static_cast<double>(m.total)), m.source.c_str());
+                gib(static_cast<double>(bytes)).c_str(), gib(need).c_str(), local_ranks, local_ranks == 1 ? "" : "s",
+                gib(static_cast<double>(m.available)).c_str(), gib(static_cast<double>(m.total)).c_str(),
+                m.source.c_str());
   return line;
 }
 
