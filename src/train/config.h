@@ -45,7 +45,7 @@ struct ParallelSection {
   bool operator==(const ParallelSection&) const = default;
 };
 
-// Checkpoints (train/checkpoint.h): every save_every steps into dir, keeping the newest
+// Checkpoints (train/checkpoint_save.h): every save_every steps into dir, keeping the newest
 // keep_last (0: all). A run resumes from `resume`, else from the newest complete checkpoint
 // in dir.
 struct CheckpointSection {

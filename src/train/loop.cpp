@@ -9,6 +9,7 @@
 #include "core/duration.h"
 #include "core/fault.h"
 #include "core/log.h"
+#include "model/export.h"
 #include "train/checkpoint_schedule.h"
 #include "train/checks.h"
 #include "train/eval.h"
