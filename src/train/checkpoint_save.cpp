@@ -282,13 +282,14 @@ std::optional<SaveReport> CheckpointSaver::start(const CheckpointSection& where,
     return earlier;
   }
   if (busy()) earlier = wait(settings.pinned);
-  pending_ = std::make_unique<Pending>();
+  auto begun = std::make_unique<Pending>();
+  begun->started = t0;
+  begun->place = begin_save(comm_, where.dir, step);
+  begun->keep_last = where.keep_last;
+  begun->meta = checkpoint_meta(trainer_, settings, position, world_);
+  begun->settings = settings;
+  pending_ = std::move(begun);
   Pending& p = *pending_;
-  p.started = t0;
-  p.place = begin_save(comm_, where.dir, step);
-  p.keep_last = where.keep_last;
-  p.meta = checkpoint_meta(trainer_, settings, position, world_);
-  p.settings = settings;
   const Fault fault = shard_write_fault(step, rank_, world_);
   if (!snapshot_) {
     write_shard_file(p, fault);
