@@ -6,8 +6,8 @@
 // breakdown (forward, backward, exposed communication, optimizer) from up to 3 more steps
 // with the device synchronised at each phase boundary (so nothing overlaps there), and
 // peak memory measured beside the plan's. It is the figure compared side by side with the
-// reference trainer (ref_train.py). With op_times, "op_times" adds each op's device and host
-// milliseconds per step (main queue, by op and shape) from up to 3 more steps.
+// reference trainer (bench/reference_train.py). With op_times, "op_times" adds each op's
+// device and host milliseconds per step (main queue, by op and shape) from up to 3 more steps.
 // "predicted" puts the step model's figures (plan/step_model.h) for the same setting beside
 // the measured ones; write_op_table fits an op-cost table to the timed ops (plan/op_costs.h).
 #pragma once

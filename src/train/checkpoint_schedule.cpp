@@ -72,7 +72,10 @@ void save(TrainRun& run, int64_t step, bool complete, const Json& eval_loss) {
   if (complete || !run.saver->background()) saved(run, run.saver->wait(pins(run)));
 }
 
+// Every --save-every steps, and the last step wherever there is a --ckpt-dir: a run that
+// ends never leaves its last steps unsaved.
 bool due(const TrainConfig& c, int64_t step) {
+  if (!c.checkpoint.dir.empty() && step == c.steps) return true;
   return c.checkpoint.save_every > 0 && step % c.checkpoint.save_every == 0;
 }
 

@@ -2,6 +2,7 @@
 #include "train/checks.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include "comm/comm.h"
 #include "core/error.h"
@@ -133,10 +134,30 @@ void check_eval(TrainConfig& c) {
   check_source(e.data, e.split.empty() ? c.data.split : e.split, "--eval-data", c.data);
 }
 
+// --export's folder: never the --model folder it starts from, and, when it holds files, an
+// earlier export (its anvil_config.toml, which every export writes, and no checkpoint's
+// meta.json): the export replaces files of those names, so any other folder would be mixed.
+void check_export_dir(const TrainConfig& c) {
+  const std::string& dir = c.export_.dir;
+  check_writable_dir(dir, "anvil train: --export");
+  const std::filesystem::path out = std::filesystem::weakly_canonical(std::filesystem::absolute(dir));
+  if (!c.model.model.empty()) {
+    const std::string model_dir = resolve_model_dir(c.model.model);
+    ANVIL_ENSURE(out != std::filesystem::weakly_canonical(std::filesystem::absolute(model_dir)), kUsage,
+                 "anvil train: --export ", dir, " is the --model folder: the export would overwrite the weights the "
+                 "run starts from; give a new folder");
+  }
+  if (!is_directory(dir) || std::filesystem::is_empty(dir)) return;
+  ANVIL_ENSURE(path_exists(path_join(dir, "anvil_config.toml")) && !path_exists(path_join(dir, "meta.json")), kUsage,
+               "anvil train: --export ", dir, " holds files and is not an earlier export (no anvil_config.toml): "
+               "give an empty or new folder");
+}
+
 // Writable outputs; the checkpoint folder locked by rank 0 (or the only process) for the run.
 void check_outputs(const TrainConfig& c, FileLock& ckpt_lock) {
-  if (!c.export_.dir.empty()) check_writable_dir(c.export_.dir, "anvil train: --export");
+  if (!c.export_.dir.empty()) check_export_dir(c);
   if (!c.log.metrics.empty()) check_writable_file(c.log.metrics, "anvil train: --metrics");
+  if (!c.log.tensorboard.empty()) check_writable_dir(c.log.tensorboard, "anvil train: --tensorboard");
   const std::string& dir = c.checkpoint.dir;
   if (dir.empty()) return;
   check_writable_dir(dir, "anvil train: --ckpt-dir");
