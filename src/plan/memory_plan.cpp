@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
 #include "ops/cross_entropy_chunks.h"
@@ -15,12 +16,6 @@ namespace {
 
 constexpr int64_t kGemmWorkspace = 64ll << 20;
 constexpr int64_t kFp8GemmWorkspace = 32ll << 20;  // ops/cuda/gemm_fp8.h's Fp8Gemm
-
-std::string gib(int64_t bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", static_cast<double>(bytes) / (1ll << 30));
-  return b;
-}
 
 // The largest unit, whole and as one shard.
 struct LargestUnit {
