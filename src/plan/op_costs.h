@@ -86,7 +86,7 @@ struct OpCostTable {
 // labels; per_op_us is what the untimed step differs from the ops' sum, per call (the
 // timing events' cost shows as a negative figure). Only the step's ops have rates, and only
 // from calls of at least 1 MiB or 0.1 GFLOP (smaller ones measure their launch).
-OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Ops::OpTime>& measured,
+OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Runtime::OpTime>& measured,
                          double step_ms, const GpuSpec& gpu, const std::string& source);
 // `fit` completed from `base`: an earlier fit of the same GPU keeps its measured sizes that
 // `fit` did not measure (per_op_us the mean over both fits' calls), so steps of several

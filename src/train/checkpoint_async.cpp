@@ -85,13 +85,13 @@ AsyncSaver::AsyncSaver(Trainer& trainer, Comm* comm)
   const auto t0 = Clock::now();
   std::string error;  // one rank's failure is every rank's (the others would wait for it)
   try {
-    snapshot_ = static_cast<char*>(trainer.ops().alloc_host(bytes_));
+    snapshot_ = static_cast<char*>(trainer.ops().runtime().alloc_host(bytes_));
   } catch (const Error& e) {
     error = cat(e.what(), "; save synchronously with --sync-save (no snapshot)");
   }
   error = first_error(comm, error, "snapshot allocation");
   if (!error.empty()) {
-    trainer.ops().release_host(snapshot_);
+    trainer.ops().runtime().release_host(snapshot_);
     raise(ErrorKind::kOutOfMemory, error);
   }
   if (rank_ == 0) {
@@ -106,7 +106,7 @@ AsyncSaver::AsyncSaver(Trainer& trainer, Comm* comm)
 AsyncSaver::~AsyncSaver() {
   if (pending_ && pending_->writer.joinable()) pending_->writer.join();
   if (pending_ && pending_->committer.joinable()) pending_->committer.join();
-  trainer_.ops().release_host(snapshot_);
+  trainer_.ops().runtime().release_host(snapshot_);
 }
 
 double AsyncSaver::stage(int64_t step) {
@@ -125,7 +125,7 @@ double AsyncSaver::stage(int64_t step) {
     char* dst = snapshot_ + parts_[i].offset;
     for (const Tensor& t : held) {
       const Tensor slice = t.slice_rows(at, at + shard);
-      trainer_.ops().download(dst, slice);
+      trainer_.ops().runtime().download(dst, slice);
       dst += slice.bytes();
     }
     parts_[i].split = held.size() == 2;
