@@ -20,6 +20,18 @@
 
 namespace anvil {
 
+// The memory and copy implementations (*_impl) every backend gives, declared once for the base
+// class, ANVIL_RUNTIME_IMPLS(virtual, = 0), and for each backend's, ANVIL_RUNTIME_IMPLS(, override).
+#define ANVIL_RUNTIME_IMPLS(VIRTUAL, TAIL)                                                            \
+  VIRTUAL void* alloc_impl(size_t bytes) TAIL;                                                        \
+  VIRTUAL void release_impl(void* p) TAIL;                                                            \
+  VIRTUAL void upload_impl(Tensor dst, const void* host_src) TAIL;                                    \
+  VIRTUAL void download_impl(void* host_dst, Tensor src) TAIL;                                        \
+  VIRTUAL void zero_impl(Tensor t) TAIL;                                                              \
+  VIRTUAL void convert_impl(Tensor dst, Tensor src) TAIL;                                             \
+  VIRTUAL void copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows, \
+                              int64_t width) TAIL;
+
 class Runtime {
  public:
   virtual ~Runtime() = default;
@@ -125,17 +137,10 @@ class Runtime {
 
  protected:
   // ---- the backend: memory and copies, after the front's checks
-  virtual void* alloc_impl(size_t bytes) = 0;
-  virtual void release_impl(void* p) = 0;
+  ANVIL_RUNTIME_IMPLS(virtual, = 0)
   virtual int64_t memory_capacity() const { return 0; }  // MemoryStats::capacity
   virtual void* alloc_host_impl(size_t bytes);  // throws kOutOfMemory naming the bytes
   virtual void release_host_impl(void* p);
-  virtual void upload_impl(Tensor dst, const void* host_src) = 0;
-  virtual void download_impl(void* host_dst, Tensor src) = 0;
-  virtual void zero_impl(Tensor t) = 0;
-  virtual void convert_impl(Tensor dst, Tensor src) = 0;
-  virtual void copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
-                              int64_t width) = 0;
   // The activation offload's copies (default: download and upload, which wait for them).
   virtual void copy_to_host_impl(void* host_dst, Tensor src, int slot);
   virtual void copy_to_device_impl(Tensor dst, const void* host_src, int slot);

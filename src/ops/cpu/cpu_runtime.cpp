@@ -14,7 +14,7 @@
 
 namespace anvil {
 
-using cpu::f32;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 void* CpuRuntime::alloc_impl(size_t bytes) {
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);

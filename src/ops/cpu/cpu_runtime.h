@@ -23,14 +23,7 @@ class CpuRuntime final : public Runtime {
   OpTimes take_op_times() override;
 
  protected:
-  void* alloc_impl(size_t bytes) override;
-  void release_impl(void* p) override;
-  void upload_impl(Tensor dst, const void* host_src) override;
-  void download_impl(void* host_dst, Tensor src) override;
-  void zero_impl(Tensor t) override;
-  void convert_impl(Tensor dst, Tensor src) override;
-  void copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
-                      int64_t width) override;
+  ANVIL_RUNTIME_IMPLS(, override)
 
   bool op_timed() const override { return op_timing_ && !in_op_; }
   void begin_op(const std::string& name) override;

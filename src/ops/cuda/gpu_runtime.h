@@ -53,19 +53,12 @@ class CudaRuntime final : public Runtime {
   int sm() const { return sm_; }
 
  protected:
-  void* alloc_impl(size_t bytes) override;
-  void release_impl(void* p) override;
+  ANVIL_RUNTIME_IMPLS(, override)
   int64_t memory_capacity() const override;
   void* alloc_host_impl(size_t bytes) override;  // page-locked (cudaHostAlloc)
   void release_host_impl(void* p) override;
   void copy_to_host_impl(void* host_dst, Tensor src, int slot) override;
   void copy_to_device_impl(Tensor dst, const void* host_src, int slot) override;
-  void upload_impl(Tensor dst, const void* host_src) override;
-  void download_impl(void* host_dst, Tensor src) override;
-  void zero_impl(Tensor t) override;
-  void convert_impl(Tensor dst, Tensor src) override;
-  void copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
-                      int64_t width) override;
 
   // Op timing (runtime.h): not off the main queue, nor for an op another op runs.
   bool op_timed() const override { return op_timing_ && stream_ == main_ && !in_timed_op_; }
