@@ -81,7 +81,7 @@ struct OpCostTable {
 };
 
 // A table fitted from one measured step: `program` is the step's op list (step_program),
-// `measured` the same step's op times (Ops::take_op_times, per step), `step_ms` the step's
+// `measured` the same step's op times (Runtime::take_op_times, per step), `step_ms` the step's
 // time untimed. Each (op, size) gets the rate sum of work / sum of device time of its
 // labels; per_op_us is what the untimed step differs from the ops' sum, per call (the
 // timing events' cost shows as a negative figure). Only the step's ops have rates, and only

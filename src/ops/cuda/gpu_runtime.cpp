@@ -151,7 +151,7 @@ cudaEvent_t CudaRuntime::event(int slot) {
 void CudaRuntime::record(int slot) { CUDA_CHECK(cudaEventRecord(event(slot), stream_)); }
 void CudaRuntime::wait(int slot) { CUDA_CHECK(cudaStreamWaitEvent(stream_, event(slot), 0)); }
 
-// ---- op timing (ops.h)
+// ---- op timing (runtime.h)
 void CudaRuntime::begin_op(const std::string& name) {
   auto [it, fresh] = op_name_index_.emplace(name, static_cast<int>(op_names_.size()));
   if (fresh) op_names_.push_back(name);
