@@ -57,13 +57,13 @@ SaveSnapshot::SaveSnapshot(Trainer& trainer, Comm* comm, const std::vector<Shard
   const auto t0 = std::chrono::steady_clock::now();
   std::string error;  // one rank's failure is every rank's (the others would wait for it)
   try {
-    data_ = static_cast<char*>(trainer.ops().alloc_host(bytes_));
+    data_ = static_cast<char*>(trainer.ops().runtime().alloc_host(bytes_));
   } catch (const Error& e) {
     error = cat(e.what(), "; save synchronously with --sync-save (no snapshot)");
   }
   error = first_error(comm, error, "snapshot allocation");
   if (!error.empty()) {
-    trainer.ops().release_host(data_);
+    trainer.ops().runtime().release_host(data_);
     raise(ErrorKind::kOutOfMemory, error);
   }
   if (rank_ == 0) {
@@ -75,7 +75,7 @@ SaveSnapshot::SaveSnapshot(Trainer& trainer, Comm* comm, const std::vector<Shard
   }
 }
 
-SaveSnapshot::~SaveSnapshot() { trainer_.ops().release_host(data_); }
+SaveSnapshot::~SaveSnapshot() { trainer_.ops().runtime().release_host(data_); }
 
 double SaveSnapshot::stage(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -93,7 +93,7 @@ double SaveSnapshot::stage(int64_t step) {
     char* dst = data_ + parts_[i].offset;
     for (const Tensor& t : held) {
       const Tensor slice = t.slice_rows(at, at + shard);
-      trainer_.ops().download(dst, slice);
+      trainer_.ops().runtime().download(dst, slice);
       dst += slice.bytes();
     }
     parts_[i].split = held.size() == 2;
