@@ -170,11 +170,8 @@ MemoryPlan plan_memory(const PlanInput& in) {
   p.mlp_tile = effective_mlp_tile(in.config, in.micro_batch * in.seq_len / P, in.compute_dtype, in.mlp_tile);
   const std::vector<ActivationBuffer> acts = activation_buffers(in.config, in.micro_batch, in.seq_len, in.recompute,
                                                                  in.compute_dtype, p.mlp_tile, in.grad_dtype, P,
-                                                                 in.offload);
+                                                                 in.offload, in.fp8);
   p.activations = activation_bytes(acts);
-  // Tensorwise FP8: the amax slots of model/transformer.h, x and w of the 4 block linears
-  // (qkv, o, gate_up, down) per layer, F32.
-  if (in.fp8 == Fp8Recipe::kTensorwise) p.activations += in.config.num_layers * 4 * 2 * 4;
   p.host_activations = host_activation_bytes(acts);
   p.workspace = workspace_bytes(in);
   return p;
