@@ -52,24 +52,27 @@ ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size
     const std::string p = "model.layers." + std::to_string(l) + ".";
     // Matrices first, in GEMM groups, then the small vectors. A group's part starts at its
     // first tensor and holds the rows of all of them.
+    auto part = [&](const std::string& name, Shape shape, Shape part_shape) {
+      return Part{add(u, p + name, shape), part_shape};
+    };
     BlockLayout b;
-    b.qkv_w = {add(u, p + "self_attn.q_proj.weight", {c.q_dim(), C}), {c.qkv_dim(), C}};
+    b.qkv_w = part("self_attn.q_proj.weight", {c.q_dim(), C}, {c.qkv_dim(), C});
     add(u, p + "self_attn.k_proj.weight", {c.kv_dim(), C});
     add(u, p + "self_attn.v_proj.weight", {c.kv_dim(), C});
-    b.o_w = {add(u, p + "self_attn.o_proj.weight", {C, c.q_dim()}), {C, c.q_dim()}};
-    b.gate_up_w = {add(u, p + "mlp.gate_proj.weight", {I, C}), {2 * I, C}};
+    b.o_w = part("self_attn.o_proj.weight", {C, c.q_dim()}, {C, c.q_dim()});
+    b.gate_up_w = part("mlp.gate_proj.weight", {I, C}, {2 * I, C});
     add(u, p + "mlp.up_proj.weight", {I, C});
-    b.down_w = {add(u, p + "mlp.down_proj.weight", {C, I}), {C, I}};
+    b.down_w = part("mlp.down_proj.weight", {C, I}, {C, I});
     if (c.qkv_bias) {
-      b.qkv_b = {add(u, p + "self_attn.q_proj.bias", {c.q_dim()}), {c.qkv_dim()}};
+      b.qkv_b = part("self_attn.q_proj.bias", {c.q_dim()}, {c.qkv_dim()});
       add(u, p + "self_attn.k_proj.bias", {c.kv_dim()});
       add(u, p + "self_attn.v_proj.bias", {c.kv_dim()});
     }
-    b.attn_norm = {add(u, p + "input_layernorm.weight", {C}), {C}};
-    b.mlp_norm = {add(u, p + "post_attention_layernorm.weight", {C}), {C}};
+    b.attn_norm = part("input_layernorm.weight", {C}, {C});
+    b.mlp_norm = part("post_attention_layernorm.weight", {C}, {C});
     if (c.qk_norm) {
-      b.q_norm = {add(u, p + "self_attn.q_norm.weight", {hd}), {hd}};
-      b.k_norm = {add(u, p + "self_attn.k_norm.weight", {hd}), {hd}};
+      b.q_norm = part("self_attn.q_norm.weight", {hd}, {hd});
+      b.k_norm = part("self_attn.k_norm.weight", {hd}, {hd});
     }
     block_ = b;
   }
