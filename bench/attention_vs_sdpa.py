@@ -5,7 +5,7 @@ Runs `anvil_bench_ops --attention` (anvil's paths: the mma.sync kernel, cuDNN's 
 attention with the deterministic backward that anvil uses by default, and cuDNN's
 non-deterministic backward for reference), then times torch.nn.functional.
 scaled_dot_product_attention on its cuDNN and flash backends (torch.nn.attention.sdpa_kernel)
-at the same shapes (issue 11's goal: head_dim 128, causal, 16/8 and 32/8 heads, batch 1
+at the same shapes (head_dim 128, causal, 16/8 and 32/8 heads, batch 1
 and 4, 2048 and 4096 tokens), the same way (host-clock median of 5 batches of back-to-back
 calls, each batch ending with a synchronize, after warm-up) and with the same FLOP count
 (causal: forward 2 * 2 * B * H * T * T * hd / 2, backward 2.5x the forward), and prints a

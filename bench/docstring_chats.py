@@ -2,7 +2,7 @@
 modules (standard library and packages, read from the sources, nothing imported), each a chat
 in which the user asks what a module, class or function does and the assistant answers with
 its docstring. In path order, docstrings of at least 200 characters, each once, up to
-MAX_CHARS characters in all. Used by the curves in bench/ (fp8_curve.sh, long_curve.sh).
+MAX_CHARS characters in all. Used by the fp8_curve and long_curve experiments.
 
 Usage: python3 bench/docstring_chats.py OUT.jsonl [MAX_CHARS=4000000]
 """

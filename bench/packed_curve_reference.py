@@ -1,7 +1,7 @@
-"""The PyTorch reference of bench/packed_curve.sh: transformers trained on the bins of an anvil
-packed file (anvil prepare --packing bfd or bfd-split), block after block in file order, one
-block per step, as ref_train.py trains (fp32 weights, bf16 autocast, AdamW without weight
-decay, gradient norm clipped to 1.0, constant learning rate).
+"""The PyTorch reference of the packed_curve experiment: transformers trained on the bins of an
+anvil packed file (anvil prepare --packing bfd or bfd-split), block after block in file order,
+one block per step, as bench/reference_train.py trains (fp32 weights, bf16 autocast, AdamW
+without weight decay, gradient norm clipped to 1.0, constant learning rate).
 
 Each block's documents come from the file's document table; a block's tokens after its last
 document are padding, one more document whose labels are -100. Attention is per document

@@ -256,6 +256,11 @@ TEST(BenchCommand, UsageAndDeviceErrors) {
   EXPECT_EQ(testing::run_anvil({"bench", "all_to_all", "--device", "cpu"}).exit_code, 2);
   EXPECT_EQ(testing::run_anvil({"bench", "all_reduce", "--device", "cpu", "--nproc-per-node", "gpu"}).exit_code, 2);
   EXPECT_EQ(testing::run_anvil({"bench", "all_reduce", "--device", "cpu", "-b", "1K", "-e", "8"}).exit_code, 2);
+  // bench step times what train would run: a model or a preset, as anvil train and plan ask.
+  const auto step = testing::run_anvil({"bench", "step", "--device", "cpu", "--steps", "2", "--warmup", "1"});
+  EXPECT_EQ(step.exit_code, 2) << step.out;
+  EXPECT_NE(step.out.find("anvil bench step: give exactly one of --model and --preset"), std::string::npos)
+      << step.out;
   if (gpu_count() == 0) {
     auto r = testing::run_anvil({"bench", "all_reduce"});
     EXPECT_EQ(r.exit_code, 3) << r.out;

@@ -110,16 +110,23 @@ TEST_F(CliOutput, TyposGetTheNearestFlagAndBadCountsNameTheirFlag) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out, "anvil train: --steps must be at least 1, got -5\n");
 
+  // One default a flag: its help's own where it says one (the help of each flag is its names
+  // line and the lines under it).
   for (const char* command : {"train", "generate", "plan", "bench", "report", "export", "prepare"}) {
-    const std::string help = testing::run_anvil({command, "--help"}).out;
-    for (const std::string& line : lines_of(help)) {
-      const size_t first = line.find("[default:");
-      EXPECT_TRUE(first == std::string::npos || line.find("[default:", first + 1) == std::string::npos)
-          << command << ": " << line;
+    std::vector<std::string> flags;
+    for (const std::string& line : lines_of(testing::run_anvil({command, "--help"}).out)) {
+      if (line.rfind("  -", 0) == 0) flags.emplace_back();
+      if (!flags.empty()) flags.back().append(line).append("\n");
+    }
+    for (const std::string& flag : flags) {
+      const size_t first = flag.find("[default:");
+      EXPECT_TRUE(first == std::string::npos || flag.find("[default:", first + 1) == std::string::npos)
+          << command << ": " << flag;
     }
   }
   const std::string help = testing::run_anvil({"train", "--help"}).out;
-  EXPECT_TRUE(has(help, "tokens per sequence (must match the data's blocks) [default: the data's]\n")) << help;
+  EXPECT_TRUE(has(help, "[default: the data's blocks' length;")) << help;
+  EXPECT_FALSE(has(help, "[default: 0]\n  --micro-batch")) << "--seq-len's 0 is the data's: " << help;
 }
 
 TEST_F(CliOutput, ResultsOnStdoutProgressOnStderrAndTheRunNamed) {

@@ -22,6 +22,7 @@
 #include "plan/memory_plan.h"
 #include "train/open_run.h"
 #include "comm_ranks.h"
+#include "plan_case.h"
 #include "testing.h"
 
 namespace anvil {
@@ -225,21 +226,21 @@ TEST(ContextParallel, BenchStepCountsTokensOnce) {
 // A rank's activations under context parallel P are those of T/P tokens, but for the RoPE
 // tables (all T positions) and the all-to-all's two chunk buffers; anvil plan prints them.
 TEST(ContextParallel, PlanCountsARanksSlice) {
-  PlanInput in;
-  in.config = preset_config("qwen3-1.7b");
+  testing::PlanCase in(preset_config("qwen3-1.7b"));
   in.world = 2;
-  in.mode = ParallelMode::kFsdp;
-  in.recompute = Recompute::kFull;
-  in.seq_len = 131072;
-  in.context_parallel = 2;
-  in.grad_dtype = DType::kBF16;  // as anvil plan resolves it (the tiled MLP's F32 sum of bf16 gradients counts)
-  const MemoryPlan cp = plan_memory(in);
-  in.seq_len /= 2;
-  in.context_parallel = 1;
-  const MemoryPlan half = plan_memory(in);
-  const ModelConfig& c = in.config;
-  const int64_t rope = 2 * in.seq_len * c.head_dim / 2 * 4;  // the other half of the positions, both tables
-  const int64_t chunks = 2 * in.seq_len * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim * 2;
+  in.parallel.mode = ParallelMode::kFsdp;
+  in.parallel.recompute = Recompute::kFull;
+  in.data.seq_len = 131072;
+  in.parallel.context_parallel = 2;
+  // As anvil plan resolves it (the tiled MLP's F32 sum of bf16 gradients counts).
+  in.parallel.grad_dtype = GradDType::kBF16;
+  const MemoryPlan cp = plan_memory(in.run());
+  in.data.seq_len /= 2;
+  in.parallel.context_parallel = 1;
+  const MemoryPlan half = plan_memory(in.run());
+  const ModelConfig& c = in.model;
+  const int64_t rope = 2 * in.data.seq_len * c.head_dim / 2 * 4;  // the other half of the positions, both tables
+  const int64_t chunks = 2 * in.data.seq_len * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim * 2;
   EXPECT_EQ(cp.activations, half.activations + rope + chunks);
   // The model allocates what the plan counts, to the byte (the CPU backend counts).
   const ModelConfig small = load_config(model_dir());
@@ -248,14 +249,13 @@ TEST(ContextParallel, PlanCountsARanksSlice) {
     const std::unique_ptr<Ops> ops = make_cpu_ops();
     const Transformer model(small, t, *ops, kBatch, kSeq,
                             {.recompute = Recompute::kSelective, .context_parallel = &comm});
-    PlanInput p;
-    p.config = small;
-    p.seq_len = kSeq;
-    p.micro_batch = kBatch;
-    p.recompute = Recompute::kSelective;
+    testing::PlanCase p(small);
+    p.data.seq_len = kSeq;
+    p.data.micro_batch = kBatch;
+    p.parallel.recompute = Recompute::kSelective;
     p.compute_dtype = DType::kF32;
-    p.context_parallel = 4;
-    EXPECT_EQ(ops->memory_stats().allocated, plan_memory(p).activations);
+    p.parallel.context_parallel = 4;
+    EXPECT_EQ(ops->memory_stats().allocated, plan_memory(p.run()).activations);
   });
   // (The tile plan_memory took by size: anvil plan's auto would leave the MLP untiled where it fits.)
   const testing::RunResult r = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2", "--mode", "fsdp",
@@ -265,9 +265,10 @@ TEST(ContextParallel, PlanCountsARanksSlice) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(json_parse(r.out, "plan")["fsdp"]["activations"].get<int64_t>(), cp.activations) << r.out;
   const testing::RunResult bad = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2",
-                                                     "--context-parallel", "3"});
+                                                     "--context-parallel", "4"});
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
-  EXPECT_NE(bad.out.find("--context-parallel 3 needs --nproc 3"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("--context-parallel 4 on 2 ranks"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("--nproc 4"), std::string::npos) << bad.out;
 }
 
 // What Ulysses cannot split is refused before anything is allocated, naming the fix.

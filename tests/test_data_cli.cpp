@@ -1,6 +1,7 @@
 // anvil prepare / anvil tokenize end to end: exit codes, output against the golden fixtures.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <sstream>
 
 #include "core/json.h"
@@ -30,6 +31,35 @@ TEST(PrepareCli, WritesGoldenBlocksAndRejectsBadUsage) {
                                            out + "/nope.jsonl", "--seq-len", "8", "--out", out});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.out.find("nope.jsonl"), std::string::npos) << missing.out;
+}
+
+// Rows with nothing to learn under --assistant-only-loss (no assistant turn) are refused
+// at prepare time, naming the cause and the first such row, when no row has a target; said
+// (the run goes on) when some rows have one.
+TEST(PrepareCli, RowsWithNoTargetUnderAssistantOnlyLoss) {
+  const std::string dir = testing::temp_dir("cli-no-targets");
+  const std::string system_only = dir + "/system.jsonl", mixed = dir + "/mixed.jsonl";
+  const std::string sys = R"({"messages": [{"role": "system", "content": "You are terse."}, )"
+                          R"({"role": "user", "content": "Hello there"}]})";
+  const std::string chat = R"({"messages": [{"role": "user", "content": "Hi"}, )"
+                           R"({"role": "assistant", "content": "Hello! How can I help?"}]})";
+  {
+    std::ofstream(system_only) << sys << "\n" << sys << "\n";
+    std::ofstream(mixed) << chat << "\n" << sys << "\n" << chat << "\n";
+  }
+  auto prepare = [&](const std::string& data, const std::string& out) {
+    return testing::run_anvil({"prepare", "--tokenizer", fixtures() + "/qwen3-tokenizer", "--data", data,
+                               "--seq-len", "32", "--assistant-only-loss", "--out", out});
+  };
+  const auto none = prepare(system_only, dir + "/none");
+  EXPECT_EQ(none.exit_code, 2) << none.out;
+  EXPECT_NE(none.out.find("no row has a token to learn from (--assistant-only-loss keeps the assistant turns' "
+                          "tokens alone, and no row has one; the first: " + system_only + ":1)"),
+            std::string::npos) << none.out;
+  const auto some = prepare(mixed, dir + "/some");
+  EXPECT_EQ(some.exit_code, 0) << some.out;
+  EXPECT_NE(some.out.find("1 of 3 rows have no token to learn from"), std::string::npos) << some.out;
+  EXPECT_NE(some.out.find(mixed + ":2)"), std::string::npos) << some.out;
 }
 
 TEST(TokenizeCli, ChatRowsGiveGoldenRenderingsAndIds) {

@@ -202,6 +202,9 @@ TEST(DataSource, HubDatasetFromTheCache) {
   const std::string missing = message([] { resolve_data_source("org/other"); });
   EXPECT_NE(missing.find("looked in " + path_join(cache, "datasets--org--other")), std::string::npos) << missing;
   EXPECT_NE(message([] { resolve_data_source("no/such/file.parquet"); }).find("no such file or folder"), std::string::npos);
+  // A mistyped local file is a path, not a hub id: no download hint.
+  const std::string local = message([] { resolve_data_source("mydata/nope.jsonl"); });
+  EXPECT_EQ(local, "data mydata/nope.jsonl: no such file or folder") << local;
 }
 
 TEST(DataSource, PrepareFromAHubIdOnTheCommandLine) {

@@ -23,6 +23,7 @@
 #include "ops/attention_scratch.h"
 #include "ops/cross_entropy_chunks.h"
 #include "plan/memory_plan.h"
+#include "plan_case.h"
 #include "testing.h"
 #include "train/resolve.h"
 
@@ -142,15 +143,14 @@ TEST(LongContext, UnsupportedRopeTypeIsRefusedByName) {
 }
 
 TEST(LongContext, PlanOfQwen3_8bAt32kTokens) {
-  PlanInput in;
-  in.config = preset_config("qwen3-8b");
-  in.seq_len = 32768;
-  in.recompute = Recompute::kFull;
-  in.grad_dtype = DType::kBF16;
-  const ModelConfig& c = in.config;
-  const int64_t N = in.seq_len, C = c.hidden_size, I = c.intermediate_size, H = c.num_heads, hd = c.head_dim;
+  testing::PlanCase in(preset_config("qwen3-8b"));
+  in.data.seq_len = 32768;
+  in.parallel.recompute = Recompute::kFull;
+  in.parallel.grad_dtype = GradDType::kBF16;
+  const ModelConfig& c = in.model;
+  const int64_t N = in.data.seq_len, C = c.hidden_size, I = c.intermediate_size, H = c.num_heads, hd = c.head_dim;
   const int64_t Q = (H + 2 * c.num_kv_heads) * hd, M = 4096;
-  const MemoryPlan p = plan_memory(in);
+  const MemoryPlan p = plan_memory(in.run());
   EXPECT_EQ(p.mlp_tile, M) << "auto: tiles of 4,096 tokens, gate_up (4096, 2I) bf16 = 192 MiB";
   // The declared shapes, by hand: x_0..x_L; one block set without gate_up; one of each, the
   // MLP's at the tile; the F32 sum of the MLP's weight gradients (bf16 gradients).
@@ -175,8 +175,8 @@ TEST(LongContext, PlanOfQwen3_8bAt32kTokens) {
               static_cast<double>(p.activations) / (1 << 30), static_cast<double>(p.workspace) / (1 << 30),
               static_cast<double>(p.total()) / (1 << 30));
   // At 2,048 tokens nothing changes: untiled, gate_up kept, cuDNN's dP within the bound.
-  in.seq_len = 2048;
-  const MemoryPlan short_plan = plan_memory(in);
+  in.data.seq_len = 2048;
+  const MemoryPlan short_plan = plan_memory(in.run());
   EXPECT_EQ(short_plan.mlp_tile, 2048);
   EXPECT_TRUE(cudnn_backward_within_bound(1, 2048, H));
   auto has = [&](int64_t tokens, Activation what) {

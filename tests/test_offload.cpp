@@ -20,6 +20,7 @@
 #include "model/activations.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
+#include "plan_case.h"
 #include "testing.h"
 #include "train/open_run.h"
 
@@ -189,24 +190,26 @@ TEST(Offload, HostMemoryTooSmallIsRefused) {
 // 37, so the device holds 33 * 0.5 = 16.5 GiB less and the host 35 * 0.5 = 17.5 GiB. At
 // 131,072 tokens (1 GiB a residual) it is what makes the run fit: 33 GiB less.
 TEST(Offload, PlanOfQwen3_8bAtLongSequences) {
-  PlanInput in{.config = preset_config("qwen3-8b"), .seq_len = 65536, .recompute = Recompute::kFull,
-               .grad_dtype = DType::kBF16};
-  const MemoryPlan kept = plan_memory(in);
-  in.offload = true;
-  const MemoryPlan off = plan_memory(in);
+  testing::PlanCase in(preset_config("qwen3-8b"));
+  in.data.seq_len = 65536;
+  in.parallel.recompute = Recompute::kFull;
+  in.parallel.grad_dtype = GradDType::kBF16;
+  const MemoryPlan kept = plan_memory(in.run());
+  in.parallel.offload_activations = true;
+  const MemoryPlan off = plan_memory(in.run());
   const int64_t residual = int64_t{65536} * 4096 * 2;
   EXPECT_EQ(kept.activations - off.activations, 33 * residual);
   EXPECT_EQ(kept.total() - off.total(), 33 * residual);
   EXPECT_EQ(off.host_activations, 35 * residual);
   EXPECT_EQ(kept.host_activations, 0);
-  in.offload = false;
-  in.seq_len = 131072;
-  EXPECT_FALSE(plan_fits(plan_memory(in), kH200Bytes));
-  const PlanAdvice a = advise(in, Recompute::kFull, kH200Bytes);
+  in.parallel.offload_activations = false;
+  in.data.seq_len = 131072;
+  EXPECT_FALSE(plan_fits(plan_memory(in.run()), kH200Bytes));
+  const PlanAdvice a = advise(in.run(), kH200Bytes);
   EXPECT_FALSE(a.fits);
   EXPECT_NE(a.message.find("ddp fits with --recompute full --offload-activations"), std::string::npos) << a.message;
-  in.offload = true;
-  EXPECT_TRUE(plan_fits(plan_memory(in), kH200Bytes));
+  in.parallel.offload_activations = true;
+  EXPECT_TRUE(plan_fits(plan_memory(in.run()), kH200Bytes));
   const auto plan = testing::run_anvil({"plan", "--preset", "qwen3-8b", "--seq-len", "65536", "--recompute", "full",
                                         "--offload-activations"});
   ASSERT_EQ(plan.exit_code, 0) << plan.out;

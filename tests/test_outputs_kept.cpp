@@ -3,7 +3,8 @@
 //    rerun resumes from there;
 //  - --export never writes into the --model folder, nor into a folder holding other files
 //    (an earlier export is replaced): exit 2 before the first step, the folder untouched;
-//  - an unwritable --tensorboard folder is refused up front like the other outputs.
+//  - an unwritable --tensorboard folder is refused up front like the other outputs;
+//  - a run on two ranks prints its summary once.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -97,6 +98,16 @@ TEST_F(OutputsKept, AnUnwritableTensorboardFolderIsRefusedUpFront) {
   const testing::RunResult r = testing::run_anvil(train_args(2, {"--tensorboard", file + "/tb"}));
   expect_refused_before_training(r);
   EXPECT_TRUE(has(r.out, "anvil train: --tensorboard " + file + "/tb: cannot be created")) << r.out;
+}
+
+TEST_F(OutputsKept, TwoRanksPrintTheSummaryOnce) {
+  const testing::RunResult r =
+      testing::run_anvil(train_args(2, {"--nproc-per-node", "2", "--micro-batch", "1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  size_t done = 0;
+  for (size_t at = r.out.find("done: 2 steps"); at != std::string::npos; at = r.out.find("done: 2 steps", at + 1))
+    ++done;
+  EXPECT_EQ(done, 1u) << r.out;
 }
 
 }  // namespace

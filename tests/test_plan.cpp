@@ -13,54 +13,52 @@
 #include "model/weights.h"
 #include "ops/ops.h"
 #include "plan/memory_plan.h"
+#include "plan_case.h"
 #include "testing.h"
 
 namespace anvil {
 namespace {
 
 TEST(Plan, ModelStatesFollowTheUnits) {
-  PlanInput in;
-  in.config = preset_config("qwen3-1.7b");
-  const int64_t padded1 = ParamTable(in.config, 1).total_padded();
-  MemoryPlan d = plan_memory(in);
+  testing::PlanCase in(preset_config("qwen3-1.7b"));
+  const int64_t padded1 = ParamTable(in.model, 1).total_padded();
+  MemoryPlan d = plan_memory(in.run());
   EXPECT_EQ(d.params, 4 * padded1);
   EXPECT_EQ(d.optimizer, 8 * padded1);
   EXPECT_EQ(d.grads, 4 * padded1);
   EXPECT_EQ(d.weights, 0) << "one process: the masters' high halves are the compute weights";
   in.world = 2;
-  EXPECT_EQ(plan_memory(in).weights, 0) << "ddp on every rank: the high halves are the compute weights";
-  in.mode = ParallelMode::kFsdp;
+  EXPECT_EQ(plan_memory(in.run()).weights, 0) << "ddp on every rank: the high halves are the compute weights";
+  in.parallel.mode = ParallelMode::kFsdp;
   in.world = 8;
-  const int64_t padded8 = ParamTable(in.config, 8).total_padded();
-  MemoryPlan f = plan_memory(in);
+  const int64_t padded8 = ParamTable(in.model, 8).total_padded();
+  MemoryPlan f = plan_memory(in.run());
   EXPECT_EQ(f.params, 4 * padded8 / 8);
   EXPECT_EQ(f.optimizer, 8 * padded8 / 8);
   EXPECT_LT(f.total(), d.total() / 2);
   // Recomputation keeps one block's activations instead of every block's.
-  in.recompute = Recompute::kFull;
-  EXPECT_LT(plan_memory(in).activations, f.activations / 4);
+  in.parallel.recompute = Recompute::kFull;
+  EXPECT_LT(plan_memory(in.run()).activations, f.activations / 4);
 }
 
 TEST(Plan, Bf16ReductionBuffers) {
-  PlanInput in;
-  in.config = preset_config("qwen3-1.7b");
+  testing::PlanCase in(preset_config("qwen3-1.7b"));
   in.world = 2;
   int64_t largest = 0;
-  const ParamTable table(in.config, 2);
+  const ParamTable table(in.model, 2);
   for (const UnitInfo& u : table.units()) largest = std::max(largest, u.padded);
-  const MemoryPlan d32 = plan_memory(in);
-  in.reduce_dtype = DType::kBF16;
-  EXPECT_EQ(plan_memory(in).grads, d32.grads + 2 * 2 * largest) << "ddp: two bf16 unit copies";
-  in.mode = ParallelMode::kFsdp;
-  const MemoryPlan f16 = plan_memory(in);
-  in.reduce_dtype = DType::kF32;
-  EXPECT_LT(f16.grads, plan_memory(in).grads) << "fsdp: a bf16 copy replaces the F32 unit being reduced";
+  const MemoryPlan d32 = plan_memory(in.run());
+  in.parallel.reduce_dtype = DType::kBF16;
+  EXPECT_EQ(plan_memory(in.run()).grads, d32.grads + 2 * 2 * largest) << "ddp: two bf16 unit copies";
+  in.parallel.mode = ParallelMode::kFsdp;
+  const MemoryPlan f16 = plan_memory(in.run());
+  in.parallel.reduce_dtype = DType::kF32;
+  EXPECT_LT(f16.grads, plan_memory(in.run()).grads) << "fsdp: a bf16 copy replaces the F32 unit being reduced";
   in.world = 1;
-  in.mode = ParallelMode::kDdp;
-  in.reduce_dtype = DType::kBF16;
-  PlanInput one;
-  one.config = in.config;
-  EXPECT_EQ(plan_memory(in).grads, plan_memory(one).grads) << "one rank reduces nothing";
+  in.parallel.mode = ParallelMode::kDdp;
+  in.parallel.reduce_dtype = DType::kBF16;
+  testing::PlanCase one(in.model);
+  EXPECT_EQ(plan_memory(in.run()).grads, plan_memory(one.run()).grads) << "one rank reduces nothing";
 }
 
 // bf16 gradients (model/params.h, GradDType): two bytes per element of the units written
@@ -68,9 +66,8 @@ TEST(Plan, Bf16ReductionBuffers) {
 // only where there is one process and one micro-batch.
 TEST(Plan, Bf16GradientsOfTheBlocks) {
   for (const char* preset : {"qwen3-1.7b", "qwen3-8b"}) {  // tied, untied
-    PlanInput in;
-    in.config = preset_config(preset);
-    const ParamTable table(in.config, 1);
+    testing::PlanCase in(preset_config(preset));
+    const ParamTable table(in.model, 1);
     int64_t once = 0;
     for (size_t u = 0; u < table.units().size(); ++u)
       if (table.grads_written_once(static_cast<int>(u))) once += table.units()[u].padded;
@@ -80,37 +77,37 @@ TEST(Plan, Bf16GradientsOfTheBlocks) {
     EXPECT_TRUE(table.grads_written_once(table.norm_unit())) << preset;
     EXPECT_GT(once, table.total_padded() * 3 / 4) << preset << ": the blocks hold most parameters";
     for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
-      in.mode = mode;
-      in.grad_dtype = DType::kF32;
-      const MemoryPlan f32 = plan_memory(in);
-      in.grad_dtype = DType::kBF16;
-      const MemoryPlan b16 = plan_memory(in);
+      in.parallel.mode = mode;
+      in.parallel.grad_dtype = GradDType::kF32;
+      const MemoryPlan f32 = plan_memory(in.run());
+      in.parallel.grad_dtype = GradDType::kBF16;
+      const MemoryPlan b16 = plan_memory(in.run());
       EXPECT_EQ(b16.grads, f32.grads - 2 * once) << preset << " " << parallel_mode_name(mode);
       EXPECT_EQ(b16.total(), f32.total() - 2 * once) << preset;
     }
     // Two ranks: DDP holds the blocks' gradients in bf16 too, and widens each block on its
     // way to the fp32 wire (one copy in flight, the next being made); FSDP's owned shards
     // stay fp32, and its largest full-unit gradient is the fp32 embedding's.
-    PlanInput two = in;
+    testing::PlanCase two = in;
     two.world = 2;
-    const ParamTable table2(in.config, 2);
+    const ParamTable table2(in.model, 2);
     int64_t once2 = 0, block = table2.units()[static_cast<size_t>(table2.block_unit(0))].padded;
     for (size_t u = 0; u < table2.units().size(); ++u)
       if (table2.grads_written_once(static_cast<int>(u))) once2 += table2.units()[u].padded;
-    two.mode = ParallelMode::kDdp;
-    two.grad_dtype = DType::kF32;
-    const MemoryPlan d32 = plan_memory(two);
-    two.grad_dtype = DType::kBF16;
-    EXPECT_EQ(plan_memory(two).grads, d32.grads - 2 * once2 + 2 * 4 * block) << preset;
-    two.reduce_dtype = DType::kBF16;
+    two.parallel.mode = ParallelMode::kDdp;
+    two.parallel.grad_dtype = GradDType::kF32;
+    const MemoryPlan d32 = plan_memory(two.run());
+    two.parallel.grad_dtype = GradDType::kBF16;
+    EXPECT_EQ(plan_memory(two.run()).grads, d32.grads - 2 * once2 + 2 * 4 * block) << preset;
+    two.parallel.reduce_dtype = DType::kBF16;
     int64_t largest = 0;
     for (const UnitInfo& u : table2.units()) largest = std::max(largest, u.padded);
-    EXPECT_EQ(plan_memory(two).grads, d32.grads - 2 * once2 + 2 * 2 * largest) << preset << ": bf16 wire";
-    two.mode = ParallelMode::kFsdp;
-    two.reduce_dtype = DType::kF32;
-    const MemoryPlan f16 = plan_memory(two);
-    two.grad_dtype = DType::kF32;
-    EXPECT_EQ(f16.grads, plan_memory(two).grads) << preset;
+    EXPECT_EQ(plan_memory(two.run()).grads, d32.grads - 2 * once2 + 2 * 2 * largest) << preset << ": bf16 wire";
+    two.parallel.mode = ParallelMode::kFsdp;
+    two.parallel.reduce_dtype = DType::kF32;
+    const MemoryPlan f16 = plan_memory(two.run());
+    two.parallel.grad_dtype = GradDType::kF32;
+    EXPECT_EQ(f16.grads, plan_memory(two.run()).grads) << preset;
   }
   EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 1), DType::kBF16);
   EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 2), DType::kF32) << "micro-batches sum in fp32";
@@ -126,19 +123,18 @@ TEST(Plan, Bf16GradientsOfTheBlocks) {
 // The backend's shared scratch holds the larger of the cross-entropy chunk and attention's
 // temporaries; cuDNN's deterministic backward keeps dP, B x H x T x T bf16.
 TEST(Plan, WorkspaceHoldsAttentionScratch) {
-  PlanInput in;
-  in.config = preset_config("qwen3-8b");  // 32 q / 8 kv heads of 128
-  in.seq_len = 4096;
-  in.micro_batch = 4;
+  testing::PlanCase in(preset_config("qwen3-8b"));  // 32 q / 8 kv heads of 128
+  in.data.seq_len = 4096;
+  in.data.micro_batch = 4;
   const int64_t attention = attention_scratch_bytes(4, 4096, 32, 8, 128);
   EXPECT_GE(attention, 4ll * 32 * 4096 * 4096 * 2);
-  EXPECT_GE(plan_memory(in).workspace, attention);
+  EXPECT_GE(plan_memory(in.run()).workspace, attention);
   // One sequence of 2048: the cross-entropy's logits and dlogits are the larger.
-  in.seq_len = 2048;
-  in.micro_batch = 1;
-  const CrossEntropyChunks ce = cross_entropy_chunks(2048, in.config.vocab_size);
+  in.data.seq_len = 2048;
+  in.data.micro_batch = 1;
+  const CrossEntropyChunks ce = cross_entropy_chunks(2048, in.model.vocab_size);
   EXPECT_LT(attention_scratch_bytes(1, 2048, 32, 8, 128), ce.bytes);
-  EXPECT_EQ(plan_memory(in).workspace, (64ll << 20) + ce.bytes + 4 * 2048 * 3);
+  EXPECT_EQ(plan_memory(in.run()).workspace, (64ll << 20) + ce.bytes + 4 * 2048 * 3);
 }
 
 // Past the dP bound the scratch holds anvil's kernel or cuDNN's non-deterministic backward:
@@ -155,26 +151,25 @@ TEST(Plan, AttentionScratchPastTheDpBoundHoldsCudnnsNondeterministicBackward) {
 // bytes, and x^T, C x tokens, is below the cross-entropy's), beyond it with a small
 // vocabulary, two heads and many tokens.
 TEST(Plan, Fp8AddsItsWorkspaceAndOperandCopies) {
-  PlanInput in;
-  in.config = preset_config("qwen3-1.7b");
-  in.micro_batch = 4;
-  const int64_t off = plan_memory(in).workspace;
+  testing::PlanCase in(preset_config("qwen3-1.7b"));
+  in.data.micro_batch = 4;
+  const int64_t off = plan_memory(in.run()).workspace;
   for (Fp8Recipe r : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
-    in.fp8 = r;
-    EXPECT_EQ(plan_memory(in).workspace, off + (32ll << 20));
+    in.parallel.fp8 = r;
+    EXPECT_EQ(plan_memory(in.run()).workspace, off + (32ll << 20));
   }
-  in.config.vocab_size = 1024;
-  in.config.num_heads = 2;
-  in.config.num_kv_heads = 1;
-  in.micro_batch = 64;
-  in.fp8 = Fp8Recipe::kOff;
-  const int64_t small_vocab = plan_memory(in).workspace;
-  in.fp8 = Fp8Recipe::kTensorwise;
+  in.model.vocab_size = 1024;
+  in.model.num_heads = 2;
+  in.model.num_kv_heads = 1;
+  in.data.micro_batch = 64;
+  in.parallel.fp8 = Fp8Recipe::kOff;
+  const int64_t small_vocab = plan_memory(in.run()).workspace;
+  in.parallel.fp8 = Fp8Recipe::kTensorwise;
   const int64_t n = 64 * 2048;
-  EXPECT_GT(plan_memory(in).workspace - small_vocab, 32ll << 20) << "the FP8 operands do not outgrow the scratch";
-  EXPECT_EQ(plan_memory(in).workspace,
+  EXPECT_GT(plan_memory(in.run()).workspace - small_vocab, 32ll << 20) << "the FP8 operands do not outgrow the scratch";
+  EXPECT_EQ(plan_memory(in.run()).workspace,
             (64ll << 20) + (32ll << 20) +
-                fp8_backward_scratch(n, 2 * in.config.intermediate_size, in.config.hidden_size).total() + 4 * n * 3);
+                fp8_backward_scratch(n, 2 * in.model.intermediate_size, in.model.hidden_size).total() + 4 * n * 3);
 }
 
 // The cross-entropy's blocks of dlogits and chunks of logits stay within 512 MiB together,
@@ -198,27 +193,26 @@ TEST(Plan, CrossEntropyChunks) {
 }
 
 TEST(Plan, SelectiveRecomputeKeepsAllButTheElementwiseOutputs) {
-  PlanInput in;
-  in.config = preset_config("qwen3-1.7b");
-  const int64_t L = in.config.num_layers, C = 2048, Q = (16 + 2 * 8) * 128;
+  testing::PlanCase in(preset_config("qwen3-1.7b"));
+  const int64_t L = in.model.num_layers, C = 2048, Q = (16 + 2 * 8) * 128;
   int64_t elementwise = 0;  // kSelective's one shared set
   std::string shared;
-  for (const ActivationBuffer& b : activation_buffers(in.config, 1, 2048, Recompute::kSelective, DType::kBF16))
+  for (const ActivationBuffer& b : activation_buffers(in.model, 1, 2048, Recompute::kSelective, DType::kBF16))
     if (b.index == kEveryBlockSet) {
       elementwise += b.bytes();
       shared += std::string(shared.empty() ? "" : " ") + b.name;
     }
   EXPECT_EQ(shared, "h1 qkv h2");
   EXPECT_EQ(elementwise, 2 * 2048 * (C + Q + C)) << "h1, qkv after RoPE, h2 in bf16";
-  const int64_t none = plan_memory(in).activations;
-  in.recompute = Recompute::kSelective;
-  const int64_t selective = plan_memory(in).activations;
-  in.recompute = Recompute::kFull;
-  const int64_t full = plan_memory(in).activations;
+  const int64_t none = plan_memory(in.run()).activations;
+  in.parallel.recompute = Recompute::kSelective;
+  const int64_t selective = plan_memory(in.run()).activations;
+  in.parallel.recompute = Recompute::kFull;
+  const int64_t full = plan_memory(in.run()).activations;
   EXPECT_EQ(none - selective, (L - 1) * elementwise) << "one shared set instead of L";
   EXPECT_LT(full, selective);
-  in.recompute = Recompute::kAuto;
-  EXPECT_THROW(plan_memory(in), Error) << "auto is resolved by advise()";
+  in.parallel.recompute = Recompute::kAuto;
+  EXPECT_THROW(plan_memory(in.run()), Error) << "auto is resolved by advise()";
 }
 
 // What the model allocates, counted by the backend, is what the plan counts, byte for byte,
@@ -235,18 +229,17 @@ TEST(Plan, ModelAllocatesWhatThePlanCounts) {
   for (const Case& k : cases) {
     const ParamTable table(k.config, 1);
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-      PlanInput in;
-      in.config = k.config;
-      in.micro_batch = k.micro_batch;
-      in.seq_len = k.seq_len;
-      in.recompute = r;
+      testing::PlanCase in(k.config);
+      in.data.micro_batch = k.micro_batch;
+      in.data.seq_len = k.seq_len;
+      in.parallel.recompute = r;
       in.compute_dtype = ops->compute_dtype();
       for (Fp8Recipe fp8 : {Fp8Recipe::kOff, Fp8Recipe::kTensorwise}) {
-        in.fp8 = fp8;
+        in.parallel.fp8 = fp8;
         const int64_t before = ops->memory_stats().allocated;
         {
           const Transformer model(k.config, table, *ops, k.micro_batch, k.seq_len, {.recompute = r, .fp8 = fp8});
-          EXPECT_EQ(ops->memory_stats().allocated - before, plan_memory(in).activations)
+          EXPECT_EQ(ops->memory_stats().allocated - before, plan_memory(in.run()).activations)
               << k.config.architecture << " " << k.micro_batch << "x" << k.seq_len << " " << recompute_name(r)
               << " fp8 " << fp8_recipe_name(fp8);
         }
@@ -262,48 +255,72 @@ TEST(Plan, ModelAllocatesWhatThePlanCounts) {
 }
 
 TEST(Plan, AdviceFollowsTheRule) {
-  PlanInput in;
-  in.config = preset_config("qwen3-1.7b");
-  PlanAdvice a = advise(in, Recompute::kNone, kH200Bytes);
+  testing::PlanCase in(preset_config("qwen3-1.7b"));
+  PlanAdvice a = advise(in.run(), kH200Bytes);  // no recomputation
   EXPECT_EQ(a.mode, ParallelMode::kDdp);
   // Qwen3-8B on one H200: both modes hold the same (split masters, no copies) and fit.
-  in.config = preset_config("qwen3-8b");
-  a = advise(in, Recompute::kAuto, kH200Bytes);
+  in.model = preset_config("qwen3-8b");
+  in.parallel.recompute = Recompute::kAuto;
+  a = advise(in.run(), kH200Bytes);
   EXPECT_EQ(a.mode, ParallelMode::kDdp);
   EXPECT_EQ(a.ddp.total(), a.fsdp.total());
   // On two it still fits ddp (split masters and bf16 gradients on every rank; the wire
   // copies add little). Qwen3-14B on two: ddp (a whole replica) does not fit; fsdp (shards,
   // gathered per unit) does, even without recomputation; with a tighter GPU, auto recomputes.
   in.world = 2;
-  in.grad_dtype = DType::kBF16;
-  a = advise(in, Recompute::kAuto, kH200Bytes);
-  EXPECT_EQ(a.mode, ParallelMode::kDdp) << plan_table(a, in, kH200Bytes);
-  in.config = preset_config("qwen3-14b");
-  a = advise(in, Recompute::kAuto, kH200Bytes);
+  in.parallel.grad_dtype = GradDType::kBF16;
+  a = advise(in.run(), kH200Bytes);
+  EXPECT_EQ(a.mode, ParallelMode::kDdp) << plan_table(a, in.run(), kH200Bytes);
+  in.model = preset_config("qwen3-14b");
+  a = advise(in.run(), kH200Bytes);
   EXPECT_FALSE(plan_fits(a.ddp, kH200Bytes));
-  EXPECT_EQ(a.mode, ParallelMode::kFsdp) << plan_table(a, in, kH200Bytes);
+  EXPECT_EQ(a.mode, ParallelMode::kFsdp) << plan_table(a, in.run(), kH200Bytes);
   EXPECT_EQ(a.fsdp.recompute, Recompute::kNone);
   // Auto takes the fastest that fits: none, then selective, then full.
-  a = advise(in, Recompute::kAuto, a.fsdp.total());
+  a = advise(in.run(), a.fsdp.total());
   EXPECT_EQ(a.mode, ParallelMode::kFsdp);
   EXPECT_EQ(a.fsdp.recompute, Recompute::kSelective);
-  PlanInput full = in;
-  full.mode = ParallelMode::kFsdp;
-  full.recompute = Recompute::kFull;
-  const int64_t tight = plan_memory(full).total() + kPlanReserve;
-  a = advise(in, Recompute::kAuto, tight);
+  testing::PlanCase full = in;
+  full.parallel.mode = ParallelMode::kFsdp;
+  full.parallel.recompute = Recompute::kFull;
+  const int64_t tight = plan_memory(full.run()).total() + kPlanReserve;
+  a = advise(in.run(), tight);
   EXPECT_TRUE(a.fits);
   EXPECT_EQ(a.mode, ParallelMode::kFsdp);
   EXPECT_EQ(a.fsdp.recompute, Recompute::kFull);
-  EXPECT_FALSE(advise(in, Recompute::kAuto, tight - 1).fits) << "nothing fits a byte less";
+  EXPECT_FALSE(advise(in.run(), tight - 1).fits) << "nothing fits a byte less";
   // Qwen3-32B on one GPU: nothing fits, and the advice says how many GPUs would.
-  in.config = preset_config("qwen3-32b");
+  in.model = preset_config("qwen3-32b");
   in.world = 1;
-  a = advise(in, Recompute::kAuto, kH200Bytes);
+  a = advise(in.run(), kH200Bytes);
   EXPECT_FALSE(a.fits);
   EXPECT_NE(a.message.find("GPUs"), std::string::npos) << a.message;
   in.world = 8;
-  EXPECT_EQ(advise(in, Recompute::kAuto, kH200Bytes).mode, ParallelMode::kFsdp);
+  EXPECT_EQ(advise(in.run(), kH200Bytes).mode, ParallelMode::kFsdp);
+}
+
+// The context-parallel rule, one for anvil train and anvil plan: P ranks, every rank of the
+// run, dividing the key/value heads and the sequence; the refusal names the fix.
+TEST(Plan, ContextParallelRule) {
+  const ModelConfig m = preset_config("qwen3-1.7b");  // 8 key/value heads
+  EXPECT_NO_THROW(check_context_parallel(1, 3, m, 2047, "--nproc"));
+  EXPECT_NO_THROW(check_context_parallel(2, 2, m, 2048, "--nproc"));
+  auto refusal = [&](int64_t P, int world, int64_t seq_len) {
+    try {
+      check_context_parallel(P, world, m, seq_len, "--nproc");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUsage);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal(3, 3, 2048).find("the model's 8 key/value heads do not split evenly over 3 ranks"),
+            std::string::npos) << refusal(3, 3, 2048);
+  EXPECT_NE(refusal(2, 2, 2047).find("sequence length 2047 does not split into 2 equal slices"), std::string::npos)
+      << refusal(2, 2, 2047);
+  EXPECT_NE(refusal(4, 2, 2048).find("--context-parallel 4 on 2 ranks"), std::string::npos) << refusal(4, 2, 2048);
+  EXPECT_NE(refusal(4, 2, 2048).find("or --nproc 4"), std::string::npos) << refusal(4, 2, 2048);
+  EXPECT_NE(refusal(0, 1, 2048).find("must be at least 1"), std::string::npos) << refusal(0, 1, 2048);
 }
 
 TEST(Plan, Command) {
@@ -332,6 +349,7 @@ TEST(Plan, Command) {
   ASSERT_EQ(t.exit_code, 0) << t.out;
   EXPECT_NE(t.out.find("activations"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("advice: ddp fits"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("sequence 2048 x micro-batch 1,"), std::string::npos) << "no data: 2048 tokens\n" << t.out;
   auto sel = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--recompute", "selective", "--json"});
   ASSERT_EQ(sel.exit_code, 0) << sel.out;
   EXPECT_EQ(json_parse(sel.out, "plan")["ddp"]["recompute"], "selective");

@@ -66,6 +66,9 @@ TEST(Report, ReadsResumedFilesAndSummarizes) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("wrote " + f.dir + "/metrics.html"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("eval loss   final"), std::string::npos) << r.out;
+  const std::string page = read_file(f.dir + "/metrics.html");
+  EXPECT_NE(page.find("resumed once"), std::string::npos) << "one run resumed once";
+  EXPECT_EQ(page.find(" runs</p>"), std::string::npos) << "one run resumed is not several runs";
 
   std::ofstream(f.dir + "/bad.jsonl") << "{\"step\":1,\"loss\":2}\n{\"loss\":2}\n";
   r = testing::run_anvil({"report", f.dir + "/bad.jsonl"});

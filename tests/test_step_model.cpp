@@ -14,6 +14,7 @@
 #include "io/hub.h"
 #include "model/params.h"
 #include "plan/step_model.h"
+#include "plan_case.h"
 #include "testing.h"
 
 namespace anvil {
@@ -40,19 +41,18 @@ struct RecordedCase {
   Fp8Recipe fp8 = Fp8Recipe::kOff;
 };
 
-StepInput input_of(const RecordedCase& k) {
-  StepInput in;
-  in.plan.config = k.model == "tiny" ? preset_config("tiny") : load_config(testing::fixture_dir(k.model));
-  in.plan.mode = k.mode;
-  in.plan.world = k.world;
-  in.plan.seq_len = 32;
-  in.plan.micro_batch = k.micro_batch;
-  in.plan.recompute = k.recompute;
-  in.plan.compute_dtype = in.plan.grad_dtype = DType::kF32;  // the CPU backend
-  in.plan.reduce_dtype = k.reduce_dtype;
-  in.plan.mlp_tile = k.mlp_tile;
-  in.plan.fp8 = k.fp8;
-  in.grad_accum = k.grad_accum;
+testing::PlanCase input_of(const RecordedCase& k) {
+  testing::PlanCase in(k.model == "tiny" ? preset_config("tiny") : load_config(testing::fixture_dir(k.model)));
+  in.parallel.mode = k.mode;
+  in.world = k.world;
+  in.data.seq_len = 32;
+  in.data.micro_batch = k.micro_batch;
+  in.data.grad_accum = k.grad_accum;
+  in.parallel.recompute = k.recompute;
+  in.compute_dtype = DType::kF32;  // the CPU backend
+  in.parallel.reduce_dtype = k.reduce_dtype;
+  in.parallel.mlp_tile = k.mlp_tile;
+  in.parallel.fp8 = k.fp8;
   return in;
 }
 
@@ -123,7 +123,7 @@ TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
     SCOPED_TRACE(k.model + " " + parallel_mode_name(k.mode) + " x" + std::to_string(k.world) + " accum " +
                  std::to_string(k.grad_accum) + " " + recompute_name(k.recompute) + " tile " +
                  std::to_string(k.mlp_tile) + " fp8 " + fp8_recipe_name(k.fp8));
-    const std::vector<StepItem> program = step_program(input_of(k));
+    const std::vector<StepItem> program = step_program(input_of(k).run());
     const std::map<std::string, double> recorded = recorded_ops(k);
     EXPECT_EQ(program_ops(program), recorded);
     // The step's compute is the table's price of the ops the model issued, call by call.
@@ -139,23 +139,21 @@ TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
   }
 }
 
-StepInput big_input(const std::string& preset, ParallelMode mode, int world) {
-  StepInput in;
-  in.plan.config = preset_config(preset);
-  in.plan.mode = mode;
-  in.plan.world = world;
-  in.plan.seq_len = 2048;
-  in.plan.grad_dtype = DType::kBF16;
+testing::PlanCase big_input(const std::string& preset, ParallelMode mode, int world) {
+  testing::PlanCase in(preset_config(preset));
+  in.parallel.mode = mode;
+  in.world = world;
+  in.parallel.grad_dtype = GradDType::kBF16;
   return in;
 }
 
 // With --fp8 the block linears are the FP8 ops, the same products (FLOPs), priced by the
 // table's FP8 rates; a table without them, or a GPU without FP8 tensor cores, says so.
 TEST(StepModel, Fp8LinearsArePricedByTheirOwnRates) {
-  StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 1);
-  const std::vector<StepItem> bf16 = step_program(in);
-  in.plan.fp8 = Fp8Recipe::kTensorwise;
-  const std::vector<StepItem> fp8 = step_program(in);
+  testing::PlanCase in = big_input("qwen3-1.7b", ParallelMode::kDdp, 1);
+  const std::vector<StepItem> bf16 = step_program(in.run());
+  in.parallel.fp8 = Fp8Recipe::kTensorwise;
+  const std::vector<StepItem> fp8 = step_program(in.run());
   auto flops = [](const std::vector<StepItem>& p, const std::string& prefix) {
     double f = 0;
     for (const StepItem& it : p)
@@ -186,21 +184,21 @@ TEST(StepModel, CommBytesAreTheClosedForms) {
       SCOPED_TRACE(std::string(preset) + " x" + std::to_string(n));
       const ParamTable t(c, n);
       const int64_t P = t.total_padded(), E = t.units()[0].padded, B = t.units()[1].padded, L = c.num_layers;
-      StepInput ddp = big_input(preset, ParallelMode::kDdp, n);
-      const CommBytes d = comm_bytes(step_program(ddp));
+      testing::PlanCase ddp = big_input(preset, ParallelMode::kDdp, n);
+      const CommBytes d = comm_bytes(step_program(ddp.run()));
       EXPECT_EQ(d.all_reduce, n == 1 ? 0 : 4 * P);
       EXPECT_EQ(d.all_gather + d.reduce_scatter, 0);
-      ddp.plan.reduce_dtype = DType::kBF16;
-      EXPECT_EQ(comm_bytes(step_program(ddp)).all_reduce, n == 1 ? 0 : 2 * P);
-      StepInput fsdp = big_input(preset, ParallelMode::kFsdp, n);
-      fsdp.grad_accum = 3;
-      const CommBytes f = comm_bytes(step_program(fsdp));
+      ddp.parallel.reduce_dtype = DType::kBF16;
+      EXPECT_EQ(comm_bytes(step_program(ddp.run())).all_reduce, n == 1 ? 0 : 2 * P);
+      testing::PlanCase fsdp = big_input(preset, ParallelMode::kFsdp, n);
+      fsdp.data.grad_accum = 3;
+      const CommBytes f = comm_bytes(step_program(fsdp.run()));
       const int64_t gathered = 2 * (P + (c.tie_word_embeddings ? E : 0) + (L - 1) * B);
       EXPECT_EQ(f.all_gather, n == 1 ? 0 : 3 * gathered) << "gathered again in each micro-batch";
       EXPECT_EQ(f.reduce_scatter, n == 1 ? 0 : 3 * 4 * P);
       EXPECT_EQ(f.all_reduce, 0);
-      fsdp.plan.fsdp_defer_sync = true;
-      EXPECT_EQ(comm_bytes(step_program(fsdp)).reduce_scatter, n == 1 ? 0 : 4 * P);
+      fsdp.parallel.fsdp_defer_sync = true;
+      EXPECT_EQ(comm_bytes(step_program(fsdp.run())).reduce_scatter, n == 1 ? 0 : 4 * P);
       const double k = (n - 1.0) / n;
       EXPECT_DOUBLE_EQ(bus_bytes(d, n), 2 * k * static_cast<double>(d.all_reduce));
       EXPECT_DOUBLE_EQ(bus_bytes(f, n), k * static_cast<double>(f.all_gather + f.reduce_scatter));
@@ -210,9 +208,9 @@ TEST(StepModel, CommBytesAreTheClosedForms) {
 
 TEST(StepModel, OneGpuIsItsCompute) {
   const OpCostTable table = OpCostTable::builtin();
-  const StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 1);
-  const StepPrediction p = predict_step(in, table, h200(), 0);
-  EXPECT_DOUBLE_EQ(p.step_s, compute_seconds(step_program(in), table, h200()));
+  const testing::PlanCase in = big_input("qwen3-1.7b", ParallelMode::kDdp, 1);
+  const StepPrediction p = predict_step(in.run(), table, h200(), 0);
+  EXPECT_DOUBLE_EQ(p.step_s, compute_seconds(step_program(in.run()), table, h200()));
   EXPECT_EQ(p.comm_s, 0);
   EXPECT_EQ(p.exposed_s, 0);
   EXPECT_NEAR(p.forward_s + p.backward_s + p.optimizer_s, p.step_s, 1e-12);
@@ -226,14 +224,14 @@ TEST(StepModel, ScalingAndCommBound) {
   for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
     double last = 0;
     for (int n : {1, 2, 4, 8, 16}) {
-      const StepPrediction p = predict_step(big_input("qwen3-1.7b", mode, n), table, h200(), 1e12);
+      const StepPrediction p = predict_step(big_input("qwen3-1.7b", mode, n).run(), table, h200(), 1e12);
       EXPECT_GE(p.tokens_per_s, last) << parallel_mode_name(mode) << " x" << n;
       last = p.tokens_per_s;
     }
-    const StepPrediction slow = predict_step(big_input("qwen3-1.7b", mode, 8), table, h200(), 1e-3);
+    const StepPrediction slow = predict_step(big_input("qwen3-1.7b", mode, 8).run(), table, h200(), 1e-3);
     EXPECT_GE(slow.step_s, slow.comm_s);
     EXPECT_GT(slow.exposed_s, 0.999 * slow.comm_s) << "at 1 MB/s nothing hides the collectives";
-    EXPECT_THROW(predict_step(big_input("qwen3-1.7b", mode, 8), table, h200(), 0), Error);
+    EXPECT_THROW(predict_step(big_input("qwen3-1.7b", mode, 8).run(), table, h200(), 0), Error);
   }
 }
 
@@ -244,11 +242,11 @@ TEST(StepModel, ScalingAndCommBound) {
 TEST(StepModel, OverlapHidesAllButTheLastReductions) {
   OpCostTable table = OpCostTable::builtin();
   table.comm_overlap_cost = 0;
-  StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 8);
-  in.plan.grad_dtype = DType::kF32;  // in place on the fp32 wire: several in flight
+  testing::PlanCase in = big_input("qwen3-1.7b", ParallelMode::kDdp, 8);
+  in.parallel.grad_dtype = GradDType::kF32;  // in place on the fp32 wire: several in flight
   const double bus = 1000;
-  const StepPrediction p = predict_step(in, table, h200(), bus);
-  const ParamTable t(in.plan.config, 8);
+  const StepPrediction p = predict_step(in.run(), table, h200(), bus);
+  const ParamTable t(in.model, 8);
   auto seconds = [&](int unit) { return 4.0 * static_cast<double>(t.units()[unit].padded) * 1.75 / (bus * 1e9); };
   EXPECT_LT(p.exposed_s, 0.5 * p.comm_s);
   EXPECT_GE(p.exposed_s, seconds(t.embed_unit()) - 1e-12);
@@ -258,7 +256,7 @@ TEST(StepModel, OverlapHidesAllButTheLastReductions) {
 
   // At half speed beside the link (cost 1) the compute loses half of the link time it hides.
   table.comm_overlap_cost = 1;
-  const StepPrediction q = predict_step(in, table, h200(), bus);
+  const StepPrediction q = predict_step(in.run(), table, h200(), bus);
   EXPECT_GT(q.exposed_s, 0);
   EXPECT_NEAR(q.slowed_s, 0.5 * (q.comm_s - q.exposed_s), 1e-12);
   EXPECT_NEAR(q.step_s, q.forward_s + q.backward_s + q.optimizer_s + q.exposed_s + q.slowed_s, 1e-12);
@@ -304,7 +302,7 @@ TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
   OpCostTable base = OpCostTable::builtin();  // the rates of a table not fitted (whether the built-in one is or not)
   base.measured = false;
   base.per_op_us = base.per_op_calls = 0;
-  const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1));
+  const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1).run());
   double ms = 0, calls = 0;
   const std::vector<Ops::OpTime> measured = times_at(program, base, 2, &ms, &calls);
   const OpCostTable fit = merge_op_tables(fit_op_table(program, measured, ms + 3e-3 * calls, h200(), "test"), base);
@@ -318,9 +316,9 @@ TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
   const OpCostTable back = OpCostTable::from_json(fit.to_json(), "round trip");
   EXPECT_EQ(back.to_json(), fit.to_json());
 
-  StepInput short_seq = big_input("qwen3-0.6b", ParallelMode::kDdp, 1);
-  short_seq.plan.seq_len = 1024;
-  const std::vector<StepItem> program2 = step_program(short_seq);
+  testing::PlanCase short_seq = big_input("qwen3-0.6b", ParallelMode::kDdp, 1);
+  short_seq.data.seq_len = 1024;
+  const std::vector<StepItem> program2 = step_program(short_seq.run());
   double ms2 = 0, calls2 = 0;
   const std::vector<Ops::OpTime> measured2 = times_at(program2, base, 3, &ms2, &calls2);
   const OpCostTable both =
@@ -343,7 +341,7 @@ TEST(StepModel, FitTakesNoRateFromLaunchBoundCalls) {
   OpCostTable base = OpCostTable::builtin();
   base.measured = false;
   base.per_op_us = base.per_op_calls = 0;
-  const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1));
+  const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1).run());
   double ms = 0, calls = 0;
   std::vector<Ops::OpTime> measured = times_at(program, base, 2, &ms, &calls);
   const auto loss_zero = std::find_if(program.begin(), program.end(), [](const StepItem& it) {
@@ -365,11 +363,11 @@ TEST(StepModel, PlanPrintsEachModesPrediction) {
   EXPECT_NE(r.out.find("step, predicted for 8 x H200 (op costs: H200 table, " + measured), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("bus 400 GB/s: --bus-gbps"), std::string::npos) << r.out;
-  StepInput in = big_input("qwen3-1.7b", ParallelMode::kDdp, 8);
+  testing::PlanCase in = big_input("qwen3-1.7b", ParallelMode::kDdp, 8);
   const OpCostTable table = OpCostTable::builtin();
-  const std::string ddp = prediction_line("ddp", predict_step(in, table, h200(), 400));
-  in.plan.mode = ParallelMode::kFsdp;
-  const std::string fsdp = prediction_line("fsdp", predict_step(in, table, h200(), 400));
+  const std::string ddp = prediction_line("ddp", predict_step(in.run(), table, h200(), 400));
+  in.parallel.mode = ParallelMode::kFsdp;
+  const std::string fsdp = prediction_line("fsdp", predict_step(in.run(), table, h200(), 400));
   EXPECT_NE(r.out.find(ddp), std::string::npos) << "want " << ddp << " in " << r.out;
   EXPECT_NE(r.out.find(fsdp), std::string::npos) << "want " << fsdp << " in " << r.out;
 

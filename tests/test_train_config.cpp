@@ -11,7 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/launch.h"
-#include "cli/train_flags.h"
+#include "cli/config_flags.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/json.h"
@@ -81,7 +81,7 @@ TEST(Resolve, GradDtype) {
 TEST(Resolve, ModeAndRecomputeOnTheHost) {
   const ModelConfig m = preset_config("tiny");
   TrainConfig c;
-  c.parallel.recompute = Recompute::kAuto;
+  EXPECT_EQ(c.parallel.recompute, Recompute::kAuto) << "the default";
   const ResolvedConfig r = resolve_config(c, cpu_facts(m, 16));
   EXPECT_EQ(r.config.parallel.mode, ParallelMode::kDdp);
   EXPECT_EQ(r.mode_reason, "auto: host memory is not planned, so ddp");
@@ -96,14 +96,15 @@ TEST(Resolve, ModeAndRecomputeFromThePlan) {
   TrainConfig c;
   c.data.seq_len = 2048;
   c.parallel.grad_dtype = GradDType::kF32;
+  c.parallel.recompute = Recompute::kNone;  // the mode decides alone
   RunFacts f = cpu_facts(m, 2048);
   f.world = 2;
   f.compute_dtype = DType::kBF16;
-  TrainConfig resolved = c;  // as resolved: ddp, no recomputation
-  resolved.parallel.mode = ParallelMode::kDdp;
-  PlanInput ddp = plan_input(m, resolved, 2, DType::kBF16), fsdp = ddp;
+  ParallelSection ddp = c.parallel, fsdp = c.parallel;  // as resolved
+  ddp.mode = ParallelMode::kDdp;
   fsdp.mode = ParallelMode::kFsdp;
-  const int64_t ddp_bytes = plan_memory(ddp).total(), fsdp_bytes = plan_memory(fsdp).total();
+  auto planned = [&](const ParallelSection& p) { return plan_memory({m, c.data, p, 2, DType::kBF16}).total(); };
+  const int64_t ddp_bytes = planned(ddp), fsdp_bytes = planned(fsdp);
   ASSERT_LT(fsdp_bytes, ddp_bytes);
   f.capacity = ddp_bytes + kPlanReserve;  // ddp just fits
   ResolvedConfig r = resolve_config(c, f);
@@ -117,8 +118,8 @@ TEST(Resolve, ModeAndRecomputeFromThePlan) {
   c.parallel.mode = ParallelMode::kDdp;
   c.parallel.recompute = Recompute::kAuto;
   ddp.recompute = Recompute::kSelective;
-  ASSERT_LT(plan_memory(ddp).total(), ddp_bytes);
-  f.capacity = plan_memory(ddp).total() + kPlanReserve;
+  ASSERT_LT(planned(ddp), ddp_bytes);
+  f.capacity = planned(ddp) + kPlanReserve;
   r = resolve_config(c, f);
   EXPECT_EQ(r.config.parallel.recompute, Recompute::kSelective);
   const auto said = std::find_if(r.reasons.begin(), r.reasons.end(),

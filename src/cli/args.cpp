@@ -65,6 +65,34 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// The columns --help wraps at.
+constexpr size_t kHelpColumns = 100;
+
+// Joins the words of a phrase that wrapping keeps on one line ("[default: 0]").
+constexpr char kUnbroken = '\x1f';
+
+// `text` wrapped at kHelpColumns between words, each line after `indent` spaces; the text's own
+// line breaks kept. A word longer than a line stands alone on one.
+std::string wrapped(const std::string& text, size_t indent) {
+  std::string out;
+  std::stringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::stringstream words(line);
+    std::string word, row;
+    while (words >> word) {
+      if (!row.empty() && indent + row.size() + 1 + word.size() > kHelpColumns) {
+        out += std::string(indent, ' ') + row + "\n";
+        row.clear();
+      }
+      row += (row.empty() ? "" : " ") + word;
+    }
+    out += std::string(indent, ' ') + row + "\n";
+  }
+  std::replace(out.begin(), out.end(), kUnbroken, ' ');
+  return out;
+}
+
 // A key of a config file as a flag: "seq_len" and "seq-len" are "--seq-len".
 std::string key_flag(const std::string& key) {
   std::string f = "--" + key;
@@ -363,10 +391,10 @@ std::string Args::help() const {
   std::ostringstream h;
   h << "usage: anvil " << command_;
   for (auto& p : positionals_) h << (p.required ? " " : " [") << p.names[0] << (p.required ? "" : "]");
-  h << " [flags]\n\n" << summary_ << "\n";
+  h << " [flags]\n\n" << wrapped(summary_, 0);
   if (!positionals_.empty()) {
     h << "\narguments:\n";
-    for (auto& p : positionals_) h << "  " << p.names[0] << "\n      " << p.help << "\n";
+    for (auto& p : positionals_) h << "  " << p.names[0] << "\n" << wrapped(p.help, 6);
   }
   h << "\nflags:\n";
   for (auto& s : specs_) {
@@ -374,11 +402,12 @@ std::string Args::help() const {
     for (auto& n : s.names) names += (names.empty() ? "" : ", ") + n;
     h << "  " << names;
     if (s.takes_value) h << " " << s.metavar;
-    h << "\n      " << s.help;
-    if (s.required) h << " (required)";
+    std::string text = s.help;
+    if (s.required) text += " (required)";
     else if (s.takes_value && !s.default_text.empty() && !s.is_list && s.help.find("[default:") == std::string::npos)
-      h << " [default: " << s.default_text << "]";
-    h << "\n";
+      text += " [default: " + s.default_text + "]";
+    std::replace(text.begin() + static_cast<std::ptrdiff_t>(s.help.size()), text.end(), ' ', kUnbroken);
+    h << "\n" << wrapped(text, 6);
   }
   h << "  -h, --help\n      show this help\n";
   return h.str();

@@ -5,8 +5,8 @@
 // ("-b,--minbytes"). An unknown flag (with the nearest flag when one is a few edits away), a
 // missing or malformed value, or a missing required flag throws a kUsage Error whose one line
 // names the command and the flag; the CLI turns it into exit code 2. --help prints the
-// generated help (one [default: ...] a flag: the help's own when it says one) and parse()
-// returns false.
+// generated help, wrapped at 100 columns (one [default: ...] a flag: the help's own when it
+// says one), and parse() returns false.
 //
 // A command that declares config() takes "--config FILE.toml": every other flag may be a
 // key of the file, spelled as the flag without its dashes ("seq-len = 2048" or

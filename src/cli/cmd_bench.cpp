@@ -10,7 +10,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
-#include "cli/train_flags.h"
+#include "cli/config_flags.h"
 #include "comm/bench.h"
 #include "comm/device.h"
 #include "core/error.h"
@@ -63,37 +63,22 @@ int bench_step(int argc, char** argv) {
   BenchStepOptions o;
   TrainConfig& c = o.config;
   LaunchFlags launch;
-  Args a("bench step", "Training-step benchmark on random weights and tokens: one JSON line with tokens/s, MFU, the\n"
-                       "step-time breakdown and peak memory beside the plan's.");
-  a.opt("--preset", &c.model.preset, "NAME", "model shape")
-      .opt("--model", &c.model.model, "DIR", "a model folder instead of the preset")
-      .opt("--seq-len", &c.data.seq_len, "T", "tokens per sequence")
-      .opt("--micro-batch", &c.data.micro_batch, "B", "sequences per micro-batch")
-      .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per step")
-      .opt("--context-parallel", &c.parallel.context_parallel, "N",
-           "split each sequence over N ranks (see anvil train --help)");
-  bind_mode(a, &c.parallel.mode, "parallel mode (auto: ddp when the plan fits, else fsdp)");
-  bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (see anvil train --help)");
-  bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (see anvil train --help)");
-  bind_mlp_tile(a, &c.parallel.mlp_tile);
-  bind_fp8(a, &c.parallel.fp8, "the blocks' linear layers in FP8 (see anvil train --help)");
-  bind_offload(a, &c.parallel.offload_activations);
-  bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)")
-      .opt("--steps", &c.steps, "N", "steps in all (then up to 3 more with the phases timed)")
-      .opt("--warmup", &o.warmup, "N", "untimed first steps")
-      .opt("--device", &c.model.device, "cpu|cuda", "[default: cuda when a GPU is present]")
-      .flag_off("--no-overlap-optimizer", &c.parallel.overlap_optimizer,
-                "run the optimizer alone after the backward instead of beside the next forward (the same results; "
-                "for comparison)")
+  Args a("bench step", "Training-step benchmark on random weights and tokens: one JSON line with tokens/s, MFU, "
+                       "the step-time breakdown and peak memory beside the plan's. Of the --steps, the first --warmup "
+                       "are untimed; then up to 3 more time the phases. The flags of the model and the run read as "
+                       "anvil train's.");
+  bind_shared_sections(a, c);
+  bind_device(a, c.model);
+  bind_steps(a, &c.steps);
+  a.opt("--warmup", &o.warmup, "N", "untimed first steps")
       .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]")
       .flag("--op-times", &o.op_times,
             "then time every op of up to 3 more steps (main queue, device and host ms per step, by op and "
             "shape): a table on stderr and \"op_times\" in the JSON line")
       .opt("--write-op-table", &o.write_op_table, "FILE",
            "with --op-times --no-overlap-optimizer on one GPU: the op-cost table fitted to the timed ops, for anvil "
-           "plan --op-table (src/plan/h200_op_costs.json is the built-in one)")
-      .opt("--op-table", &o.op_table, "FILE", "op costs of \"predicted\" in the JSON line [default: built-in H200]")
-      .opt("--bus-gbps", &o.bus_gbps, "GB/s", "bus bandwidth of \"predicted\" [default: the GPU's usual link]");
+           "plan --op-table (src/plan/h200_op_costs.json is the built-in one)");
+  bind_step_model(a, &o.op_table, &o.bus_gbps);
   launch.declare(a);
   if (!a.parse(argc, argv)) return 0;
   const bool on_gpu = c.model.device == "cuda" || (c.model.device.empty() && cuda_available());

@@ -3,7 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/train_flags.h"
+#include "cli/config_flags.h"
 #include "train/grad.h"
 
 namespace anvil {
@@ -15,12 +15,12 @@ int cmd_grad(int argc, char** argv) {
                  "grad.<name> F32 under Hugging Face names (tied models: the embedding's name only).");
   a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache", true)
       .opt("--tokens", &o.tokens, "FILE",
-           "safetensors holding input_ids I64 [B, T]; with position_ids I64 [B, T] (0 at each document's\n"
+           "safetensors holding input_ids I64 [B, T]; with position_ids I64 [B, T] (0 at each document's "
            "first token), documents packed in each sequence: attention, RoPE and the loss per document", true)
       .opt("--out", &o.out, "FILE", "output safetensors", true)
-      .choice("--device", &o.device, {"cpu", "cuda"}, "where to compute")
-      .opt("--mlp-tile", &o.mlp_tile, "N", "tokens per MLP tile (0: auto, as anvil train)");
-  bind_fp8(a, &o.fp8, "the blocks' linear layers in FP8 (see anvil train --help)");
+      .choice("--device", &o.device, {"cpu", "cuda"}, "where to compute");
+  bind_mlp_tile(a, &o.mlp_tile);
+  bind_fp8(a, &o.fp8);
   if (!a.parse(argc, argv)) return 0;
   const double loss = run_grad(o);
   std::printf("loss %.9g\nwrote %s\n", loss, o.out.c_str());

@@ -1,12 +1,12 @@
 // anvil plan: the memory per GPU of each mode, before launching anything (no GPU needed), and
 // each mode's predicted step and tokens/s (plan/step_model.h). The flags it shares with anvil
-// train bind to the same config tree (cli/train_flags.h).
+// train bind to the same config tree by the same binders (cli/config_flags.h).
 #include <cstdio>
 #include <utility>
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/train_flags.h"
+#include "cli/config_flags.h"
 #include "core/json.h"
 #include "io/hub.h"
 #include "model/config.h"
@@ -25,15 +25,15 @@ std::string gib(int64_t bytes) {
 
 // Why the table reads as it does: a mode that does not fit (its total with the reserve against
 // the GPU), and the gradients' dtype (bf16 only where no micro-batches are summed).
-std::string plan_notes(const PlanAdvice& adv, const PlanInput& in, int64_t gpu_bytes, GradDType asked) {
+std::string plan_notes(const PlanAdvice& adv, const PlannedRun& run, int64_t gpu_bytes, GradDType asked) {
   std::string notes;
   for (const auto& [name, plan] : {std::pair<const char*, const MemoryPlan*>{"ddp", &adv.ddp}, {"fsdp", &adv.fsdp}})
     if (!plan_fits(*plan, gpu_bytes))
       notes += cat("why: ", name, " does not fit: ", gib(plan->total()), " GiB planned + ", gib(kPlanReserve),
                    " GiB kept free (the CUDA context, allocator slack) = ", gib(plan->total() + kPlanReserve),
                    " GiB > ", gib(gpu_bytes), " GiB per GPU\n");
-  if (in.compute_dtype != DType::kBF16 || asked != GradDType::kAuto) return notes;
-  if (in.grad_dtype == DType::kBF16)
+  if (run.compute_dtype != DType::kBF16 || asked != GradDType::kAuto) return notes;
+  if (run.parallel.grad_dtype == GradDType::kBF16)
     return notes + "gradients: the blocks' in bf16 (--grad-dtype auto: --grad-accum 1, no micro-batches to sum; "
                    "the ranks' sum is taken on the --reduce-dtype wire)\n";
   return notes + "gradients: fp32 (--grad-dtype auto: the gradients of several micro-batches are summed, in fp32); "
@@ -97,12 +97,39 @@ StepTarget step_target(const TargetFlags& f, int nproc) {
   return t;
 }
 
-StepPrediction predict_mode(const PlanInput& in, const MemoryPlan& plan, int64_t grad_accum, const StepTarget& t) {
-  StepInput s{in, grad_accum};
-  s.plan.mode = plan.mode;
-  s.plan.recompute = plan.recompute;
-  s.plan.mlp_tile = plan.mlp_tile;
-  return predict_step(s, t.table, *t.gpu, t.bus_gbps);
+// The settings the plan reads, resolved as a run on `world` GPUs (bf16) would resolve them, but
+// for what advise() chooses: without data 2048 tokens, the rules of context parallelism and of
+// offloading checked, the blocks' gradient dtype.
+PlannedRun resolve_plan(TrainConfig& c, const ModelConfig& model, int world) {
+  DataSection& d = c.data;
+  ParallelSection& p = c.parallel;
+  if (d.seq_len == 0) d.seq_len = kSeqLenWithoutData;
+  ANVIL_ENSURE(d.seq_len >= 2 && d.micro_batch >= 1 && d.grad_accum >= 1, kUsage,
+               "anvil plan: --micro-batch, --grad-accum must be >= 1 and --seq-len >= 2");
+  check_context_parallel(p.context_parallel, world, model, d.seq_len, "--nproc");
+  check_offload(p.recompute, p.offload_activations);
+  const PlannedRun run{model, d, p, world};
+  const bool bf16 = resolve_grad_dtype(p.grad_dtype, run.compute_dtype, d.grad_accum) == DType::kBF16;
+  p.grad_dtype = bf16 ? GradDType::kBF16 : GradDType::kF32;
+  return run;
+}
+
+// No prediction where the step model does not price the setting: context parallelism's
+// all-to-alls, FP8 linears without the table's FP8 rates.
+void skip_unmodelled(StepTarget& t, const ParallelSection& p) {
+  if (!t.gpu) return;
+  if (p.context_parallel > 1) t.why_not = "the step model does not count context parallelism's all-to-alls yet";
+  else if (p.fp8 != Fp8Recipe::kOff) t.why_not = t.table.why_not_fp8(*t.gpu);
+  if (!t.why_not.empty()) t.gpu = nullptr;
+}
+
+// The step of a mode as its plan resolved it.
+StepPrediction predict_mode(const PlannedRun& run, const MemoryPlan& plan, const StepTarget& t) {
+  ParallelSection p = run.parallel;
+  p.mode = plan.mode;
+  p.recompute = plan.recompute;
+  p.mlp_tile = plan.mlp_tile;
+  return predict_step({run.model, run.data, p, run.world, run.compute_dtype}, t.table, *t.gpu, t.bus_gbps);
 }
 
 std::string prediction_text(const StepTarget& t, int nproc, const StepPrediction& ddp, const StepPrediction& fsdp) {
@@ -129,78 +156,41 @@ Json predicted_json(const StepTarget& t, const StepPrediction& ddp, const StepPr
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
-  TrainConfig c;  // the flags shared with anvil train, at the plan's defaults
-  c.data.seq_len = 2048;
-  c.parallel.mode = ParallelMode::kDdp;
-  c.parallel.recompute = Recompute::kAuto;
+  TrainConfig c;  // the sections anvil plan shares with anvil train
   int64_t nproc = 1;
   double gpu_mem = 0;
   bool json = false;
   TargetFlags target;
-  Args a("plan", "Memory per GPU of a full fine-tune in each mode (parameters, gradients, AdamW state, weight copies,\n"
-                 "activations, workspace), whether it fits, and the rule's advice: ddp when it fits, else fsdp;\n"
-                 "and each mode's predicted step time and tokens/s (op costs of the GPU, the bus between GPUs).");
-  a.opt("--model", &c.model.model, "DIR|ID", "model folder or hub id in the local cache")
-      .opt("--preset", &c.model.preset, "NAME", "a built-in shape instead of --model");
-  bind_mode(a, &c.parallel.mode, "the mode you intend to run (both are shown)", {"ddp", "fsdp"})
-      .opt("--nproc", &nproc, "N", "GPUs (ranks)")
-      .opt("--seq-len", &c.data.seq_len, "T", "tokens per sequence")
-      .opt("--micro-batch", &c.data.micro_batch, "B", "sequences per micro-batch")
-      .opt("--grad-accum", &c.data.grad_accum, "K", "micro-batches per optimizer step (as anvil train)")
-      .opt("--context-parallel", &c.parallel.context_parallel, "N",
-           "ranks sharing each sequence (as anvil train: --nproc of them): seq-len/N tokens a rank");
-  bind_recompute(a, &c.parallel.recompute, "activation recomputation (auto: the fastest that fits)");
-  bind_mlp_tile(a, &c.parallel.mlp_tile);
-  bind_offload(a, &c.parallel.offload_activations);
-  bind_reduce_dtype(a, &c.parallel.reduce_dtype, "gradient reduction dtype (as anvil train)");
-  bind_fp8(a, &c.parallel.fp8, "the blocks' linear layers in FP8 (as anvil train): their operand copies");
-  bind_grad_dtype(a, &c.parallel.grad_dtype, "the blocks' gradients (as anvil train)")
+  Args a("plan", "Memory per GPU of a full fine-tune in each mode (parameters, gradients, AdamW state, weight "
+                 "copies, activations, workspace), whether it fits, and the rule's advice: ddp when it fits, else "
+                 "fsdp; and each mode's predicted step time and tokens/s (op costs of the GPU, the bus between "
+                 "GPUs). The flags of the model and the run read as anvil train's.");
+  bind_shared_sections(a, c);
+  a.opt("--nproc", &nproc, "N", "GPUs (ranks)")
       .opt("--gpu-mem", &gpu_mem, "GiB", "memory per GPU [default: 139.8, an H200's]")
       .opt("--gpu", &target.gpu, "NAME", "the GPU the step is predicted on (H200, H100, A100, ...) [default: this "
                                         "machine's, else H200]")
-      .opt("--bus-gbps", &target.bus_gbps, "GB/s", "all-reduce bus bandwidth between the GPUs (anvil bench's busbw) "
-                                                  "[default: from anvil topo's links, else the GPU's usual link]")
-      .opt("--op-table", &target.op_table, "FILE", "op costs (bench step --write-op-table) [default: built-in H200]")
       .opt("--topo-answers", &target.topo_answers, "FILE", "recorded NVML answers (anvil topo --record) for the links")
       .flag("--json", &json, "print one JSON object");
+  bind_step_model(a, &target.op_table, &target.bus_gbps);
   if (!a.parse(argc, argv)) return 0;
-  const DataSection& d = c.data;
   ANVIL_ENSURE(c.model.model.empty() != c.model.preset.empty(), kUsage,
                "anvil plan: give exactly one of --model and --preset");
-  ANVIL_ENSURE(nproc >= 1 && d.seq_len >= 2 && d.micro_batch >= 1 && d.grad_accum >= 1, kUsage,
-               "anvil plan: --nproc, --micro-batch, --grad-accum must be >= 1 and --seq-len >= 2");
-  PlanInput in;
-  in.config = c.model.preset.empty() ? load_config(resolve_model_dir(c.model.model)) : preset_config(c.model.preset);
-  in.world = static_cast<int>(nproc);
-  const int64_t cp = c.parallel.context_parallel;
-  ANVIL_ENSURE(cp == 1 || (cp == nproc && in.config.num_kv_heads % cp == 0 && d.seq_len % cp == 0), kUsage,
-               "anvil plan: --context-parallel ", cp, " needs --nproc ", cp, " and must divide the model's ",
-               in.config.num_kv_heads, " key/value heads and --seq-len ", d.seq_len);
-  in.context_parallel = cp;
-  in.seq_len = d.seq_len;
-  in.micro_batch = d.micro_batch;
-  in.mode = c.parallel.mode;
-  in.mlp_tile = c.parallel.mlp_tile;
-  in.offload = c.parallel.offload_activations;
-  check_offload(c.parallel.recompute, in.offload);
-  in.reduce_dtype = c.parallel.reduce_dtype;
-  in.fp8 = c.parallel.fp8;
-  in.grad_dtype = resolve_grad_dtype(c.parallel.grad_dtype, in.compute_dtype, d.grad_accum);
+  ANVIL_ENSURE(nproc >= 1, kUsage, "anvil plan: --nproc must be >= 1");
+  const ModelConfig model =
+      c.model.preset.empty() ? load_config(resolve_model_dir(c.model.model)) : preset_config(c.model.preset);
+  const int world = static_cast<int>(nproc);
+  const GradDType asked = c.parallel.grad_dtype;
+  const PlannedRun run = resolve_plan(c, model, world);
+  const ParallelSection& par = run.parallel;
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
-  const PlanAdvice adv = advise(in, c.parallel.recompute, gpu_bytes);
-  StepTarget target_of = step_target(target, in.world);
-  if (in.context_parallel > 1 && target_of.gpu) {
-    target_of.gpu = nullptr;
-    target_of.why_not = "the step model does not count context parallelism's all-to-alls yet";
-  }
-  if (in.fp8 != Fp8Recipe::kOff && target_of.gpu && !target_of.table.why_not_fp8(*target_of.gpu).empty()) {
-    target_of.why_not = target_of.table.why_not_fp8(*target_of.gpu);
-    target_of.gpu = nullptr;
-  }
+  const PlanAdvice adv = advise(run, gpu_bytes);
+  StepTarget target_of = step_target(target, world);
+  skip_unmodelled(target_of, par);
   StepPrediction ddp, fsdp;
   if (target_of.gpu) {
-    ddp = predict_mode(in, adv.ddp, d.grad_accum, target_of);
-    fsdp = predict_mode(in, adv.fsdp, d.grad_accum, target_of);
+    ddp = predict_mode(run, adv.ddp, target_of);
+    fsdp = predict_mode(run, adv.fsdp, target_of);
   }
   if (json) {
     auto j_of = [](const MemoryPlan& p) {
@@ -212,13 +202,13 @@ int cmd_plan(int argc, char** argv) {
     Json j = {{"gpu_bytes", gpu_bytes}, {"reserve_bytes", kPlanReserve},
               {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)},
               {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""}, {"message", adv.message},
-              {"grad_dtype", in.grad_dtype == DType::kBF16 ? "bf16" : "fp32"},
+              {"grad_dtype", grad_dtype_name(par.grad_dtype)},
               {"predicted", predicted_json(target_of, ddp, fsdp)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    const std::string notes = plan_notes(adv, in, gpu_bytes, c.parallel.grad_dtype);
-    const std::string step = prediction_text(target_of, in.world, ddp, fsdp);
-    std::fputs((plan_table(adv, in, gpu_bytes) + notes + step).c_str(), stdout);
+    const std::string notes = plan_notes(adv, run, gpu_bytes, asked);
+    const std::string step = prediction_text(target_of, world, ddp, fsdp);
+    std::fputs((plan_table(adv, run, gpu_bytes) + notes + step).c_str(), stdout);
   }
   return 0;
 }

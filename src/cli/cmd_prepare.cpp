@@ -5,7 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/train_flags.h"
+#include "cli/config_flags.h"
 #include "core/fs.h"
 #include "data/packing.h"
 #include "data/source.h"
@@ -26,9 +26,7 @@ int cmd_prepare(int argc, char** argv) {
       .opt("--data-config", &config, "NAME", "the config (subset) of hub dataset ids")
       .opt("--seq-len", &o.seq_len, "N", "tokens per block", true)
       .opt("--out", &out, "DIR", "output folder (created)", true);
-  bind_packing(args, &o.packing,
-               "bfd-split: whole rows in best-fit-decreasing bins, longer rows split into pieces; bfd: the same, "
-               "longer rows cut at --seq-len; wrapped: rows concatenated and cut every --seq-len tokens")
+  bind_packing(args, &o.packing)
       .flag("--assistant-only-loss", &o.assistant_only_loss,
             "store labels that are -100 outside the assistant turns of each chat")
       .flag_off("--no-completion-only-loss", &o.completion_only_loss,

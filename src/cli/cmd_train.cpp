@@ -1,8 +1,8 @@
-// anvil train: flags -> the config tree (cli/train_flags.h) -> run_train (train/loop.h).
+// anvil train: flags -> the config tree (cli/config_flags.h) -> run_train (train/loop.h).
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
-#include "cli/train_flags.h"
+#include "cli/config_flags.h"
 #include "ops/ops.h"
 #include "train/loop.h"
 

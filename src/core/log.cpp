@@ -64,7 +64,6 @@ void log_write(LogLevel level, const std::string& message) {
 
 void log_result_line(const std::string& message) {
   if (g_rank <= 0) write_line(1, message + "\n");
-  else write_line(2, prefix() + message + "\n");
 }
 
 }  // namespace anvil

@@ -4,7 +4,8 @@
 // as plain "message" in a single process. Lines are written with one write() each so that
 // the output of several workers interleaves by whole lines. Progress goes to stderr; a
 // command's results (log_result: a run's summary) go to stdout from rank 0 or the only
-// process, so that `anvil train ... > result.txt` keeps them, and to stderr from the others.
+// process, so that `anvil train ... > result.txt` keeps them; the other ranks' are the same
+// results and are not printed.
 #pragma once
 
 #include "core/error.h"

@@ -187,7 +187,14 @@ std::string key_and_data_hashes(const PrepareOptions& o, std::vector<std::string
 struct PackTally {
   Json files = Json::array();
   int64_t rows = 0, bad_rows = 0, total_tokens = 0;
+  // Rows whose labels are all -100 (kept labels only: nothing in them to learn), and where the first is.
+  int64_t rows_without_targets = 0;
+  std::string first_without_targets;
 };
+
+bool has_target(const TokenizedRow& row) {
+  return std::any_of(row.labels.begin(), row.labels.end(), [](int32_t l) { return l != kIgnoreIndex; });
+}
 
 // Encodes a batch's rows on the pool's threads: row k's tokens in results[k], or its error in errors[k].
 void encode_batch(const RowEncoder& encoder, const RowBatch& batch, WorkerPool& pool,
@@ -232,6 +239,8 @@ PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& da
           continue;
         }
         ++file_rows;
+        if (!results[k].labels.empty() && !has_target(results[k]) && tally.rows_without_targets++ == 0)
+          tally.first_without_targets = batch->where(k);
         tally.total_tokens += static_cast<int64_t>(results[k].ids.size());
         out.append(results[k]);
       }
@@ -254,6 +263,18 @@ void check_not_empty(const PrepareOptions& o, const PackTally& tally) {
   ANVIL_ENSURE(tally.bad_rows > 0, kInvalidInput, "prepare: ", what, o.data.size() == 1 ? " is" : " are",
                " empty: no rows to train on (one JSON object per line, or Parquet rows)");
   raise(ErrorKind::kInvalidInput, "prepare: every row of ", what, " is bad (", tally.bad_rows, " skipped)");
+}
+
+// Rows whose every label is -100 train nothing: refused when no row has a target (the run's
+// first step would find none), said when some rows have none.
+void check_targets(const PrepareOptions& o, const PackTally& tally) {
+  if (tally.rows_without_targets == 0) return;
+  const char* why = o.assistant_only_loss ? "--assistant-only-loss keeps the assistant turns' tokens alone"
+                                          : "only the completions' tokens are kept";
+  ANVIL_ENSURE(tally.rows_without_targets < tally.rows, kInvalidInput, "prepare: no row has a token to learn from (",
+               why, ", and no row has one; the first: ", tally.first_without_targets, ")");
+  log_warn("prepare: ", tally.rows_without_targets, " of ", tally.rows, " rows have no token to learn from (", why,
+           "; the first: ", tally.first_without_targets, ")");
 }
 
 // How prepare encodes rows: labels are kept with assistant-only loss, or for the completions
@@ -394,6 +415,7 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
     const PackTally tally = pack_files(o, data_hashes, encoder, *blocks);
     blocks->finish();
     check_not_empty(o, tally);
+    check_targets(o, tally);
     ANVIL_ENSURE(blocks->blocks() > 0, kInvalidInput, "prepare: ", tally.total_tokens,
                  " tokens make no block of --seq-len ", o.seq_len, " (more data or a shorter --seq-len)");
     const auto* bins = dynamic_cast<const BinWriter*>(blocks.get());

@@ -80,7 +80,11 @@ std::vector<std::string> resolve_data_source(const std::string& spec, const std:
     return files;
   }
   if (path_exists(spec)) return {spec};
-  ANVIL_ENSURE(looks_like_hub_id(spec), kNotFound, "data ", spec, ": no such file or folder");
+  // A name with a data file's ending, or under a folder that exists here, is a path: a hub
+  // id is neither.
+  const std::string parent = std::filesystem::path(spec).parent_path().string();
+  ANVIL_ENSURE(looks_like_hub_id(spec) && !is_data_name(spec) && !is_directory(parent), kNotFound, "data ", spec,
+               ": no such file or folder");
   return hub_dataset_files(spec, split.empty() ? std::string("train") : split, config);
 }
 

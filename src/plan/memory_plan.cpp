@@ -34,36 +34,36 @@ struct LargestUnit {
 // full buffer it was converted from is freed at once), and the reduce-scatter's output
 // shard (F32, plus a BF16 one on a bf16 wire). With the sync deferred every unit's F32
 // gradient is kept (bf16 gradients need one micro-batch: never deferred).
-int64_t fsdp_transient_grads(const PlanInput& in, const ParamTable& table, int64_t written, LargestUnit largest) {
+int64_t fsdp_transient_grads(const ParallelSection& p, const ParamTable& table, int64_t written, LargestUnit largest) {
   const int64_t embed = table.units()[static_cast<size_t>(table.embed_unit())].padded;
-  const bool bf16 = in.reduce_dtype == DType::kBF16;
+  const bool bf16 = p.reduce_dtype == DType::kBF16;
   const int64_t wire = bf16 ? 2 : 4;
-  if (in.fsdp_defer_sync)
+  if (p.fsdp_defer_sync)
     return 4 * table.total_padded() + 4 * largest.shard + (bf16 ? 2 * largest.padded + 2 * largest.shard : 0);
   return 4 * embed + written + wire * largest.padded + 4 * largest.shard + (bf16 ? 2 * largest.shard : 0);
 }
 
 // DDP's wire copies (parallel/grad_reducer.h): gradients not in the wire dtype are reduced
 // through a pooled copy, one in flight and the next one being made.
-int64_t ddp_wire_copies(const PlanInput& in, const ParamTable& table) {
+int64_t ddp_wire_copies(const ParallelSection& p, const ParamTable& table) {
   int64_t largest = 0;
   for (size_t i = 0; i < table.units().size(); ++i) {
     const bool once = table.grads_written_once(static_cast<int>(i));
-    const DType g = once ? in.grad_dtype : DType::kF32;
-    if (g != in.reduce_dtype) largest = std::max(largest, table.units()[i].padded);
+    const DType g = once ? blocks_grad_dtype(p) : DType::kF32;
+    if (g != p.reduce_dtype) largest = std::max(largest, table.units()[i].padded);
   }
-  return 2 * static_cast<int64_t>(dtype_size(in.reduce_dtype)) * largest;
+  return 2 * static_cast<int64_t>(dtype_size(p.reduce_dtype)) * largest;
 }
 
 // When neither mode fits: whether --recompute full with --offload-activations would.
-std::string offload_advice(const PlanInput& in, int64_t gpu_bytes) {
-  if (in.offload) return "";
-  PlanInput x = in;
-  x.offload = true;
+std::string offload_advice(const PlannedRun& run, int64_t gpu_bytes) {
+  if (run.parallel.offload_activations) return "";
+  ParallelSection x = run.parallel;
+  x.offload_activations = true;
   x.recompute = Recompute::kFull;
   for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
     x.mode = mode;
-    const MemoryPlan p = plan_memory(x);
+    const MemoryPlan p = plan_memory({run.model, run.data, x, run.world, run.compute_dtype});
     if (plan_fits(p, gpu_bytes))
       return "; " + std::string(parallel_mode_name(mode)) + " fits with --recompute full --offload-activations (" +
              gib(p.total()) + " GiB planned; the checkpoints take " + gib(p.host_activations) +
@@ -85,17 +85,17 @@ namespace {
 // params, grads, optimizer and weights: the units as parallel/param_store.cpp holds them.
 // Masters take 4 bytes per element, whole or split (their bf16 high halves are the compute
 // weights: DDP holds no other copy, FSDP gathers them).
-void plan_model_states(const PlanInput& in, MemoryPlan& p) {
-  const bool sharded = in.mode == ParallelMode::kFsdp && in.world > 1;
-  ParamTable table(in.config, in.world);
-  const int64_t cd = static_cast<int64_t>(dtype_size(in.compute_dtype));
+void plan_model_states(const PlannedRun& run, MemoryPlan& p) {
+  const bool sharded = run.parallel.mode == ParallelMode::kFsdp && run.world > 1;
+  ParamTable table(run.model, run.world);
+  const int64_t cd = static_cast<int64_t>(dtype_size(run.compute_dtype));
   int64_t owned = 0, grad_bytes = 0, written = 0;
   LargestUnit largest;
   for (size_t i = 0; i < table.units().size(); ++i) {
     const UnitInfo& u = table.units()[i];
     const int64_t mine = sharded ? u.shard() : u.padded;
     const bool once = table.grads_written_once(static_cast<int>(i));
-    const int64_t g = static_cast<int64_t>(dtype_size(once ? in.grad_dtype : DType::kF32));  // what the model writes
+    const int64_t g = static_cast<int64_t>(dtype_size(once ? blocks_grad_dtype(run.parallel) : DType::kF32));
     owned += mine;
     grad_bytes += mine * (sharded ? 4 : g);  // sharded: F32 owned shards
     written = std::max(written, g * u.padded);
@@ -107,12 +107,12 @@ void plan_model_states(const PlanInput& in, MemoryPlan& p) {
   p.grads = grad_bytes;
   p.weights = 0;
   p.host_snapshot = host_snapshot_bytes(table);
-  if (in.world == 1) return;
+  if (run.world == 1) return;
   if (sharded) {
-    p.grads += fsdp_transient_grads(in, table, written, largest);
+    p.grads += fsdp_transient_grads(run.parallel, table, written, largest);
     p.weights = cd * 2 * largest.padded;  // two gathered units: the one in use and the next
   } else {
-    p.grads += ddp_wire_copies(in, table);
+    p.grads += ddp_wire_copies(run.parallel, table);
   }
 }
 
@@ -134,73 +134,75 @@ int64_t fp8_scratch_bytes(const ModelConfig& c, int64_t n) {
 // (ops/cuda/cuda_ops.cpp), and three I32 per token (the trainer's ids, targets and positions).
 // Context parallel over P: a rank's ids, targets, loss and linear layers cover its n / P
 // tokens, its attention all tokens of its share of the heads.
-int64_t workspace_bytes(const PlanInput& in) {
-  const int64_t n = in.micro_batch * in.seq_len, P = in.context_parallel;
-  int64_t scratch = std::max(cross_entropy_chunks(n / P, in.config.vocab_size).bytes,
-                             attention_scratch_bytes(in.micro_batch, in.seq_len, in.config.num_heads / P,
-                                                     in.config.num_kv_heads / P, in.config.head_dim));
+int64_t workspace_bytes(const PlannedRun& run) {
+  const ModelConfig& c = run.model;
+  const int64_t B = run.data.micro_batch, T = run.data.seq_len, n = B * T, P = run.parallel.context_parallel;
+  int64_t scratch = std::max(cross_entropy_chunks(n / P, c.vocab_size).bytes,
+                             attention_scratch_bytes(B, T, c.num_heads / P, c.num_kv_heads / P, c.head_dim));
   const int64_t ids = 4 * (2 * n / P + n);
-  if (in.fp8 == Fp8Recipe::kOff) return kGemmWorkspace + scratch + ids;
-  scratch = std::max(scratch, fp8_scratch_bytes(in.config, n / P));
+  if (run.parallel.fp8 == Fp8Recipe::kOff) return kGemmWorkspace + scratch + ids;
+  scratch = std::max(scratch, fp8_scratch_bytes(c, n / P));
   return kGemmWorkspace + kFp8GemmWorkspace + scratch + ids;
 }
 
 // The workspace's attention part, when its bound is the kernel's (ops/attention_scratch.h).
-std::string attention_note(const PlanInput& in) {
-  const ModelConfig& c = in.config;
-  const int64_t H = c.num_heads / in.context_parallel, KV = c.num_kv_heads / in.context_parallel;
-  if (cudnn_backward_within_bound(in.micro_batch, in.seq_len, H)) return "";
+std::string attention_note(const PlannedRun& run) {
+  const ModelConfig& c = run.model;
+  const int64_t B = run.data.micro_batch, T = run.data.seq_len, P = run.parallel.context_parallel;
+  const int64_t H = c.num_heads / P, KV = c.num_kv_heads / P;
+  if (cudnn_backward_within_bound(B, T, H)) return "";
   return "attention: the backward runs cuDNN's non-deterministic algorithm (anvil's kernel with "
          "ANVIL_ATTENTION=cudnn-deterministic), its scratch " +
-         gib(attention_scratch_bytes(in.micro_batch, in.seq_len, H, KV, c.head_dim)) +
+         gib(attention_scratch_bytes(B, T, H, KV, c.head_dim)) +
          " GiB of the workspace; cuDNN's deterministic backward would keep dP, " +
-         gib(cudnn_dp_bytes(in.micro_batch, in.seq_len, H)) + " GiB, over its bound of " +
+         gib(cudnn_dp_bytes(B, T, H)) + " GiB, over its bound of " +
          gib(kCudnnDpBound) + " GiB\n";
 }
 
 }  // namespace
 
-MemoryPlan plan_memory(const PlanInput& in) {
-  ANVIL_ENSURE(in.mode != ParallelMode::kAuto, kInternal, "plan_memory: the mode is not resolved");
+MemoryPlan plan_memory(const PlannedRun& run) {
+  const ParallelSection& par = run.parallel;
+  const DataSection& d = run.data;
+  ANVIL_ENSURE(par.mode != ParallelMode::kAuto, kInternal, "plan_memory: the mode is not resolved");
   MemoryPlan p;
-  p.mode = in.mode;
-  p.recompute = in.recompute;
-  plan_model_states(in, p);
-  const int64_t P = in.context_parallel;
-  p.mlp_tile = effective_mlp_tile(in.config, in.micro_batch * in.seq_len / P, in.compute_dtype, in.mlp_tile);
-  const std::vector<ActivationBuffer> acts = activation_buffers(in.config, in.micro_batch, in.seq_len, in.recompute,
-                                                                 in.compute_dtype, p.mlp_tile, in.grad_dtype, P,
-                                                                 in.offload, in.fp8);
+  p.mode = par.mode;
+  p.recompute = par.recompute;
+  plan_model_states(run, p);
+  const int64_t P = par.context_parallel;
+  p.mlp_tile = effective_mlp_tile(run.model, d.micro_batch * d.seq_len / P, run.compute_dtype, par.mlp_tile);
+  const std::vector<ActivationBuffer> acts =
+      activation_buffers(run.model, d.micro_batch, d.seq_len, par.recompute, run.compute_dtype, p.mlp_tile,
+                         blocks_grad_dtype(par), P, par.offload_activations, par.fp8);
   p.activations = activation_bytes(acts);
   p.host_activations = host_activation_bytes(acts);
-  p.workspace = workspace_bytes(in);
+  p.workspace = workspace_bytes(run);
   return p;
 }
 
 bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes) { return p.total() + kPlanReserve <= gpu_bytes; }
 
-PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
+PlanAdvice advise(const PlannedRun& run, int64_t gpu_bytes) {
   PlanAdvice a;
+  const Recompute recompute = run.parallel.recompute;
   // --mlp-tile auto: untiled where that fits (tiles recompute gate_up in the backward), else
   // auto_mlp_tile's tiles.
-  auto plan_of = [&](PlanInput x) {
-    if (x.mlp_tile != kMlpTileAuto) return plan_memory(x);
-    x.mlp_tile = x.micro_batch * x.seq_len / x.context_parallel;
-    const MemoryPlan untiled = plan_memory(x);
+  auto plan_of = [&](ParallelSection x) {
+    auto plan = [&] { return plan_memory({run.model, run.data, x, run.world, run.compute_dtype}); };
+    if (x.mlp_tile != kMlpTileAuto) return plan();
+    x.mlp_tile = run.data.micro_batch * run.data.seq_len / x.context_parallel;
+    const MemoryPlan untiled = plan();
     if (plan_fits(untiled, gpu_bytes)) return untiled;
     x.mlp_tile = kMlpTileAuto;
-    return plan_memory(x);
+    return plan();
   };
   auto pick = [&](ParallelMode mode) {
-    PlanInput x = in;
+    ParallelSection x = run.parallel;
     x.mode = mode;
-    if (recompute != Recompute::kAuto) {
-      x.recompute = recompute;
-      return plan_of(x);
-    }
+    if (recompute != Recompute::kAuto) return plan_of(x);
     MemoryPlan p;
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {  // fastest first
-      if (in.offload && r != Recompute::kFull) continue;
+      if (x.offload_activations && r != Recompute::kFull) continue;
       x.recompute = r;
       p = plan_of(x);
       if (plan_fits(p, gpu_bytes)) break;
@@ -216,28 +218,29 @@ PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes) {
   } else if (plan_fits(a.fsdp, gpu_bytes)) {
     a.mode = ParallelMode::kFsdp;
     // (Never on one GPU, where both modes hold the same: plan_memory.)
-    a.message = "ddp does not fit; fsdp does: each GPU holds 1/" + std::to_string(in.world) +
+    a.message = "ddp does not fit; fsdp does: each GPU holds 1/" + std::to_string(run.world) +
                 " of the weights, gradients and AdamW state.";
   } else {
     // Model states alone: 16 bytes per parameter, divided by the world size in FSDP.
-    const int64_t states = 16 * in.config.num_parameters();
+    const int64_t states = 16 * run.model.num_parameters();
     const int64_t room = gpu_bytes - kPlanReserve - a.fsdp.activations - a.fsdp.workspace - a.fsdp.weights;
     const int64_t need = room > 0 ? (states + room - 1) / room : 0;
     a.message = "neither mode fits in " + gib(gpu_bytes) + " GiB per GPU";
     if (recompute != Recompute::kFull && recompute != Recompute::kAuto) a.message += "; try --recompute full";
-    a.message += offload_advice(in, gpu_bytes);
-    if (need > in.world && room > 0) a.message += "; fsdp needs about " + std::to_string(need) + " GPUs of this size";
+    a.message += offload_advice(run, gpu_bytes);
+    if (need > run.world && room > 0) a.message += "; fsdp needs about " + std::to_string(need) + " GPUs of this size";
     a.message += "; or a shorter --seq-len or smaller --micro-batch.";
   }
   return a;
 }
 
-std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_bytes) {
+std::string plan_table(const PlanAdvice& a, const PlannedRun& run, int64_t gpu_bytes) {
   std::string s;
   char line[256];
   std::snprintf(line, sizeof line, "%s: %lld parameters, %d GPU(s), sequence %lld x micro-batch %lld, %s GiB per GPU\n",
-                in.config.architecture.c_str(), static_cast<long long>(in.config.num_parameters()), in.world,
-                static_cast<long long>(in.seq_len), static_cast<long long>(in.micro_batch), gib(gpu_bytes).c_str());
+                run.model.architecture.c_str(), static_cast<long long>(run.model.num_parameters()), run.world,
+                static_cast<long long>(run.data.seq_len), static_cast<long long>(run.data.micro_batch),
+                gib(gpu_bytes).c_str());
   s += line;
   std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "GiB per GPU", "ddp", "fsdp");
   s += line;
@@ -262,11 +265,11 @@ std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_byt
                 plan_fits(a.fsdp, gpu_bytes) ? "yes" : "no");
   s += line;
   s += "advice: " + a.message + "\n";
-  s += attention_note(in);
+  s += attention_note(run);
   std::snprintf(line, sizeof line, "host memory per rank for the snapshot of asynchronous saves: %s GiB (ddp), %s GiB "
                 "(fsdp)\n", gib(a.ddp.host_snapshot).c_str(), gib(a.fsdp.host_snapshot).c_str());
   s += line;
-  if (in.offload) {
+  if (run.parallel.offload_activations) {
     std::snprintf(line, sizeof line, "host memory per rank for the offloaded activations (pinned): %s GiB (ddp), %s "
                   "GiB (fsdp)\n", gib(a.ddp.host_activations).c_str(), gib(a.fsdp.host_activations).c_str());
     s += line;

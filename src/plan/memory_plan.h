@@ -10,30 +10,30 @@
 #include <cstdint>
 #include <string>
 
+#include "data/blocks.h"
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/params.h"
-#include "ops/fp8_recipe.h"
-#include "parallel/mode.h"
+#include "plan/parallel_section.h"
 #include "sys/host_memory.h"
 
 namespace anvil {
 
-struct PlanInput {
-  ModelConfig config;
-  ParallelMode mode = ParallelMode::kDdp;  // ddp | fsdp (auto is resolved by advise)
+// A run as the plan reads it: the model, the resolved config's data section (its shapes:
+// seq_len, micro_batch, grad_accum) and parallel section (train/config.h), the ranks and the
+// device's compute dtype. plan_memory takes every setting resolved; advise() chooses the mode,
+// and the recomputation and the MLP tile where they are auto.
+struct PlannedRun {
+  const ModelConfig& model;
+  const DataSection& data;
+  const ParallelSection& parallel;
   int world = 1;
-  int64_t seq_len = 2048, micro_batch = 1;
-  Recompute recompute = Recompute::kNone;  // not kAuto: advise() resolves it
-  int64_t mlp_tile = kMlpTileAuto;         // tokens per MLP tile (model/activations.h)
-  DType compute_dtype = DType::kBF16;
-  bool fsdp_defer_sync = false;  // full-unit gradients of every unit kept across micro-batches
-  DType reduce_dtype = DType::kF32;  // gradient reduction; BF16 adds unit-sized bf16 buffers
-  DType grad_dtype = DType::kF32;    // resolved (model/params.h): BF16 halves the blocks' gradients
-  int64_t context_parallel = 1;      // ranks sharing each sequence: seq_len / it tokens a rank
-  Fp8Recipe fp8 = Fp8Recipe::kOff;   // FP8 block linears: their GEMMs' workspace and operand copies
-  bool offload = false;              // --offload-activations: the checkpoints in host memory (kFull)
+  DType compute_dtype = DType::kBF16;  // a GPU's
 };
+
+// The sequence length of a run without data (anvil plan; anvil bench step's random blocks)
+// where --seq-len leaves it to the data (0).
+constexpr int64_t kSeqLenWithoutData = 2048;
 
 struct MemoryPlan {
   ParallelMode mode = ParallelMode::kDdp;
@@ -53,7 +53,7 @@ struct MemoryPlan {
   int64_t host_activations = 0;
 };
 
-MemoryPlan plan_memory(const PlanInput& in);
+MemoryPlan plan_memory(const PlannedRun& run);
 // MemoryPlan::host_snapshot of a rank of the table's world.
 int64_t host_snapshot_bytes(const ParamTable& table);
 
@@ -63,17 +63,17 @@ struct PlanAdvice {
   ParallelMode mode = ParallelMode::kDdp;  // the rule: ddp when it fits, else fsdp (when fits)
   std::string message;        // one or two sentences: what to do
 };
-// Recompute::kAuto: the fastest setting that fits in gpu_bytes, per mode (none, then
-// selective, then full; with in.offload only full); any other setting is planned as given.
-// in.mlp_tile kMlpTileAuto: untiled where that plan fits, else auto_mlp_tile's tiles (for each
-// recomputation tried); MemoryPlan::mlp_tile says which.
+// Both modes, whatever run.parallel.mode says. Recompute::kAuto: the fastest setting that fits
+// in gpu_bytes, per mode (none, then selective, then full; offloading only full); any other
+// setting is planned as given. mlp_tile kMlpTileAuto: untiled where that plan fits, else
+// auto_mlp_tile's tiles (for each recomputation tried); MemoryPlan::mlp_tile says which.
 // When neither mode fits without offload and with it one would, the message says so.
 // A plan fits when its total plus kPlanReserve (the CUDA context, allocator slack) is at
 // most the GPU's memory.
 constexpr int64_t kPlanReserve = 1ll << 30;
 constexpr int64_t kH200Bytes = 150110011392;  // an H200 as CUDA reports it (139.8 GiB)
 bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes);
-PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes);
+PlanAdvice advise(const PlannedRun& run, int64_t gpu_bytes);
 
 // Why this machine's host memory cannot hold what the plan puts there, or "": the offloaded
 // activations, and the snapshot of asynchronous saves when `async_saves`, for each of the
@@ -81,6 +81,6 @@ PlanAdvice advise(const PlanInput& in, Recompute recompute, int64_t gpu_bytes);
 std::string host_memory_refusal(const MemoryPlan& p, bool async_saves, int local_ranks, const HostMemory& m);
 
 // A readable table of both modes for `anvil plan` and for the trainer's refusal.
-std::string plan_table(const PlanAdvice& a, const PlanInput& in, int64_t gpu_bytes);
+std::string plan_table(const PlanAdvice& a, const PlannedRun& run, int64_t gpu_bytes);
 
 }  // namespace anvil

@@ -14,7 +14,7 @@
 // time by CMake, so `anvil plan` needs no file beside the binary and cannot find a stale
 // one); `anvil plan --op-table FILE` reads another. `anvil bench step --op-times
 // --write-op-table FILE` writes one from a measured step (fit_op_table), and
-// bench/op_table.sh measures the H200's.
+// `bench/run.py op_table` measures the H200's.
 #pragma once
 
 #include <string>
@@ -92,7 +92,7 @@ OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector
 // `fit` did not measure (per_op_us the mean over both fits' calls), so steps of several
 // shapes build one table; base's rates of the ops `fit` has none of are kept, marked not
 // measured (scaled to fit's GPU), and so is comm_overlap_cost (one GPU has no collectives;
-// bench/op_table.sh prints the figure its two-GPU rows imply).
+// `bench/run.py op_table` prints the figure its two-GPU rows imply).
 OpCostTable merge_op_tables(const OpCostTable& fit, const OpCostTable& base);
 
 // The embedded JSON (generated at build time from src/plan/h200_op_costs.json).

@@ -81,9 +81,9 @@ class Replay {
 
 }  // namespace
 
-StepPrediction predict_step(const StepInput& in, const OpCostTable& table, const GpuSpec& gpu, double bus_gbps) {
-  const std::vector<StepItem> program = step_program(in);
-  const int world = in.plan.world;
+StepPrediction predict_step(const PlannedRun& run, const OpCostTable& table, const GpuSpec& gpu, double bus_gbps) {
+  const std::vector<StepItem> program = step_program(run);
+  const int world = run.world;
   StepPrediction p;
   p.bytes = comm_bytes(program);
   ANVIL_ENSURE(world == 1 || bus_gbps > 0 || bus_bytes(p.bytes, world) == 0, kUsage,
@@ -104,8 +104,8 @@ StepPrediction predict_step(const StepInput& in, const OpCostTable& table, const
     }
   }
   p.step_s = q.now();
-  const PlanInput& s = in.plan;
-  p.tokens_per_s = static_cast<double>(world * s.micro_batch * s.seq_len * in.grad_accum) / p.step_s;
+  const DataSection& d = run.data;
+  p.tokens_per_s = static_cast<double>(world * d.micro_batch * d.seq_len * d.grad_accum) / p.step_s;
   return p;
 }
 

@@ -55,7 +55,7 @@ struct StepPrediction {
 };
 
 // bus_gbps: the collectives' bus bandwidth (GB/s; 0 with world 1, where there are none).
-StepPrediction predict_step(const StepInput& in, const OpCostTable& table, const GpuSpec& gpu, double bus_gbps);
+StepPrediction predict_step(const PlannedRun& run, const OpCostTable& table, const GpuSpec& gpu, double bus_gbps);
 
 // One line of `anvil plan`: "predicted ddp: 123,456 tokens/s, step 12.3 ms (forward ..., backward
 // ..., optimizer ...; communication ..., exposed ..., compute slowed beside it ...)", the part

@@ -14,20 +14,19 @@ namespace {
 // Walks one step; each method mirrors the function of the trainer, model or store it names.
 class StepWalk {
  public:
-  explicit StepWalk(const StepInput& in)
-      : in_(in), c_(in.plan.config), table_(c_, in.plan.world), N_(in.plan.micro_batch * in.plan.seq_len),
-        cb_(static_cast<double>(dtype_size(in.plan.compute_dtype))),
-        sharded_(in.plan.mode == ParallelMode::kFsdp && in.plan.world > 1),
-        split_(in.plan.compute_dtype != DType::kF32),
-        tile_(effective_mlp_tile(c_, N_, in.plan.compute_dtype, in.plan.mlp_tile)),
-        fp8_(in.plan.fp8 != Fp8Recipe::kOff) {
+  explicit StepWalk(const PlannedRun& run)
+      : run_(run), p_(run.parallel), c_(run.model), table_(c_, run.world),
+        N_(run.data.micro_batch * run.data.seq_len), cb_(static_cast<double>(dtype_size(run.compute_dtype))),
+        sharded_(p_.mode == ParallelMode::kFsdp && run.world > 1), split_(run.compute_dtype != DType::kF32),
+        tile_(effective_mlp_tile(c_, N_, run.compute_dtype, p_.mlp_tile)), grad_dtype_(blocks_grad_dtype(p_)),
+        fp8_(p_.fp8 != Fp8Recipe::kOff) {
     if (table_.norm_unit() > 1) keep_unit_ = table_.norm_unit() - 1;
   }
 
   std::vector<StepItem> run() {
     zero(4);  // the loss sum (Trainer::step)
-    for (int64_t k = 0; k < in_.grad_accum; ++k) {
-      last_micro_ = k + 1 == in_.grad_accum;
+    for (int64_t k = 0; k < run_.data.grad_accum; ++k) {
+      last_micro_ = k + 1 == run_.data.grad_accum;
       forward_backward();
     }
     optimizer_step();
@@ -87,7 +86,7 @@ class StepWalk {
     op(name, cat(rows, "x", C), rows, 0, bytes_per_element * cb_ * static_cast<double>(rows * C));
   }
   void attention(const char* name, double times) {
-    const int64_t B = in_.plan.micro_batch, T = in_.plan.seq_len, H = c_.num_heads;
+    const int64_t B = run_.data.micro_batch, T = run_.data.seq_len, H = c_.num_heads;
     op(name, cat(B, "x", T, "x", H, "/", c_.num_kv_heads, "x", c_.head_dim),
        N_, times * 2.0 * static_cast<double>(B * H * T * T * c_.head_dim),
        cb_ * static_cast<double>(N_ * (c_.qkv_dim() + c_.q_dim())) * times);
@@ -98,7 +97,7 @@ class StepWalk {
        N_, 0, bytes_per_element * cb_ * static_cast<double>(N_ * heads * c_.head_dim));
   }
   DType unit_grad_dtype(int u) const {
-    return table_.grads_written_once(u) ? in_.plan.grad_dtype : DType::kF32;
+    return table_.grads_written_once(u) ? grad_dtype_ : DType::kF32;
   }
   const UnitInfo& unit(int u) const { return table_.units()[static_cast<size_t>(u)]; }
 
@@ -118,14 +117,16 @@ class StepWalk {
   void reduce(int u, BenchCollective kind);
   void finish_pending();
 
-  const StepInput& in_;
+  const PlannedRun& run_;
+  const ParallelSection& p_;
   const ModelConfig& c_;
   ParamTable table_;
   const int64_t N_;
   const double cb_;
   const bool sharded_, split_;
-  const int64_t tile_;  // tokens per MLP tile: N_ untiled
-  const bool fp8_;      // the block linears' FP8 ops (Transformer::block_linear*)
+  const int64_t tile_;      // tokens per MLP tile: N_ untiled
+  const DType grad_dtype_;  // the blocks' gradients
+  const bool fp8_;          // the block linears' FP8 ops (Transformer::block_linear*)
   StepPhase phase_ = StepPhase::kForward;
   bool last_micro_ = true;
   std::vector<StepItem> items_;
@@ -160,8 +161,8 @@ void StepWalk::forward_backward() {
     const int u = table_.block_unit(l);
     weights(u);
     if (l > 0) prefetch(table_.block_unit(l - 1));
-    if (in_.plan.recompute == Recompute::kFull) block_forward(false);
-    if (in_.plan.recompute == Recompute::kSelective) {
+    if (p_.recompute == Recompute::kFull) block_forward(false);
+    if (p_.recompute == Recompute::kSelective) {
       per_token("rmsnorm_forward", C, 2);
       qk_norm_rope("qk_norm_rope_forward", 2);
       per_token("rmsnorm_forward", C, 2);
@@ -188,7 +189,7 @@ void StepWalk::block_forward(bool to_output) {
   if (tile_ == N_) linear("linear_forward", N_, 2 * I, C);
   if (!to_output) return;
   mlp_forward();
-  op("add", cat(dtype_name(in_.plan.compute_dtype), " ", N_ * C), N_ * C, 0,
+  op("add", cat(dtype_name(run_.compute_dtype), " ", N_ * C), N_ * C, 0,
      3 * cb_ * static_cast<double>(N_ * C));
 }
 
@@ -297,12 +298,12 @@ void StepWalk::grads(int u) {
 }
 
 void StepWalk::grads_ready(int u) {
-  if (in_.plan.world == 1) return;
+  if (run_.world == 1) return;
   if (!sharded_) {
     if (last_micro_) reduce(u, BenchCollective::kAllReduce);  // no_sync before the last micro-batch
     return;
   }
-  if (in_.plan.fsdp_defer_sync && !last_micro_) return;
+  if (p_.fsdp_defer_sync && !last_micro_) return;
   reduce(u, BenchCollective::kReduceScatter);
   full_grads_[u] = false;
 }
@@ -310,7 +311,7 @@ void StepWalk::grads_ready(int u) {
 // GradReducer::all_reduce and reduce_scatter: in place when the gradient is in the wire
 // dtype (DDP: several in flight), else through a wire copy, one reduction in flight.
 void StepWalk::reduce(int u, BenchCollective kind) {
-  const DType g = unit_grad_dtype(u), wire = in_.plan.reduce_dtype;
+  const DType g = unit_grad_dtype(u), wire = p_.reduce_dtype;
   const int64_t padded = unit(u).padded, bytes = padded * static_cast<int64_t>(dtype_size(wire));
   if (!sharded_ && g == wire) {
     last_all_reduce_ = collective(kind, bytes);
@@ -328,7 +329,7 @@ void StepWalk::reduce(int u, BenchCollective kind) {
 void StepWalk::finish_pending() {
   if (pending_ < 0) return;
   wait(pending_);
-  const DType wire = in_.plan.reduce_dtype;
+  const DType wire = p_.reduce_dtype;
   if (!sharded_) {
     convert(wire, pending_grad_, pending_n_);
   } else {
@@ -368,10 +369,11 @@ void StepWalk::optimizer_step() {
 
 }  // namespace
 
-std::vector<StepItem> step_program(const StepInput& in) {
-  ANVIL_ENSURE(in.plan.recompute != Recompute::kAuto, kInternal, "step_program: recompute auto is unresolved");
-  ANVIL_ENSURE(in.grad_accum >= 1 && in.plan.world >= 1, kUsage, "step model: --grad-accum and --nproc must be >= 1");
-  return StepWalk(in).run();
+std::vector<StepItem> step_program(const PlannedRun& run) {
+  ANVIL_ENSURE(run.parallel.recompute != Recompute::kAuto, kInternal, "step_program: recompute auto is unresolved");
+  ANVIL_ENSURE(run.data.grad_accum >= 1 && run.world >= 1, kUsage,
+               "step model: --grad-accum and --nproc must be >= 1");
+  return StepWalk(run).run();
 }
 
 }  // namespace anvil

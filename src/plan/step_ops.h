@@ -46,11 +46,7 @@ struct StepItem {
   int id = 0;
 };
 
-struct StepInput {
-  PlanInput plan;  // model, mode, world, shapes, recompute (resolved), dtypes
-  int64_t grad_accum = 1;
-};
-
-std::vector<StepItem> step_program(const StepInput& in);
+// The step of a run whose every setting is resolved (its data section's grad_accum micro-batches).
+std::vector<StepItem> step_program(const PlannedRun& run);
 
 }  // namespace anvil

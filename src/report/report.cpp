@@ -494,12 +494,17 @@ std::string render_report_html(const std::vector<Metrics>& runs) {
                (m.run_id.empty() ? "" : " &middot; " + escape_html(m.source)) + "</h3>";
     cards += "<section class=\"cards\">" + summary_cards(s) + "</section>\n";
   }
-  const size_t segments = runs.size() == 1 ? static_cast<size_t>(runs[0].runs) : runs.size();
+  // Several runs are counted; one run's resumes are resumes, not runs.
+  const int resumes = runs.size() == 1 ? runs[0].runs - 1 : 0;
+  const std::string what = runs.size() > 1 ? cat(" &middot; ", runs.size(), " runs")
+                           : resumes == 1  ? std::string(" &middot; resumed once")
+                           : resumes > 1   ? cat(" &middot; resumed ", resumes, " times")
+                                           : std::string();
   std::string h = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                   "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
                   "<title>anvil report: " + escape_html(sources) + "</title><style>" + kStyle +
                   "</style></head>\n<body>\n<header><h1>Training report</h1><p class=\"src\">" + escape_html(sources) +
-                  (segments > 1 ? " &middot; " + std::to_string(segments) + " runs" : "") + "</p>" + kSmoothControl +
+                  what + "</p>" + kSmoothControl +
                   "</header>\n";
   h += cards;
   h += "<section class=\"grid\">\n";

@@ -162,25 +162,10 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
   return j;
 }
 
-// The step model's input for the setting the trainer runs (every auto resolved).
-StepInput step_input(Trainer& trainer, const OpenRun& run) {
+// The setting the trainer runs (every auto resolved), as the step model reads it.
+PlannedRun planned(Trainer& trainer, const OpenRun& run) {
   const TrainConfig& c = trainer.settings().config;
-  StepInput in;
-  in.plan.config = run.config;
-  in.plan.mode = trainer.mode();
-  in.plan.world = run.world;
-  in.plan.seq_len = c.data.seq_len;
-  in.plan.micro_batch = c.data.micro_batch;
-  in.plan.recompute = trainer.recompute();
-  in.plan.mlp_tile = c.parallel.mlp_tile;
-  in.plan.offload = c.parallel.offload_activations;
-  in.plan.fp8 = c.parallel.fp8;
-  in.plan.compute_dtype = trainer.ops().compute_dtype();
-  in.plan.fsdp_defer_sync = c.parallel.fsdp_defer_sync;
-  in.plan.reduce_dtype = c.parallel.reduce_dtype;
-  in.plan.grad_dtype = trainer.grad_dtype();
-  in.grad_accum = c.data.grad_accum;
-  return in;
+  return {run.config, c.data, c.parallel, run.world, trainer.ops().compute_dtype()};
 }
 
 // The step model's figures for this setting on this GPU (null on a GPU it does not know, with
@@ -193,7 +178,7 @@ Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions
   const OpCostTable table = OpCostTable::load(o.op_table);
   if (ps.fp8 != Fp8Recipe::kOff && !table.why_not_fp8(*gpu).empty()) return Json(nullptr);
   const double bus = o.bus_gbps > 0 ? o.bus_gbps : gpu->bus_gbps;
-  const StepPrediction p = predict_step(step_input(trainer, run), table, *gpu, bus);
+  const StepPrediction p = predict_step(planned(trainer, run), table, *gpu, bus);
   return Json{{"tokens_per_s", p.tokens_per_s}, {"step_ms", 1e3 * p.step_s},
               {"forward_ms", 1e3 * p.forward_s}, {"backward_ms", 1e3 * p.backward_s},
               {"optimizer_ms", 1e3 * p.optimizer_s}, {"communication_ms", 1e3 * p.comm_s},
@@ -222,7 +207,7 @@ void write_op_table(Trainer& trainer, const OpenRun& run, const BenchStepOptions
           c.model.model.empty() ? c.model.preset : c.model.model, ", seq ", c.data.seq_len, ", micro-batch ",
           c.data.micro_batch, ", recompute ", recompute_name(trainer.recompute()),
           c.parallel.fp8 == Fp8Recipe::kOff ? "" : cat(", fp8 ", fp8_recipe_name(c.parallel.fp8)));
-  const OpCostTable fit = fit_op_table(step_program(step_input(trainer, run)), measured, step_ms, *gpu, source);
+  const OpCostTable fit = fit_op_table(step_program(planned(trainer, run)), measured, step_ms, *gpu, source);
   const OpCostTable base = path_exists(o.write_op_table) ? OpCostTable::load(o.write_op_table) : OpCostTable::builtin();
   json_write_file(o.write_op_table, merge_op_tables(fit, base).to_json());
 }
@@ -257,15 +242,6 @@ Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
 
 }  // namespace
 
-TrainConfig BenchStepOptions::bench_defaults() {
-  TrainConfig c;
-  c.model.preset = "qwen3-1.7b";
-  c.data.seq_len = 2048;
-  c.parallel.mode = ParallelMode::kDdp;
-  c.steps = 20;
-  return c;
-}
-
 Json run_bench_step(const BenchStepOptions& options) {
   TrainConfig c = options.config;
   ANVIL_ENSURE(c.steps > options.warmup && options.warmup >= 0, kUsage,
@@ -273,7 +249,8 @@ Json run_bench_step(const BenchStepOptions& options) {
   ANVIL_ENSURE(options.write_op_table.empty() || (options.op_times && !c.parallel.overlap_optimizer), kUsage,
                "anvil bench step: --write-op-table fits the timed ops of steps whose ops run alone: add --op-times "
                "--no-overlap-optimizer");
-  if (!c.model.model.empty()) c.model.preset.clear();
+  ANVIL_ENSURE(c.model.model.empty() != c.model.preset.empty(), kUsage,
+               "anvil bench step: give exactly one of --model and --preset");
   c.model.device = resolve_device(c.model.device);
   OpenRun run = open_run(c.model);
   ANVIL_ENSURE(options.write_op_table.empty() || run.world == 1, kUsage,
@@ -281,7 +258,8 @@ Json run_bench_step(const BenchStepOptions& options) {
   std::unique_ptr<Trainer> trainer;
   {
     HostUnits fresh;
-    trainer = make_trainer(run, c, c.data.seq_len, initial_weights(run, c.seed, fresh));  // checks the plan first
+    // The random blocks are the data: kSeqLenWithoutData tokens unless --seq-len says.
+    trainer = make_trainer(run, c, kSeqLenWithoutData, initial_weights(run, c.seed, fresh));  // checks the plan first
   }
   return measure(*trainer, run, options);
 }

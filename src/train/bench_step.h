@@ -6,8 +6,8 @@
 // breakdown (forward, backward, exposed communication, optimizer) from up to 3 more steps
 // with the device synchronised at each phase boundary (so nothing overlaps there), and
 // peak memory measured beside the plan's. It is the figure compared side by side with the
-// reference trainer (ref_train.py). With op_times, "op_times" adds each op's device and host
-// milliseconds per step (main queue, by op and shape) from up to 3 more steps.
+// reference trainer (bench/reference_train.py). With op_times, "op_times" adds each op's
+// device and host milliseconds per step (main queue, by op and shape) from up to 3 more steps.
 // "predicted" puts the step model's figures (plan/step_model.h) for the same setting beside
 // the measured ones; write_op_table fits an op-cost table to the timed ops (plan/op_costs.h).
 #pragma once
@@ -23,18 +23,17 @@
 
 namespace anvil {
 
-// The run to time is a config tree (train/config.h) with the benchmark's defaults: the
-// qwen3-1.7b preset, 2048 tokens per sequence, ddp, 20 steps.
+// The run to time is a config tree (train/config.h), with anvil train's defaults; its blocks
+// (random tokens) are kSeqLenWithoutData tokens long (plan/memory_plan.h) unless
+// config.data.seq_len says.
 struct BenchStepOptions {
-  TrainConfig config = bench_defaults();
+  TrainConfig config;
   int64_t warmup = 5;      // untimed first steps (of config.steps; then up to 3 more, phases timed)
   double peak_tflops = 0;  // 0: the GPU's dense bf16 rate from its name
   bool op_times = false;   // then up to 3 more steps with every op timed (Ops::take_op_times)
   std::string write_op_table;  // with op_times: the op-cost table fitted to them, written here
   std::string op_table;        // the prediction's op costs [default: the built-in table]
   double bus_gbps = 0;         // the prediction's bus bandwidth [default: the GPU's usual link]
-
-  static TrainConfig bench_defaults();
 };
 
 // Model FLOPs per trained token: 6 x (parameters in matrix products) + 6 x layers x

@@ -211,7 +211,7 @@ void check_train(TrainConfig& c, FileLock& ckpt_lock) {
   // A check before data is packed: the grad dtype against the device and accumulation
   // (resolve_config resolves it once the Trainer's device is open).
   resolve_grad_dtype(c.parallel.grad_dtype, c.model.device == "cuda" ? DType::kBF16 : DType::kF32, d.grad_accum);
-  check_context_parallel_world(c.parallel.context_parallel, comm_options_from_env().world);
+  check_context_parallel_world(c.parallel.context_parallel, comm_options_from_env().world, "--nproc-per-node");
   check_data(c);
   check_eval(c);
   check_outputs(c, ckpt_lock);

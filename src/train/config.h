@@ -1,9 +1,11 @@
 // The run's config: one tree, one documented struct per concern (as torchtitan's
 // job_config), each section's struct in the lowest layer that reads it: the data's in
-// data/blocks.h, the optimizer's in optim/schedule.h, the rest here. The flags of anvil
-// train and anvil bench step bind to these fields (cli/train_flags.h), and so do the keys of
-// --config FILE.toml and of the anvil_config.toml a run writes. Every `auto` is resolved
-// once, by resolve_config (train/resolve.h).
+// data/blocks.h, the parallel section's in plan/parallel_section.h (the memory plan reads it),
+// the optimizer's in optim/schedule.h, the rest here. Defaults live in these structs only. The
+// flags of anvil train, anvil plan and anvil bench step bind to these fields, one binder per
+// section (cli/config_flags.h), and so do the keys of --config FILE.toml and of the
+// anvil_config.toml a run writes. Every `auto` is resolved once, by resolve_config
+// (train/resolve.h).
 #pragma once
 
 #include <cstdint>
@@ -11,13 +13,9 @@
 #include <vector>
 
 #include "core/json.h"
-#include "core/tensor.h"
 #include "data/blocks.h"
-#include "model/params.h"
-#include "model/activations.h"
-#include "ops/fp8_recipe.h"
 #include "optim/schedule.h"
-#include "parallel/mode.h"
+#include "plan/parallel_section.h"
 
 namespace anvil {
 
@@ -27,22 +25,6 @@ struct ModelSection {
   std::string preset;  // or a built-in shape with fresh weights (benchmarks, the demo)
   std::string device;  // cpu | cuda; empty: cuda when a GPU is present, else cpu
   bool operator==(const ModelSection&) const = default;
-};
-
-// How the ranks share the model and its gradients, and what each keeps in memory.
-struct ParallelSection {
-  ParallelMode mode = ParallelMode::kAuto;  // auto: ddp when the plan fits, else fsdp
-  DType reduce_dtype = DType::kF32;         // gradient reduction: F32 or BF16
-  GradDType grad_dtype = GradDType::kAuto;  // the blocks' gradients (model/params.h)
-  Recompute recompute = Recompute::kNone;   // auto: the fastest the plan fits
-  int64_t mlp_tile = kMlpTileAuto;          // tokens per MLP tile (model/activations.h); 0: auto
-  bool offload_activations = false;         // the checkpoints in host memory (model/activations.h; full)
-  bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
-  bool fsdp_defer_sync = false;   // FSDP: reduce-scatter once per step, not per micro-batch
-  // The ranks that share each sequence (model/context_parallel.h): every rank today.
-  int64_t context_parallel = 1;
-  Fp8Recipe fp8 = Fp8Recipe::kOff;  // the blocks' linear layers in FP8 (ops/fp8_recipe.h)
-  bool operator==(const ParallelSection&) const = default;
 };
 
 // Checkpoints (train/checkpoint.h): every save_every steps into dir, keeping the newest

@@ -172,7 +172,7 @@ TrainSummary run_train(const TrainConfig& config, const TrainCommand& command) {
   prepare_saves(run);
   TrainSummary summary = train_loop(run);
   finish_train(run, summary);
-  if (summary.stop_signal == 0) log_last_line(run.config(), summary, seconds_since(begin));
+  if (summary.stop_signal == 0 && run.base.rank == 0) log_last_line(run.config(), summary, seconds_since(begin));
   return summary;
 }
 

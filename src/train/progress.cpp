@@ -88,6 +88,7 @@ void log_step(TrainRun& run, int64_t step, const StepStats& st, int64_t tokens, 
 }
 
 void log_done(const TrainRun& run, const TrainSummary& summary) {
+  if (run.base.rank != 0) return;  // the run's summary, said once
   const int64_t steps = run.config().steps;
   if (summary.losses.empty()) {
     log_result("done: nothing left to train (the checkpoint is at step ", run.point.step, " of --steps ", steps, ")");

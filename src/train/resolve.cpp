@@ -63,11 +63,11 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
   const bool mode_auto = p.mode == ParallelMode::kAuto, recompute_auto = p.recompute == Recompute::kAuto;
   std::string mode_why;
   if (f.capacity > 0) {
-    const PlanInput pin = plan_input(*f.model, r.config, f.world, f.compute_dtype);
-    const PlanAdvice adv = advise(pin, p.recompute, f.capacity);
+    const PlannedRun run{*f.model, r.config.data, r.config.parallel, f.world, f.compute_dtype};
+    const PlanAdvice adv = advise(run, f.capacity);
     if (mode_auto) {
       ANVIL_ENSURE(adv.fits, kOutOfMemory, "--mode auto: neither mode fits in the GPU's memory; the plan per GPU:\n",
-                   plan_table(adv, pin, f.capacity));
+                   plan_table(adv, run, f.capacity));
       const bool fsdp = f.comm ? f.comm->host_max(adv.mode == ParallelMode::kFsdp ? 1.0 : 0.0, "mode auto") > 0
                                : adv.mode == ParallelMode::kFsdp;
       p.mode = fsdp ? ParallelMode::kFsdp : ParallelMode::kDdp;
@@ -75,7 +75,7 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
     }
     const MemoryPlan& plan = p.mode == ParallelMode::kFsdp ? adv.fsdp : adv.ddp;
     ANVIL_ENSURE(plan_fits(plan, f.capacity), kOutOfMemory,
-                 "this run does not fit in the GPU's memory; the plan per GPU:\n", plan_table(adv, pin, f.capacity));
+                 "this run does not fit in the GPU's memory; the plan per GPU:\n", plan_table(adv, run, f.capacity));
     p.recompute = plan.recompute;
     if (recompute_auto)
       r.reasons.push_back(cat("recompute ", recompute_name(p.recompute), ": the fastest setting whose plan fits in ",
@@ -109,7 +109,7 @@ void resolve_offload(ResolvedConfig& r) {
 // for every rank on it.
 void check_offload_host_memory(const ResolvedConfig& r, const RunFacts& f) {
   if (!r.config.parallel.offload_activations) return;
-  const MemoryPlan plan = plan_memory(plan_input(*f.model, r.config, f.world, f.compute_dtype));
+  const MemoryPlan plan = plan_memory({*f.model, r.config.data, r.config.parallel, f.world, f.compute_dtype});
   const CheckpointSection& k = r.config.checkpoint;
   const int local_ranks = static_cast<int>(env_int("LOCAL_WORLD_SIZE", 1));
   const std::string refusal = first_error(
@@ -118,18 +118,12 @@ void check_offload_host_memory(const ResolvedConfig& r, const RunFacts& f) {
   ANVIL_ENSURE(refusal.empty(), kOutOfMemory, refusal);
 }
 
-// --context-parallel P: Ulysses (model/context_parallel.h) splits the sequence and the heads,
-// over every rank of the run (no data-parallel groups beside it yet).
-void check_context_parallel(ResolvedConfig& r, const RunFacts& f) {
+// --context-parallel P: the rule (plan/parallel_section.h), and what it makes of the run.
+void resolve_context_parallel(ResolvedConfig& r, const RunFacts& f) {
   const int64_t P = r.config.parallel.context_parallel, T = r.config.data.seq_len;
   const int64_t H = f.model->num_heads, KV = f.model->num_kv_heads;
+  check_context_parallel(P, f.world, *f.model, T, "--nproc-per-node");
   if (P == 1) return;
-  ANVIL_ENSURE(P < 1 || KV % P == 0, kUsage, "--context-parallel ", P, ": the model's ", KV,
-               " key/value heads do not split evenly over ", P, " ranks (each rank attends with its share of the "
-               "heads); use a divisor of ", KV);
-  ANVIL_ENSURE(P < 1 || T % P == 0, kUsage, "--context-parallel ", P, ": sequence length ", T,
-               " does not split into ", P, " equal slices; use a --seq-len that ", P, " divides");
-  check_context_parallel_world(P, f.world);  // P < 1 too
   r.reasons.push_back(cat("context parallel ", P, ": each rank holds ", T / P, " tokens of every sequence; attention "
                           "runs all ", T, " of ", H / P, " query and ", KV / P, " key/value heads"));
 }
@@ -147,32 +141,6 @@ void check_fp8(ResolvedConfig& r, const RunFacts& f) {
 
 }  // namespace
 
-void check_context_parallel_world(int64_t cp, int world) {
-  ANVIL_ENSURE(cp >= 1, kUsage, "--context-parallel ", cp, ": must be at least 1");
-  ANVIL_ENSURE(cp == 1 || cp == world, kUsage, "--context-parallel ", cp, " on ", world,
-               " ranks: the context-parallel group spans every rank of the run (data-parallel groups beside it are "
-               "not supported yet); use --context-parallel ", world, " or --nproc-per-node ", cp);
-}
-
-PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int world, DType compute_dtype) {
-  PlanInput pin;
-  pin.config = model;
-  pin.world = world;
-  pin.seq_len = resolved.data.seq_len;
-  pin.micro_batch = resolved.data.micro_batch;
-  pin.compute_dtype = compute_dtype;
-  pin.fsdp_defer_sync = resolved.parallel.fsdp_defer_sync;
-  pin.reduce_dtype = resolved.parallel.reduce_dtype;
-  pin.grad_dtype = resolved.parallel.grad_dtype == GradDType::kBF16 ? DType::kBF16 : DType::kF32;
-  pin.mode = resolved.parallel.mode;
-  pin.recompute = resolved.parallel.recompute;
-  pin.mlp_tile = resolved.parallel.mlp_tile;
-  pin.context_parallel = resolved.parallel.context_parallel;
-  pin.fp8 = resolved.parallel.fp8;
-  pin.offload = resolved.parallel.offload_activations;
-  return pin;
-}
-
 ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
   ANVIL_ENSURE(c.data.grad_accum >= 1, kInternal, "grad_accum ", c.data.grad_accum);
   ResolvedConfig r;
@@ -181,7 +149,7 @@ ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
     r.config.data.seq_len = f.data_seq_len;
     r.reasons.push_back(cat("seq_len ", f.data_seq_len, ": the data's blocks"));
   }
-  check_context_parallel(r, f);
+  resolve_context_parallel(r, f);
   resolve_grad_dtype_of(r, f);
   check_fp8(r, f);
   resolve_offload(r);

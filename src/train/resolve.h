@@ -40,11 +40,4 @@ struct RunFacts {
 // fit in the GPU's memory (with the plan of both modes) or its offloaded activations in the host's.
 ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f);
 
-// --context-parallel P on `world` ranks: at least 1, and 1 or every rank (kUsage otherwise).
-// resolve_config checks it too, with what the model and the sequence allow.
-void check_context_parallel_world(int64_t cp, int world);
-
-// The memory plan's input for a resolved config.
-PlanInput plan_input(const ModelConfig& model, const TrainConfig& resolved, int world, DType compute_dtype);
-
 }  // namespace anvil

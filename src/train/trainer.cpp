@@ -70,7 +70,7 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
                kInternal, "the Trainer takes a resolved config (train/resolve.h)");
   grad_dtype_ = p.grad_dtype == GradDType::kBF16 ? DType::kBF16 : DType::kF32;
   // Memory was planned (resolve_config) before anything is allocated.
-  plan_ = plan_memory(plan_input(config_, settings_.config, table_.world(), ops_->compute_dtype()));
+  plan_ = plan_memory({config_, d, p, table_.world(), ops_->compute_dtype()});
   store_ = make_param_store(table_, *ops_, comm_, p.mode, grad_dtype_);
   store_->set_defer_sync(p.fsdp_defer_sync);
   store_->set_reduce_dtype(p.reduce_dtype);

@@ -9,6 +9,7 @@
 #include "comm/device.h"
 #include "core/json.h"
 #include "plan/step_model.h"
+#include "../plan_case.h"
 #include "../testing.h"
 #include "require_gpu.h"
 
@@ -37,15 +38,14 @@ Json bench_line(const testing::RunResult& r) {
   return json_parse(r.out.substr(begin, r.out.find('\n', key) - begin), "bench step's line");
 }
 
-StepInput gpu_input(const GpuCase& k) {
-  StepInput in;
-  in.plan.config = preset_config("tiny");
-  in.plan.mode = k.mode;
-  in.plan.world = k.world;
-  in.plan.seq_len = 64;
-  in.plan.recompute = k.recompute;
-  in.plan.compute_dtype = DType::kBF16;
-  in.plan.grad_dtype = DType::kBF16;  // --grad-dtype auto on a GPU with one micro-batch
+testing::PlanCase gpu_input(const GpuCase& k) {
+  testing::PlanCase in(preset_config("tiny"));
+  in.parallel.mode = k.mode;
+  in.world = k.world;
+  in.data.seq_len = 64;
+  in.parallel.recompute = k.recompute;
+  in.compute_dtype = DType::kBF16;
+  in.parallel.grad_dtype = GradDType::kBF16;  // --grad-dtype auto on a GPU with one micro-batch
   return in;
 }
 
@@ -62,7 +62,7 @@ TEST(CudaStepModel, OpListIsWhatTheGpuStepIssues) {
     std::map<std::string, double> recorded, issued;
     for (const Json& op : bench_line(r).at("op_times").at("ops"))
       recorded[op.at("op").get<std::string>()] = op.at("calls").get<double>();
-    for (const StepItem& it : step_program(gpu_input(k)))
+    for (const StepItem& it : step_program(gpu_input(k).run()))
       if (it.kind == StepItem::Kind::kOp) issued[it.op.label()] += 1;
     EXPECT_EQ(issued, recorded);
   }

@@ -1,5 +1,5 @@
-"""transformers' generate on the same folder and prompt as bench/generate_bench.sh: bf16,
-sdpa, greedy, with the dynamic cache and the static cache. Decode tokens/s is measured as
+"""transformers' generate on the folder and prompt of the generate_bench experiment: bf16, sdpa,
+greedy, with the dynamic cache and the static cache. Decode tokens/s is measured as
 (new_tokens - 1) over the time of generate(new_tokens) minus generate(1) (the prefill and
 first token), after a warm-up. Prints one JSON object {setting: tokens/s}.
 

@@ -1,0 +1,228 @@
+// The config tree's flags, one binder per section: see cli/config_flags.h.
+#include "cli/config_flags.h"
+
+namespace anvil {
+namespace {
+
+// A choice held in an enum: `parse` reads one of `choices`, `name` writes it back.
+template <typename E>
+Args& enum_choice(Args& a, const std::string& flag, E* out, std::vector<std::string> choices,
+                  const std::string& help, E (*parse)(const std::string&), const char* (*name)(E)) {
+  return a.choice(flag, std::move(choices), help, [out, parse](const std::string& v) { *out = parse(v); },
+                  [out, name] { return std::string(name(*out)); });
+}
+
+DType parse_reduce_dtype(const std::string& v) { return v == "bf16" ? DType::kBF16 : DType::kF32; }
+const char* reduce_dtype_name(DType d) { return d == DType::kBF16 ? "bf16" : "fp32"; }
+
+// Where the rows come from and how they are packed, and the loss they train on.
+void bind_data(Args& a, DataSection& d) {
+  a.opt("--data", &d.source, "FILE|DIR|ID",
+        "chat or text rows: JSONL (plain, .gz, .zst), .parquet, a folder of them, or a hub dataset id in the local "
+        "cache (packed on the fly and cached); or a folder made by anvil prepare, or safetensors holding "
+        "input_ids I64 [N, T]",
+        true)
+      .opt("--split", &d.split, "NAME", "the split of a hub dataset id")
+      .opt("--data-config", &d.config, "NAME", "the config (subset) of a hub dataset id")
+      .opt("--tokenizer", &d.tokenizer, "DIR",
+           "tokenizer.json folder for row data (JSONL, Parquet) [default: the model's]")
+      .opt("--data-cache", &d.cache, "DIR", "where row data is packed [default: ~/.cache/anvil]");
+  bind_packing(a, &d.packing)
+      .flag("--assistant-only-loss", &d.assistant_only_loss, "train only on the assistant turns of chats")
+      .flag_off("--no-completion-only-loss", &d.completion_only_loss,
+                "train prompt-completion rows on the prompt too (by default, as TRL, only on the completion)")
+      .opt("--columns", &d.columns, "FIELD=COLUMN,...",
+           "read a field from another column, e.g. messages=dialog,text=body (ShareGPT's conversations needs none)")
+      .flag("--skip-bad-rows", &d.skip_bad_rows, "skip and count malformed rows instead of stopping")
+      .flag_off("--no-shuffle", &d.shuffle, "read the blocks in file order")
+      .flag("--reset-data-position", &d.reset_position,
+            "on resuming, read the blocks from the start instead of after the checkpoint's position (needed to "
+            "resume with another --packing)")
+      .once();
+}
+
+void bind_eval(Args& a, EvalSection& e) {
+  a.opt("--eval-data", &e.data, "SOURCE",
+        "held-out data (what --data takes, packed the same way): its token-weighted mean loss, all ranks, no "
+        "gradients, every --eval-every steps and at the end")
+      .opt("--eval-split", &e.split, "NAME",
+           "the split of a hub dataset id given to --eval-data [default: its validation or test split]")
+      .opt("--eval-every", &e.every, "N", "evaluate every N steps (0: only at the end)")
+      .choice("--eval-packing", &e.packing, {"same", "bfd-split", "bfd", "wrapped"},
+              "how --eval-data rows are packed (same: as --packing)")
+      .opt("--eval-max-blocks", &e.max_blocks, "N", "evaluate the first N blocks of the eval set (0: all)")
+      .opt("--eval-fraction", &e.fraction, "F",
+           "hold out this fraction of the training rows as the eval set (chosen by --seed; instead of --eval-data)")
+      .opt("--eval-rows", &e.rows, "N", "hold out N of the training rows as the eval set (as --eval-fraction)");
+}
+
+void bind_optim(Args& a, OptimSection& o) {
+  OptimizerConfig& w = o.adamw;
+  ScheduleConfig& s = o.schedule;
+  a.opt("--lr,--learning-rate", &s.lr, "LR", "peak learning rate")
+      .opt("--weight-decay", &w.weight_decay, "WD", "AdamW decoupled weight decay")
+      .opt("--beta1", &w.beta1, "B1", "AdamW beta1")
+      .opt("--beta2", &w.beta2, "B2", "AdamW beta2")
+      .opt("--eps", &w.eps, "EPS", "AdamW epsilon")
+      .opt("--max-grad-norm", &w.max_grad_norm, "X", "clip the global gradient norm to X (0: off)")
+      .opt("--warmup", &s.warmup_steps, "N", "linear warm-up steps")
+      .choice("--schedule", &s.decay, {"constant", "cosine"}, "learning-rate schedule after warm-up")
+      .opt("--lr-min", &s.lr_min, "LR", "cosine: the learning rate reached at the last step (in [0, --lr])");
+}
+
+void bind_log(Args& a, LogSection& l) {
+  a.opt("--log-every", &l.every, "N", "print the loss every N steps")
+      .opt("--metrics", &l.metrics, "FILE",
+           "JSON lines: the run's header (run id, settings), then one per logged step; a file holding another "
+           "run is refused unless this run resumes it")
+      .flag("--metrics-append", &l.metrics_append, "add this run to a --metrics file holding another run")
+      .opt("--tensorboard", &l.tensorboard, "DIR", "write TensorBoard event files (the metrics' scalars) into DIR");
+}
+
+void bind_export(Args& a, ExportSection& e) {
+  a.opt("--export", &e.dir, "DIR",
+        "write a Hugging Face model folder at the end: a new or empty folder, or an earlier export "
+        "(never the --model folder)")
+      .choice("--export-dtype", &e.dtype, {"bf16", "fp32"}, "dtype of the exported weights");
+}
+
+void bind_checkpoint(Args& a, CheckpointSection& k) {
+  a.opt("--save-every", &k.save_every, "N", "write a checkpoint every N steps into --ckpt-dir")
+      .opt("--ckpt-dir", &k.dir, "DIR",
+           "checkpoint folder; a run resumes from the newest complete checkpoint found there, and "
+           "saves its last step there")
+      .opt("--keep-last", &k.keep_last, "K", "keep only the newest K checkpoints (0: all)")
+      .flag("--keep-best", &k.keep_best,
+            "also keep the checkpoint of the lowest eval loss (each save step must be an --eval-every step)")
+      .opt("--resume", &k.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)")
+      .once()
+      .opt("--on-save", &k.on_save, "CMD",
+           "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "
+           "machine); --keep-last keeps what a copy still needs")
+      .flag("--sync-save", &k.sync_save,
+            "write checkpoints in the foreground (training waits) instead of from a snapshot in host memory "
+            "in the background")
+      .flag("--save-skip-busy", &k.skip_busy,
+            "skip a checkpoint due while the last one is still being written (default: wait for it)");
+}
+
+}  // namespace
+
+void bind_train_flags(Args& a, TrainConfig& c) {
+  bind_model(a, c.model);
+  bind_device(a, c.model);
+  bind_data(a, c.data);
+  bind_eval(a, c.eval);
+  bind_shapes(a, c.data);
+  bind_steps(a, &c.steps);
+  bind_parallel(a, c.parallel);
+  bind_optim(a, c.optim);
+  a.opt("--seed", &c.seed, "N", "seed of the data order and of fresh weights");
+  bind_log(a, c.log);
+  bind_export(a, c.export_);
+  bind_checkpoint(a, c.checkpoint);
+}
+
+void bind_model(Args& a, ModelSection& m) {
+  a.opt("--model", &m.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache")
+      .opt("--preset", &m.preset, "NAME", "a built-in shape with fresh weights, instead of --model");
+}
+
+void bind_device(Args& a, ModelSection& m) {
+  a.opt("--device", &m.device, "cpu|cuda", "where to run [default: cuda when a GPU is present, else cpu]");
+}
+
+void bind_shapes(Args& a, DataSection& d) {
+  a.opt("--seq-len", &d.seq_len, "T",
+        "tokens per sequence: rows are packed into sequences of T tokens (row data needs it), blocks made before "
+        "must be T long [default: the data's blocks' length; without data (anvil plan, anvil bench step's random "
+        "tokens) 2048]")
+      .opt("--micro-batch,--batch", &d.micro_batch, "B", "sequences per micro-batch")
+      .opt("--grad-accum", &d.grad_accum, "K", "micro-batches per optimizer step (their gradients summed)");
+}
+
+void bind_steps(Args& a, int64_t* steps) { a.opt("--steps", steps, "N", "optimizer steps"); }
+
+void bind_parallel(Args& a, ParallelSection& p) {
+  enum_choice(a, "--mode", &p.mode, {"auto", "ddp", "fsdp"},
+              "replicated (ddp) or sharded (fsdp) parameters; auto: ddp when the memory plan fits the GPU, else "
+              "fsdp (anvil train logs which and why; anvil plan shows both)",
+              parse_parallel_mode, parallel_mode_name);
+  enum_choice(a, "--reduce-dtype", &p.reduce_dtype, {"fp32", "bf16"},
+              "dtype of the gradient all-reduce (ddp) / reduce-scatter (fsdp). bf16 halves the bytes sent; each "
+              "rank's gradient is rounded to bf16 (8 significant bits, relative error up to 2^-9) before the sum, "
+              "and NCCL may round partial sums too, so the summed gradient carries about 3 significant digits "
+              "(masters, AdamW state and the norm stay fp32)",
+              parse_reduce_dtype, reduce_dtype_name);
+  enum_choice(a, "--grad-dtype", &p.grad_dtype, {"auto", "fp32", "bf16"},
+              "where the gradients of the blocks and the final norm are kept. auto: bf16 on a GPU with --grad-accum "
+              "1, else fp32; bf16 rounds each gradient once (as PyTorch's autocast and FSDP2 do for the weights' "
+              "bf16 copies) and halves its memory and bytes moved; the embedding's and output layer's stay fp32",
+              parse_grad_dtype, grad_dtype_name);
+  a.flag("--fsdp-defer-sync", &p.fsdp_defer_sync,
+         "fsdp: reduce-scatter gradients once per step instead of per micro-batch (keeps the whole model's fp32 "
+         "gradient; as PyTorch's set_requires_gradient_sync(False))")
+      .opt("--context-parallel", &p.context_parallel, "N",
+           "split each sequence over N ranks (every rank of the run; ddp or fsdp over the same ranks): each holds "
+           "seq-len/N tokens, and attention trades them for a share of the heads by all-to-all (Ulysses; N must "
+           "divide the key/value heads and --seq-len)");
+  enum_choice(a, "--recompute", &p.recompute, {"none", "selective", "full", "auto"},
+              "activation recomputation in the backward: selective recomputes the norms and RoPE, full every block "
+              "from its input. auto, the default of anvil train, plan and bench step alike (so the plan shows what "
+              "a run does): the fastest setting whose memory plan fits the GPU, none wherever none fits, so a run "
+              "that fits is never slowed; without a GPU, none",
+              parse_recompute, recompute_name);
+  bind_mlp_tile(a, &p.mlp_tile);
+  bind_fp8(a, &p.fp8);
+  a.flag("--offload-activations", &p.offload_activations,
+         "with --recompute full (auto resolves to it): keep the blocks' checkpoints (the residual stream between "
+         "blocks) in pinned host memory, copied out after each block's forward and back one block ahead of its "
+         "backward, beside the compute; the device keeps two of them (the same results)")
+      .flag_off("--no-overlap-optimizer", &p.overlap_optimizer,
+                "run the optimizer alone after the backward instead of beside the next forward (the same results; "
+                "for comparison)");
+}
+
+void bind_shared_sections(Args& a, TrainConfig& c) {
+  bind_model(a, c.model);
+  bind_shapes(a, c.data);
+  bind_parallel(a, c.parallel);
+}
+
+void bind_step_model(Args& a, std::string* op_table, double* bus_gbps) {
+  a.opt("--op-table", op_table, "FILE",
+        "the step model's op costs (fitted by anvil bench step --write-op-table) [default: the built-in H200 "
+        "table]")
+      .opt("--bus-gbps", bus_gbps, "GB/s",
+           "the step model's all-reduce bus bandwidth between the GPUs (anvil bench's busbw) [default: anvil plan "
+           "without --gpu: the links anvil topo finds, else the GPU's usual link; anvil bench step: the GPU's usual "
+           "link]");
+}
+
+Args& bind_mlp_tile(Args& a, int64_t* out) {
+  return a.opt("--mlp-tile", out, "N",
+               "run each block's MLP (gate/up, SwiGLU, down, and their backward) over N tokens at a time, "
+               "recomputing gate_up in the backward, so that its buffers hold one tile (0, auto: untiled where the "
+               "memory plan fits so, else tiles of at most 256 MiB; without a GPU, untiled while the micro-batch's "
+               "gate_up takes at most 512 MiB; N >= the micro-batch's tokens: untiled)");
+}
+
+Args& bind_fp8(Args& a, Fp8Recipe* out) {
+  return enum_choice(a, "--fp8", out, {"off", "tensorwise", "rowwise"},
+                     "the blocks' seven linear layers (q/k/v, o, gate/up, down) in FP8 with scales from each "
+                     "tensor's amax: one per tensor, or one per row as torchao's rowwise; every operand E4M3; needs "
+                     "compute capability 8.9 or newer on a GPU, emulated exactly on the CPU",
+                     parse_fp8_recipe, fp8_recipe_name);
+}
+
+Args& bind_packing(Args& a, Packing* out) {
+  return enum_choice(a, "--packing", out, {"bfd-split", "bfd", "wrapped"},
+                     "how rows are packed into sequences of --seq-len: bfd-split, whole rows in best-fit-decreasing "
+                     "bins (TRL's bfd), a row longer than --seq-len split into pieces packed like rows; bfd, the "
+                     "same with a longer row cut at --seq-len (the rest dropped); wrapped, all rows concatenated and "
+                     "cut every --seq-len tokens. bfd packings: each row's tokens attend only within it, positions "
+                     "restart at 0, the rest of a sequence is padding no loss counts",
+                     parse_packing, packing_name);
+}
+
+}  // namespace anvil
