@@ -9,7 +9,7 @@
 //   x_0 .. x_L  (N, C) cd       the residual stream: block l's input, and the last block's
 //                               output; every policy keeps all of them.
 // Offloaded (--offload-activations, kFull only): x_1 .. x_{L-1}, the blocks' checkpoints, are
-// host buffers (pinned: the copy queue's, ops.h), and the device holds them in a ring:
+// host buffers (pinned: the copy queue's, ops/runtime.h), and the device holds them in a ring:
 //   x_ring      (N, C) cd       min(kOffloadRing, L-1) of them: x_l in ring slot (l-1) % ring,
 //                               copied to the host after the block that writes it, and back
 //                               one block ahead of its backward (model/transformer.h).

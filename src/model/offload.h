@@ -1,6 +1,6 @@
 // Offloaded activations (--offload-activations, Recompute::kFull): the checkpoints x_1 ..
 // x_{L-1} live in host memory and pass through a ring of device buffers (model/activations.h's
-// x_ring): each is copied to the host on the copy queue (ops.h) right after the block that
+// x_ring): each is copied to the host on the copy queue (ops/runtime.h) right after the block that
 // writes it, and a block waits for the copy out of its ring slot before overwriting it; in the
 // backward each comes back one block ahead of its use (those the forward's last blocks left in
 // the ring need no copy), and the block waits for it. The same ops on the same values: the
