@@ -160,14 +160,15 @@ TEST(LongContext, PlanOfQwen3_8bAt32kTokens) {
   const int64_t mlp = M * I * 2 * 2 + M * 2 * I * 2 * 2 + 3 * I * C * 4;
   const int64_t rest = N * H * hd * 2 + N * Q * 2 * 2 + N * C * 2 * 3 + N * 4 + N * (hd / 2) * 4 * 2;
   EXPECT_EQ(p.activations, residuals + block + mlp + rest);
-  // Workspace: the GEMM's, attention's backward past the dP bound (cuDNN's non-deterministic
-  // one: fp32 accumulators, row sums and 8 MiB of its own; the kernel's row sums and fp32
-  // dK/dV partials are 8 MiB less), three I32 per token.
+  // Workspace: the GEMM's 32 MiB (ops/workspace.h), attention's backward past the dP bound
+  // (cuDNN's non-deterministic one: fp32 accumulators, row sums and 8 MiB of its own; the
+  // kernel's row sums and fp32 dK/dV partials are 8 MiB less), three I32 per token and the
+  // trainer's two F32 scalars.
   const int64_t rows = H * N, backward = rows * 4 + rows * 2 * hd * 4 + (int64_t{8} << 20);
   EXPECT_FALSE(cudnn_backward_within_bound(1, N, H));
   EXPECT_EQ(cudnn_dp_bytes(1, N, H), int64_t{64} << 30);
   EXPECT_GT(backward, cross_entropy_chunks(N, c.vocab_size).bytes);
-  EXPECT_EQ(p.workspace, (int64_t{64} << 20) + backward + 12 * N);
+  EXPECT_EQ(p.workspace, (int64_t{32} << 20) + backward + 12 * N + 2 * 4);
   EXPECT_LE(p.total(), int64_t{132} << 30) << "Qwen3-8B at 32k on one H200";
   EXPECT_TRUE(plan_fits(p, kH200Bytes));
   std::printf("Qwen3-8B, 32,768 tokens, recompute full: states %.2f + activations %.2f + workspace %.2f = %.2f GiB\n",
