@@ -145,8 +145,9 @@ void bind_steps(Args& a, int64_t* steps) { a.opt("--steps", steps, "N", "optimiz
 
 void bind_parallel(Args& a, ParallelSection& p) {
   enum_choice(a, "--mode", &p.mode, {"auto", "ddp", "fsdp"},
-              "replicated (ddp) or sharded (fsdp) parameters; auto: ddp when the memory plan fits the GPU, else "
-              "fsdp (anvil train logs which and why; anvil plan shows both)",
+              "replicated (ddp) or sharded (fsdp) parameters; auto: of the modes whose memory plan fits the GPU, "
+              "the one the step model predicts faster (ddp where it predicts nothing; anvil plan advises the same "
+              "and shows both; anvil train logs which and why)",
               parse_parallel_mode, parallel_mode_name);
   enum_choice(a, "--reduce-dtype", &p.reduce_dtype, {"fp32", "bf16"},
               "dtype of the gradient all-reduce (ddp) / reduce-scatter (fsdp). bf16 halves the bytes sent; each "
