@@ -45,9 +45,11 @@ std::string plan_notes(const PlanAdvice& adv, const PlannedRun& run, int64_t gpu
 PlannedRun resolve_plan(TrainConfig& c, const ModelConfig& model, int world) {
   DataSection& d = c.data;
   ParallelSection& p = c.parallel;
+  ANVIL_ENSURE(d.seq_len == 0 || d.seq_len >= 2, kUsage, "anvil plan: --seq-len ", d.seq_len,
+               " is out of range: a sequence holds at least 2 tokens (0, the default: ", kSeqLenWithoutData, ")");
+  ANVIL_ENSURE(d.micro_batch >= 1, kUsage, "anvil plan: --micro-batch must be at least 1, got ", d.micro_batch);
+  ANVIL_ENSURE(d.grad_accum >= 1, kUsage, "anvil plan: --grad-accum must be at least 1, got ", d.grad_accum);
   if (d.seq_len == 0) d.seq_len = kSeqLenWithoutData;
-  ANVIL_ENSURE(d.seq_len >= 2 && d.micro_batch >= 1 && d.grad_accum >= 1, kUsage,
-               "anvil plan: --micro-batch, --grad-accum must be >= 1 and --seq-len >= 2");
   check_context_parallel(p.context_parallel, world, model, d.seq_len, "--nproc");
   check_offload(p.recompute, p.offload_activations);
   const PlannedRun run{model, d, p, world};
