@@ -53,12 +53,12 @@ class Bench {
  public:
   Bench(Ops& ops, double peak_flops, double peak_bytes) : ops_(ops), peak_flops_(peak_flops), peak_bytes_(peak_bytes) {}
   ~Bench() {
-    for (void* p : owned_) ops_.release(p);
+    for (void* p : owned_) ops_.runtime().release(p);
   }
 
   // A device tensor of random values (bf16 or f32), or of token ids in [0, id_range).
   Tensor make(DType dt, Shape s, float scale = 1.0f, int64_t id_range = 0) {
-    Tensor t(ops_.alloc(static_cast<size_t>(s.numel()) * dtype_size(dt)), dt, s, Device::kCUDA);
+    Tensor t(ops_.runtime().alloc(static_cast<size_t>(s.numel()) * dtype_size(dt)), dt, s, Device::kCUDA);
     owned_.push_back(t.data);
     const size_t n = static_cast<size_t>(s.numel());
     const size_t block = std::min<size_t>(n, size_t{1} << 20);
@@ -80,7 +80,7 @@ class Bench {
     for (size_t off = 0; off < n; off += block) {
       const size_t len = std::min(block, n - off);
       Tensor part(static_cast<char*>(t.data) + off * dtype_size(dt), dt, {static_cast<int64_t>(len)}, Device::kCUDA);
-      ops_.upload(part, host.data());
+      ops_.runtime().upload(part, host.data());
     }
     return t;
   }
@@ -89,17 +89,17 @@ class Bench {
   double time(const std::function<void()>& fn) {
     using clock = std::chrono::steady_clock;
     fn();
-    ops_.synchronize();
+    ops_.runtime().synchronize();
     auto t0 = clock::now();
     fn();
-    ops_.synchronize();
+    ops_.runtime().synchronize();
     const double once = std::chrono::duration<double>(clock::now() - t0).count();
     const int reps = std::max(1, std::min(200, static_cast<int>(2e-3 / std::max(once, 1e-6))));
     std::vector<double> per;
     for (int b = 0; b < 5; ++b) {
       t0 = clock::now();
       for (int r = 0; r < reps; ++r) fn();
-      ops_.synchronize();
+      ops_.runtime().synchronize();
       per.push_back(std::chrono::duration<double>(clock::now() - t0).count() / reps);
     }
     std::sort(per.begin(), per.end());
@@ -170,7 +170,7 @@ int attention_main() {
       ops->attention_forward(out, lse, qkv, H, KV);
       const cuda::CudnnAttentionCounts c1 = cuda::cudnn_attention_counts();
       ops->attention_backward(dqkv, dout, qkv, out, lse, H, KV);
-      ops->synchronize();
+      ops->runtime().synchronize();
       const cuda::CudnnAttentionCounts c2 = cuda::cudnn_attention_counts();
       const double fwd = b.time([&] { ops->attention_forward(out, lse, qkv, H, KV); });
       const double bwd = b.time([&] { ops->attention_backward(dqkv, dout, qkv, out, lse, H, KV); });
@@ -183,19 +183,31 @@ int attention_main() {
           static_cast<long long>(s.kv), static_cast<long long>(hd), fwd * 1e3, bwd * 1e3, fl / fwd / 1e12,
           2.5 * fl / bwd / 1e12, c1.forward > c0.forward ? "cudnn" : "kernel",
           c2.backward > c1.backward ? "cudnn" : "kernel",
-          static_cast<double>(ops->memory_stats().peak) / (1ll << 30));
+          static_cast<double>(ops->runtime().memory_stats().peak) / (1ll << 30));
       std::fflush(stdout);
     }
   }
   return 0;
 }
 
+// A GEMM workspace from the runtime, for a Gemm or Fp8Gemm made here.
+struct GemmWorkspace {
+  GemmWorkspace(Runtime& rt, size_t bytes) : rt(rt), p(rt.alloc(bytes)) {}
+  ~GemmWorkspace() { rt.release(p); }
+  GemmWorkspace(const GemmWorkspace&) = delete;
+  GemmWorkspace& operator=(const GemmWorkspace&) = delete;
+  Runtime& rt;
+  void* p;
+};
+
 // The FP8 linear layers (see the top) at the shapes of one block.
 void bench_fp8(Ops& ops, Bench& b, int64_t N, double peak_fp8) {
   const Model m;
   const DType bf = DType::kBF16, f32 = DType::kF32;
-  const auto stream = static_cast<cudaStream_t>(ops.stream());
-  cuda::Fp8Gemm exact(stream), fast(stream, true);
+  const auto stream = static_cast<cudaStream_t>(ops.runtime().stream());
+  const GemmWorkspace exact_ws(ops.runtime(), cuda::Fp8Gemm::kWorkspaceBytes),
+      fast_ws(ops.runtime(), cuda::Fp8Gemm::kWorkspaceBytes);
+  cuda::Fp8Gemm exact(stream, exact_ws.p), fast(stream, fast_ws.p, true);
   const Fp8Recipe tw = Fp8Recipe::kTensorwise;
   Tensor none;
   struct Lin { const char* name; int64_t k, n; };
@@ -270,7 +282,7 @@ int bench_main(int argc, char** argv) {
   }
   ANVIL_ENSURE(seq > 0 && tokens % seq == 0, kUsage, "--tokens must be a multiple of --seq");
   auto ops = make_cuda_ops(0);
-  std::printf("%s, %lld tokens (sequences of %lld); peaks %.0f TFLOP/s, %.1f TB/s\n", ops->name().c_str(),
+  std::printf("%s, %lld tokens (sequences of %lld); peaks %.0f TFLOP/s, %.1f TB/s\n", ops->runtime().name().c_str(),
               static_cast<long long>(tokens), static_cast<long long>(seq), peak_tflops, peak_tbs);
   Bench b(*ops, peak_tflops * 1e12, peak_tbs * 1e12);
   if (fp8) {
@@ -306,15 +318,16 @@ int bench_main(int argc, char** argv) {
     Tensor x = b.make(bf, {N, l.k}), dy = b.make(bf, {N, l.n}, 0.02f), dw = b.make(f32, {l.n, l.k}, 0.0f);
     std::vector<float> first;  // candidate 0's dw
     for (int64_t rank = 0; rank < variants; ++rank) {
-      cuda::Gemm gemm(static_cast<cudaStream_t>(ops->stream()), static_cast<int>(rank));
+      const GemmWorkspace ws(ops->runtime(), cuda::Gemm::kWorkspaceBytes);
+      cuda::Gemm gemm(static_cast<cudaStream_t>(ops->runtime().stream()), ws.p, static_cast<int>(rank));
       auto dw_product = [&] {
         gemm.run(dw.data, CUDA_R_32F, l.k, {dy.data, l.n, true}, {x.data, l.k, false}, l.n, l.k, N, 1.0f, nullptr);
       };
       auto once = [&] {  // dw from zero: one product
-        ops->zero(dw);
+        ops->runtime().zero(dw);
         dw_product();
         std::vector<float> h(static_cast<size_t>(dw.numel()));
-        ops->download(h.data(), dw);
+        ops->runtime().download(h.data(), dw);
         return h;
       };
       const std::vector<float> r1 = once(), r2 = once();
@@ -407,9 +420,9 @@ int bench_main(int argc, char** argv) {
       for (int i = 0; i < 40; ++i) ops->linear_forward(y, x, w, none);
     };
     auto adamw_side = [&] {
-      ops->set_queue(Ops::Queue::kSide);
+      ops->runtime().set_queue(Runtime::Queue::kSide);
       ops->adamw_step(p, g, mm, vv, hp, 1.0f, Tensor(), false);
-      ops->set_queue(Ops::Queue::kMain);
+      ops->runtime().set_queue(Runtime::Queue::kMain);
     };
     b.run("40 x gate_up alone", dims({N, m.C, 2 * m.I}), 40 * 2.0 * N * m.C * 2 * m.I, 0, gemms);
     b.run("adamw_step alone, side queue", dims({n}), 0, 28.0 * n, adamw_side);

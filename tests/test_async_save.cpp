@@ -1,4 +1,4 @@
-// Asynchronous saves (train/checkpoint_async.h) on CPU ranks, the tiny fixture model and 24
+// Asynchronous saves (train/checkpoint_save.h) on CPU ranks, the tiny fixture model and 24
 // blocks, each fault made an event through ANVIL_FAULT (core/fault.h):
 //  - training goes on while a save is written (its writer held until the test releases it),
 //    and the checkpoints are those of a synchronous save, byte for byte, as are the losses

@@ -10,7 +10,9 @@
 //    the older complete checkpoint;
 //  - export: fp32 equals the end-of-training export bit for bit, bf16 is its rounding,
 //    sharding with an index, tied weights once, --full carries the optimizer state;
-//  - XXH64 against xxhsum -H1.
+//  - XXH64 against xxhsum -H1;
+//  - the settings a checkpoint records are the ones a resume compares, less the split of the
+//    global batch.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -23,6 +25,7 @@
 #include "io/checkpoint_files.h"
 #include "io/safetensors.h"
 #include "testing.h"
+#include "train/config.h"
 #include "metrics_losses.h"
 
 namespace anvil {
@@ -283,6 +286,47 @@ TEST_F(Checkpoint, ExportWritesAHuggingFaceFolder) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("rank-00000.safetensors"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(*dir_ + "/never"));
+}
+
+TEST(CheckpointSettings, ARecordedSettingIsComparedUnlessItOnlySplitsTheBatch) {
+  TrainConfig c;
+  c.data.source = "blocks.safetensors";
+  c.data.seq_len = 64;
+  c.data.micro_batch = 2;
+  c.optim.schedule.lr = 0.001;
+  const Json was = train_record(c, 4);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : was.items()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"assistant_only_loss", "beta1", "beta2", "data", "eps", "fp8", "global_batch",
+                                            "grad_accum", "lr", "lr_min", "max_grad_norm", "micro_batch", "schedule",
+                                            "seed", "seq_len", "shuffle", "steps", "warmup", "weight_decay"}));
+  EXPECT_EQ(was["global_batch"], 8);
+
+  // The same global batch split otherwise: recorded, not a change of the run.
+  TrainConfig split = c;
+  split.data.micro_batch = 1;
+  split.data.grad_accum = 2;
+  EXPECT_NE(train_record(split, 4), was);
+  EXPECT_TRUE(continuation_changes(was, train_record(split, 4)).empty());
+
+  // Changes are named in the list's order (seed before lr), the global batch by its total.
+  TrainConfig other = c;
+  other.optim.schedule.lr = 0.002;
+  other.seed = 1;
+  EXPECT_EQ(continuation_changes(was, train_record(other, 2)),
+            (std::vector<std::string>{"seed 0 -> 1", "global_batch 8 -> 4", "lr 0.001 -> 0.002"}));
+
+  // The step count shapes only a cosine schedule; a key an older checkpoint lacks is not compared.
+  TrainConfig longer = c;
+  longer.steps = c.steps + 10;
+  EXPECT_TRUE(continuation_changes(was, train_record(longer, 4)).empty());
+  TrainConfig cosine = c, cosine_longer = longer;
+  cosine.optim.schedule.decay = cosine_longer.optim.schedule.decay = "cosine";
+  EXPECT_EQ(continuation_changes(train_record(cosine, 4), train_record(cosine_longer, 4)),
+            (std::vector<std::string>{cat("steps ", c.steps, " -> ", c.steps + 10)}));
+  Json older = was;
+  older.erase("lr");
+  EXPECT_EQ(continuation_changes(older, train_record(other, 4)), (std::vector<std::string>{"seed 0 -> 1"}));
 }
 
 }  // namespace

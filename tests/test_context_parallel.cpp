@@ -113,7 +113,7 @@ Result cp_ranks(const std::string& dir, int P, ParallelMode mode, const TokenBat
     t->store().finish_collectives();
     for (const Tensor& g : t->store().owned_grads()) {
       std::vector<float> host(static_cast<size_t>(g.numel()));
-      t->ops().download(host.data(), g);
+      t->ops().runtime().download(host.data(), g);
       r.grads.emplace_back(host.begin(), host.end());
     }
     for (int i = 0; i < 3; ++i) r.losses.push_back(t->step({batch}).loss);
@@ -254,7 +254,7 @@ TEST(ContextParallel, PlanCountsARanksSlice) {
     p.parallel.recompute = Recompute::kSelective;
     p.compute_dtype = DType::kF32;
     p.parallel.context_parallel = 4;
-    EXPECT_EQ(ops->memory_stats().allocated, plan_memory(p.run()).activations);
+    EXPECT_EQ(ops->runtime().memory_stats().allocated, plan_memory(p.run()).activations);
   });
   // (The tile plan_memory took by size: anvil plan's auto would leave the MLP untiled where it fits.)
   const testing::RunResult r = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2", "--mode", "fsdp",

@@ -1,18 +1,22 @@
-// core: bf16 rounding on every bit pattern and the fp32 edge cases, fp16, errors, tensors, the XXH64 hash.
+// core: bf16 rounding on every bit pattern and the fp32 edge cases, fp16, errors, tensors, the XXH64 hash,
+// memory in GiB and durations.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "core/bf16.h"
+#include "core/duration.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/hash.h"
 #include "core/json.h"
 #include "core/tensor.h"
+#include "core/units.h"
 #include "ops/ops.h"
 #include "testing.h"
 
@@ -242,6 +246,24 @@ TEST(Xxh64, FileDigestIsTheBytesDigest) {
   EXPECT_EQ(hash_hex("abc"), "44bc2cf5ad770999");
 }
 
+TEST(Units, GibHasFixedDecimals) {
+  EXPECT_EQ(gib(0), "0.00");
+  EXPECT_EQ(gib(static_cast<double>(int64_t{80} << 30)), "80.00");
+  EXPECT_EQ(gib(1.5 * (1 << 30)), "1.50");
+  EXPECT_EQ(gib(static_cast<double>(int64_t{3} << 29), 1), "1.5");
+  EXPECT_EQ(gib(static_cast<double>(uint64_t{150} << 30) + (1 << 28), 1), "150.2");  // 150.25 rounds to even
+  EXPECT_EQ(gib(-(1 << 29)), "-0.50");
+}
+
+TEST(Duration, SecondsSinceCountsTheSteadyClock) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double a = seconds_since(t0);
+  const double b = seconds_since(t0 - std::chrono::milliseconds(1500));
+  EXPECT_GE(a, 0.0);
+  EXPECT_GE(b, 1.5);
+  EXPECT_LT(b, 1.5 + 60);
+  EXPECT_EQ(format_hms(3725.4), "1:02:05");
+}
 
 }  // namespace
 }  // namespace anvil

@@ -28,7 +28,7 @@
 #include "ops/ops.h"
 #include "testing.h"
 #include "train/bench_step.h"
-#include "train/checkpoint.h"
+#include "train/config.h"
 #include "train/resolve.h"
 
 namespace anvil {

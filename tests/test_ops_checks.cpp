@@ -128,8 +128,8 @@ std::vector<Case> cases() {
        o.adamw_step_split(v.bf16({16}), v.i16({17}), v.f32({16}), v.f32({16}), v.f32({16}), hp, 1.0f);
      }},
     {"sum_squares", "out", [](Ops& o, Views& v) { o.sum_squares(v.f32({2}), v.f32({16})); }},
-    {"convert", "dst", [](Ops& o, Views& v) { o.convert(v.bf16({15}), v.f32({16})); }},
-    {"zero", "t", [](Ops& o, Views&) { o.zero(Tensor(nullptr, DType::kF32, {4})); }},
+    {"convert", "dst", [](Ops& o, Views& v) { o.runtime().convert(v.bf16({15}), v.f32({16})); }},
+    {"zero", "t", [](Ops& o, Views&) { o.runtime().zero(Tensor(nullptr, DType::kF32, {4})); }},
   };
 }
 

@@ -14,6 +14,7 @@
 #include "ops/ops.h"
 #include "plan/memory_plan.h"
 #include "plan_case.h"
+#include "train/open_run.h"
 #include "testing.h"
 
 namespace anvil {
@@ -121,7 +122,8 @@ TEST(Plan, Bf16GradientsOfTheBlocks) {
 }
 
 // The backend's shared scratch holds the larger of the cross-entropy chunk and attention's
-// temporaries; cuDNN's deterministic backward keeps dP, B x H x T x T bf16.
+// temporaries; cuDNN's deterministic backward keeps dP, B x H x T x T bf16. Beside it: the GEMM
+// workspace, the trainer's three I32 per token and its two F32 scalars.
 TEST(Plan, WorkspaceHoldsAttentionScratch) {
   testing::PlanCase in(preset_config("qwen3-8b"));  // 32 q / 8 kv heads of 128
   in.data.seq_len = 4096;
@@ -134,7 +136,8 @@ TEST(Plan, WorkspaceHoldsAttentionScratch) {
   in.data.micro_batch = 1;
   const CrossEntropyChunks ce = cross_entropy_chunks(2048, in.model.vocab_size);
   EXPECT_LT(attention_scratch_bytes(1, 2048, 32, 8, 128), ce.bytes);
-  EXPECT_EQ(plan_memory(in.run()).workspace, (64ll << 20) + ce.bytes + 4 * 2048 * 3);
+  EXPECT_EQ(plan_memory(in.run()).workspace, (32ll << 20) + ce.bytes + 4 * 2048 * 3 + 2 * 4);
+  EXPECT_EQ(kGemmWorkspaceBytes, 32ll << 20) << "cuBLAS's advice for Hopper";
 }
 
 // Past the dP bound the scratch holds anvil's kernel or cuDNN's non-deterministic backward:
@@ -168,8 +171,9 @@ TEST(Plan, Fp8AddsItsWorkspaceAndOperandCopies) {
   const int64_t n = 64 * 2048;
   EXPECT_GT(plan_memory(in.run()).workspace - small_vocab, 32ll << 20) << "the FP8 operands do not outgrow the scratch";
   EXPECT_EQ(plan_memory(in.run()).workspace,
-            (64ll << 20) + (32ll << 20) +
-                fp8_backward_scratch(n, 2 * in.model.intermediate_size, in.model.hidden_size).total() + 4 * n * 3);
+            (32ll << 20) + (32ll << 20) +
+                fp8_backward_scratch(n, 2 * in.model.intermediate_size, in.model.hidden_size).total() + 4 * n * 3 +
+                2 * 4);
 }
 
 // The cross-entropy's blocks of dlogits and chunks of logits stay within 512 MiB together,
@@ -236,15 +240,15 @@ TEST(Plan, ModelAllocatesWhatThePlanCounts) {
       in.compute_dtype = ops->compute_dtype();
       for (Fp8Recipe fp8 : {Fp8Recipe::kOff, Fp8Recipe::kTensorwise}) {
         in.parallel.fp8 = fp8;
-        const int64_t before = ops->memory_stats().allocated;
+        const int64_t before = ops->runtime().memory_stats().allocated;
         {
           const Transformer model(k.config, table, *ops, k.micro_batch, k.seq_len, r, kMlpTileAuto, DType::kF32,
                                   nullptr, fp8);
-          EXPECT_EQ(ops->memory_stats().allocated - before, plan_memory(in.run()).activations)
+          EXPECT_EQ(ops->runtime().memory_stats().allocated - before, plan_memory(in.run()).activations)
               << k.config.architecture << " " << k.micro_batch << "x" << k.seq_len << " " << recompute_name(r)
               << " fp8 " << fp8_recipe_name(fp8);
         }
-        EXPECT_EQ(ops->memory_stats().allocated, before) << recompute_name(r);
+        EXPECT_EQ(ops->runtime().memory_stats().allocated, before) << recompute_name(r);
       }
     }
   }
@@ -253,6 +257,37 @@ TEST(Plan, ModelAllocatesWhatThePlanCounts) {
   EXPECT_THROW(activation_buffers(cases[0].config, 2, 24, Recompute::kAuto, DType::kF32), Error);
   EXPECT_EQ(parse_recompute("selective"), Recompute::kSelective);
   EXPECT_THROW(parse_recompute("some"), Error);
+}
+
+// A whole training step on the CPU: the most the backend held at once (parameter states,
+// activations, the workspace table's entries, the trainer's ids and scalars) is the plan's
+// total, byte for byte. Memory any backend, store or trainer allocates outside the table
+// makes the peak larger.
+TEST(Plan, TrainingStepAllocatesWhatThePlanCounts) {
+  for (const char* fixture : {"tiny-qwen3", "tiny-qwen3-untied"}) {
+    const std::string dir = testing::fixture_dir(fixture);
+    const ModelConfig cfg = load_config(dir);
+    const ParamTable table(cfg, 1);
+    HostUnits w = make_host_units(table);
+    load_hf_weights(dir, table, w);
+    TokenBatch batch;
+    for (int64_t i = 0; i < 2 * 24; ++i) batch.ids.push_back((i * 7 + 3) % cfg.vocab_size);
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
+      for (Fp8Recipe fp8 : {Fp8Recipe::kOff, Fp8Recipe::kTensorwise}) {
+        TrainConfig c;
+        c.model.device = "cpu";
+        c.data.micro_batch = 2;
+        c.data.seq_len = 24;
+        c.parallel.recompute = r;
+        c.parallel.fp8 = fp8;
+        c.steps = 2;
+        const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+        for (int i = 0; i < 2; ++i) t->step({batch});
+        const Runtime::MemoryStats m = t->ops().runtime().memory_stats();
+        EXPECT_EQ(m.peak, t->plan().total()) << fixture << " " << recompute_name(r) << " fp8 " << fp8_recipe_name(fp8);
+        EXPECT_EQ(m.allocated, m.peak) << "nothing is allocated for one step only";
+      }
+  }
 }
 
 TEST(Plan, AdviceFollowsTheRule) {

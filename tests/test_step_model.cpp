@@ -277,9 +277,9 @@ TEST(StepModel, OtherGpusScaleByPeakAndBandwidth) {
 
 // Op times of `program` as if every op but zero (not timed here) ran at 1 / slower of the
 // table's rate; `calls` gets their count.
-std::vector<Ops::OpTime> times_at(const std::vector<StepItem>& program, const OpCostTable& table, double slower,
+std::vector<Runtime::OpTime> times_at(const std::vector<StepItem>& program, const OpCostTable& table, double slower,
                                   double* ms, double* calls) {
-  std::vector<Ops::OpTime> measured;
+  std::vector<Runtime::OpTime> measured;
   std::map<std::string, size_t> row;
   *ms = *calls = 0;
   for (const StepItem& it : program) {
@@ -304,7 +304,7 @@ TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
   base.per_op_us = base.per_op_calls = 0;
   const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1).run());
   double ms = 0, calls = 0;
-  const std::vector<Ops::OpTime> measured = times_at(program, base, 2, &ms, &calls);
+  const std::vector<Runtime::OpTime> measured = times_at(program, base, 2, &ms, &calls);
   const OpCostTable fit = merge_op_tables(fit_op_table(program, measured, ms + 3e-3 * calls, h200(), "test"), base);
   EXPECT_TRUE(fit.measured);
   EXPECT_NEAR(fit.per_op_us, 3.0, 1e-9);
@@ -320,7 +320,7 @@ TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
   short_seq.data.seq_len = 1024;
   const std::vector<StepItem> program2 = step_program(short_seq.run());
   double ms2 = 0, calls2 = 0;
-  const std::vector<Ops::OpTime> measured2 = times_at(program2, base, 3, &ms2, &calls2);
+  const std::vector<Runtime::OpTime> measured2 = times_at(program2, base, 3, &ms2, &calls2);
   const OpCostTable both =
       merge_op_tables(fit_op_table(program2, measured2, ms2 + 1e-3 * calls2, h200(), "test 2"), fit);
   EXPECT_NEAR(both.per_op_us, (3 * calls + calls2) / (calls + calls2), 1e-9);
@@ -343,7 +343,7 @@ TEST(StepModel, FitTakesNoRateFromLaunchBoundCalls) {
   base.per_op_us = base.per_op_calls = 0;
   const std::vector<StepItem> program = step_program(big_input("qwen3-0.6b", ParallelMode::kDdp, 1).run());
   double ms = 0, calls = 0;
-  std::vector<Ops::OpTime> measured = times_at(program, base, 2, &ms, &calls);
+  std::vector<Runtime::OpTime> measured = times_at(program, base, 2, &ms, &calls);
   const auto loss_zero = std::find_if(program.begin(), program.end(), [](const StepItem& it) {
     return it.kind == StepItem::Kind::kOp && it.op.op == "zero" && it.op.bytes == 4;
   });

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/config_flags.h"
 #include "core/json.h"
+#include "core/units.h"
 #include "io/hub.h"
 #include "model/config.h"
 #include "plan/memory_plan.h"
@@ -15,12 +16,6 @@
 
 namespace anvil {
 namespace {
-
-std::string gib(int64_t bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", static_cast<double>(bytes) / (1ll << 30));
-  return b;
-}
 
 // Why the table reads as it does: a mode that does not fit (its total with the reserve against
 // the GPU), and the gradients' dtype (bf16 only where no micro-batches are summed).

@@ -10,6 +10,7 @@
 
 #include "comm/device.h"
 #include "core/bf16.h"
+#include "core/duration.h"
 #include "core/enum_names.h"
 #include "core/error.h"
 
@@ -18,8 +19,6 @@ namespace anvil {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Host or GPU memory for one bench buffer, whichever the comm works on.
 class BenchBuffer {

@@ -1,10 +1,14 @@
-// format_hms: durations as people read them (see duration.h).
+// Durations measured and formatted (see duration.h).
 #include "core/duration.h"
 
 #include <cstdint>
 #include <cstdio>
 
 namespace anvil {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::string format_hms(double seconds) {
   const int64_t t = static_cast<int64_t>(seconds + 0.5);

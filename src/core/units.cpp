@@ -43,6 +43,12 @@ std::string format_seconds(double s) {
   return three_digits(s * 1e6) + " us";
 }
 
+std::string gib(double bytes, int decimals) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.*f", decimals, bytes / static_cast<double>(int64_t{1} << 30));
+  return b;
+}
+
 std::string count_of(int64_t n, const std::string& noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }

@@ -30,23 +30,23 @@ ResidentWeights::ResidentWeights(const ParamTable& table, Ops& ops, const std::v
   std::vector<uint16_t> bits;
   for (size_t u = 0; u < table.units().size(); ++u) {
     const std::vector<float>& src = units[u];
-    Tensor t(nullptr, cd, {static_cast<int64_t>(src.size())}, ops.device());
-    t.data = ops.alloc(t.bytes());
+    Tensor t(nullptr, cd, {static_cast<int64_t>(src.size())}, ops.runtime().device());
+    t.data = ops.runtime().alloc(t.bytes());
     units_.push_back(t);
     bytes_ += static_cast<int64_t>(t.bytes());
     if (cd == DType::kF32) {
-      ops.upload(t, src.data());
+      ops.runtime().upload(t, src.data());
     } else {
       ANVIL_ENSURE(cd == DType::kBF16, kInternal, "resident weights: compute dtype ", dtype_name(cd));
       bits.resize(src.size());
       for (size_t i = 0; i < src.size(); ++i) bits[i] = f32_to_bf16_bits(src[i]);
-      ops.upload(t, bits.data());
+      ops.runtime().upload(t, bits.data());
     }
   }
 }
 
 ResidentWeights::~ResidentWeights() {
-  for (Tensor& t : units_) ops_.release(t.data);
+  for (Tensor& t : units_) ops_.runtime().release(t.data);
 }
 
 Tensor ResidentWeights::grads(int) { raise(ErrorKind::kInternal, "inference weights have no gradients"); }
@@ -58,19 +58,19 @@ Decoder::Decoder(const ModelConfig& config, const ParamTable& table, Ops& ops, U
       inv_freq_(rope_inv_freq(config)) {}
 
 Decoder::~Decoder() {
-  ops_.drop_recordings();
+  ops_.runtime().drop_recordings();
   free_all(cache_buffers_);
   free_all(row_buffers_);
 }
 
 void Decoder::free_all(std::vector<void*>& owner) {
-  for (void* p : owner) ops_.release(p);
+  for (void* p : owner) ops_.runtime().release(p);
   owner.clear();
 }
 
 Tensor Decoder::make(Shape shape, DType dtype, std::vector<void*>& owner) {
-  Tensor t(nullptr, dtype, shape, ops_.device());
-  t.data = ops_.alloc(t.bytes());
+  Tensor t(nullptr, dtype, shape, ops_.runtime().device());
+  t.data = ops_.runtime().alloc(t.bytes());
   owner.push_back(t.data);
   return t;
 }
@@ -84,8 +84,8 @@ void Decoder::reserve_cache(int64_t slots, int64_t positions) {
   ANVIL_ENSURE(slots >= 1 && positions >= 1, kInternal, "reserve_cache(", slots, ", ", positions, ")");
   if (slots <= slots_ && positions <= positions_) return;
   // Recordings hold the old pointers; the shape of the cache is part of every kernel.
-  ops_.synchronize();
-  ops_.drop_recordings();
+  ops_.runtime().synchronize();
+  ops_.runtime().drop_recordings();
   seen_.clear();
   free_all(cache_buffers_);
   k_cache_.clear();
@@ -100,8 +100,8 @@ void Decoder::reserve_cache(int64_t slots, int64_t positions) {
 
 void Decoder::reserve_rows(int64_t rows, int64_t outputs) {
   if (rows <= rows_cap_ && outputs <= outputs_cap_) return;
-  ops_.synchronize();
-  ops_.drop_recordings();
+  ops_.runtime().synchronize();
+  ops_.runtime().drop_recordings();
   seen_.clear();
   free_all(row_buffers_);
   rows_cap_ = std::max(rows, rows_cap_);
@@ -149,7 +149,7 @@ Decoder::Buffers Decoder::upload(const DecodeRows& rows) {
   float* sn = cs + R * half;
   for (int64_t r = 0; r < R; ++r)
     rope_row(c_, inv_freq_, rows.positions[static_cast<size_t>(r)], cs + r * half, sn + r * half);
-  ops_.upload(part(staging_, 0, {static_cast<int64_t>(host.size())}), host.data());
+  ops_.runtime().upload(part(staging_, 0, {static_cast<int64_t>(host.size())}), host.data());
   Buffers b;
   b.ids = part(staging_, 0, {R});
   b.slots = part(staging_, R, {R});
@@ -216,13 +216,13 @@ void Decoder::forward(const DecodeRows& rows, std::vector<float>& logits) {
   compute(rows, false);
   const int64_t n = static_cast<int64_t>(rows.outputs.size());
   logits.resize(static_cast<size_t>(n * c_.vocab_size));
-  ops_.download(logits.data(), first(logits_, n));
+  ops_.runtime().download(logits.data(), first(logits_, n));
 }
 
 void Decoder::forward_greedy(const DecodeRows& rows, std::vector<int32_t>& ids) {
   compute(rows, true);
   ids.resize(rows.outputs.size());
-  ops_.download(ids.data(), part(argmax_, 0, {static_cast<int64_t>(ids.size())}));
+  ops_.runtime().download(ids.data(), part(argmax_, 0, {static_cast<int64_t>(ids.size())}));
 }
 
 void Decoder::compute(const DecodeRows& rows, bool greedy) {
@@ -244,25 +244,25 @@ void Decoder::compute(const DecodeRows& rows, bool greedy) {
   const Buffers b = upload(rows);
   // A shape seen before is recorded on its second call and replayed from then on: the
   // decode step of a batch. (The views of b depend only on R and n, so they are the same.)
-  const bool can = recording_ && ops_.can_record();
+  const bool can = recording_ && ops_.runtime().can_record();
   const auto key = std::make_tuple(R, n, greedy);
   auto it = seen_.find(key);
   if (!can || it == seen_.end()) {
     // A forward run directly may grow the backend's scratch memory, which recordings
     // point into: they are dropped first (the next batch's prefill drops the last decode's).
     if (can && !seen_.empty()) {
-      ops_.drop_recordings();
+      ops_.runtime().drop_recordings();
       seen_.clear();
     }
     run(b, R, n, greedy);
     if (can) seen_[key] = -1;
   } else {
     if (it->second < 0) {
-      ops_.begin_recording();
+      ops_.runtime().begin_recording();
       run(b, R, n, greedy);
-      it->second = ops_.end_recording();
+      it->second = ops_.runtime().end_recording();
     }
-    ops_.replay(it->second);
+    ops_.runtime().replay(it->second);
   }
 }
 

@@ -135,7 +135,7 @@ struct Generator::Impl {
     decoder = std::make_unique<Decoder>(config, table, *ops, *weights);
     eos = read_eos_ids(dir, config);
     log_info("loaded ", dir, ": ", config.architecture, ", ", format_count(static_cast<double>(config.num_parameters())),
-             " parameters, ", dtype_name(ops->compute_dtype()), " on ", ops->name(), " (",
+             " parameters, ", dtype_name(ops->compute_dtype()), " on ", ops->runtime().name(), " (",
              format_bytes(static_cast<double>(weights->bytes())), ", ", format_seconds(now_seconds() - t0), ")");
   }
 

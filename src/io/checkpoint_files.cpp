@@ -279,6 +279,14 @@ std::string older_valid_checkpoint(const std::string& ckpt) {
   return "";
 }
 
+std::string checkpoint_refusal(const std::string& ckpt, const std::string& why) {
+  const std::string older = older_valid_checkpoint(ckpt);
+  return cat("checkpoint ", ckpt, " refused: ", why, "; ",
+             older.empty() ? std::string("no older complete checkpoint is left beside it")
+                           : cat("the newest older complete checkpoint is ", older, " (resume from it with --resume ",
+                                 older, ")"));
+}
+
 void fsync_directory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   ANVIL_ENSURE(fd >= 0, kIo, dir, ": cannot open (", errno_text(), ")");

@@ -32,6 +32,9 @@ namespace anvil {
 constexpr const char* kCheckpointFormat = "anvil-checkpoint";
 constexpr int kCheckpointVersion = 1;
 
+// The state a shard holds of every unit u, as tensors <kind>.<u>, in this order.
+inline constexpr const char* kStateKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
+
 std::string shard_file_name(int rank);          // "rank-00003.safetensors"
 std::string checkpoint_name(int64_t step);      // "step-12"
 
@@ -79,6 +82,9 @@ int64_t checkpoint_step(const std::string& path);
 // The newest checkpoint of ckpt's parent folder older than ckpt that validates (sizes and
 // checksums); empty when there is none.
 std::string older_valid_checkpoint(const std::string& ckpt);
+// The refusal of checkpoint ckpt: why (naming the file), then what to do instead: resume from
+// the newest older complete checkpoint, or that none is left.
+std::string checkpoint_refusal(const std::string& ckpt, const std::string& why);
 
 // Syncs a folder's entries (after a rename into it).
 void fsync_directory(const std::string& dir);

@@ -55,7 +55,7 @@ void ContextParallel::to_heads(Ops& ops, Tensor heads, Tensor tokens, int64_t ba
   for (int j = 0; j < size_; ++j) {
     int64_t in_off = 0, out_off = 0;
     for (int64_t w : segments) {
-      ops.copy_rows(from(send_, j * d.chunk + out_off), d.Wc, from(tokens, in_off + j * (w / size_)), d.W, rows,
+      ops.runtime().copy_rows(from(send_, j * d.chunk + out_off), d.Wc, from(tokens, in_off + j * (w / size_)), d.W, rows,
                     w / size_);
       in_off += w;
       out_off += w / size_;
@@ -64,7 +64,7 @@ void ContextParallel::to_heads(Ops& ops, Tensor heads, Tensor tokens, int64_t ba
   exchange("context parallel: tokens to heads", d.chunk * size_);
   // Chunk j came from rank j: its tokens [j Tl, (j+1) Tl) of every sequence.
   for (int j = 0; j < size_; ++j)
-    ops.copy_rows(from(heads, j * d.Tl * d.Wc), T * d.Wc, from(recv_, j * d.chunk), d.Tl * d.Wc, d.B, d.Tl * d.Wc);
+    ops.runtime().copy_rows(from(heads, j * d.Tl * d.Wc), T * d.Wc, from(recv_, j * d.chunk), d.Tl * d.Wc, d.B, d.Tl * d.Wc);
 }
 
 void ContextParallel::to_tokens(Ops& ops, Tensor tokens, Tensor heads, int64_t batch,
@@ -73,13 +73,13 @@ void ContextParallel::to_tokens(Ops& ops, Tensor tokens, Tensor heads, int64_t b
   const int64_t rows = d.B * d.Tl, T = d.Tl * size_;
   // Chunk j: rank j's tokens of this rank's heads.
   for (int j = 0; j < size_; ++j)
-    ops.copy_rows(from(send_, j * d.chunk), d.Tl * d.Wc, from(heads, j * d.Tl * d.Wc), T * d.Wc, d.B, d.Tl * d.Wc);
+    ops.runtime().copy_rows(from(send_, j * d.chunk), d.Tl * d.Wc, from(heads, j * d.Tl * d.Wc), T * d.Wc, d.B, d.Tl * d.Wc);
   exchange("context parallel: heads to tokens", d.chunk * size_);
   // Chunk j came from rank j: its part j of every segment, for this rank's tokens.
   for (int j = 0; j < size_; ++j) {
     int64_t in_off = 0, out_off = 0;
     for (int64_t w : segments) {
-      ops.copy_rows(from(tokens, out_off + j * (w / size_)), d.W, from(recv_, j * d.chunk + in_off), d.Wc, rows,
+      ops.runtime().copy_rows(from(tokens, out_off + j * (w / size_)), d.W, from(recv_, j * d.chunk + in_off), d.Wc, rows,
                     w / size_);
       in_off += w / size_;
       out_off += w;

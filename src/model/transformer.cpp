@@ -46,28 +46,28 @@ Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops
   cp_.set_buffers(cp_send_, cp_recv_);
   upload_rope_tables();
   if (fp8_ == Fp8Recipe::kTensorwise && env_int("ANVIL_FP8_AMAX_REUSE", 1) != 0) {
-    fp8_amax_ = Tensor(nullptr, DType::kF32, {c_.num_layers, kBlockLinears, 2}, ops_.device());
-    fp8_amax_.data = ops_.alloc(fp8_amax_.bytes());
+    fp8_amax_ = Tensor(nullptr, DType::kF32, {c_.num_layers, kBlockLinears, 2}, ops_.runtime().device());
+    fp8_amax_.data = ops_.runtime().alloc(fp8_amax_.bytes());
     buffers_.push_back(fp8_amax_.data);
   }
 }
 
 Transformer::~Transformer() {
   try {
-    if (offload_) ops_.synchronize();  // no copy in flight to or from the buffers
+    if (offload_) ops_.runtime().synchronize();  // no copy in flight to or from the buffers
   } catch (const Error&) {  // a failed device: the op that met it has thrown already
   }
-  for (void* p : buffers_) ops_.release(p);
-  for (void* p : host_resid_) ops_.release_host(p);
+  for (void* p : buffers_) ops_.runtime().release(p);
+  for (void* p : host_resid_) ops_.runtime().release_host(p);
 }
 
 void Transformer::allocate(const ActivationBuffer& b) {
-  Tensor t(nullptr, b.dtype, b.shape, ops_.device());
+  Tensor t(nullptr, b.dtype, b.shape, ops_.runtime().device());
   if (b.host) {
-    host_resid_[static_cast<size_t>(b.index)] = ops_.alloc_host(static_cast<size_t>(t.bytes()));
+    host_resid_[static_cast<size_t>(b.index)] = ops_.runtime().alloc_host(static_cast<size_t>(t.bytes()));
     return;
   }
-  t.data = ops_.alloc(t.bytes());
+  t.data = ops_.runtime().alloc(t.bytes());
   buffers_.push_back(t.data);
   if (b.what == Activation::kResidual) {
     resid_[static_cast<size_t>(b.index)] = t;
@@ -127,8 +127,8 @@ void Transformer::upload_rope_tables() {
   std::vector<float> cs(static_cast<size_t>(Ta_ * half)), sn(cs.size());
   for (int64_t t = 0; t < Ta_; ++t)
     rope_row(c_, inv, t, &cs[static_cast<size_t>(t * half)], &sn[static_cast<size_t>(t * half)]);
-  ops_.upload(rope_cos_, cs.data());
-  ops_.upload(rope_sin_, sn.data());
+  ops_.runtime().upload(rope_cos_, cs.data());
+  ops_.runtime().upload(rope_sin_, sn.data());
 }
 
 std::vector<int64_t> Transformer::qkv_segments() const {
@@ -231,8 +231,8 @@ void Transformer::mlp_backward_tiled(Tensor w, Tensor g, bool acc, BlockActs& a)
     block_linear_dx(kGateUpLinear, dh_.slice_rows(r0, r1), d_gate_up, w_gate_up);
   }
   if (f32) return;
-  ops_.convert(part(g, o.down_w, {C, I}), dw_down);
-  ops_.convert(part(g, o.gate_up_w, {2 * I, C}), dw_gate_up);
+  ops_.runtime().convert(part(g, o.down_w, {C, I}), dw_down);
+  ops_.runtime().convert(part(g, o.gate_up_w, {2 * I, C}), dw_gate_up);
 }
 
 Fp8Amax Transformer::fp8_amax(Linear linear, bool x_known, bool w_known) const {
@@ -340,11 +340,11 @@ void Transformer::forward_blocks(UnitSource& src, Tensor ids, const Documents& d
 }
 
 void Transformer::before_write(int64_t l) {
-  if (offloaded(l)) ops_.wait_copy(2 * ring_slot(l));
+  if (offloaded(l)) ops_.runtime().wait_copy(2 * ring_slot(l));
 }
 
 void Transformer::after_write(int64_t l) {
-  if (offloaded(l)) ops_.copy_to_host(host_resid_[static_cast<size_t>(l)], resid_[static_cast<size_t>(l)],
+  if (offloaded(l)) ops_.runtime().copy_to_host(host_resid_[static_cast<size_t>(l)], resid_[static_cast<size_t>(l)],
                                       2 * ring_slot(l));
 }
 
@@ -352,11 +352,11 @@ void Transformer::after_write(int64_t l) {
 // its last reader, that block's backward, is enqueued by now.
 void Transformer::prefetch_residual(int64_t l) {
   if (offloaded(l) && offloaded(l + static_cast<int64_t>(ring_.size())))
-    ops_.copy_to_device(resid_[static_cast<size_t>(l)], host_resid_[static_cast<size_t>(l)], 2 * ring_slot(l) + 1);
+    ops_.runtime().copy_to_device(resid_[static_cast<size_t>(l)], host_resid_[static_cast<size_t>(l)], 2 * ring_slot(l) + 1);
 }
 
 void Transformer::before_read(int64_t l) {
-  if (offloaded(l) && offloaded(l + static_cast<int64_t>(ring_.size()))) ops_.wait_copy(2 * ring_slot(l) + 1);
+  if (offloaded(l) && offloaded(l + static_cast<int64_t>(ring_.size()))) ops_.runtime().wait_copy(2 * ring_slot(l) + 1);
 }
 
 void Transformer::forward_loss(UnitSource& src, Tensor ids, Tensor targets, Tensor loss_sum,

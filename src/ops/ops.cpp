@@ -1,40 +1,20 @@
 // The op front (ops.h): what every backend shares. Each public op checks its tensors once,
 // for every backend (op_checks.h: device, dtype and shape, an error naming the op and the
-// tensor), brackets the call for op timing (OpScope: the backend's begin_op/end_op, with the
-// op's name and shape as `anvil bench step --op-times` prints them) and then calls the
-// backend's *_impl. The memory accounting of alloc/release is here too.
+// tensor), brackets the call for op timing (Runtime::OpScope: the runtime's begin_op/end_op,
+// with the op's name and shape as `anvil bench step --op-times` prints them) and then calls
+// the backend's *_impl.
 #include "ops/ops.h"
-
-#include <algorithm>
-#include <cstdlib>
 
 #include "core/error.h"
 #include "ops/op_checks.h"
 
 namespace anvil {
 
-// Times one op where the backend asks for it (Ops::op_timed), from after the op's checks to
-// the end of its call: label() gives the shape part of the name and is called only then.
-class Ops::OpScope {
- public:
-  template <class Label>
-  OpScope(Ops& ops, const char* op, const Label& label) : ops_(ops), timed_(ops.op_timed()) {
-    if (timed_) ops_.begin_op(cat(op, " ", label()));
-  }
-  ~OpScope() {
-    if (timed_) ops_.end_op();
-  }
-  OpScope(const OpScope&) = delete;
-  OpScope& operator=(const OpScope&) = delete;
-
- private:
-  Ops& ops_;
-  bool timed_;
-};
-
 namespace {
 
-OpChecks checks_of(const Ops& ops, const char* op) { return OpChecks(op, ops.device(), ops.compute_dtype()); }
+OpChecks checks_of(const Ops& ops, const char* op) {
+  return OpChecks(op, ops.runtime().device(), ops.compute_dtype());
+}
 
 // qk_norm_rope's packed rows (rows, H+2KV, head_dim) and its cos and sin tables.
 struct QkRopeRows {
@@ -87,101 +67,6 @@ std::string attention_label(const Tensor& qkv, int n_heads, int n_kv_heads, cons
 }
 
 }  // namespace
-
-// ---- memory
-void* Ops::alloc(size_t bytes) {
-  void* p = alloc_impl(bytes);
-  sizes_[p] = bytes;
-  stats_.allocated += static_cast<int64_t>(bytes);
-  stats_.peak = std::max(stats_.peak, stats_.allocated);
-  return p;
-}
-
-void Ops::release(void* p) {
-  if (!p) return;
-  auto it = sizes_.find(p);
-  ANVIL_ENSURE(it != sizes_.end(), kInternal, name(), ": release of a pointer this backend did not allocate");
-  stats_.allocated -= static_cast<int64_t>(it->second);
-  sizes_.erase(it);
-  release_impl(p);
-}
-
-void* Ops::alloc_host_impl(size_t bytes) {
-  constexpr size_t kPage = 4096;
-  void* p = std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
-  ANVIL_ENSURE(p, kOutOfMemory, name(), ": cannot allocate ", bytes, " bytes of host memory");
-  return p;
-}
-
-void Ops::release_host_impl(void* p) { std::free(p); }
-
-Ops::MemoryStats Ops::memory_stats() const {
-  MemoryStats m = stats_;
-  m.capacity = memory_capacity();
-  return m;
-}
-
-void Ops::upload(Tensor dst, const void* host_src) {
-  checks_of(*this, "upload").tensor("dst", dst, dst.dtype);
-  upload_impl(dst, host_src);
-}
-
-void Ops::download(void* host_dst, Tensor src) {
-  checks_of(*this, "download").tensor("src", src, src.dtype);
-  download_impl(host_dst, src);
-}
-
-void Ops::copy_to_host(void* host_dst, Tensor src, int slot) {
-  checks_of(*this, "copy_to_host").tensor("src", src, src.dtype);
-  ANVIL_ENSURE(slot >= 0, kInternal, "copy_to_host: event slot ", slot);
-  copy_to_host_impl(host_dst, src, slot);
-}
-
-void Ops::copy_to_device(Tensor dst, const void* host_src, int slot) {
-  checks_of(*this, "copy_to_device").tensor("dst", dst, dst.dtype);
-  ANVIL_ENSURE(slot >= 0, kInternal, "copy_to_device: event slot ", slot);
-  copy_to_device_impl(dst, host_src, slot);
-}
-
-void Ops::copy_to_host_impl(void* host_dst, Tensor src, int slot) {
-  (void)slot;
-  download_impl(host_dst, src);
-}
-
-void Ops::copy_to_device_impl(Tensor dst, const void* host_src, int slot) {
-  (void)slot;
-  upload_impl(dst, host_src);
-}
-
-void Ops::zero(Tensor t) {
-  checks_of(*this, "zero").tensor("t", t, t.dtype);
-  const OpScope scope(*this, "zero", [&] { return cat(t.bytes(), " bytes"); });
-  zero_impl(t);
-}
-
-void Ops::convert(Tensor dst, Tensor src) {
-  const OpChecks c = checks_of(*this, "convert");
-  c.tensor("src", src, src.dtype).tensor("dst", dst, dst.dtype, src.numel());
-  const bool f32_bf16 = (dst.dtype == DType::kF32 || dst.dtype == DType::kBF16) &&
-                        (src.dtype == DType::kF32 || src.dtype == DType::kBF16);
-  c.ensure(dst.dtype == src.dtype || f32_bf16, dtype_name(src.dtype), " to ", dtype_name(dst.dtype),
-           " is not supported (F32 <-> BF16 only)");
-  const OpScope scope(*this, "convert",
-                      [&] { return cat(dtype_name(src.dtype), "->", dtype_name(dst.dtype), " ", src.numel()); });
-  convert_impl(dst, src);
-}
-
-void Ops::copy_rows(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows, int64_t width) {
-  const OpChecks c = checks_of(*this, "copy_rows");
-  c.tensor("in", in, in.dtype).tensor("out", out, in.dtype);
-  c.ensure(rows >= 0 && width >= 0 && width <= in_pitch && width <= out_pitch, rows, " rows of ", width,
-           " elements at pitches ", in_pitch, " (in) and ", out_pitch, " (out)");
-  c.ensure(rows == 0 || ((rows - 1) * in_pitch + width <= in.numel() && (rows - 1) * out_pitch + width <= out.numel()),
-           rows, " rows of ", width, " at pitches ", in_pitch, " and ", out_pitch, " pass the end of in (", in.numel(),
-           ") or out (", out.numel(), ")");
-  const OpScope scope(*this, "copy_rows", [&] { return cat(rows, "x", width); });
-  if (rows > 0 && width > 0) copy_rows_impl(out, out_pitch, in, in_pitch, rows, width);
-}
 
 // ---- linear layers
 namespace {
@@ -236,21 +121,21 @@ void Ops::linear_forward(Tensor y, Tensor x, Tensor w, Tensor bias) {
   const OpChecks c = checks_of(*this, "linear_forward");
   const bool f32_out = y.dtype == DType::kF32 && !bias.data;  // inference logits
   const GemmShape shape = check_linear_forward(c, compute_dtype(), y, x, w, bias, f32_out);
-  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return shape.label(); });
   linear_forward_impl(y, x, w, bias);
 }
 
 void Ops::linear_backward_input(Tensor dx, Tensor dy, Tensor w, bool accumulate) {
   const OpChecks c = checks_of(*this, "linear_backward_input");
   const GemmShape shape = check_linear_backward_input(c, dx, dy, w);
-  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return shape.label(); });
   linear_backward_input_impl(dx, dy, w, accumulate);
 }
 
 void Ops::linear_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor x, bool accumulate) {
   const OpChecks c = checks_of(*this, "linear_backward_weight");
   const GemmShape shape = check_linear_backward_weight(c, dw, dbias, dy, x, accumulate);
-  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return shape.label(); });
   linear_backward_weight_impl(dw, dbias, dy, x, accumulate);
 }
 
@@ -258,7 +143,7 @@ void Ops::linear_fp8_forward(Tensor y, Tensor x, Tensor w, Tensor bias, Fp8Recip
   const OpChecks c = checks_of(*this, "linear_fp8_forward");
   check_fp8_recipe(c, recipe, amax);
   const GemmShape shape = check_linear_forward(c, compute_dtype(), y, x, w, bias, false);
-  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return shape.label(); });
   linear_fp8_forward_impl(y, x, w, bias, recipe, amax);
 }
 
@@ -267,7 +152,7 @@ void Ops::linear_fp8_backward_input(Tensor dx, Tensor dy, Tensor w, Fp8Recipe re
   const OpChecks c = checks_of(*this, "linear_fp8_backward_input");
   check_fp8_recipe(c, recipe, amax);
   const GemmShape shape = check_linear_backward_input(c, dx, dy, w);
-  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return shape.label(); });
   linear_fp8_backward_input_impl(dx, dy, w, recipe, accumulate, amax);
 }
 
@@ -276,7 +161,7 @@ void Ops::linear_fp8_backward_weight(Tensor dw, Tensor dbias, Tensor dy, Tensor 
   const OpChecks c = checks_of(*this, "linear_fp8_backward_weight");
   check_fp8_recipe(c, recipe, amax);
   const GemmShape shape = check_linear_backward_weight(c, dw, dbias, dy, x, accumulate);
-  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return shape.label(); });
   linear_fp8_backward_weight_impl(dw, dbias, dy, x, recipe, accumulate, amax);
 }
 
@@ -286,7 +171,7 @@ void Ops::linear_fp8_backward(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Ten
   check_fp8_recipe(c, recipe, amax);
   const GemmShape shape = check_linear_backward_weight(c, dw, dbias, dy, x, accumulate);
   check_linear_backward_input(c, dx, dy, w);
-  const OpScope scope(*this, c.op(), [&] { return shape.label(); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return shape.label(); });
   linear_fp8_backward_impl(dx, dw, dbias, dy, x, w, recipe, accumulate, amax);
 }
 
@@ -300,14 +185,14 @@ void Ops::linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy
 void Ops::embedding_forward(Tensor out, Tensor ids, Tensor table) {
   const int64_t N = ids.numel(), C = table.cols();
   checks_of(*this, "embedding_forward").i32("ids", ids).compute("table", table).compute("out", out, N * C);
-  const OpScope scope(*this, "embedding_forward", [&] { return cat(N, "x", C); });
+  const Runtime::OpScope scope(runtime(), "embedding_forward", [&] { return cat(N, "x", C); });
   embedding_forward_impl(out, ids, table);
 }
 
 void Ops::embedding_backward(Tensor dtable, Tensor ids, Tensor dout, bool accumulate) {
   const int64_t N = ids.numel(), C = dtable.cols();
   checks_of(*this, "embedding_backward").f32("dtable", dtable).i32("ids", ids).compute("dout", dout, N * C);
-  const OpScope scope(*this, "embedding_backward", [&] { return cat(N, "x", C); });
+  const Runtime::OpScope scope(runtime(), "embedding_backward", [&] { return cat(N, "x", C); });
   embedding_backward_impl(dtable, ids, dout, accumulate);
 }
 
@@ -317,7 +202,7 @@ void Ops::rmsnorm_forward(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps
   const OpChecks c = checks_of(*this, "rmsnorm_forward");
   c.compute("x", x).compute("w", w, C).compute("out", out, R * C).f32("rstd", rstd, R).optional("amax", amax,
                                                                                                   DType::kF32, 1);
-  const OpScope scope(*this, c.op(), [&] { return cat(R, "x", C); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(R, "x", C); });
   rmsnorm_forward_impl(out, rstd, x, w, eps, amax);
 }
 
@@ -327,7 +212,7 @@ void Ops::add_rmsnorm_forward(Tensor sum, Tensor out, Tensor rstd, Tensor a, Ten
   const OpChecks c = checks_of(*this, "add_rmsnorm_forward");
   c.compute("a", a).compute("b", b, R * C).compute("w", w, C).compute("sum", sum, R * C);
   c.compute("out", out, R * C).f32("rstd", rstd, R).optional("amax", amax, DType::kF32, 1);
-  const OpScope scope(*this, c.op(), [&] { return cat(R, "x", C); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(R, "x", C); });
   add_rmsnorm_forward_impl(sum, out, rstd, a, b, w, eps, amax);
 }
 
@@ -343,7 +228,7 @@ void Ops::rmsnorm_backward(Tensor dx, Tensor dw, Tensor dout, Tensor x, Tensor w
   const OpChecks c = checks_of(*this, "rmsnorm_backward");
   c.compute("x", x).compute("w", w, C).f32("rstd", rstd, R).compute("dout", dout, R * C);
   c.compute("dx", dx, R * C).grad("dw", dw, accumulate_dw, C);
-  const OpScope scope(*this, c.op(), [&] { return cat(R, "x", C); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(R, "x", C); });
   rmsnorm_backward_impl(dx, dw, dout, x, w, rstd, accumulate, accumulate_dw);
 }
 
@@ -354,7 +239,7 @@ void Ops::qk_norm_rope_forward(Tensor out, Tensor rstd, Tensor in, Tensor q_w, T
   const QkRopeRows s = qk_rope_rows(c, in, cos, sin, n_heads, n_kv_heads);
   c.compute("out", out, in.numel()).optional("positions", positions, DType::kI32, s.rows);
   if (q_w.data) check_qk_weights(c, q_w, k_w, rstd, s, n_heads + n_kv_heads);
-  const OpScope scope(*this, c.op(), [&] { return cat(s.rows, "x", n_heads, "+", n_kv_heads, "x", s.head_dim); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(s.rows, "x", n_heads, "+", n_kv_heads, "x", s.head_dim); });
   qk_norm_rope_forward_impl(out, rstd, in, q_w, k_w, cos, sin, n_heads, n_kv_heads, eps, positions);
 }
 
@@ -369,7 +254,7 @@ void Ops::qk_norm_rope_backward(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dou
     check_qk_weights(c, q_w, k_w, rstd, s, n_heads + n_kv_heads);
     c.grad("dq_w", dq_w, accumulate_dw, s.head_dim).grad("dk_w", dk_w, accumulate_dw, s.head_dim);
   }
-  const OpScope scope(*this, c.op(), [&] { return cat(s.rows, "x", n_heads, "+", n_kv_heads, "x", s.head_dim); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(s.rows, "x", n_heads, "+", n_kv_heads, "x", s.head_dim); });
   qk_norm_rope_backward_impl(din, dq_w, dk_w, dout, in, q_w, k_w, rstd, cos, sin, n_heads, n_kv_heads, accumulate_dw,
                              positions);
 }
@@ -382,7 +267,7 @@ void Ops::attention_forward(Tensor out, Tensor lse, Tensor qkv, int n_heads, int
   const int64_t rows = qkv.dim(0) * qkv.dim(1);
   c.compute("out", out, rows * n_heads * qkv.dim(3)).f32("lse", lse, rows * n_heads);
   check_documents(c, documents, qkv);
-  const OpScope scope(*this, c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads, documents.positions); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads, documents.positions); });
   attention_forward_impl(out, lse, qkv, n_heads, n_kv_heads, documents);
 }
 
@@ -394,7 +279,7 @@ void Ops::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, T
   c.compute("out", out, rows * n_heads * qkv.dim(3)).f32("lse", lse, rows * n_heads);
   c.compute("dout", dout, out.numel()).compute("dqkv", dqkv, qkv.numel());
   check_documents(c, documents, qkv);
-  const OpScope scope(*this, c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads, documents.positions); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return attention_label(qkv, n_heads, n_kv_heads, documents.positions); });
   attention_backward_impl(dqkv, dout, qkv, out, lse, n_heads, n_kv_heads, documents);
 }
 
@@ -409,13 +294,13 @@ void Ops::attention_cached(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cach
   c.i32("slots", slots).i32("positions", positions, rows).compute("out", out, rows * n_heads * hd);
   c.compute("qkv", qkv, rows * (n_heads + 2 * n_kv_heads) * hd).ensure(qkv.cols() == hd, "qkv ", qkv.shape.str(),
                                                                       " is not (rows, heads, ", hd, ")");
-  const OpScope scope(*this, c.op(), [&] { return cat(rows, " rows"); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(rows, " rows"); });
   attention_cached_impl(out, qkv, k_cache, v_cache, slots, positions, n_heads, n_kv_heads);
 }
 
 void Ops::argmax_rows(Tensor out, Tensor x) {
   checks_of(*this, "argmax_rows").f32("x", x).i32("out", out, x.rows());
-  const OpScope scope(*this, "argmax_rows", [&] { return cat(x.rows(), "x", x.cols()); });
+  const Runtime::OpScope scope(runtime(), "argmax_rows", [&] { return cat(x.rows(), "x", x.cols()); });
   argmax_rows_impl(out, x);
 }
 
@@ -425,7 +310,7 @@ void Ops::swiglu_forward(Tensor out, Tensor gate_up, Tensor amax) {
   const OpChecks c = checks_of(*this, "swiglu_forward");
   c.compute("gate_up", gate_up).ensure(gate_up.cols() % 2 == 0, "gate_up ", gate_up.shape.str(), " has an odd width");
   c.compute("out", out, N * I).optional("amax", amax, DType::kF32, 1);
-  const OpScope scope(*this, c.op(), [&] { return cat(N, "x", I); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(N, "x", I); });
   swiglu_forward_impl(out, gate_up, amax);
 }
 
@@ -434,14 +319,14 @@ void Ops::swiglu_backward(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor a
   const OpChecks c = checks_of(*this, "swiglu_backward");
   c.compute("gate_up", gate_up).ensure(gate_up.cols() % 2 == 0, "gate_up ", gate_up.shape.str(), " has an odd width");
   c.compute("dout", dout, N * I).compute("dgate_up", dgate_up, N * 2 * I).optional("act", act, compute_dtype(), N * I);
-  const OpScope scope(*this, c.op(), [&] { return cat(N, "x", I); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(N, "x", I); });
   swiglu_backward_impl(dgate_up, dout, gate_up, act);
 }
 
 void Ops::add(Tensor out, Tensor a, Tensor b) {
   const int64_t n = out.numel();
   checks_of(*this, "add").f32_or_compute("out", out).tensor("a", a, out.dtype, n).tensor("b", b, out.dtype, n);
-  const OpScope scope(*this, "add", [&] { return cat(dtype_name(out.dtype), " ", n); });
+  const Runtime::OpScope scope(runtime(), "add", [&] { return cat(dtype_name(out.dtype), " ", n); });
   add_impl(out, a, b);
 }
 
@@ -456,7 +341,7 @@ void Ops::cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, 
                                            " are not (N, C), (V, C)");
   c.f32("loss_sum", loss_sum, 1).i32("targets", targets, N).optional("logits", logits, DType::kF32, N * V);
   if (grads) c.compute("dh", dh, N * C).f32("dw", dw, V * C);
-  const OpScope scope(*this, grads ? c.op() : "cross_entropy_forward", [&] { return cat(N, "x", V, "x", C); });
+  const Runtime::OpScope scope(runtime(), grads ? c.op() : "cross_entropy_forward", [&] { return cat(N, "x", V, "x", C); });
   cross_entropy_forward_backward_impl(loss_sum, dh, dw, h, w, targets, loss_scale, logits, accumulate_dw);
 }
 
@@ -467,7 +352,7 @@ void Ops::adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWH
   const OpChecks c = checks_of(*this, "adamw_step");
   c.f32("param", param).grad("grad", grad, false, n).f32("m", m, n).f32("v", v, n);
   c.optional("copy", copy, compute_dtype(), n);
-  const OpScope scope(*this, c.op(), [&] { return cat(n); });
+  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(n); });
   adamw_step_impl(param, grad, m, v, h, grad_scale, copy, zero_grad);
 }
 
@@ -477,13 +362,13 @@ void Ops::adamw_step_split(Tensor hi, Tensor lo, Tensor grad, Tensor m, Tensor v
   const OpChecks c = checks_of(*this, "adamw_step_split");
   c.tensor("hi", hi, DType::kBF16).tensor("lo", lo, DType::kI16, n).grad("grad", grad, false, n);
   c.f32("m", m, n).f32("v", v, n);
-  const OpScope scope(*this, "adamw_step", [&] { return cat("split ", n); });
+  const Runtime::OpScope scope(runtime(), "adamw_step", [&] { return cat("split ", n); });
   adamw_step_split_impl(hi, lo, grad, m, v, h, grad_scale);
 }
 
 void Ops::sum_squares(Tensor out, Tensor x) {
   checks_of(*this, "sum_squares").f32("out", out, 1).f32_or_compute("x", x);
-  const OpScope scope(*this, "sum_squares", [&] { return cat(dtype_name(x.dtype), " ", x.numel()); });
+  const Runtime::OpScope scope(runtime(), "sum_squares", [&] { return cat(dtype_name(x.dtype), " ", x.numel()); });
   sum_squares_impl(out, x);
 }
 

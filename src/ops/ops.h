@@ -1,10 +1,13 @@
-// The op set: everything the transformer's forward and backward need, declared once.
+// The op set: the math the transformer's forward and backward, decoding and the optimizer
+// need, declared once. Each op set owns the runtime it runs on (ops/runtime.h: memory,
+// copies, queues, recordings, timing).
 //
 // model/ writes the forward and backward pass once against this interface; ops/cpu is the
 // fp32 reference (always built), ops/cuda the GPU backend (bf16 compute, fp32 accumulate).
 // The public op methods are the front, one for every backend (ops.cpp): each checks its
 // tensors (device, dtype, shapes) with an error that names the op and the tensor, brackets
-// the op for timing, and calls the backend's protected *_impl, which may assume the checks.
+// the op for timing (Runtime::OpScope), and calls the backend's protected *_impl, which may
+// assume the checks.
 // Conventions, for every backend:
 //  - Tensors are dense row-major views (core/tensor.h) on the backend's device.
 //  - "compute" tensors (activations, weight copies) have the backend's compute_dtype():
@@ -27,12 +30,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
-#include <vector>
+#include <utility>
 
 #include "core/tensor.h"
 #include "ops/documents.h"
 #include "ops/fp8_recipe.h"
+#include "ops/runtime.h"
+#include "ops/workspace.h"
 
 namespace anvil {
 
@@ -87,82 +91,18 @@ struct AdamWHyper {
 class Ops {
  public:
   virtual ~Ops() = default;
-  virtual Device device() const = 0;
+  // The runtime the ops run on (ops/runtime.h): memory, copies, queues, recordings, timing.
+  Runtime& runtime() const { return *runtime_; }
   virtual DType compute_dtype() const = 0;
-  virtual std::string name() const = 0;
   // Why this backend cannot run the FP8 linear ops (linear_fp8_*) with `recipe`, or empty
   // where it can.
   virtual std::string fp8_unsupported(Fp8Recipe recipe) const {
     (void)recipe;
     return "";
   }
-
-  // ---- memory
-  struct MemoryStats {
-    int64_t allocated = 0;  // bytes live now, through alloc()
-    int64_t peak = 0;       // the most live at once since construction
-    int64_t capacity = 0;   // the device's memory (0 on the CPU: the host's is not planned)
-  };
-  void* alloc(size_t bytes);
-  void release(void* p);
-  MemoryStats memory_stats() const;
-  // Host memory that copies to and from the device run at the link's full speed from:
-  // page-locked on CUDA, page-aligned on the CPU; not in memory_stats (the device's). For the
-  // snapshot of an asynchronous save (train/checkpoint_async.h).
-  void* alloc_host(size_t bytes) { return alloc_host_impl(bytes); }
-  void release_host(void* p) { if (p) release_host_impl(p); }
-  void upload(Tensor dst, const void* host_src);  // host -> dst, same dtype
-  void download(void* host_dst, Tensor src);      // src -> host, same dtype
-  void zero(Tensor t);
-  void convert(Tensor dst, Tensor src);  // elementwise dtype conversion (F32 <-> BF16, or a copy)
-  // Strided rows (the layout changes around context parallelism's all-to-all,
-  // model/context_parallel.h): `rows` rows of `width` elements, row r from element
-  // r * in_pitch of in to element r * out_pitch of out (same dtype; they must not overlap).
-  void copy_rows(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows, int64_t width);
-  virtual void synchronize() = 0;  // the host waits for every op issued, on either queue
-  // The main stream (a cudaStream_t), for ordering collectives; nullptr on the CPU.
-  virtual void* stream() { return nullptr; }
-
-  // ---- side queue, for work that overlaps the main one: kSide (the optimizer beside the
-  // next forward). Ops are issued to the current queue (main unless set). record(slot) marks
-  // the point the current queue has reached; wait(slot) holds the current queue until the
-  // slot's last mark is passed (at once if it was never recorded). Ops that use the shared
-  // scratch or the GEMM workspace are refused off the main queue. On the CPU an op is done
-  // when it returns, so these are no-ops.
-  enum class Queue { kMain, kSide };
-  virtual void set_queue(Queue q) { (void)q; }
-  virtual void record(int slot) { (void)slot; }
-  virtual void wait(int slot) { (void)slot; }
-
-  // ---- activation offload (model/transformer.h, --offload-activations): copies between device
-  // buffers and host memory from alloc_host, on a copy queue of their own that overlaps the
-  // main queue's compute, with events of their own (slots apart from record/wait's).
-  // copy_to_host / copy_to_device start the copy once the main queue has reached this point
-  // (the source's producer, or the destination's last reader, is done) and mark `slot` when
-  // the copy is done; wait_copy(slot) holds the main queue until then (at once if never
-  // marked). The CPU copies at once (memcpy), so there the waits are no-ops.
-  void copy_to_host(void* host_dst, Tensor src, int slot);
-  void copy_to_device(Tensor dst, const void* host_src, int slot);
-  virtual void wait_copy(int slot) { (void)slot; }
-
-  // ---- per-op timing (anvil bench step --op-times). While on, each op issued to the main
-  // queue is timed on the device, between events recorded before and after it (so time the
-  // queue spends waiting for the host to launch the op counts as the op's), and on the host
-  // (checks and launches). take_op_times() waits for the device and returns the totals since
-  // the last call, by op and shape, in order of first use, and the span from the first op's
-  // start to the last op's end: span minus the ops' sum is time between ops, where the queue
-  // ran dry or waited for another queue. A backend that cannot time returns nothing.
-  struct OpTime {
-    std::string op;  // the op and its shape, e.g. "linear_forward 2048x4096x2048" (M x N x K)
-    int64_t calls = 0;
-    double device_ms = 0, host_ms = 0;
-  };
-  struct OpTimes {
-    std::vector<OpTime> ops;
-    double span_ms = 0;
-  };
-  virtual void set_op_timing(bool on) { (void)on; }
-  virtual OpTimes take_op_times() { return {}; }
+  // Allocates the workspaces of the backend's table for shape s now (ops/workspace.h), so that
+  // the ops of such a micro-batch find them; they are kept for the op set's lifetime.
+  virtual void reserve_workspaces(const WorkspaceShape& s) { (void)s; }
 
   // ---- linear layers: y (M,N) = x (M,K) . w(N,K)^T + bias(N)
   // y is in the compute dtype, or F32 without a bias (inference logits); bias may be empty.
@@ -250,16 +190,6 @@ class Ops {
   // on ties (greedy decoding without moving the logits to the host).
   void argmax_rows(Tensor out, Tensor x);
 
-  // ---- recorded op sequences (CUDA graphs), for the decode step. Between begin_recording()
-  // and end_recording() the ops are recorded, not run; replay(id) runs them again on the
-  // same tensors (their contents may change in between). A backend that cannot record says
-  // so with can_record() == false, and the caller runs the ops directly.
-  virtual bool can_record() const { return false; }
-  virtual void begin_recording() {}
-  virtual int end_recording() { return -1; }  // the recording's id
-  virtual void replay(int recording) { (void)recording; }
-  virtual void drop_recordings() {}
-
   // ---- SwiGLU: out (N,I) = silu(gate) * up, gate_up (N,2I); dgate_up written. act (N,I),
   // when given, also receives swiglu_forward's out, the same bits (the backward needs it for
   // the down projection's weight gradient, so the pass that reads gate_up anyway makes it).
@@ -294,21 +224,7 @@ class Ops {
   void sum_squares(Tensor out, Tensor x);
 
  protected:
-  // ---- the backend: memory
-  virtual void* alloc_impl(size_t bytes) = 0;
-  virtual void release_impl(void* p) = 0;
-  virtual int64_t memory_capacity() const { return 0; }  // MemoryStats::capacity
-  virtual void* alloc_host_impl(size_t bytes);  // throws kOutOfMemory naming the bytes
-  virtual void release_host_impl(void* p);
-  virtual void upload_impl(Tensor dst, const void* host_src) = 0;
-  virtual void download_impl(void* host_dst, Tensor src) = 0;
-  virtual void zero_impl(Tensor t) = 0;
-  virtual void convert_impl(Tensor dst, Tensor src) = 0;
-  virtual void copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
-                              int64_t width) = 0;
-  // The activation offload's copies (default: download and upload, which wait for them).
-  virtual void copy_to_host_impl(void* host_dst, Tensor src, int slot);
-  virtual void copy_to_device_impl(Tensor dst, const void* host_src, int slot);
+  explicit Ops(std::unique_ptr<Runtime> runtime) : runtime_(std::move(runtime)) {}
 
   // ---- the backend: each op after the front's checks, with the front's arguments
   ANVIL_OP_IMPLS(virtual, = 0)
@@ -317,18 +233,8 @@ class Ops {
   virtual void linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w,
                                         Fp8Recipe recipe, bool accumulate, const Fp8Amax& amax);
 
-  // ---- the backend: op timing. The front asks op_timed() before each op; when true it
-  // calls begin_op with the op's name and shape, and end_op when the op's call ends (also
-  // when it throws, so end_op must not).
-  virtual bool op_timed() const { return false; }
-  virtual void begin_op(const std::string& name) { (void)name; }
-  virtual void end_op() noexcept {}
-
  private:
-  class OpScope;
-
-  std::unordered_map<void*, size_t> sizes_;  // live allocations, for memory_stats()
-  MemoryStats stats_;
+  std::unique_ptr<Runtime> runtime_;
 };
 
 // The fp32 CPU reference backend.

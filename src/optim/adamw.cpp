@@ -7,10 +7,10 @@
 namespace anvil {
 
 double grad_sum_squares(Ops& ops, const std::vector<Tensor>& grads, Tensor scratch) {
-  ops.zero(scratch);
+  ops.runtime().zero(scratch);
   for (const Tensor& g : grads) ops.sum_squares(scratch, g);
   float s = 0;
-  ops.download(&s, scratch);
+  ops.runtime().download(&s, scratch);
   return s;
 }
 

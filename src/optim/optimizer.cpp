@@ -13,13 +13,13 @@ namespace {
 // Ops are issued to queue q until the end of the scope, then to the main queue again.
 class OnQueue {
  public:
-  OnQueue(Ops& ops, Ops::Queue q) : ops_(ops) { ops_.set_queue(q); }
-  ~OnQueue() { ops_.set_queue(Ops::Queue::kMain); }
+  OnQueue(Runtime& rt, Runtime::Queue q) : rt_(rt) { rt_.set_queue(q); }
+  ~OnQueue() { rt_.set_queue(Runtime::Queue::kMain); }
   OnQueue(const OnQueue&) = delete;
   OnQueue& operator=(const OnQueue&) = delete;
 
  private:
-  Ops& ops_;
+  Runtime& rt_;
 };
 
 }  // namespace
@@ -32,7 +32,7 @@ Optimizer::Optimizer(Ops& ops, const OwnedUnits& units, Tensor scratch, Comm* no
 void Optimizer::await_update(int unit) {
   char& in_flight = updating_[static_cast<size_t>(unit)];
   if (!in_flight) return;
-  ops_.wait(unit);
+  ops_.runtime().wait(unit);
   in_flight = 0;
 }
 
@@ -59,7 +59,7 @@ void Optimizer::update(size_t u, const AdamWHyper& h, float scale) {
     return;
   }
   ops_.adamw_step_split(o.hi[u], o.lo[u], o.grads[u], o.m[u], o.v[u], h, scale);
-  if (zero_grads_) ops_.zero(o.grads[u]);
+  if (zero_grads_) ops_.runtime().zero(o.grads[u]);
 }
 
 double Optimizer::step(const OptimizerConfig& c, int64_t step, double lr) {
@@ -69,14 +69,14 @@ double Optimizer::step(const OptimizerConfig& c, int64_t step, double lr) {
   const int grads_done = static_cast<int>(updating_.size());  // the event slot after the units'
   std::optional<OnQueue> on_side;
   if (overlap_) {
-    ops_.record(grads_done);
-    on_side.emplace(ops_, Ops::Queue::kSide);
-    ops_.wait(grads_done);
+    ops_.runtime().record(grads_done);
+    on_side.emplace(ops_.runtime(), Runtime::Queue::kSide);
+    ops_.runtime().wait(grads_done);
   }
   for (size_t u = 0; u < updating_.size(); ++u) {
     update(u, h, scale);
     if (!overlap_) continue;
-    ops_.record(static_cast<int>(u));
+    ops_.runtime().record(static_cast<int>(u));
     updating_[u] = 1;
   }
   return norm;

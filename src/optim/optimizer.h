@@ -1,7 +1,7 @@
 // The optimizer step over the units a rank owns: global-norm clipping, then AdamW.
 //
 // The store (parallel/param_store.h) allocates the owned buffers and hands them over as
-// OwnedUnits; the optimizer owns what is done to them at each step:
+// OwnedUnits; the Trainer runs the optimizer on them, which owns what is done at each step:
 //  - Clipping by the global norm (optim/adamw.h): the squares of every owned gradient,
 //    summed over the ranks when the gradients are sharded (norm_comm), and the norm
 //    checked finite before anything is updated.
@@ -15,7 +15,8 @@
 //    units). The next step's first use of a unit waits for that unit's event only
 //    (await_update), so the next forward follows the optimizer unit by unit. The same ops
 //    on the same data in the same order: the same bits as without. Everything that reads
-//    the state from the host first calls finish().
+//    the state from the host first calls finish(). The store, which hands the units out,
+//    reaches these two through PendingUpdates.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,19 @@ struct OwnedUnits {
   bool split() const { return !hi.empty(); }
 };
 
-class Optimizer {
+// The updates of owned units that may still be in flight on another queue, for whoever hands
+// the units out (the store): what it waits for before a unit's first use, and before the
+// state is read.
+class PendingUpdates {
+ public:
+  virtual ~PendingUpdates() = default;
+  virtual void await_update(int unit) = 0;  // the main queue waits for this unit's update, if in flight
+  // The main queue waits for every update in flight: what is issued after it (downloads,
+  // checkpoints, export, evaluation) sees finished updates.
+  virtual void finish() = 0;
+};
+
+class Optimizer final : public PendingUpdates {
  public:
   // units and scratch (one F32 element) outlive the optimizer. norm_comm: sums the squares
   // over the ranks (sharded gradients); null: every rank holds the whole gradient.
@@ -51,10 +64,8 @@ class Optimizer {
   // finite before anything is updated). After finish(), with the gradients complete on the
   // main queue.
   double step(const OptimizerConfig& c, int64_t step, double lr);
-  void await_update(int unit);  // the main queue waits for this unit's update, if in flight
-  // The main queue waits for every update in flight: what is issued after it (downloads,
-  // checkpoints, export, evaluation) sees finished updates.
-  void finish();
+  void await_update(int unit) override;
+  void finish() override;
 
  private:
   double global_norm(int64_t step);

@@ -11,13 +11,13 @@
 #include <map>
 #include <vector>
 
-#include "ops/ops.h"
+#include "ops/runtime.h"
 
 namespace anvil {
 
 class DeviceBuffers {
  public:
-  explicit DeviceBuffers(Ops& ops) : ops_(ops) {}
+  explicit DeviceBuffers(Runtime& rt) : rt_(rt) {}
   ~DeviceBuffers();  // releases every buffer, pooled ones included
   DeviceBuffers(const DeviceBuffers&) = delete;
   DeviceBuffers& operator=(const DeviceBuffers&) = delete;
@@ -28,7 +28,7 @@ class DeviceBuffers {
   int64_t persistent_bytes() const { return persistent_bytes_; }
 
  private:
-  Ops& ops_;
+  Runtime& rt_;
   std::vector<void*> persistent_;
   int64_t persistent_bytes_ = 0;
   std::multimap<size_t, void*> pool_;  // free pooled buffers by size

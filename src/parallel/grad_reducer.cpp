@@ -28,10 +28,10 @@ void GradReducer::finish_pending() {
   if (!pending_) return;
   comm_.wait(pending_work_);
   if (!sharded_) {  // DDP: the reduced wire copy replaces the gradient (widened, or rounded once)
-    ops_.convert(pending_owned_, pending_full_);
+    ops_.runtime().convert(pending_owned_, pending_full_);
   } else {
     Tensor reduced = rs_tmp_.slice_rows(0, pending_owned_.numel());
-    if (dtype_ == DType::kBF16) ops_.convert(reduced, rs_tmp16_.slice_rows(0, pending_owned_.numel()));
+    if (dtype_ == DType::kBF16) ops_.runtime().convert(reduced, rs_tmp16_.slice_rows(0, pending_owned_.numel()));
     ops_.add(pending_owned_, pending_owned_, reduced);
   }
   buffers_.unpool(pending_full_);
@@ -57,7 +57,7 @@ void GradReducer::start(int unit, Tensor wire, Tensor owned) {
 // conversion, queued before any later use of it).
 Tensor GradReducer::wire_copy(int unit, Tensor grad) {
   Tensor copy = buffers_.pooled(table_.units()[static_cast<size_t>(unit)].padded, dtype_);
-  ops_.convert(copy, grad);
+  ops_.runtime().convert(copy, grad);
   return copy;
 }
 

@@ -1,5 +1,6 @@
 // What both stores share (parallel/param_store.h): the owned buffers' layout and
-// allocation, loading and reading them, and the optimizer step; the store factory.
+// allocation, loading and reading them, the step's gradients completed for the optimizer; the
+// store factory.
 #include "parallel/param_store.h"
 
 #include <algorithm>
@@ -17,14 +18,12 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
       ops_(ops),
       comm_(comm),
       grad_dtype_(grad_dtype),
-      buffers_(ops),
+      buffers_(ops.runtime()),
       owned_(allocate(grad_dtype, sharded)),
       reducer_(comm && comm->world() > 1 ? std::make_unique<GradReducer>(table, ops, *comm, buffers_, sharded)
                                          : nullptr),
       mode_(mode),
-      sharded_(sharded),
-      scratch_(buffers_.make(1, DType::kF32)),
-      optimizer_(ops, owned_, scratch_, sharded ? comm : nullptr, sharded) {
+      sharded_(sharded) {
   stale_.assign(table.units().size(), 0);
 }
 
@@ -69,7 +68,7 @@ int64_t ParamStore::owned_offset(int unit) const {
 // The owned elements of every unit, unit by unit: written in place on the CPU, through one
 // host buffer of the largest owned part on a GPU.
 void ParamStore::fill(const std::vector<Tensor>& owned, const UnitReader& reader) {
-  finish_optimizer();
+  finish_updates();
   std::vector<float> host;
   for (size_t u = 0; u < owned.size(); ++u) {
     const int unit = static_cast<int>(u);
@@ -80,8 +79,8 @@ void ParamStore::fill(const std::vector<Tensor>& owned, const UnitReader& reader
     }
     host.resize(static_cast<size_t>(std::max<int64_t>(n, static_cast<int64_t>(host.size()))));
     reader(unit, begin, begin + n, host.data());
-    ops_.upload(owned[u], host.data());
-    ops_.synchronize();  // the host buffer is reused by the next unit
+    ops_.runtime().upload(owned[u], host.data());
+    ops_.runtime().synchronize();  // the host buffer is reused by the next unit
   }
 }
 
@@ -92,7 +91,7 @@ void ParamStore::load_optimizer_state(const UnitReader& exp_avg, const UnitReade
 
 // Split masters (core/bf16.h): the owned fp32 values read unit by unit, split on the host.
 void ParamStore::fill_split(const UnitReader& reader) {
-  finish_optimizer();
+  finish_updates();
   std::vector<float> host;
   std::vector<uint16_t> hi;
   std::vector<int16_t> lo;
@@ -104,8 +103,8 @@ void ParamStore::fill_split(const UnitReader& reader) {
     lo.resize(n);
     reader(unit, owned_offset(unit), owned_offset(unit) + owned_.hi[u].numel(), host.data());
     for (size_t i = 0; i < n; ++i) split_master(host[i], &hi[i], &lo[i]);
-    ops_.upload(owned_.hi[u], hi.data());
-    ops_.upload(owned_.lo[u], lo.data());
+    ops_.runtime().upload(owned_.hi[u], hi.data());
+    ops_.runtime().upload(owned_.lo[u], lo.data());
   }
 }
 
@@ -115,36 +114,36 @@ void ParamStore::load(const UnitReader& weights) {
   else
     fill(owned_.master, weights);
   for (size_t u = 0; u < owned_.m.size(); ++u) {
-    ops_.zero(owned_.m[u]);
-    ops_.zero(owned_.v[u]);
+    ops_.runtime().zero(owned_.m[u]);
+    ops_.runtime().zero(owned_.v[u]);
   }
   zero_grads();
 }
 
 void ParamStore::read_owned(State s, int unit, int64_t begin, int64_t n, float* out) {
-  finish_optimizer();
+  finish_updates();
   const size_t u = static_cast<size_t>(unit);
   if (s == State::kMaster && owned_.split()) {
     std::vector<uint16_t> hi(static_cast<size_t>(n));
     std::vector<int16_t> lo(static_cast<size_t>(n));
-    ops_.download(hi.data(), owned_.hi[u].slice_rows(begin, begin + n));
-    ops_.download(lo.data(), owned_.lo[u].slice_rows(begin, begin + n));
+    ops_.runtime().download(hi.data(), owned_.hi[u].slice_rows(begin, begin + n));
+    ops_.runtime().download(lo.data(), owned_.lo[u].slice_rows(begin, begin + n));
     for (size_t i = 0; i < hi.size(); ++i) out[i] = join_master(hi[i], lo[i]);
     return;
   }
   const Tensor& t = s == State::kMaster ? owned_.master[u] : s == State::kExpAvg ? owned_.m[u] : owned_.v[u];
-  ops_.download(out, t.slice_rows(begin, begin + n));
+  ops_.runtime().download(out, t.slice_rows(begin, begin + n));
 }
 
 std::vector<Tensor> ParamStore::owned_tensors(State s, int unit) {
-  finish_optimizer();
+  finish_updates();
   const size_t u = static_cast<size_t>(unit);
   if (s == State::kMaster && owned_.split()) return {owned_.hi[u], owned_.lo[u]};
   return {s == State::kMaster ? owned_.master[u] : s == State::kExpAvg ? owned_.m[u] : owned_.v[u]};
 }
 
 HostUnits ParamStore::download_masters() {
-  finish_optimizer();
+  finish_updates();
   HostUnits out;
   for (size_t u = 0; u < table_.units().size(); ++u) {
     out.emplace_back(static_cast<size_t>(table_.units()[u].padded));
@@ -158,8 +157,8 @@ bool ParamStore::overwrite_grads(int unit) {
 }
 
 void ParamStore::zero_grads() {
-  finish_optimizer();
-  for (const Tensor& g : owned_.grads) ops_.zero(g);
+  finish_updates();
+  for (const Tensor& g : owned_.grads) ops_.runtime().zero(g);
   stale_.assign(stale_.size(), 0);
 }
 
@@ -167,16 +166,13 @@ void ParamStore::finish_collectives() {
   if (reducer_) reducer_->finish();
 }
 
-double ParamStore::optimizer_step(const OptimizerConfig& c, int64_t step, double lr) {
-  drop_kept_unit();  // gathered from the weights this update replaces
-  finish_optimizer();
+void ParamStore::complete_grads() {
+  drop_kept_unit();  // gathered from the weights the update replaces
+  finish_updates();
   finish_collectives();
   // The norm's download would wait for the gradients' collectives without a bound; the
   // comm's host wait names one that does not finish within the comm timeout (comm/comm.h).
   if (comm_) comm_->synchronize();
-  const double norm = optimizer_.step(c, step, lr);
-  stale_.assign(stale_.size(), !sharded_);
-  return norm;
 }
 
 std::unique_ptr<ParamStore> make_param_store(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode,

@@ -9,8 +9,10 @@
 //  - ShardedStore (parallel/sharded_store.h): FSDP across ranks; a rank owns one shard of
 //    every unit.
 // What both share is here: the owned buffers (masters, AdamW m and v, gradients; the
-// optimizer, optim/optimizer.h, updates them), loading and reading them, the gradient
-// reducer (parallel/grad_reducer.h) and the optimizer step.
+// optimizer, optim/optimizer.h, which the Trainer runs on owned(), updates them), loading and
+// reading them, and the gradient reducer (parallel/grad_reducer.h). Of the optimizer the store
+// knows only its PendingUpdates (optim/optimizer.h): it waits for a unit's update before the
+// unit's first use, and for every update before the state is read.
 // On a bf16 device every master is held split (core/bf16.h, split_master): a bf16 high
 // half, which is the compute weight (DDP and one process) or what FSDP's all-gather sends,
 // and an int16 low half; no separate bf16 copy is made or held. On the CPU (fp32 compute)
@@ -22,7 +24,7 @@
 // units written once per backward are BF16 and always overwritten: the owned gradients in a
 // replicated store, FSDP's pooled full-unit buffers (the owned shards stay F32). FSDP across
 // ranks keeps zeroing its owned shards in the update (reduce-scattered gradients are added
-// into them). Everything that reads the state from the host goes through finish_optimizer().
+// into them). Everything that reads the state from the host goes through finish_updates().
 #pragma once
 
 #include <cstdint>
@@ -33,7 +35,6 @@
 #include "model/params.h"
 #include "model/transformer.h"
 #include "model/weights.h"
-#include "optim/adamw.h"
 #include "optim/optimizer.h"
 #include "parallel/device_buffers.h"
 #include "parallel/grad_reducer.h"
@@ -64,17 +65,25 @@ class ParamStore : public UnitSource {
   void set_reduce_dtype(DType dtype);  // F32 (default) or BF16 (parallel/grad_reducer.h)
   void zero_grads();
   // Makes the compute stream wait for every gradient collective of this step and adds the
-  // last reduce-scatter in (optimizer_step does it too; the step benchmark times it).
+  // last reduce-scatter in (complete_grads does it too; the step benchmark times it).
   void finish_collectives();
   // FSDP: frees the last block if it is still kept gathered (parallel/sharded_store.h).
   virtual void drop_kept_unit() {}
-  // Clips by the global norm and takes one AdamW step (optim/optimizer.h); returns the
-  // pre-clip norm. The gradients it applied are then stale (above).
-  double optimizer_step(const OptimizerConfig& c, int64_t step, double lr);
-  // Overlap the update with what follows (optim/optimizer.h); off: it runs on the main queue.
-  void set_overlap_optimizer(bool on) { optimizer_.set_overlap(on); }
+
+  // The optimizer's step on owned() goes between these two. complete_grads: every gradient
+  // of the step complete on the main queue (collectives finished, the kept unit dropped, no
+  // update in flight). grads_applied: the gradients the step applied are stale (above).
+  void complete_grads();
+  void grads_applied() { stale_.assign(stale_.size(), !sharded_); }
+  // The updates of the owned units that may be in flight (the optimizer's), waited for as
+  // above; null (the default): none are.
+  void set_pending_updates(PendingUpdates* updates) { updates_ = updates; }
   // The main queue waits for every update in flight.
-  void finish_optimizer() { optimizer_.finish(); }
+  void finish_updates() {
+    if (updates_) updates_->finish();
+  }
+  // The owned buffers, which the optimizer updates.
+  const OwnedUnits& owned() const { return owned_; }
 
   ParallelMode mode() const { return mode_; }
   bool sharded() const { return sharded_; }
@@ -88,17 +97,18 @@ class ParamStore : public UnitSource {
   // tensor, or split masters' high (BF16) and low (I16) halves (core/bf16.h). For copies
   // that bypass read_owned's conversion (an asynchronous save's snapshot).
   std::vector<Tensor> owned_tensors(State s, int unit);
-  const std::vector<Tensor>& exp_avg() { return finish_optimizer(), owned_.m; }
-  const std::vector<Tensor>& exp_avg_sq() { return finish_optimizer(), owned_.v; }
-  const std::vector<Tensor>& owned_grads() { return finish_optimizer(), owned_.grads; }  // F32 or BF16 (above)
-  int64_t persistent_bytes() const { return buffers_.persistent_bytes(); }
+  const std::vector<Tensor>& exp_avg() { return finish_updates(), owned_.m; }
+  const std::vector<Tensor>& exp_avg_sq() { return finish_updates(), owned_.v; }
+  const std::vector<Tensor>& owned_grads() { return finish_updates(), owned_.grads; }  // F32 or BF16 (above)
 
  protected:
   // comm: null for a single process (then table.world() must be 1). grad_dtype: F32, or
   // BF16 for the units whose gradients are written once. sharded: each rank owns one shard
   // of every unit (else whole units).
   ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype, bool sharded);
-  void await_update(int unit) { optimizer_.await_update(unit); }
+  void await_update(int unit) {
+    if (updates_) updates_->await_update(unit);
+  }
   // The dtype of the gradient the model writes for a unit (above).
   DType unit_grad_dtype(int unit) const { return table_.grads_written_once(unit) ? grad_dtype_ : DType::kF32; }
   // The whole fp32 master of a unit (padded), into out.
@@ -121,8 +131,7 @@ class ParamStore : public UnitSource {
 
   ParallelMode mode_;
   bool sharded_;
-  Tensor scratch_;
-  Optimizer optimizer_;
+  PendingUpdates* updates_ = nullptr;
 };
 
 // The store of a resolved mode: sharded for FSDP across ranks, else replicated.

@@ -27,7 +27,7 @@ void ShardedStore::download_master(int unit, float* out) {
     Tensor full = buffers_.pooled(n, owned.dtype);
     comm_->wait(comm_->all_gather(full, owned, "masters"));
     comm_->synchronize();
-    ops_.download(host, full);
+    ops_.runtime().download(host, full);
     buffers_.unpool(full);
   };
   if (!owned_.split()) return gather(owned_.master[u], out);
@@ -45,7 +45,7 @@ void ShardedStore::prefetch(int unit) {
   const UnitInfo& info = table_.units()[u];
   Tensor full = buffers_.pooled(info.padded, ops_.compute_dtype());
   Tensor mine = owned_.split() ? owned_.hi[u] : full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
-  if (!owned_.split()) ops_.convert(mine, owned_.master[u]);  // fp32 compute: a copy
+  if (!owned_.split()) ops_.runtime().convert(mine, owned_.master[u]);  // fp32 compute: a copy
   // Ordered after the compute queued so far (an event), so a pooled buffer that earlier
   // kernels still read is not overwritten; the compute stream waits for it in weights().
   in_flight_[unit] = comm_->all_gather(full, mine, info.name);
@@ -86,9 +86,9 @@ Tensor ShardedStore::grads(int unit) {
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
   Tensor full = buffers_.pooled(info.padded, dtype);
   if (dtype == DType::kF32)
-    ops_.zero(full);  // summed into
+    ops_.runtime().zero(full);  // summed into
   else if (info.padded > info.numel)  // bf16 is overwritten (param_store.h), all but the padding
-    ops_.zero(full.slice_rows(info.numel, info.padded));
+    ops_.runtime().zero(full.slice_rows(info.numel, info.padded));
   full_grads_[unit] = full;
   return full;
 }

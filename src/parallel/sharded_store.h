@@ -38,7 +38,7 @@ class ShardedStore final : public ParamStore {
   void set_defer_sync(bool defer) override { defer_sync_ = defer; }
   // Frees the last block if it is still kept gathered from a forward whose backward did not
   // come (a forward-only pass, evaluation). The Trainer calls it after each forward-only
-  // pass; optimizer_step calls it before the update, so a kept copy never outlives the
+  // pass; complete_grads calls it before the update, so a kept copy never outlives the
   // weights it was gathered from.
   void drop_kept_unit() override;
 

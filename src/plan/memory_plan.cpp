@@ -9,19 +9,10 @@
 #include "core/units.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
-#include "ops/cross_entropy_chunks.h"
 
 namespace anvil {
 namespace {
 
-constexpr int64_t kGemmWorkspace = 64ll << 20;
-constexpr int64_t kFp8GemmWorkspace = 32ll << 20;  // ops/cuda/gemm_fp8.h's Fp8Gemm
-
-std::string gib(int64_t bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", static_cast<double>(bytes) / (1ll << 30));
-  return b;
-}
 
 // The largest unit, whole and as one shard.
 struct LargestUnit {
@@ -117,33 +108,17 @@ void plan_model_states(const PlannedRun& run, MemoryPlan& p) {
   }
 }
 
-// The largest FP8 copy of a GEMM's two operands (ops/fp8_recipe.h's Fp8Scratch) over the
-// blocks' linear layers and their three GEMMs, for n tokens (at most: the MLP's run on its
-// tiles): forward (n + out) x in, dx (n + in) x out, dw (out + in) x n; and the two backward
-// GEMMs' together (fp8_backward_scratch: dy both ways, 2 n x out, and in x max(n, out)).
-int64_t fp8_scratch_bytes(const ModelConfig& c, int64_t n) {
-  const int64_t C = c.hidden_size, I = c.intermediate_size;
-  int64_t most = 0;
-  for (auto [out, in] : {std::pair{c.qkv_dim(), C}, std::pair{C, c.q_dim()}, std::pair{2 * I, C}, std::pair{C, I}})
-    most = std::max({most, fp8_scratch(n, out, in).total(), fp8_scratch(n, in, out).total(),
-                     fp8_scratch(out, in, n).total(), fp8_backward_scratch(n, out, in).total()});
-  return most;
-}
-
-// The GEMM workspaces (the FP8 GEMMs have their own), the backend's shared scratch, which
-// holds the largest temporary: the cross-entropy chunk, attention's, or an FP8 GEMM's operands
-// (ops/cuda/cuda_ops.cpp), and three I32 per token (the trainer's ids, targets and positions).
-// Context parallel over P: a rank's ids, targets, loss and linear layers cover its n / P
-// tokens, its attention all tokens of its share of the heads.
+// The backend's workspace table for the plan's micro-batch (ops/workspace.h: the CPU's F32
+// compute, CUDA's BF16), and three I32 per token and two F32 (the trainer's ids, targets and
+// positions, its loss sum and the gradient norm's scalar). Context parallel over P: a rank's
+// ids and targets cover its n / P tokens.
 int64_t workspace_bytes(const PlannedRun& run) {
-  const ModelConfig& c = run.model;
-  const int64_t B = run.data.micro_batch, T = run.data.seq_len, n = B * T, P = run.parallel.context_parallel;
-  int64_t scratch = std::max(cross_entropy_chunks(n / P, c.vocab_size).bytes,
-                             attention_scratch_bytes(B, T, c.num_heads / P, c.num_kv_heads / P, c.head_dim));
-  const int64_t ids = 4 * (2 * n / P + n);
-  if (run.parallel.fp8 == Fp8Recipe::kOff) return kGemmWorkspace + scratch + ids;
-  scratch = std::max(scratch, fp8_scratch_bytes(c, n / P));
-  return kGemmWorkspace + kFp8GemmWorkspace + scratch + ids;
+  const DataSection& d = run.data;
+  const int64_t n = d.micro_batch * d.seq_len, P = run.parallel.context_parallel;
+  const Device backend = run.compute_dtype == DType::kF32 ? Device::kCPU : Device::kCUDA;
+  const int64_t table = workspace_total(
+      workspace_table(backend, workspace_shape(run.model, d.micro_batch, d.seq_len, P, run.parallel.fp8)));
+  return table + 4 * (2 * n / P + n) + 2 * 4;
 }
 
 // The workspace's attention part, when its bound is the kernel's (ops/attention_scratch.h).
@@ -161,6 +136,24 @@ std::string attention_note(const PlannedRun& run) {
 }
 
 }  // namespace
+
+// Context parallel over P: a rank's attention covers every token of its share of the heads,
+// its linear layers and loss its n / P tokens.
+WorkspaceShape workspace_shape(const ModelConfig& c, int64_t micro_batch, int64_t seq_len, int64_t context_parallel,
+                               Fp8Recipe fp8) {
+  WorkspaceShape s;
+  s.batch = micro_batch;
+  s.seq = seq_len;
+  s.tokens = micro_batch * seq_len / context_parallel;
+  s.heads = c.num_heads / context_parallel;
+  s.kv_heads = c.num_kv_heads / context_parallel;
+  s.head_dim = c.head_dim;
+  s.vocab = c.vocab_size;
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  s.linears = {{c.qkv_dim(), C}, {C, c.q_dim()}, {2 * I, C}, {C, I}};
+  s.fp8 = fp8;
+  return s;
+}
 
 MemoryPlan plan_memory(const PlannedRun& run) {
   const ParallelSection& par = run.parallel;

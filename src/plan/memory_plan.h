@@ -15,6 +15,7 @@
 #include "model/activations.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "ops/workspace.h"
 #include "plan/parallel_section.h"
 #include "sys/host_memory.h"
 
@@ -45,7 +46,7 @@ struct MemoryPlan {
   int64_t optimizer = 0;    // AdamW m and v
   int64_t weights = 0;      // FSDP's gathered units
   int64_t activations = 0;  // saved activations, scratch, gradients of activations
-  int64_t workspace = 0;    // GEMM workspaces, the shared scratch (cross-entropy chunk, attention, FP8 operands)
+  int64_t workspace = 0;    // the backend's workspace table (ops/workspace.h), the trainer's ids and scalars
   int64_t total() const { return params + grads + optimizer + weights + activations + workspace; }
   // Host memory, not in total(): the snapshot of an asynchronous save (train/checkpoint_async.h),
   // this rank's slice of every unit's masters, AdamW m and v (12 bytes an element).
@@ -55,6 +56,11 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const PlannedRun& run);
+
+// The shapes of the backend's workspaces (ops/workspace.h) for one rank's micro-batch, which
+// the plan counts and the Trainer reserves.
+WorkspaceShape workspace_shape(const ModelConfig& c, int64_t micro_batch, int64_t seq_len, int64_t context_parallel,
+                               Fp8Recipe fp8);
 // MemoryPlan::host_snapshot of a rank of the table's world.
 int64_t host_snapshot_bytes(const ParamTable& table);
 

@@ -162,7 +162,7 @@ double OpCostTable::seconds(const OpCall& c, const GpuSpec& g) const {
 // them thousands of times too slow. Such calls are left to per_op_us.
 constexpr double kMinRatedBytes = 1 << 20, kMinRatedFlops = 1e8;
 
-OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Ops::OpTime>& measured,
+OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Runtime::OpTime>& measured,
                          double step_ms, const GpuSpec& gpu, const std::string& source) {
   std::map<std::string, const OpCall*> by_label;
   for (const StepItem& it : program)
@@ -172,7 +172,7 @@ OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector
   };
   std::map<std::pair<std::string, int64_t>, Sum> sums;
   double ops_ms = 0, calls = 0;
-  for (const Ops::OpTime& m : measured) {
+  for (const Runtime::OpTime& m : measured) {
     ops_ms += m.device_ms;
     calls += static_cast<double>(m.calls);
     auto it = by_label.find(m.op);

@@ -81,12 +81,12 @@ struct OpCostTable {
 };
 
 // A table fitted from one measured step: `program` is the step's op list (step_program),
-// `measured` the same step's op times (Ops::take_op_times, per step), `step_ms` the step's
+// `measured` the same step's op times (Runtime::take_op_times, per step), `step_ms` the step's
 // time untimed. Each (op, size) gets the rate sum of work / sum of device time of its
 // labels; per_op_us is what the untimed step differs from the ops' sum, per call (the
 // timing events' cost shows as a negative figure). Only the step's ops have rates, and only
 // from calls of at least 1 MiB or 0.1 GFLOP (smaller ones measure their launch).
-OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Ops::OpTime>& measured,
+OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Runtime::OpTime>& measured,
                          double step_ms, const GpuSpec& gpu, const std::string& source);
 // `fit` completed from `base`: an earlier fit of the same GPU keeps its measured sizes that
 // `fit` did not measure (per_op_us the mean over both fits' calls), so steps of several

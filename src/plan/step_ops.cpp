@@ -339,9 +339,10 @@ void StepWalk::finish_pending() {
   pending_ = -1;
 }
 
-// ParamStore::optimizer_step: the reductions finished, the global norm (a zeroed scalar and
-// each owned gradient's sum of squares), then AdamW unit by unit (split masters: 26 or 28
-// bytes an element; FSDP's owned gradients zeroed after, where the next step adds into them).
+// The Trainer's optimizer step (optim/optimizer.h): the reductions finished, the global norm
+// (a zeroed scalar and each owned gradient's sum of squares), then AdamW unit by unit (split
+// masters: 26 or 28 bytes an element; FSDP's owned gradients zeroed after, where the next
+// step adds into them).
 void StepWalk::optimizer_step() {
   phase_ = StepPhase::kOptimizer;
   finish_pending();

@@ -7,7 +7,7 @@
 // reductions and their wire copies), and lists every op with the label the op front gives
 // it (ops/ops.cpp: "linear_forward 2048x4096x2048"), every collective with its bytes, and
 // every point where the main queue waits for a collective. tests/test_step_model.cpp holds
-// the op list against what the CPU backend records in a real step (Ops::take_op_times),
+// the op list against what the CPU backend records in a real step (Runtime::take_op_times),
 // so the two cannot drift apart unnoticed.
 #pragma once
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace anvil {
 
@@ -285,11 +286,6 @@ Topology build_topology(const TopoAnswers& a) {
 
 namespace {
 
-std::string gib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
-  return buf;
-}
 std::string cell(const std::string& s, size_t width) { return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' '); }
 
 // The heading, and one row per GPU: its name, memory, bus id, NUMA node and CPUs.
@@ -303,7 +299,7 @@ void write_gpu_table(std::ostringstream& s, const Topology& t) {
     << "CPU affinity\n";
   for (size_t i = 0; i < n; ++i) {
     const TopoGpu& g = a.gpus[i];
-    s << cell(std::to_string(i), 5) << cell(g.name, 28) << cell(gib(g.memory_bytes), 11) << cell(g.bus_id, 18)
+    s << cell(std::to_string(i), 5) << cell(g.name, 28) << cell(gib(static_cast<double>(g.memory_bytes), 1) + " GiB", 11) << cell(g.bus_id, 18)
       << cell(g.numa_node >= 0 ? std::to_string(g.numa_node) : "N/A", 6) << (g.cpu_affinity.empty() ? "N/A" : g.cpu_affinity)
       << "\n";
   }

@@ -35,29 +35,29 @@ namespace {
 // `steps` steps with every op timed: per step, each op's calls, device and host milliseconds
 // (by op and shape, the largest device time first) and the main queue's span.
 Json time_ops(Trainer& trainer, const std::vector<std::vector<TokenBatch>>& batches, size_t& next, int64_t steps) {
-  std::vector<Ops::OpTime> sum;
+  std::vector<Runtime::OpTime> sum;
   std::map<std::string, size_t> row;
   double span = 0;
   for (int64_t k = 0; k < steps; ++k) {
-    trainer.ops().set_op_timing(true);
+    trainer.ops().runtime().set_op_timing(true);
     trainer.step(batches[next++]);
-    trainer.ops().set_op_timing(false);
-    const Ops::OpTimes t = trainer.ops().take_op_times();
+    trainer.ops().runtime().set_op_timing(false);
+    const Runtime::OpTimes t = trainer.ops().runtime().take_op_times();
     span += t.span_ms;
-    for (const Ops::OpTime& op : t.ops) {
+    for (const Runtime::OpTime& op : t.ops) {
       auto [it, fresh] = row.emplace(op.op, sum.size());
       if (fresh) sum.push_back({op.op, 0, 0, 0});
-      Ops::OpTime& s = sum[it->second];
+      Runtime::OpTime& s = sum[it->second];
       s.calls += op.calls;
       s.device_ms += op.device_ms;
       s.host_ms += op.host_ms;
     }
   }
   std::stable_sort(sum.begin(), sum.end(),
-                   [](const Ops::OpTime& a, const Ops::OpTime& b) { return a.device_ms > b.device_ms; });
+                   [](const Runtime::OpTime& a, const Runtime::OpTime& b) { return a.device_ms > b.device_ms; });
   const double n = static_cast<double>(std::max<int64_t>(steps, 1));
   Json ops = Json::array();
-  for (const Ops::OpTime& op : sum)
+  for (const Runtime::OpTime& op : sum)
     ops.push_back(Json{{"op", op.op},
                        {"calls", static_cast<double>(op.calls) / n},
                        {"device_ms", op.device_ms / n},
@@ -119,9 +119,9 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
   const double tps = static_cast<double>(t.timed_tokens) / t.timed;
   const double n = static_cast<double>(t.timed_steps), np = static_cast<double>(std::max<int64_t>(t.phase_steps, 1));
   const ModelConfig& cfg = run.config;
-  const std::string dev_name = trainer.ops().name();
+  const std::string dev_name = trainer.ops().runtime().name();
   const double peak = o.peak_tflops > 0 ? o.peak_tflops : gpu_peak_tflops(dev_name);
-  const Ops::MemoryStats mem = trainer.ops().memory_stats();
+  const Runtime::MemoryStats mem = trainer.ops().runtime().memory_stats();
   const double flops = model_flops_per_token(cfg, c.data.seq_len);
   Json j = {{"bench", "step"},
             {"model", c.model.model.empty() ? c.model.preset : c.model.model},
@@ -172,7 +172,7 @@ PlannedRun planned(Trainer& trainer, const OpenRun& run) {
 // context parallelism, whose all-to-alls it does not price, and with FP8 where the table has
 // no FP8 linear rates).
 Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
-  const GpuSpec* gpu = find_gpu_spec(trainer.ops().name());
+  const GpuSpec* gpu = find_gpu_spec(trainer.ops().runtime().name());
   const ParallelSection& ps = trainer.settings().config.parallel;
   if (!gpu || ps.context_parallel > 1) return Json(nullptr);  // not modelled
   const OpCostTable table = OpCostTable::load(o.op_table);
@@ -194,16 +194,16 @@ Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions
 // overlapped.
 void write_op_table(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o, const Json& op_times,
                     double step_ms) {
-  const GpuSpec* gpu = find_gpu_spec(trainer.ops().name());
+  const GpuSpec* gpu = find_gpu_spec(trainer.ops().runtime().name());
   ANVIL_ENSURE(gpu, kUsage, "anvil bench step: --write-op-table needs a GPU the step model knows (",
-               known_gpu_names(), "); this is ", trainer.ops().name());
-  std::vector<Ops::OpTime> measured;
+               known_gpu_names(), "); this is ", trainer.ops().runtime().name());
+  std::vector<Runtime::OpTime> measured;
   for (const Json& op : op_times.at("ops"))
     measured.push_back({op.at("op").get<std::string>(), static_cast<int64_t>(op.at("calls").get<double>() + 0.5),
                         op.at("device_ms").get<double>(), op.at("host_ms").get<double>()});
   const TrainConfig& c = trainer.settings().config;
   const std::string source =
-      cat("measured by anvil bench step --op-times on ", trainer.ops().name(), ": ",
+      cat("measured by anvil bench step --op-times on ", trainer.ops().runtime().name(), ": ",
           c.model.model.empty() ? c.model.preset : c.model.model, ", seq ", c.data.seq_len, ", micro-batch ",
           c.data.micro_batch, ", recompute ", recompute_name(trainer.recompute()),
           c.parallel.fp8 == Fp8Recipe::kOff ? "" : cat(", fp8 ", fp8_recipe_name(c.parallel.fp8)));
@@ -221,10 +221,10 @@ Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
                                       static_cast<size_t>(c.steps + (o.op_times ? 2 : 1) * phase_steps));
   size_t next = 0;
   for (int64_t step = 1; step <= o.warmup; ++step) trainer.step(batches[next++]);
-  trainer.ops().synchronize();
+  trainer.ops().runtime().synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = o.warmup + 1; step <= c.steps; ++step) trainer.step(batches[next++]);
-  trainer.ops().synchronize();
+  trainer.ops().runtime().synchronize();
   Timings t;
   t.timed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   t.timed_steps = c.steps - o.warmup;

@@ -30,7 +30,7 @@ struct BenchStepOptions {
   TrainConfig config;
   int64_t warmup = 5;      // untimed first steps (of config.steps; then up to 3 more, phases timed)
   double peak_tflops = 0;  // 0: the GPU's dense bf16 rate from its name
-  bool op_times = false;   // then up to 3 more steps with every op timed (Ops::take_op_times)
+  bool op_times = false;   // then up to 3 more steps with every op timed (Runtime::take_op_times)
   std::string write_op_table;  // with op_times: the op-cost table fitted to them, written here
   std::string op_table;        // the prediction's op costs [default: the built-in table]
   double bus_gbps = 0;         // the prediction's bus bandwidth [default: the GPU's usual link]

@@ -51,8 +51,7 @@ bool note_if_best(const CheckpointSection& k, const std::string& path, double lo
   return true;
 }
 
-// A checkpoint complete (sync, or an asynchronous one now written): --keep-best's record of
-// its step's eval loss, then its --on-save copy.
+// A checkpoint complete: --keep-best's record of its step's eval loss, then its --on-save copy.
 void saved(TrainRun& run, const std::optional<SaveReport>& r) {
   if (!r) return;
   const CheckpointSection& k = run.config().checkpoint;
@@ -69,12 +68,8 @@ void save(TrainRun& run, int64_t step, bool complete, const Json& eval_loss) {
   if (k.keep_best && eval_loss.is_number())
     run.save_eval_losses[path_join(k.dir, checkpoint_name(step))] = eval_loss.get<double>();
   pins(run);
-  if (run.saver) {
-    saved(run, run.saver->start(k, run.save, run.order->after(step), !complete));
-    if (complete) saved(run, run.saver->wait(pins(run)));
-    return;
-  }
-  saved(run, save_checkpoint(*run.trainer, run.base.comm.get(), k, run.save, run.order->after(step)));
+  saved(run, run.saver->start(k, run.save, run.order->after(step), !complete));
+  if (complete || !run.saver->background()) saved(run, run.saver->wait(pins(run)));
 }
 
 // Every --save-every steps, and the last step wherever there is a --ckpt-dir: a run that
@@ -88,12 +83,12 @@ bool due(const TrainConfig& c, int64_t step) {
 
 void prepare_saves(TrainRun& run) {
   const CheckpointSection& c = run.config().checkpoint;
-  if (c.save_every <= 0 || c.sync_save) return;
-  run.saver = std::make_unique<AsyncSaver>(*run.trainer, run.base.comm.get());
+  const bool background = c.save_every > 0 && !c.sync_save;
+  run.saver = std::make_unique<CheckpointSaver>(*run.trainer, run.base.comm.get(), background);
 }
 
 void save_if_due(TrainRun& run, int64_t step, const Json& eval_loss) {
-  if (run.saver) saved(run, run.saver->poll(pins(run)));
+  saved(run, run.saver->poll(pins(run)));
   if (due(run.config(), step)) save(run, step, step == run.config().steps, eval_loss);  // the last: before the summary
 }
 
@@ -106,14 +101,14 @@ void stop_at(TrainRun& run, int64_t step, int sig) {
     return;
   }
   if (!due(c, step)) save(run, step, true, Json());
-  else if (run.saver) saved(run, run.saver->wait(pins(run)));
+  else saved(run, run.saver->wait(pins(run)));
   log_info("stopped by ", name, " after step ", step, " of ", c.steps, ": saved ",
            path_join(c.checkpoint.dir, checkpoint_name(step)));
   log_info("to resume: ", resume_command(run.command));
 }
 
 void finish_copies(TrainRun& run) {
-  if (run.saver) saved(run, run.saver->wait(pins(run)));
+  saved(run, run.saver->wait(pins(run)));
   if (!run.copies) return;
   const int failed = run.copies->wait_all();
   prune_checkpoints(run.config().checkpoint.dir, run.config().checkpoint.keep_last, pins(run));

@@ -1,7 +1,7 @@
 // When a training run writes checkpoints: every --save-every steps, on a stop asked by
 // SIGINT or SIGTERM (with the command that resumes), and the --on-save copies waited for at
 // the end (keep_last then applies to what they pinned). Saves are asynchronous unless
-// --sync-save (train/checkpoint_async.h): one in flight completes after a later step, and
+// --sync-save (train/checkpoint_save.h): one in flight completes after a later step, and
 // the run waits for it before a stop and at its end.
 // With --keep-best, <ckpt-dir>/best.json names the checkpoint of the lowest eval loss so
 // far (noted when its save completes), which --keep-last never deletes.
@@ -14,7 +14,7 @@
 
 namespace anvil {
 
-// Before the first step: the snapshot of asynchronous saves (refused when it does not fit).
+// Before the first step: the saver, with the snapshot of asynchronous saves.
 void prepare_saves(TrainRun& run);
 // After every step: the save in flight completed when written, and the checkpoint of `step`
 // when --save-every says so (at the last step, written before this returns); eval_loss: this

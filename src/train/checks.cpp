@@ -12,7 +12,7 @@
 #include "data/tokenizer.h"
 #include "io/hub.h"
 #include "model/config.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint_save.h"
 #include "train/open_run.h"
 #include "train/resolve.h"
 

@@ -1,20 +1,66 @@
 // The run's config tree: see train/config.h.
 #include "train/config.h"
 
+#include <string>
+
+#include "core/error.h"
+
 namespace anvil {
+namespace {
+
+// The training settings a checkpoint records, one row each: its key in meta.json's "train",
+// whether a change of it makes a resumed run differ from an uninterrupted one (the split of
+// the global batch into micro-batches and accumulation does not), and its value in the
+// resolved config on `world` ranks. The compared ones are named in this order.
+struct RecordedSetting {
+  const char* key;
+  bool compared;
+  Json (*value)(const TrainConfig& c, int world);
+};
+
+constexpr RecordedSetting kRecorded[] = {
+    {"data", true, [](const TrainConfig& c, int) { return Json(c.data.source); }},
+    {"seq_len", true, [](const TrainConfig& c, int) { return Json(c.data.seq_len); }},
+    {"assistant_only_loss", true, [](const TrainConfig& c, int) { return Json(c.data.assistant_only_loss); }},
+    {"seed", true, [](const TrainConfig& c, int) { return Json(c.seed); }},
+    {"shuffle", true, [](const TrainConfig& c, int) { return Json(c.data.shuffle); }},
+    {"micro_batch", false, [](const TrainConfig& c, int) { return Json(c.data.micro_batch); }},
+    {"grad_accum", false, [](const TrainConfig& c, int) { return Json(c.data.grad_accum); }},
+    {"global_batch", true,
+     [](const TrainConfig& c, int world) {
+       return Json(c.data.micro_batch * c.data.grad_accum * world / c.parallel.context_parallel);
+     }},
+    {"steps", true, [](const TrainConfig& c, int) { return Json(c.steps); }},
+    {"lr", true, [](const TrainConfig& c, int) { return Json(c.optim.schedule.lr); }},
+    {"warmup", true, [](const TrainConfig& c, int) { return Json(c.optim.schedule.warmup_steps); }},
+    {"schedule", true, [](const TrainConfig& c, int) { return Json(c.optim.schedule.decay); }},
+    {"lr_min", true, [](const TrainConfig& c, int) { return Json(c.optim.schedule.lr_min); }},
+    {"weight_decay", true, [](const TrainConfig& c, int) { return Json(c.optim.adamw.weight_decay); }},
+    {"beta1", true, [](const TrainConfig& c, int) { return Json(c.optim.adamw.beta1); }},
+    {"beta2", true, [](const TrainConfig& c, int) { return Json(c.optim.adamw.beta2); }},
+    {"eps", true, [](const TrainConfig& c, int) { return Json(c.optim.adamw.eps); }},
+    {"max_grad_norm", true, [](const TrainConfig& c, int) { return Json(c.optim.adamw.max_grad_norm); }},
+    {"fp8", true, [](const TrainConfig& c, int) { return Json(fp8_recipe_name(c.parallel.fp8)); }},
+};
+
+}  // namespace
 
 Json train_record(const TrainConfig& c, int world) {
-  const DataSection& d = c.data;
-  const ScheduleConfig& s = c.optim.schedule;
-  const OptimizerConfig& a = c.optim.adamw;
-  return {{"data", d.source}, {"seed", c.seed}, {"shuffle", d.shuffle}, {"steps", c.steps},
-          {"micro_batch", d.micro_batch}, {"grad_accum", d.grad_accum},
-          {"global_batch", d.micro_batch * d.grad_accum * world / c.parallel.context_parallel},
-          {"seq_len", d.seq_len}, {"lr", s.lr},
-          {"warmup", s.warmup_steps}, {"schedule", s.decay}, {"lr_min", s.lr_min},
-          {"weight_decay", a.weight_decay}, {"beta1", a.beta1}, {"beta2", a.beta2}, {"eps", a.eps},
-          {"max_grad_norm", a.max_grad_norm}, {"assistant_only_loss", d.assistant_only_loss},
-          {"fp8", fp8_recipe_name(c.parallel.fp8)}};
+  Json record = Json::object();
+  for (const RecordedSetting& s : kRecorded) record[s.key] = s.value(c, world);
+  return record;
+}
+
+std::vector<std::string> continuation_changes(const Json& was, const Json& now) {
+  std::vector<std::string> out;
+  for (const RecordedSetting& s : kRecorded) {
+    const std::string key = s.key;
+    if (!s.compared || !was.contains(key) || !now.contains(key) || was[key] == now[key]) continue;
+    // The step count shapes only a cosine schedule.
+    if (key == "steps" && was.value("schedule", "") == "constant" && now.value("schedule", "") == "constant") continue;
+    out.push_back(cat(key, " ", was[key].dump(), " -> ", now[key].dump()));
+  }
+  return out;
 }
 
 }  // namespace anvil

@@ -27,7 +27,7 @@ struct ModelSection {
   bool operator==(const ModelSection&) const = default;
 };
 
-// Checkpoints (train/checkpoint.h): every save_every steps into dir, keeping the newest
+// Checkpoints (train/checkpoint_save.h): every save_every steps into dir, keeping the newest
 // keep_last (0: all). A run resumes from `resume`, else from the newest complete checkpoint
 // in dir.
 struct CheckpointSection {
@@ -87,8 +87,12 @@ struct TrainConfig {
 };
 
 // The training settings recorded in a checkpoint's meta.json ("train"), from the resolved
-// config (its seq_len is the data's) on `world` ranks: what continuation_changes compares. The
-// global batch counts a context-parallel group's sequences once.
+// config (its seq_len is the data's) on `world` ranks. The global batch counts a
+// context-parallel group's sequences once.
 Json train_record(const TrainConfig& c, int world);
+// The recorded settings whose change makes a resumed run differ from an uninterrupted one,
+// each as "name old -> new"; empty when none changed (keys missing from `was`, written by an
+// older anvil, are not compared). One list, in train/config.cpp, makes both.
+std::vector<std::string> continuation_changes(const Json& was, const Json& now);
 
 }  // namespace anvil

@@ -6,8 +6,10 @@
 #include <thread>
 
 #include "comm/comm.h"
+#include "core/duration.h"
 #include "core/fault.h"
 #include "core/log.h"
+#include "model/export.h"
 #include "train/checkpoint_schedule.h"
 #include "train/checks.h"
 #include "train/eval.h"
@@ -17,8 +19,6 @@ namespace anvil {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The eval loss over the eval set (its first --eval-max-blocks blocks when set; every rank
 // takes part), logged on rank 0 with progress lines while it runs.

@@ -48,7 +48,7 @@ std::unique_ptr<Trainer> make_trainer(const ModelConfig& model, const UnitReader
   f.world = comm ? comm->world() : 1;
   f.data_seq_len = data_seq_len;
   f.compute_dtype = ops->compute_dtype();
-  f.capacity = ops->memory_stats().capacity;
+  f.capacity = ops->runtime().memory_stats().capacity;
   f.comm = comm;
   f.fp8_unsupported = ops->fp8_unsupported(config.parallel.fp8);
   return std::make_unique<Trainer>(model, weights, resolve_config(config, f), comm, std::move(ops));

@@ -16,13 +16,13 @@ namespace {
 
 // MFU: model FLOPs per token (no recomputation counted) over the GPU's dense bf16 rate.
 Json mfu_of(const TrainRun& run, double tokens_per_s) {
-  const double peak_tflops = run.base.device == "cuda" ? gpu_peak_tflops(run.trainer->ops().name()) : 0;
+  const double peak_tflops = run.base.device == "cuda" ? gpu_peak_tflops(run.trainer->ops().runtime().name()) : 0;
   const double flops = model_flops_per_token(run.base.config, run.data->seq_len());
   return peak_tflops > 0 ? Json(tokens_per_s * flops / run.base.world / (peak_tflops * 1e12)) : Json(nullptr);
 }
 
 double peak_mem_gib(const TrainRun& run) {
-  return run.base.device == "cuda" ? static_cast<double>(run.trainer->ops().memory_stats().peak) / (1ll << 30)
+  return run.base.device == "cuda" ? static_cast<double>(run.trainer->ops().runtime().memory_stats().peak) / (1ll << 30)
                                    : peak_rss_gib();
 }
 
@@ -102,7 +102,7 @@ void log_done(const TrainRun& run, const TrainSummary& summary) {
   std::string tail;
   if (run.base.device == "cuda") {
     const Json mfu = mfu_of(run, summary.tokens_per_s);
-    const Ops::MemoryStats mem = run.trainer->ops().memory_stats();
+    const Runtime::MemoryStats mem = run.trainer->ops().runtime().memory_stats();
     char m[200];
     if (!mfu.is_null()) {
       std::snprintf(m, sizeof m, ", MFU %.1f%%", 100.0 * mfu.get<double>());

@@ -1,11 +1,11 @@
 // The one resolution of the config's autos: see train/resolve.h.
 #include "train/resolve.h"
 
+#include "comm/first_error.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "plan/step_target.h"
 #include "sys/host_memory.h"
-#include "train/checkpoint.h"
 
 namespace anvil {
 namespace {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/duration.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
@@ -105,7 +106,7 @@ void SaveCopies::watch(Copy& c) {
   std::lock_guard<std::mutex> lock(mu_);
   c.last_line = nl == std::string::npos ? tail : tail.substr(nl + 1);
   c.status = status;
-  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.seconds = seconds_since(t0);
   c.done = true;
 }
 

@@ -13,8 +13,8 @@
 #include "core/file_lock.h"
 #include "data/blocks.h"
 #include "report/tensorboard.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_async.h"
+#include "train/checkpoint_load.h"
+#include "train/checkpoint_save.h"
 #include "train/config.h"
 #include "train/metrics_file.h"
 #include "train/open_run.h"
@@ -42,7 +42,7 @@ struct TrainRun {
   int64_t per_step = 0;  // sequences per step on each rank
   SaveSettings save;
   std::unique_ptr<SaveCopies> copies;  // --on-save, on rank 0
-  std::unique_ptr<AsyncSaver> saver;   // --save-every without --sync-save (train/checkpoint_async.h)
+  std::unique_ptr<CheckpointSaver> saver;  // train/checkpoint_save.h
   std::map<std::string, double> save_eval_losses;  // --keep-best: a save in flight's eval loss, by path
   std::string run_id;  // new_run_id(), or the resumed checkpoint's
   std::unique_ptr<MetricsFile> metrics;  // --metrics, on rank 0

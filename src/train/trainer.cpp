@@ -62,7 +62,7 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
                  std::unique_ptr<Ops> ops)
     : config_(config), settings_(settings), comm_(comm), table_(config, comm ? comm->world() : 1),
       ops_(std::move(ops)) {
-  if (comm_) comm_->set_compute_stream(ops_->stream());
+  if (comm_) comm_->set_compute_stream(ops_->runtime().stream());
   const ParallelSection& p = settings_.config.parallel;
   const DataSection& d = settings_.config.data;
   ANVIL_ENSURE(p.mode != ParallelMode::kAuto && p.recompute != Recompute::kAuto && p.grad_dtype != GradDType::kAuto &&
@@ -74,7 +74,6 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   store_ = make_param_store(table_, *ops_, comm_, p.mode, grad_dtype_);
   store_->set_defer_sync(p.fsdp_defer_sync);
   store_->set_reduce_dtype(p.reduce_dtype);
-  store_->set_overlap_optimizer(p.overlap_optimizer);
   store_->load(weights);
   const int64_t cp = p.context_parallel;
   ANVIL_ENSURE(cp == 1 || (comm_ && comm_->world() == cp), kInternal, "context parallel ", cp, " on ",
@@ -82,13 +81,14 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   slice_ = {cp == 1 ? 0 : comm_->rank() * d.seq_len / cp, cp == 1 ? d.seq_len : (comm_->rank() + 1) * d.seq_len / cp};
   model_ = std::make_unique<Transformer>(config_, table_, *ops_, d.micro_batch, d.seq_len, p.recompute, p.mlp_tile,
                                          grad_dtype_, cp > 1 ? comm_ : nullptr, p.fp8, p.offload_activations);
+  ops_->reserve_workspaces(workspace_shape(config_, d.micro_batch, d.seq_len, cp, p.fp8));
   model_->set_forward_done_hook([this] {
     if (timing_) timing_result_.forward += lap();
   });
   const int64_t n = d.micro_batch * d.seq_len;
   auto make = [&](Shape s, DType dt) {
-    Tensor t(nullptr, dt, s, ops_->device());
-    t.data = ops_->alloc(t.bytes());
+    Tensor t(nullptr, dt, s, ops_->runtime().device());
+    t.data = ops_->runtime().alloc(t.bytes());
     buffers_.push_back(t.data);
     return t;
   };
@@ -96,12 +96,20 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   targets_ = make({n / cp}, DType::kI32);
   positions_ = make({n}, DType::kI32);
   loss_sum_ = make({1}, DType::kF32);
+  // FSDP across ranks: the norm's squares are summed over the ranks, and the update zeroes
+  // the owned shards (the next reduce-scatters add into them).
+  const bool sharded = store_->sharded();
+  optimizer_ = std::make_unique<Optimizer>(*ops_, store_->owned(), make({1}, DType::kF32), sharded ? comm_ : nullptr,
+                                           sharded);
+  optimizer_->set_overlap(p.overlap_optimizer);
+  store_->set_pending_updates(optimizer_.get());
 }
 
 Trainer::~Trainer() {
   model_.reset();
   store_.reset();
-  for (void* p : buffers_) ops_->release(p);
+  optimizer_.reset();
+  for (void* p : buffers_) ops_->runtime().release(p);
 }
 
 void Trainer::upload_batch(const TokenBatch& b) {
@@ -124,9 +132,9 @@ void Trainer::upload_batch(const TokenBatch& b) {
                    " is outside the vocabulary");
       tgt[i] = static_cast<int32_t>(y);
     }
-  ops_->upload(ids_, slice_of(ids, T, slice_.begin, slice_.end).data());
-  ops_->upload(targets_, slice_of(tgt, T, slice_.begin, slice_.end).data());
-  if (documents_of(b).positions.data) ops_->upload(positions_, positions.data());
+  ops_->runtime().upload(ids_, slice_of(ids, T, slice_.begin, slice_.end).data());
+  ops_->runtime().upload(targets_, slice_of(tgt, T, slice_.begin, slice_.end).data());
+  if (documents_of(b).positions.data) ops_->runtime().upload(positions_, positions.data());
 }
 
 // Without positions, or where every sequence is one document (positions 0..T-1, the same
@@ -151,7 +159,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   if (comm_) comm_->set_step(step_ + 1);  // named by any collective's error from here on
   total = global_sum(total, "target tokens");
   ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1, " has no target tokens (every label is -100)");
-  ops_->zero(loss_sum_);
+  ops_->runtime().zero(loss_sum_);
   if (timing_) {
     timing_result_ = StepTiming{};
     lap();
@@ -170,7 +178,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     timing_result_.communication = lap();
   }
   float loss_sum = 0;
-  ops_->download(&loss_sum, loss_sum_);
+  ops_->runtime().download(&loss_sum, loss_sum_);
   StepStats s;
   s.loss = (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(total);
   s.target_tokens = total;
@@ -178,13 +186,15 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
                ": stopping before the update");
   ++step_;
   s.lr = lr_at(c.optim.schedule, step_, c.steps);
-  s.grad_norm = store_->optimizer_step(c.optim.adamw, step_, s.lr);  // zeroes the gradients
+  store_->complete_grads();
+  s.grad_norm = optimizer_->step(c.optim.adamw, step_, s.lr);
+  store_->grads_applied();
   if (timing_) timing_result_.optimizer = lap();
   return s;
 }
 
 double Trainer::lap() {
-  ops_->synchronize();
+  ops_->runtime().synchronize();
   const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   const double d = now - phase_start_;
   phase_start_ = now;
@@ -209,25 +219,25 @@ int64_t Trainer::global_sum(int64_t local, const char* what) {
 
 double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logits) {
   store_->zero_grads();
-  ops_->zero(loss_sum_);
+  ops_->runtime().zero(loss_sum_);
   upload_batch(batch);
   const int64_t count = global_sum(slice_targets(batch), "target tokens");
   ANVIL_ENSURE(count > 0, kInvalidInput, "the batch has no target tokens");
   Tensor lg;
   void* lg_buf = nullptr;
   if (logits) {
-    lg = Tensor(nullptr, DType::kF32, {ids_.numel(), config_.vocab_size}, ops_->device());
-    lg_buf = lg.data = ops_->alloc(lg.bytes());
+    lg = Tensor(nullptr, DType::kF32, {ids_.numel(), config_.vocab_size}, ops_->runtime().device());
+    lg_buf = lg.data = ops_->runtime().alloc(lg.bytes());
   }
   model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(count), loss_sum_, lg,
                            documents_of(batch));
   if (logits) {
     logits->resize(static_cast<size_t>(lg.numel()));
-    ops_->download(logits->data(), lg);
-    ops_->release(lg_buf);
+    ops_->runtime().download(logits->data(), lg);
+    ops_->runtime().release(lg_buf);
   }
   float loss_sum = 0;
-  ops_->download(&loss_sum, loss_sum_);
+  ops_->runtime().download(&loss_sum, loss_sum_);
   return (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(count);
 }
 
@@ -235,11 +245,11 @@ Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
   LossSum r;
   upload_batch(batch);
   r.tokens = slice_targets(batch);
-  ops_->zero(loss_sum_);
+  ops_->runtime().zero(loss_sum_);
   model_->forward_loss(*store_, ids_, targets_, loss_sum_, documents_of(batch));
   store_->drop_kept_unit();  // no backward follows
   float sum = 0;
-  ops_->download(&sum, loss_sum_);
+  ops_->runtime().download(&sum, loss_sum_);
   r.sum = sum;
   return r;
 }
@@ -251,11 +261,11 @@ HostUnits Trainer::grads() const {
     Tensor g = store_->owned_grads()[u];
     out.emplace_back(static_cast<size_t>(g.numel()));
     if (g.dtype == DType::kF32) {
-      ops_->download(out.back().data(), g);
+      ops_->runtime().download(out.back().data(), g);
       continue;
     }
     std::vector<uint16_t> bits(static_cast<size_t>(g.numel()));  // bf16 (param_store.h): widened exactly
-    ops_->download(bits.data(), g);
+    ops_->runtime().download(bits.data(), g);
     for (size_t i = 0; i < bits.size(); ++i) out.back()[i] = bf16_bits_to_f32(bits[i]);
   }
   return out;

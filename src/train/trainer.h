@@ -23,6 +23,7 @@
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "ops/ops.h"
+#include "optim/optimizer.h"
 #include "parallel/param_store.h"
 #include "plan/memory_plan.h"
 #include "train/resolve.h"
@@ -102,6 +103,7 @@ class Trainer {
   MemoryPlan plan_;
   DType grad_dtype_ = DType::kF32;
   std::unique_ptr<ParamStore> store_;
+  std::unique_ptr<Optimizer> optimizer_;  // on store_'s owned units
   std::unique_ptr<Transformer> model_;
   Tensor ids_, targets_, positions_, loss_sum_;  // ids_, targets_: this rank's slice; positions_: all
   struct {

@@ -61,16 +61,16 @@ class Buf {
  public:
   Buf(Shape shape, DType dtype, std::vector<float> values) : shape_(shape), dtype_(dtype), host_(std::move(values)) {
     EXPECT_EQ(static_cast<int64_t>(host_.size()), shape.numel());
-    dev_ = gpu().alloc(g().bytes());
+    dev_ = gpu().runtime().alloc(g().bytes());
     if (dtype_ == DType::kBF16) {
       std::vector<uint16_t> bits(host_.size());
       for (size_t i = 0; i < host_.size(); ++i) bits[i] = f32_to_bf16_bits(host_[i]);
-      gpu().upload(g(), bits.data());
+      gpu().runtime().upload(g(), bits.data());
     } else {
-      gpu().upload(g(), host_.data());
+      gpu().runtime().upload(g(), host_.data());
     }
   }
-  ~Buf() { gpu().release(dev_); }
+  ~Buf() { gpu().runtime().release(dev_); }
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
 
@@ -80,11 +80,11 @@ class Buf {
     std::vector<double> out(host_.size());
     if (dtype_ == DType::kBF16) {
       std::vector<uint16_t> bits(host_.size());
-      gpu().download(bits.data(), g());
+      gpu().runtime().download(bits.data(), g());
       for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_bits_to_f32(bits[i]);
     } else {
       std::vector<float> f(host_.size());
-      gpu().download(f.data(), g());
+      gpu().runtime().download(f.data(), g());
       for (size_t i = 0; i < f.size(); ++i) out[i] = f[i];
     }
     return out;
@@ -102,10 +102,10 @@ class Buf {
 class Ids {
  public:
   explicit Ids(std::vector<int32_t> ids) : host_(std::move(ids)) {
-    dev_ = gpu().alloc(host_.size() * 4 + 4);
-    gpu().upload(g(), host_.data());
+    dev_ = gpu().runtime().alloc(host_.size() * 4 + 4);
+    gpu().runtime().upload(g(), host_.data());
   }
-  ~Ids() { gpu().release(dev_); }
+  ~Ids() { gpu().runtime().release(dev_); }
   Ids(const Ids&) = delete;
   Ids& operator=(const Ids&) = delete;
   Tensor c() { return Tensor(host_.data(), DType::kI32, {static_cast<int64_t>(host_.size())}, Device::kCPU); }

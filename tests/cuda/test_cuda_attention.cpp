@@ -107,7 +107,7 @@ std::pair<bool, bool> compare_attention(Ops& dev, const Case& cs, const std::vec
   Buf lse({cs.b, cs.h, cs.t}, DType::kF32, nans(cs.b * cs.h * cs.t));
   cpu().attention_forward(out.c(), lse.c(), qkv.c(), cs.h, cs.kv, pc);
   dev.attention_forward(out.g(), lse.g(), qkv.g(), cs.h, cs.kv, pg);
-  dev.synchronize();
+  dev.runtime().synchronize();
   check("attention_forward " + tag + " out", out, kChain);
   check("attention_forward " + tag + " lse", lse, kF32);
 
@@ -120,7 +120,7 @@ std::pair<bool, bool> compare_attention(Ops& dev, const Case& cs, const std::vec
   Buf dqkv({cs.b, cs.t, heads, cs.hd}, DType::kBF16, nans(n));
   cpu().attention_backward(dqkv.c(), dout.c(), qkv.c(), saved_out.c(), saved_lse.c(), cs.h, cs.kv, pc);
   dev.attention_backward(dqkv.g(), dout.g(), qkv.g(), saved_out.g(), saved_lse.g(), cs.h, cs.kv, pg);
-  dev.synchronize();
+  dev.runtime().synchronize();
   const cuda::CudnnAttentionCounts after = cuda::cudnn_attention_counts();
   const bool fwd_cudnn = after.forward > before.forward, bwd_cudnn = after.backward > before.backward;
   std::printf("[path] %-40s forward %s, backward %s\n", tag.c_str(), fwd_cudnn ? "cudnn" : "kernel",
@@ -372,7 +372,7 @@ void attention_deterministic(const std::string& impl, bool documents, bool ragge
     Buf dqkv({B, T, heads, hd}, DType::kBF16, nans(B * T * heads * hd));
     dev.attention_forward(out.g(), lse.g(), qkv.g(), H, KV, positions);
     dev.attention_backward(dqkv.g(), dout.g(), qkv.g(), out.g(), lse.g(), H, KV, positions);
-    dev.synchronize();
+    dev.runtime().synchronize();
     if (run == 0) {
       first[0] = out.got();
       first[1] = lse.got();

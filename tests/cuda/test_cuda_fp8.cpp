@@ -64,20 +64,20 @@ void expect_exact_cast(int64_t rows, int64_t k, bool transposed, Fp8Recipe recip
     }
   std::vector<uint16_t> bits(src.size());
   for (size_t i = 0; i < src.size(); ++i) bits[i] = f32_to_bf16_bits(src[i]);
-  void* d_src = gpu().alloc(bits.size() * 2);
-  void* d_dst = gpu().alloc(static_cast<size_t>(rows * k));
-  void* d_stats = gpu().alloc(static_cast<size_t>(fp8_scratch(rows, 0, k).p_stats));
+  void* d_src = gpu().runtime().alloc(bits.size() * 2);
+  void* d_dst = gpu().runtime().alloc(static_cast<size_t>(rows * k));
+  void* d_stats = gpu().runtime().alloc(static_cast<size_t>(fp8_scratch(rows, 0, k).p_stats));
   const bool both = transposed && recipe == Fp8Recipe::kTensorwise;
-  void* d_straight = both ? gpu().alloc(static_cast<size_t>(rows * k)) : nullptr;
+  void* d_straight = both ? gpu().runtime().alloc(static_cast<size_t>(rows * k)) : nullptr;
   ASSERT_EQ(cudaMemcpy(d_src, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
   const float* d_inv = cuda::quantize_fp8(
       static_cast<uint8_t*>(d_dst), static_cast<float*>(d_stats), static_cast<const __nv_bfloat16*>(d_src), rows, k,
-      transposed, recipe == Fp8Recipe::kRowwise, static_cast<cudaStream_t>(gpu().stream()),
+      transposed, recipe == Fp8Recipe::kRowwise, static_cast<cudaStream_t>(gpu().runtime().stream()),
       static_cast<uint8_t*>(d_straight));
   const int64_t scales = recipe == Fp8Recipe::kRowwise ? rows : 1;
   std::vector<uint8_t> got(static_cast<size_t>(rows * k));
   std::vector<float> inv(static_cast<size_t>(scales));
-  gpu().synchronize();
+  gpu().runtime().synchronize();
   ASSERT_EQ(cudaMemcpy(got.data(), d_dst, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(inv.data(), d_inv, inv.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   int64_t wrong = 0;
@@ -97,11 +97,11 @@ void expect_exact_cast(int64_t rows, int64_t k, bool transposed, Fp8Recipe recip
     wrong = 0;
     for (size_t i = 0; i < src.size(); ++i) wrong += got[i] != f32_to_fp8_bits_saturated(src[i] * scale, kFp8Format);
     EXPECT_EQ(wrong, 0) << what << ": FP8 bytes of the straight copy that differ from the CPU's";
-    gpu().release(d_straight);
+    gpu().runtime().release(d_straight);
   }
-  gpu().release(d_src);
-  gpu().release(d_dst);
-  gpu().release(d_stats);
+  gpu().runtime().release(d_src);
+  gpu().runtime().release(d_dst);
+  gpu().runtime().release(d_stats);
 }
 
 // Tensorwise takes the two-pass kernels where rows and k are multiples of 8 (96 x 80; 200 x 136
@@ -198,19 +198,19 @@ TEST(CudaFp8, BackwardInOneOpEqualsTheTwoOps) {
 // output t (rows, k): the cast's own amax pass (written to a slot) gives the same bits, and the
 // cast given the producer's amax writes the same bytes and inverse scale as the one taking its own.
 void expect_cast_amax(const std::string& what, Buf& t, Buf& amax, int64_t rows, int64_t k) {
-  const auto stream = static_cast<cudaStream_t>(gpu().stream());
+  const auto stream = static_cast<cudaStream_t>(gpu().runtime().stream());
   const auto* src = static_cast<const __nv_bfloat16*>(t.g().data);
   const size_t n = static_cast<size_t>(rows * k);
-  void* d_bytes = gpu().alloc(2 * n);
-  void* d_stats = gpu().alloc(2 * static_cast<size_t>(fp8_scratch(rows, 0, k).p_stats));
-  void* d_own = gpu().alloc(sizeof(float));
+  void* d_bytes = gpu().runtime().alloc(2 * n);
+  void* d_stats = gpu().runtime().alloc(2 * static_cast<size_t>(fp8_scratch(rows, 0, k).p_stats));
+  void* d_own = gpu().runtime().alloc(sizeof(float));
   auto* own_bytes = static_cast<uint8_t*>(d_bytes);
   auto* stats = static_cast<float*>(d_stats);
   const float* own_inv =
       cuda::quantize_fp8(own_bytes, stats, src, rows, k, false, false, stream, nullptr, {static_cast<float*>(d_own)});
   const float* known_inv = cuda::quantize_fp8(own_bytes + n, stats + 3 * std::max(rows, k), src, rows, k, false, false,
                                               stream, nullptr, {static_cast<float*>(amax.g().data), true});
-  gpu().synchronize();
+  gpu().runtime().synchronize();
   float own = NAN, inv[2] = {NAN, NAN};
   std::vector<uint8_t> bytes(2 * n);
   ASSERT_EQ(cudaMemcpy(&own, d_own, sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -226,9 +226,9 @@ void expect_cast_amax(const std::string& what, Buf& t, Buf& amax, int64_t rows, 
   EXPECT_TRUE(std::equal(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n),
                          bytes.begin() + static_cast<std::ptrdiff_t>(n)))
       << what << ": the cast given the amax wrote other bytes";
-  gpu().release(d_bytes);
-  gpu().release(d_stats);
-  gpu().release(d_own);
+  gpu().runtime().release(d_bytes);
+  gpu().runtime().release(d_stats);
+  gpu().runtime().release(d_own);
 }
 
 // Rows of 256 (the vector kernels, and a 64 x 2048 amax joined over 2048 blocks) and of 100

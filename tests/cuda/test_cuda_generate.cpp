@@ -49,21 +49,21 @@ struct Pair {
   void* dev = nullptr;
   Pair(Ops& c, Ops& g, Shape s, DType d, std::vector<float> v)
       : cpu(c), gpu(g), shape(s), dtype(d), host(std::move(v)) {
-    dev = gpu.alloc(tg().bytes());
+    dev = gpu.runtime().alloc(tg().bytes());
     if (dtype == DType::kBF16) {
       std::vector<uint16_t> bits(host.size());
       for (size_t i = 0; i < host.size(); ++i) bits[i] = f32_to_bf16_bits(host[i]);
-      gpu.upload(tg(), bits.data());
+      gpu.runtime().upload(tg(), bits.data());
     } else {
-      gpu.upload(tg(), host.data());  // I32 values travel as their bits
+      gpu.runtime().upload(tg(), host.data());  // I32 values travel as their bits
     }
   }
-  ~Pair() { gpu.release(dev); }
+  ~Pair() { gpu.runtime().release(dev); }
   Tensor tc() { return Tensor(host.data(), dtype == DType::kI32 ? DType::kI32 : DType::kF32, shape, Device::kCPU); }
   Tensor tg() { return Tensor(dev, dtype, shape, Device::kCUDA); }
   std::vector<float> got() {
     std::vector<uint16_t> bits(host.size());
-    gpu.download(bits.data(), tg());
+    gpu.runtime().download(bits.data(), tg());
     std::vector<float> out(host.size());
     for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_bits_to_f32(bits[i]);
     return out;
@@ -144,7 +144,7 @@ TEST(CudaGenerate, FewRowLinearMatchesCpu) {
         cpu->linear_forward(y.tc(), x.tc(), w.tc(), bc);
         gpu->linear_forward(y.tg(), x.tg(), w.tg(), bg);
         std::vector<float> got(y.host.size());
-        if (yd == DType::kF32) gpu->download(got.data(), y.tg());
+        if (yd == DType::kF32) gpu->runtime().download(got.data(), y.tg());
         else got = y.got();
         const double err = rel_l2(got, y.host);
         std::printf("[err] linear M=%lld K=%lld variant %d: rel_l2 %.3g\n", static_cast<long long>(M),

@@ -45,7 +45,7 @@ OffloadRun run_steps(bool offload) {
   OffloadRun r;
   for (int i = 0; i < 3; ++i) r.losses.push_back(t->step({b}).loss);
   r.masters = t->masters();
-  r.peak = t->ops().memory_stats().peak;
+  r.peak = t->ops().runtime().memory_stats().peak;
   r.planned_activations = t->plan().activations;
   r.host_activations = t->plan().host_activations;
   return r;

@@ -157,14 +157,14 @@ TEST(CudaOps, SideQueueOrderedByEvents) {
     Buf p({n}, DType::kF32, randn(n, 81)), g({n}, DType::kF32, randn(n, 82));
     Buf m({n}, DType::kF32, randn(n, 83, 0.1f)), v({n}, DType::kF32, std::vector<float>(static_cast<size_t>(n), 0.5f));
     Buf copy({n}, DType::kBF16, nans(n)), back({n}, DType::kF32, nans(n));
-    gpu().synchronize();
-    if (side) gpu().set_queue(Ops::Queue::kSide);
+    gpu().runtime().synchronize();
+    if (side) gpu().runtime().set_queue(Runtime::Queue::kSide);
     gpu().adamw_step(p.g(), g.g(), m.g(), v.g(), h, 0.5f, Tensor(), false);
-    gpu().convert(copy.g(), p.g());
-    gpu().record(7);
-    gpu().set_queue(Ops::Queue::kMain);
-    gpu().wait(7);
-    gpu().convert(back.g(), copy.g());
+    gpu().runtime().convert(copy.g(), p.g());
+    gpu().runtime().record(7);
+    gpu().runtime().set_queue(Runtime::Queue::kMain);
+    gpu().runtime().wait(7);
+    gpu().runtime().convert(back.g(), copy.g());
     result[side] = back.got();
   }
   size_t bad = 0;
@@ -173,10 +173,10 @@ TEST(CudaOps, SideQueueOrderedByEvents) {
               static_cast<long long>(n));
   EXPECT_EQ(bad, 0u);
   Buf x({4, 8}, DType::kBF16, randn(32, 84)), w({8, 8}, DType::kBF16, randn(64, 85)), y({4, 8}, DType::kBF16, nans(32));
-  gpu().set_queue(Ops::Queue::kSide);
+  gpu().runtime().set_queue(Runtime::Queue::kSide);
   EXPECT_THROW(gpu().linear_forward(y.g(), x.g(), w.g(), Tensor()), Error);
-  gpu().set_queue(Ops::Queue::kMain);
-  gpu().synchronize();
+  gpu().runtime().set_queue(Runtime::Queue::kMain);
+  gpu().runtime().synchronize();
 }
 
 // cos, sin (T, hd/2) of standard RoPE, theta 1e6.
@@ -398,8 +398,8 @@ TEST(CudaOps, AddAndConvert) {
       r[i] = round_bf16(f[i]);
     }
     Buf src({n}, DType::kF32, f), dst({n}, DType::kBF16, nans(n)), back({n}, DType::kF32, nans(n));
-    gpu().convert(dst.g(), src.g());
-    gpu().convert(back.g(), dst.g());
+    gpu().runtime().convert(dst.g(), src.g());
+    gpu().runtime().convert(back.g(), dst.g());
     const std::vector<double> got = back.got();
     size_t bad = 0;
     for (size_t i = 0; i < got.size(); ++i) bad += got[i] != static_cast<double>(r[i]);
@@ -474,7 +474,7 @@ TEST(CudaOps, AdamW) {
       Buf m2({n}, DType::kF32, randn(n, 74, 0.01f)), v2({n}, DType::kF32, vv), copy({n}, DType::kBF16, nans(n));
       Buf conv({n}, DType::kBF16, nans(n));
       gpu().adamw_step(p2.g(), g2.g(), m2.g(), v2.g(), hp, 0.5f, copy.g(), true);
-      gpu().convert(conv.g(), p2.g());
+      gpu().runtime().convert(conv.g(), p2.g());
       EXPECT_EQ(p2.got(), param.got()) << tag;
       EXPECT_EQ(m2.got(), m.got()) << tag;
       EXPECT_EQ(v2.got(), v.got()) << tag;
@@ -531,17 +531,17 @@ TEST(CudaOps, AdamW) {
             const size_t k = i + static_cast<size_t>(first);
             split_master(p0[i], &hb[k], &lb[k]);
           }
-          void* dev = gpu().alloc(4 * static_cast<size_t>(n + 1));
+          void* dev = gpu().runtime().alloc(4 * static_cast<size_t>(n + 1));
           Tensor h_all(dev, DType::kBF16, {n + 1}, Device::kCUDA);
           Tensor l_all(static_cast<char*>(dev) + 2 * (n + 1), DType::kI16, {n + 1}, Device::kCUDA);
-          gpu().upload(h_all, hb.data());
-          gpu().upload(l_all, lb.data());
+          gpu().runtime().upload(h_all, hb.data());
+          gpu().runtime().upload(l_all, lb.data());
           Buf m6({n}, DType::kF32, randn(n, 74, 0.01f)), v6({n}, DType::kF32, vv);
           gpu().adamw_step_split(h_all.slice_rows(first, first + n), l_all.slice_rows(first, first + n), grad_in->g(),
                                  m6.g(), v6.g(), hp, 0.5f);
-          gpu().download(hb.data(), h_all);
-          gpu().download(lb.data(), l_all);
-          gpu().release(dev);
+          gpu().runtime().download(hb.data(), h_all);
+          gpu().runtime().download(lb.data(), l_all);
+          gpu().runtime().release(dev);
           for (int64_t i = 0; i < n; ++i) {
             const size_t k = static_cast<size_t>(i + first);
             const float got = join_master(hb[k], lb[k]), w = want[static_cast<size_t>(i)];

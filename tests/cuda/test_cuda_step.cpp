@@ -83,7 +83,7 @@ Result train(const Model& model, ParallelMode mode, bool overlap, Recompute reco
     r.losses.push_back(st.loss);
     r.norms.push_back(st.grad_norm);
   }
-  r.peak = trainer.ops().memory_stats().peak;
+  r.peak = trainer.ops().runtime().memory_stats().peak;
   r.planned = trainer.plan().total();
   r.masters = trainer.masters();
   for (int k = 0; k < 2; ++k) {
@@ -91,7 +91,7 @@ Result train(const Model& model, ParallelMode mode, bool overlap, Recompute reco
     HostUnits& out = k == 0 ? r.m : r.v;
     for (const Tensor& t : state) {
       out.emplace_back(static_cast<size_t>(t.numel()));
-      trainer.ops().download(out.back().data(), t);
+      trainer.ops().runtime().download(out.back().data(), t);
     }
   }
   return r;

@@ -9,8 +9,7 @@
 
 namespace anvil {
 
-using cpu::f32;
-using cpu::present;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 namespace {
 

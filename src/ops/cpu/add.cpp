@@ -6,7 +6,7 @@
 
 namespace anvil {
 
-using cpu::f32;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 void CpuOps::add_impl(Tensor out, Tensor a, Tensor b) {
   const int64_t n = out.numel();

@@ -7,7 +7,7 @@
 
 namespace anvil {
 
-using cpu::f32;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 void CpuOps::argmax_rows_impl(Tensor out, Tensor x) {
   const int64_t R = x.rows(), V = x.cols();

@@ -12,11 +12,7 @@
 
 namespace anvil {
 
-using cpu::axpy;
-using cpu::dot;
-using cpu::f32;
-using cpu::i32;
-using cpu::present;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 namespace {
 

@@ -13,11 +13,7 @@
 
 namespace anvil {
 
-using cpu::axpy;
-using cpu::dot;
-using cpu::f32;
-using cpu::i32;
-using cpu::present;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 void CpuOps::cross_entropy_forward_backward_impl(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h, Tensor w,
                                                  Tensor targets, float loss_scale, Tensor logits, bool accumulate_dw) {

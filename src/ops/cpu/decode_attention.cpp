@@ -13,10 +13,7 @@
 
 namespace anvil {
 
-using cpu::axpy;
-using cpu::dot;
-using cpu::f32;
-using cpu::i32;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 void CpuOps::attention_cached_impl(Tensor out, Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor slots,
                                    Tensor positions, int n_heads, int n_kv_heads) {

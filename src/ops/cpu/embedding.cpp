@@ -10,8 +10,7 @@
 
 namespace anvil {
 
-using cpu::f32;
-using cpu::i32;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 void CpuOps::embedding_forward_impl(Tensor out, Tensor ids, Tensor table) {
   const int64_t N = ids.numel(), C = table.cols(), V = table.dim(0);

@@ -9,10 +9,7 @@
 
 namespace anvil {
 
-using cpu::axpy;
-using cpu::dot;
-using cpu::f32;
-using cpu::present;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 void CpuOps::linear_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias) {
   const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);

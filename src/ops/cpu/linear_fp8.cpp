@@ -16,9 +16,7 @@
 namespace anvil {
 namespace {
 
-using cpu::dot;
-using cpu::f32;
-using cpu::present;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 // rows x k FP8 values (decoded), row-major, and each row's inverse scale.
 struct Fp8Operand {

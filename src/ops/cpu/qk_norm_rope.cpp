@@ -11,11 +11,7 @@
 
 namespace anvil {
 
-using cpu::chunked_reduce;
-using cpu::dot;
-using cpu::f32;
-using cpu::norm_row_backward;
-using cpu::present;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 namespace {
 

@@ -10,10 +10,7 @@
 
 namespace anvil {
 
-using cpu::chunked_reduce;
-using cpu::dot;
-using cpu::f32;
-using cpu::norm_row_backward;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 void CpuOps::rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps, Tensor amax) {
   const int64_t R = x.rows(), D = x.cols();

@@ -5,8 +5,7 @@
 
 namespace anvil {
 
-using cpu::chunked_reduce;
-using cpu::f32;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 void CpuOps::sum_squares_impl(Tensor out, Tensor x) {
   const float* X = f32(x);

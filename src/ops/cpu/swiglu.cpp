@@ -8,7 +8,7 @@
 
 namespace anvil {
 
-using cpu::f32;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 namespace {
 

@@ -36,6 +36,16 @@ __device__ __forceinline__ void update(float& p, float& m, float& v, float g, co
 }
 
 // Four gradient elements as one vector load (16 bytes of F32, 8 of BF16), widened.
+// This thread's share of n elements in a grid-stride loop: quads first, first + stride, ...
+// below n4 (none unless vec), then single elements from 4 * n4 + first on.
+struct GridShare {
+  int64_t first, stride, n4;
+};
+__device__ __forceinline__ GridShare grid_share(int64_t n, bool vec) {
+  return {static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, static_cast<int64_t>(gridDim.x) * blockDim.x,
+          vec ? n / 4 : 0};
+}
+
 __device__ __forceinline__ float4 load4(const float* g, int64_t q) { return reinterpret_cast<const float4*>(g)[q]; }
 __device__ __forceinline__ float4 load4(const __nv_bfloat16* g, int64_t q) {
   const uint2 raw = reinterpret_cast<const uint2*>(g)[q];
@@ -50,10 +60,8 @@ template <class G, bool COPY, bool ZERO>
 __global__ void adamw_kernel(float* param, G* grad, float* m, float* v, __nv_bfloat16* copy, int64_t n, bool vec,
                              AdamWArgs a) {
   const AdamWConst k{a.lr / a.bias_correction1, 1.0f - a.lr * a.weight_decay};
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t n4 = vec ? n / 4 : 0;
-  for (int64_t q = first; q < n4; q += stride) {
+  const GridShare share = grid_share(n, vec);
+  for (int64_t q = share.first; q < share.n4; q += share.stride) {
     const float4 g4 = load4(grad, q);
     const float4 p4 = reinterpret_cast<const float4*>(param)[q];
     const float4 m4 = reinterpret_cast<const float4*>(m)[q];
@@ -75,7 +83,7 @@ __global__ void adamw_kernel(float* param, G* grad, float* m, float* v, __nv_bfl
     }
     if constexpr (ZERO) reinterpret_cast<float4*>(grad)[q] = make_float4(0.f, 0.f, 0.f, 0.f);  // F32 only
   }
-  for (int64_t i = 4 * n4 + first; i < n; i += stride) {  // the tail, or everything when unaligned
+  for (int64_t i = 4 * share.n4 + share.first; i < n; i += share.stride) {  // the tail, or everything when unaligned
     float p = param[i], mi = m[i], vi = v[i];
     update(p, mi, vi, load1(grad, i), a, k);
     param[i] = p;
@@ -100,10 +108,8 @@ template <class G>
 __global__ void adamw_split_kernel(uint16_t* hi, int16_t* lo, const G* grad, float* m, float* v, int64_t n, bool vec,
                                    AdamWArgs a) {
   const AdamWConst k{a.lr / a.bias_correction1, 1.0f - a.lr * a.weight_decay};
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t n4 = vec ? n / 4 : 0;
-  for (int64_t q = first; q < n4; q += stride) {
+  const GridShare share = grid_share(n, vec);
+  for (int64_t q = share.first; q < share.n4; q += share.stride) {
     const float4 g4 = load4(grad, q);
     const uint2 h4 = reinterpret_cast<const uint2*>(hi)[q], l4 = reinterpret_cast<const uint2*>(lo)[q];
     const float4 m4 = reinterpret_cast<const float4*>(m)[q];
@@ -129,7 +135,7 @@ __global__ void adamw_split_kernel(uint16_t* hi, int16_t* lo, const G* grad, flo
     reinterpret_cast<float4*>(m)[q] = make_float4(ms[0], ms[1], ms[2], ms[3]);
     reinterpret_cast<float4*>(v)[q] = make_float4(vs[0], vs[1], vs[2], vs[3]);
   }
-  for (int64_t i = 4 * n4 + first; i < n; i += stride) {  // the tail, or everything when unaligned
+  for (int64_t i = 4 * share.n4 + share.first; i < n; i += share.stride) {  // the tail, or everything when unaligned
     float p = join(hi[i], lo[i]), mi = m[i], vi = v[i];
     update(p, mi, vi, load1(grad, i), a, k);
     split(p, hi[i], lo[i]);

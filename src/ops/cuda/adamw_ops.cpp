@@ -27,14 +27,14 @@ void CudaOps::adamw_step_impl(Tensor param, Tensor grad, Tensor m, Tensor v, con
   const cuda::GradOut g = cuda::grad_out(grad);
   cuda::adamw_step(p<float>(param), g.ptr, g.bf16, p<float>(m), p<float>(v),
                    cuda::present(copy) ? p<nv_bf16>(copy) : nullptr, zero_grad, param.numel(),
-                   adamw_args(h, grad_scale), stream_);
+                   adamw_args(h, grad_scale), queue());
 }
 
 void CudaOps::adamw_step_split_impl(Tensor hi, Tensor lo, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,
                                     float grad_scale) {
   const cuda::GradOut g = cuda::grad_out(grad);
   cuda::adamw_step_split(p<uint16_t>(hi), p<int16_t>(lo), g.ptr, g.bf16, p<float>(m), p<float>(v), hi.numel(),
-                         adamw_args(h, grad_scale), stream_);
+                         adamw_args(h, grad_scale), queue());
 }
 
 }  // namespace anvil

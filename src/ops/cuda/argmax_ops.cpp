@@ -5,7 +5,7 @@
 namespace anvil {
 
 void CudaOps::argmax_rows_impl(Tensor out, Tensor x) {
-  cuda::argmax_rows(cuda::p<int32_t>(out), cuda::p<float>(x), x.rows(), x.cols(), stream_);
+  cuda::argmax_rows(cuda::p<int32_t>(out), cuda::p<float>(x), x.rows(), x.cols(), queue());
 }
 
 }  // namespace anvil

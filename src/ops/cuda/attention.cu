@@ -106,6 +106,48 @@ __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], c
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
+// acc (16 x N, N / 8 C fragments) += c (16 x K, the C fragments of a product, as the A
+// operand) . B (K x N), B a shared tile stored [k][n] with row stride LD.
+template <int K, int N, int LD>
+__device__ __forceinline__ void mma_c_kn(float (&acc)[N / 8][4], const float (&c)[K / 8][4], const bf16* b,
+                                         int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t a[4];
+    c_to_a(a, c[2 * kk], c[2 * kk + 1]);
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      uint32_t bb[4];
+      load_b_kn(bb, b + kk * 16 * LD + np * 16, LD, lane);
+      mma(acc[2 * np], a, bb[0], bb[1]);
+      mma(acc[2 * np + 1], a, bb[2], bb[3]);
+    }
+  }
+}
+
+// acc (16 x N) += A (16 x K) . B^T, A and B shared tiles stored [m][k] and [n][k] (row stride LD).
+template <int K, int N, int LD>
+__device__ __forceinline__ void mma_nk(float (&acc)[N / 8][4], const bf16* a_tile, const bf16* b, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t a[4];
+    load_a(a, a_tile + kk * 16, LD, lane);
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      uint32_t bb[4];
+      load_b_nk(bb, b + np * 16 * LD + kk * 16, LD, lane);
+      mma(acc[2 * np], a, bb[0], bb[1]);
+      mma(acc[2 * np + 1], a, bb[2], bb[3]);
+    }
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void zero_frags(float (&acc)[N][4]) {
+#pragma unroll
+  for (int nt = 0; nt < N; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+}
+
 // 16 bytes global -> shared without passing through registers (cp.async, sm_80+); with
 // in == false nothing is read and the destination is zero-filled.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool in) {
@@ -149,6 +191,16 @@ __device__ __forceinline__ void load_tile_async(bf16* dst, const bf16* src, int6
 
 }  // namespace
 
+// Stage j & 1 of a two-stage buffer of key tiles (2 x (K, V) x [BK][LD]): K and V of kv head
+// kvh for keys [j * BK, + BK) of the sequence seq (rows of `stride` elements), started.
+template <int HD, int LD, int BK>
+__device__ __forceinline__ void load_kv_stage(bf16* kv_buf, int j, const bf16* seq, int64_t stride, int H, int KV,
+                                              int kvh, int T) {
+  bf16* dst = kv_buf + (j & 1) * 2 * BK * LD;
+  load_tile_async<HD, LD, BK>(dst, seq + (H + kvh) * HD, stride, j * BK, T);
+  load_tile_async<HD, LD, BK>(dst + BK * LD, seq + (H + KV + kvh) * HD, stride, j * BK, T);
+}
+
 template <int HD>
 static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, float* lse, const bf16* qkv,
                                                                    const int32_t* positions, int T, int H, int KV,
@@ -180,17 +232,12 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
     }
   }
   float o[HD / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < HD / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+  zero_frags(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   const int n_tiles = (min(T, (qtile + 1) * BQ) + BK - 1) / BK;
   const int j_first = doc_first(pos, qtile * BQ, T) / BK;
-  const auto issue = [&](int j) {
-    bf16* dst = kv_buf + (j & 1) * 2 * BK * LD;
-    load_tile_async<HD, LD, BK>(dst, seq + (H + kvh) * HD, stride, j * BK, T);
-    load_tile_async<HD, LD, BK>(dst + BK * LD, seq + (H + KV + kvh) * HD, stride, j * BK, T);
-  };
+  const auto issue = [&](int j) { load_kv_stage<HD, LD, BK>(kv_buf, j, seq, stride, H, KV, kvh, T); };
   issue(j_first);
   cp_async_commit();
   for (int j = j_first; j < n_tiles; ++j) {
@@ -204,8 +251,7 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
     // Else every key of the tile is after every query of the warp, or before their documents.
     if (k0 <= q0 + 15 && k0 + BK > warp_first) {
       float s[BK / 8][4];
-#pragma unroll
-      for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      zero_frags(s);
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk)
 #pragma unroll
@@ -253,18 +299,7 @@ static __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(bf16* out, fl
           }
       }
 
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
-        uint32_t a[4];
-        c_to_a(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-        for (int np = 0; np < HD / 16; ++np) {
-          uint32_t bb[4];
-          load_b_kn(bb, vs + kk * 16 * LD + np * 16, LD, lane);
-          mma(o[2 * np], a, bb[0], bb[1]);
-          mma(o[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
+      mma_c_kn<BK, HD, LD>(o, s, vs, lane);
     }
     __syncthreads();  // the stage is refilled by the issue of iteration j + 1
   }
@@ -363,20 +398,8 @@ static __global__ void __launch_bounds__(kThreads)
     // Else every query of the tile is before every key of the warp, or in a later document.
     if (qb + BQ - 1 >= key0 && first_s[0] <= key0 + 15) {
       float st[BQ / 8][4];  // S^T, then P^T: rows = the warp's 16 keys, columns = 32 queries
-#pragma unroll
-      for (int nt = 0; nt < BQ / 8; ++nt) st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        uint32_t a[4];
-        load_a(a, ks + warp * 16 * LD + kk * 16, LD, lane);
-#pragma unroll
-        for (int np = 0; np < BQ / 16; ++np) {
-          uint32_t bb[4];
-          load_b_nk(bb, qs + np * 16 * LD + kk * 16, LD, lane);
-          mma(st[2 * np], a, bb[0], bb[1]);
-          mma(st[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
+      zero_frags(st);
+      mma_nk<HD, BQ, LD>(st, ks + warp * 16 * LD, qs, lane);
 #pragma unroll
       for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
@@ -385,51 +408,17 @@ static __global__ void __launch_bounds__(kThreads)
           st[nt][i] = key <= qb + ql && key >= first_s[ql] ? exp2f(st[nt][i] * scale_log2 - lse_s[ql]) : 0.0f;
         }
 
-#pragma unroll
-      for (int kk = 0; kk < BQ / 16; ++kk) {  // dV += P^T dO
-        uint32_t a[4];
-        c_to_a(a, st[2 * kk], st[2 * kk + 1]);
-#pragma unroll
-        for (int np = 0; np < HD / 16; ++np) {
-          uint32_t bb[4];
-          load_b_kn(bb, dos + kk * 16 * LD + np * 16, LD, lane);
-          mma(dv[2 * np], a, bb[0], bb[1]);
-          mma(dv[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
+      mma_c_kn<BQ, HD, LD>(dv, st, dos, lane);  // dV += P^T dO
 
       float ds[BQ / 8][4];  // dP^T = V dO^T, then dS^T
-#pragma unroll
-      for (int nt = 0; nt < BQ / 8; ++nt) ds[nt][0] = ds[nt][1] = ds[nt][2] = ds[nt][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        uint32_t a[4];
-        load_a(a, vs + warp * 16 * LD + kk * 16, LD, lane);
-#pragma unroll
-        for (int np = 0; np < BQ / 16; ++np) {
-          uint32_t bb[4];
-          load_b_nk(bb, dos + np * 16 * LD + kk * 16, LD, lane);
-          mma(ds[2 * np], a, bb[0], bb[1]);
-          mma(ds[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
+      zero_frags(ds);
+      mma_nk<HD, BQ, LD>(ds, vs + warp * 16 * LD, dos, lane);
 #pragma unroll
       for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) ds[nt][i] = st[nt][i] * (ds[nt][i] - d_s[nt * 8 + 2 * t + (i & 1)]);
 
-#pragma unroll
-      for (int kk = 0; kk < BQ / 16; ++kk) {  // dK += dS^T Q
-        uint32_t a[4];
-        c_to_a(a, ds[2 * kk], ds[2 * kk + 1]);
-#pragma unroll
-        for (int np = 0; np < HD / 16; ++np) {
-          uint32_t bb[4];
-          load_b_kn(bb, qs + kk * 16 * LD + np * 16, LD, lane);
-          mma(dk[2 * np], a, bb[0], bb[1]);
-          mma(dk[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
+      mma_c_kn<BQ, HD, LD>(dk, ds, qs, lane);  // dK += dS^T Q
     }
     __syncthreads();  // the stage is refilled by the issue of iteration j + 1
   }
@@ -483,11 +472,7 @@ static __global__ void __launch_bounds__(kThreads)
 
   const int n_tiles = (min(T, (qtile + 1) * BQ) + BK - 1) / BK;
   const int j_first = doc_first(pos, qtile * BQ, T) / BK;
-  const auto issue = [&](int j) {
-    bf16* dst = kv_buf + (j & 1) * 2 * BK * LD;
-    load_tile_async<HD, LD, BK>(dst, seq + (H + kvh) * HD, stride, j * BK, T);
-    load_tile_async<HD, LD, BK>(dst + BK * LD, seq + (H + KV + kvh) * HD, stride, j * BK, T);
-  };
+  const auto issue = [&](int j) { load_kv_stage<HD, LD, BK>(kv_buf, j, seq, stride, H, KV, kvh, T); };
   issue(j_first);
   cp_async_commit();
 
@@ -519,8 +504,7 @@ static __global__ void __launch_bounds__(kThreads)
     }
   }
   float dq[HD / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < HD / 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.0f;
+  zero_frags(dq);
 
   for (int j = j_first; j < n_tiles; ++j) {
     if (j + 1 < n_tiles) issue(j + 1);
@@ -556,18 +540,7 @@ static __global__ void __launch_bounds__(kThreads)
           const float p = key <= q && key >= row_first[i >> 1] ? exp2f(s[nt][i] * scale_log2 - lse2[i >> 1]) : 0.0f;
           s[nt][i] = p * (dp[nt][i] - dd[i >> 1]);
         }
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {  // dQ += dS K
-        uint32_t a[4];
-        c_to_a(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-        for (int np = 0; np < HD / 16; ++np) {
-          uint32_t bb[4];
-          load_b_kn(bb, ks + kk * 16 * LD + np * 16, LD, lane);
-          mma(dq[2 * np], a, bb[0], bb[1]);
-          mma(dq[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
+      mma_c_kn<BK, HD, LD>(dq, s, ks, lane);  // dQ += dS K
     }
     __syncthreads();  // the stage is refilled by the issue of iteration j + 1
   }

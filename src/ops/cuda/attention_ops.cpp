@@ -52,7 +52,7 @@ void CudaOps::attention_forward_impl(Tensor out, Tensor lse, Tensor qkv, int n_h
         return;
     }
   }
-  cuda::attention_forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), pos, s, stream_);
+  cuda::attention_forward(p<nv_bf16>(out), p<float>(lse), p<nv_bf16>(qkv), pos, s, queue());
 }
 
 void CudaOps::attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_heads,
@@ -73,7 +73,7 @@ void CudaOps::attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tens
     }
   }
   cuda::attention_backward(p<nv_bf16>(dqkv), p<nv_bf16>(dout), p<nv_bf16>(qkv), p<nv_bf16>(out), p<float>(lse), pos,
-                           s, scratch(cuda::attention_backward_scratch_bytes(s)), stream_);
+                           s, scratch(cuda::attention_backward_scratch_bytes(s)), queue());
 }
 
 }  // namespace anvil

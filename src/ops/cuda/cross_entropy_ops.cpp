@@ -21,7 +21,7 @@ void CudaOps::cross_entropy_forward_backward_impl(Tensor loss_sum, Tensor dh, Te
                            N,                  V,                   C,
                            loss_scale,         accumulate_dw};
   cuda::cross_entropy_forward_backward(a, scratch(static_cast<size_t>(cross_entropy_chunks(N, V).bytes)),
-                                       gemm("cross_entropy_forward_backward"), stream_);
+                                       gemm("cross_entropy_forward_backward"), queue());
 }
 
 }  // namespace anvil

@@ -1,9 +1,7 @@
-// The CUDA backend's runtime (cuda_ops.h): the device, the streams and their events, memory,
-// the shared scratch and the GEMM workspace, CUDA graphs (recording and replay), and op
-// timing; make_cuda_ops, cuda_available. The ops' dispatch is in the <kernel>_ops.cpp files.
+// What the CUDA backend's ops share (cuda_ops.h): the runtime they run on, the GEMM plans and
+// workspaces, cuDNN's attention and the shared scratch; make_cuda_ops. The ops' dispatch is in
+// the <kernel>_ops.cpp files.
 #include "ops/cuda/cuda_ops.h"
-
-#include <algorithm>
 
 #include "core/cuda/check.h"
 #include "core/env.h"
@@ -12,162 +10,55 @@
 
 namespace anvil {
 
-CudaOps::CudaOps(int device) {
-  int count = 0;
-  const cudaError_t st = cudaGetDeviceCount(&count);
-  ANVIL_ENSURE(st == cudaSuccess && count > 0, kNoDevice, "no usable CUDA GPU (",
-               st == cudaSuccess ? "none found" : cudaGetErrorString(st), "); use --device cpu");
-  ANVIL_ENSURE(device >= 0 && device < count, kNoDevice, "CUDA device ", device, " does not exist (", count,
-               " visible)");
-  CUDA_CHECK(cudaSetDevice(device));
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  ANVIL_ENSURE(prop.major >= 8, kUnsupported, "GPU ", prop.name, " has compute capability ", prop.major, ".",
-               prop.minor, "; anvil's CUDA backend needs 8.0 or newer (bf16 tensor cores)");
-  name_ = cat("cuda:", device, " (", prop.name, ")");
-  sm_ = prop.major * 10 + prop.minor;
-  attention_impl_ = cuda::parse_attention_impl(env_str("ANVIL_ATTENTION", "cudnn"));
-  // The main queue's kernels (the GEMMs of the forward) go first where the side queue's
-  // (the optimizer of the last step, memory-bound) compete for the multiprocessors.
-  int lowest = 0, highest = 0;
-  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
-  CUDA_CHECK(cudaStreamCreateWithPriority(&main_, cudaStreamNonBlocking, highest));
-  CUDA_CHECK(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, lowest));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaEventCreateWithFlags(&copy_issue_, cudaEventDisableTiming));
-  stream_ = main_;
-  gemm_ = std::make_unique<cuda::Gemm>(main_);
-}
+CudaOps::CudaOps(int device)
+    : Ops(std::make_unique<CudaRuntime>(device)),
+      rt_(static_cast<CudaRuntime&>(runtime())),
+      gemm_workspace_(rt_.alloc(cuda::Gemm::kWorkspaceBytes)),
+      gemm_(std::make_unique<cuda::Gemm>(rt_.main_stream(), gemm_workspace_)),
+      attention_impl_(cuda::parse_attention_impl(env_str("ANVIL_ATTENTION", "cudnn"))) {}
 
+// The GEMMs, cuDNN and the scratch run on the main stream only: done with it, they go before
+// the runtime (Ops's member) does.
 CudaOps::~CudaOps() {
-  cudaStreamSynchronize(copy_);
-  cudaStreamSynchronize(side_);
-  cudaStreamSynchronize(main_);
-  for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
+  cudaStreamSynchronize(rt_.main_stream());
   gemm_.reset();
   fp8_gemm_.reset();
   cudnn_attention_.reset();
-  if (scratch_) cudaFree(scratch_);
-  for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
-  cudaEventDestroy(copy_issue_);
-  cudaStreamDestroy(copy_);
-  for (const TimedOp& t : timed_ops_) free_events_.insert(free_events_.end(), {t.start, t.end});
-  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
-  cudaStreamDestroy(side_);
-  cudaStreamDestroy(main_);
+  for (void* p : {gemm_workspace_, fp8_gemm_workspace_, scratch_})
+    if (p) cudaFree(p);
 }
 
-// ---- memory
-void* CudaOps::alloc_impl(size_t bytes) {
-  void* ptr = nullptr;
-  const cudaError_t st = cudaMalloc(&ptr, bytes ? bytes : 1);
-  if (st == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    raise(ErrorKind::kOutOfMemory, "GPU allocation of ", bytes, " bytes failed on ", name_, " (", free_b, " of ",
-          total_b, " bytes free)");
-  }
-  CUDA_CHECK(st);
-  return ptr;
-}
-
-void CudaOps::release_impl(void* ptr) { CUDA_CHECK(cudaFree(ptr)); }
-
-int64_t CudaOps::memory_capacity() const {
-  size_t free_b = 0, total_b = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  return static_cast<int64_t>(total_b);
-}
-
-void* CudaOps::alloc_host_impl(size_t bytes) {
-  void* ptr = nullptr;
-  const cudaError_t st = cudaHostAlloc(&ptr, bytes ? bytes : 1, cudaHostAllocDefault);
-  if (st == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    raise(ErrorKind::kOutOfMemory, "page-locked host allocation of ", bytes, " bytes failed for ", name_,
-          " (the host's memory, or its limit on locked memory: ulimit -l)");
-  }
-  CUDA_CHECK(st);
-  return ptr;
-}
-
-void CudaOps::release_host_impl(void* ptr) { CUDA_CHECK(cudaFreeHost(ptr)); }
-
-void CudaOps::upload_impl(Tensor dst, const void* host_src) {
-  if (dst.bytes() == 0) return;
-  CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src, dst.bytes(), cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may be reused on return
-}
-
-void CudaOps::download_impl(void* host_dst, Tensor src) {
-  if (src.bytes() == 0) return;
-  CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-}
-
-void CudaOps::begin_copy() {
-  CUDA_CHECK(cudaEventRecord(copy_issue_, stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(copy_, copy_issue_, 0));
-}
-
-void CudaOps::end_copy(int slot) {
-  while (copy_done_.size() <= static_cast<size_t>(slot)) {
-    cudaEvent_t e = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    copy_done_.push_back(e);
-  }
-  CUDA_CHECK(cudaEventRecord(copy_done_[static_cast<size_t>(slot)], copy_));
-}
-
-void CudaOps::copy_to_host_impl(void* host_dst, Tensor src, int slot) {
-  begin_copy();
-  if (src.bytes()) CUDA_CHECK(cudaMemcpyAsync(host_dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, copy_));
-  end_copy(slot);
-}
-
-void CudaOps::copy_to_device_impl(Tensor dst, const void* host_src, int slot) {
-  begin_copy();
-  if (dst.bytes()) CUDA_CHECK(cudaMemcpyAsync(dst.data, host_src, dst.bytes(), cudaMemcpyHostToDevice, copy_));
-  end_copy(slot);
-}
-
-void CudaOps::wait_copy(int slot) {
-  if (static_cast<size_t>(slot) < copy_done_.size())
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, copy_done_[static_cast<size_t>(slot)], 0));
-}
-
-void CudaOps::zero_impl(Tensor t) {
-  if (t.bytes()) CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
-}
-
-void CudaOps::synchronize() {
-  CUDA_CHECK(cudaStreamSynchronize(copy_));
-  CUDA_CHECK(cudaStreamSynchronize(side_));
-  CUDA_CHECK(cudaStreamSynchronize(main_));
+// The table's entries for s (ops/workspace.h): the FP8 GEMMs made with their workspace where
+// the recipe is on, the scratch grown to its entry.
+void CudaOps::reserve_workspaces(const WorkspaceShape& s) {
+  const std::vector<WorkspaceEntry> table = workspace_table(Device::kCUDA, s);
+  if (workspace_entry(table, "fp8 gemm workspace") > 0) fp8_gemm("reserve_workspaces");
+  scratch(static_cast<size_t>(workspace_entry(table, "scratch")));
 }
 
 void* CudaOps::scratch(size_t bytes) {
-  ANVIL_ENSURE(stream_ == main_, kInternal, "the shared scratch is used off the main queue");
+  ANVIL_ENSURE(rt_.on_main(), kInternal, "the shared scratch is used off the main queue");
   if (bytes > scratch_bytes_) {
-    release(scratch_);
+    rt_.release(scratch_);
     scratch_ = nullptr;
     scratch_bytes_ = 0;
-    scratch_ = alloc(bytes);
+    scratch_ = rt_.alloc(bytes);
     scratch_bytes_ = bytes;
   }
   return scratch_;
 }
 
 cuda::Gemm& CudaOps::gemm(const char* op) {
-  ANVIL_ENSURE(stream_ == main_, kInternal, op, ": GEMMs run on the main queue only");
+  ANVIL_ENSURE(rt_.on_main(), kInternal, op, ": GEMMs run on the main queue only");
   return *gemm_;
 }
 
 cuda::Fp8Gemm& CudaOps::fp8_gemm(const char* op) {
-  ANVIL_ENSURE(stream_ == main_, kInternal, op, ": GEMMs run on the main queue only");
-  if (!fp8_gemm_) fp8_gemm_ = std::make_unique<cuda::Fp8Gemm>(main_);
+  ANVIL_ENSURE(rt_.on_main(), kInternal, op, ": GEMMs run on the main queue only");
+  if (!fp8_gemm_) {
+    fp8_gemm_workspace_ = rt_.alloc(cuda::Fp8Gemm::kWorkspaceBytes);
+    fp8_gemm_ = std::make_unique<cuda::Fp8Gemm>(rt_.main_stream(), fp8_gemm_workspace_);
+  }
   return *fp8_gemm_;
 }
 
@@ -178,8 +69,7 @@ cuda::CudnnAttention* CudaOps::cudnn_attention(const cuda::AttentionShape& s, bo
     return nullptr;
   if (!cudnn_attention_ && !cudnn_unavailable_) {
     std::string why;
-    cudnn_attention_ =
-        cuda::CudnnAttention::create(main_, sm_, attention_impl_, &why);
+    cudnn_attention_ = cuda::CudnnAttention::create(rt_.main_stream(), rt_.sm(), attention_impl_, &why);
     cudnn_unavailable_ = !cudnn_attention_;
     if (cudnn_unavailable_) log_warn("attention: cuDNN is not available (", why, "); anvil's kernel runs it");
     else log_info("attention: cuDNN ", cuda::cudnn_version(), " fused attention (ANVIL_ATTENTION=",
@@ -188,116 +78,6 @@ cuda::CudnnAttention* CudaOps::cudnn_attention(const cuda::AttentionShape& s, bo
   return cudnn_attention_.get();
 }
 
-// ---- queues
-cudaEvent_t CudaOps::event(int slot) {
-  ANVIL_ENSURE(slot >= 0, kInternal, "event slot ", slot);
-  while (events_.size() <= static_cast<size_t>(slot)) {
-    cudaEvent_t e = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    events_.push_back(e);
-  }
-  return events_[static_cast<size_t>(slot)];
-}
-
-void CudaOps::record(int slot) { CUDA_CHECK(cudaEventRecord(event(slot), stream_)); }
-void CudaOps::wait(int slot) { CUDA_CHECK(cudaStreamWaitEvent(stream_, event(slot), 0)); }
-
-// ---- op timing (ops.h)
-void CudaOps::begin_op(const std::string& name) {
-  auto [it, fresh] = op_name_index_.emplace(name, static_cast<int>(op_names_.size()));
-  if (fresh) op_names_.push_back(name);
-  TimedOp t{it->second, timing_event(), timing_event(), std::chrono::steady_clock::now(), 0};
-  CUDA_CHECK(cudaEventRecord(t.start, main_));
-  timed_ops_.push_back(t);
-  in_timed_op_ = true;
-}
-
-// Runs in a destructor, also while an exception leaves the op: nothing here throws (a
-// failed record shows as an error of take_op_times()).
-void CudaOps::end_op() noexcept {
-  TimedOp& t = timed_ops_.back();
-  cudaEventRecord(t.end, main_);
-  t.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t.host_start).count();
-  in_timed_op_ = false;
-}
-
-cudaEvent_t CudaOps::timing_event() {
-  if (free_events_.empty()) {
-    cudaEvent_t e = nullptr;
-    CUDA_CHECK(cudaEventCreate(&e));
-    return e;
-  }
-  cudaEvent_t e = free_events_.back();
-  free_events_.pop_back();
-  return e;
-}
-
-Ops::OpTimes CudaOps::take_op_times() {
-  CUDA_CHECK(cudaStreamSynchronize(main_));
-  OpTimes r;
-  std::vector<int> row(op_names_.size(), -1);  // op name -> its row of r.ops
-  for (const TimedOp& t : timed_ops_) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.end));
-    int& i = row[static_cast<size_t>(t.name)];
-    if (i < 0) {
-      i = static_cast<int>(r.ops.size());
-      r.ops.push_back({op_names_[static_cast<size_t>(t.name)], 0, 0, 0});
-    }
-    OpTime& o = r.ops[static_cast<size_t>(i)];
-    ++o.calls;
-    o.device_ms += ms;
-    o.host_ms += t.host_ms;
-  }
-  if (!timed_ops_.empty()) {
-    float span = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&span, timed_ops_.front().start, timed_ops_.back().end));
-    r.span_ms = span;
-  }
-  for (const TimedOp& t : timed_ops_) free_events_.insert(free_events_.end(), {t.start, t.end});
-  timed_ops_.clear();
-  return r;
-}
-
-// ---- CUDA graphs: the stream's work between begin and end, instantiated for replay
-void CudaOps::begin_recording() { CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal)); }
-
-int CudaOps::end_recording() {
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t st = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  CUDA_CHECK(st);
-  graphs_.push_back(exec);
-  return static_cast<int>(graphs_.size()) - 1;
-}
-
-void CudaOps::replay(int recording) {
-  ANVIL_ENSURE(recording >= 0 && recording < static_cast<int>(graphs_.size()), kInternal, "replay of recording ",
-               recording, " of ", graphs_.size());
-  CUDA_CHECK(cudaGraphLaunch(graphs_[static_cast<size_t>(recording)], stream_));
-}
-
-void CudaOps::drop_recordings() {
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (cudaGraphExec_t g : graphs_) CUDA_CHECK(cudaGraphExecDestroy(g));
-  graphs_.clear();
-}
-
 std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<CudaOps>(device); }
-
-bool cuda_available() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  for (int d = 0; d < count; ++d) {
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess && prop.major >= 8) return true;
-  }
-  return false;
-}
 
 }  // namespace anvil

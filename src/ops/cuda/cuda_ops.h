@@ -1,23 +1,20 @@
 // The CUDA backend of the op set (ops/ops.h): bf16 compute, fp32 accumulation.
 //
-// CudaOps is the runtime (cuda_ops.cpp): one device and non-blocking streams: the main one,
-// a side one for the optimizer overlapped with the next forward (set_queue; record/wait
-// order them with events), and a copy one for the activation offload's copies to and from
-// pinned host memory (copy_to_host/copy_to_device/wait_copy, events of their own). Every op
-// is enqueued on the current stream; none waits for the host except download(), upload() and
-// synchronize(). Ops that need temporary device memory (deterministic partial sums, the
-// cross-entropy chunk, attention's row sums) share one scratch buffer that grows to the
-// largest request and is then reused; the main stream's order makes the sharing safe (the
-// side and copy streams may not use it).
-// Scratch needs, for the memory plan: the largest of
+// CudaOps runs on the CUDA runtime (gpu_runtime.h), which it owns: every op is enqueued on
+// the runtime's current stream. cuda_ops.cpp holds what the ops share: the GEMM plans and
+// their workspaces, cuDNN's attention, and the scratch. Ops that need temporary device memory
+// (deterministic partial sums, the cross-entropy chunk, attention's row sums, FP8 operand
+// copies) share one scratch buffer that grows to the largest request and is then reused; the
+// main stream's order makes the sharing safe (the side and copy streams may not use it). The
+// GEMM workspaces and the scratch are the entries of the workspace table (ops/workspace.h),
+// which reserve_workspaces allocates for a training micro-batch; past them the scratch grows
+// only for requests the table does not count:
 //   rmsnorm backward   min(rows, 264) * cols * 4
 //   qk-norm backward   min(ceil(rows * heads / 8), 264) * 2 * head_dim * 4
-//   attention          the kernel's backward B * H * T * 4 + B * T * H * 2 * head_dim * 4, or
-//                      cuDNN's workspace, at most attention_scratch_bytes (ops/attention_scratch.h)
 //   bias gradient      min(rows, 264) * cols * 4
-//   cross-entropy      its logits and dlogits (at most 512 MiB) + N * 4 (ops/cross_entropy_chunks.h)
 //   cached attention   at most 64 MiB of chunk partials (inference only)
-// plus the cuBLASLt workspace (32 MiB) for the backend's lifetime.
+// (the first three are below the cross-entropy chunk for any vocabulary over twice the hidden
+// size).
 // Each op's *_impl (the front in ops.cpp has checked its tensors) picks its kernel and
 // launches it in the <kernel>_ops.cpp beside the kernel's file pair, e.g. rmsnorm_ops.cpp.
 // Attention runs through cuDNN's fused attention where it supports the shape and through
@@ -27,17 +24,15 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <chrono>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/fp8_cast.h"
 #include "ops/cuda/gemm_fp8.h"
+#include "ops/cuda/gpu_runtime.h"
 #include "ops/cuda/reduce.h"
 #include "ops/ops.h"
 
@@ -64,63 +59,20 @@ class CudaOps final : public Ops {
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
-  Device device() const override { return Device::kCUDA; }
   DType compute_dtype() const override { return DType::kBF16; }
-  std::string name() const override { return name_; }
-  void synchronize() override;
-  void* stream() override { return main_; }
-
-  void set_queue(Queue q) override { stream_ = q == Queue::kMain ? main_ : side_; }
-  void record(int slot) override;
-  void wait(int slot) override;
-  void wait_copy(int slot) override;
-
-  void set_op_timing(bool on) override { op_timing_ = on; }
-  OpTimes take_op_times() override;
-
   std::string fp8_unsupported(Fp8Recipe recipe) const override;
-  bool can_record() const override { return true; }
-  void begin_recording() override;
-  int end_recording() override;
-  void replay(int recording) override;
-  void drop_recordings() override;
+  void reserve_workspaces(const WorkspaceShape& s) override;
 
  protected:
-  void* alloc_impl(size_t bytes) override;
-  void release_impl(void* p) override;
-  int64_t memory_capacity() const override;
-  void* alloc_host_impl(size_t bytes) override;  // page-locked (cudaHostAlloc)
-  void release_host_impl(void* p) override;
-  void copy_to_host_impl(void* host_dst, Tensor src, int slot) override;
-  void copy_to_device_impl(Tensor dst, const void* host_src, int slot) override;
-  void upload_impl(Tensor dst, const void* host_src) override;
-  void download_impl(void* host_dst, Tensor src) override;
-  void zero_impl(Tensor t) override;
-  void convert_impl(Tensor dst, Tensor src) override;
-  void copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
-                      int64_t width) override;
-
   ANVIL_OP_IMPLS(, override)
   void add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w,
                                 float eps, Tensor amax) override;
   void linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tensor dy, Tensor x, Tensor w, Fp8Recipe recipe,
                                 bool accumulate, const Fp8Amax& amax) override;
 
-  // Op timing (ops.h): events on the main queue around each op, and the host's clock; not
-  // off the main queue, nor for an op another op runs.
-  bool op_timed() const override { return op_timing_ && stream_ == main_ && !in_timed_op_; }
-  void begin_op(const std::string& name) override;
-  void end_op() noexcept override;
-
  private:
-  struct TimedOp {
-    int name;  // index into op_names_
-    cudaEvent_t start, end;
-    std::chrono::steady_clock::time_point host_start;
-    double host_ms;
-  };
-
-  cudaEvent_t timing_event();
+  // The current queue's stream, which every op is enqueued on.
+  cudaStream_t queue() const { return rt_.current_stream(); }
   // The shared scratch buffer, grown to `bytes` if smaller (cudaFree waits for the GPU).
   void* scratch(size_t bytes);
   // cuDNN's attention for this direction under ANVIL_ATTENTION, made on first use; nullptr
@@ -140,34 +92,17 @@ class CudaOps final : public Ops {
   };
   std::pair<cuda::Fp8Operand, cuda::Fp8Operand> quantize_fp8_pair(Fp8Source p, Fp8Source q, int64_t k,
                                                                    Fp8Recipe recipe);
-  // Event slot `slot`, created on first use (timing off: only ordering).
-  cudaEvent_t event(int slot);
-  // The copy queue: waits for the current queue's point now, then the copy (the caller
-  // enqueues it), then marks copy event `slot`.
-  void begin_copy();
-  void end_copy(int slot);
 
-  std::string name_;
-  cudaStream_t main_ = nullptr, side_ = nullptr;
-  cudaStream_t stream_ = nullptr;  // the current queue's
-  std::vector<cudaEvent_t> events_;
-  cudaStream_t copy_ = nullptr;         // the activation offload's copies
-  cudaEvent_t copy_issue_ = nullptr;    // the current queue's point a copy starts after
-  std::vector<cudaEvent_t> copy_done_;  // by copy slot
+  CudaRuntime& rt_;
+  void* gemm_workspace_ = nullptr;  // the workspace table's entries (ops/workspace.h)
   std::unique_ptr<cuda::Gemm> gemm_;
-  std::unique_ptr<cuda::Fp8Gemm> fp8_gemm_;  // made by the first FP8 linear op
-  int sm_ = 0;  // compute capability, major * 10 + minor
+  void* fp8_gemm_workspace_ = nullptr;
+  std::unique_ptr<cuda::Fp8Gemm> fp8_gemm_;  // made by reserve_workspaces or the first FP8 linear op
   cuda::AttentionImpl attention_impl_ = cuda::AttentionImpl::kCudnn;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;
   bool cudnn_unavailable_ = false;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  std::vector<cudaGraphExec_t> graphs_;  // recordings (inference decode steps)
-  bool op_timing_ = false, in_timed_op_ = false;
-  std::vector<std::string> op_names_;                   // timed ops' names, by first use
-  std::unordered_map<std::string, int> op_name_index_;  // name -> index into op_names_
-  std::vector<TimedOp> timed_ops_;                      // since the last take_op_times()
-  std::vector<cudaEvent_t> free_events_;                // timing events, for reuse
 };
 
 }  // namespace anvil

@@ -19,7 +19,7 @@ void CudaOps::attention_cached_impl(Tensor out, Tensor qkv, Tensor k_cache, Tens
   s.head_dim = static_cast<int>(k_cache.dim(3));
   cuda::attention_cached(p<nv_bf16>(out), p<nv_bf16>(qkv), p<nv_bf16>(k_cache), p<nv_bf16>(v_cache),
                          p<int32_t>(slots), p<int32_t>(positions), s, scratch(cuda::decode_attention_scratch_bytes(s)),
-                         stream_);
+                         queue());
 }
 
 }  // namespace anvil

@@ -1,5 +1,6 @@
-// The elementwise ops' dispatch (CudaOps, cuda_ops.h): dtype conversion and add, to the
-// kernels of elementwise.cu, and the strided row copy (cudaMemcpy2DAsync).
+// The elementwise dispatch: add (CudaOps, cuda_ops.h) and the runtime's dtype conversion
+// (CudaRuntime, gpu_runtime.h), to the kernels of elementwise.cu, and the runtime's strided row
+// copy (cudaMemcpy2DAsync).
 #include "core/cuda/check.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/elementwise.h"
@@ -9,7 +10,7 @@ namespace anvil {
 using cuda::nv_bf16;
 using cuda::p;
 
-void CudaOps::convert_impl(Tensor dst, Tensor src) {
+void CudaRuntime::convert_impl(Tensor dst, Tensor src) {
   const int64_t n = src.numel();
   if (dst.dtype == src.dtype) {
     if (dst.data != src.data && n)
@@ -22,7 +23,7 @@ void CudaOps::convert_impl(Tensor dst, Tensor src) {
 }
 
 // CUDA's 2-D copy: one call for all the rows.
-void CudaOps::copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
+void CudaRuntime::copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
                              int64_t width) {
   const size_t es = dtype_size(in.dtype);
   CUDA_CHECK(cudaMemcpy2DAsync(out.data, static_cast<size_t>(out_pitch) * es, in.data,
@@ -33,9 +34,9 @@ void CudaOps::copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t i
 void CudaOps::add_impl(Tensor out, Tensor a, Tensor b) {
   const int64_t n = out.numel();
   if (out.dtype == DType::kBF16)
-    cuda::add_bf16(p<nv_bf16>(out), p<nv_bf16>(a), p<nv_bf16>(b), n, stream_);
+    cuda::add_bf16(p<nv_bf16>(out), p<nv_bf16>(a), p<nv_bf16>(b), n, queue());
   else
-    cuda::add_f32(p<float>(out), p<float>(a), p<float>(b), n, stream_);
+    cuda::add_f32(p<float>(out), p<float>(a), p<float>(b), n, queue());
 }
 
 }  // namespace anvil

@@ -15,10 +15,7 @@
 
 namespace anvil::cuda {
 
-namespace {
 constexpr int kThreads = 256;
-constexpr int64_t kMaxCols = 12288;  // the summed row of one id lives in 48 KB of shared memory
-}  // namespace
 
 template <int VEC>
 static __global__ void embedding_fwd_kernel(__nv_bfloat16* out, const int32_t* ids, const __nv_bfloat16* table,
@@ -100,8 +97,8 @@ void embedding_backward(float* dtable, const int32_t* ids, const __nv_bfloat16* 
   if (!accumulate)
     CUDA_CHECK(cudaMemsetAsync(dtable, 0, static_cast<size_t>(vocab * cols) * sizeof(float), stream));
   if (n == 0) return;
-  ANVIL_ENSURE(cols <= kMaxCols, kUnsupported, "embedding_backward: ", cols,
-               " columns; the CUDA kernel handles up to ", kMaxCols);
+  ANVIL_ENSURE(cols <= kMaxSharedRow, kUnsupported, "embedding_backward: ", cols,
+               " columns; the CUDA kernel handles up to ", kMaxSharedRow);
   embedding_bwd_kernel<<<static_cast<unsigned>(n), kThreads, static_cast<size_t>(cols) * sizeof(float), stream>>>(
       dtable, ids, dout, n, vocab, static_cast<int>(cols));
   CUDA_CHECK_LAUNCH();

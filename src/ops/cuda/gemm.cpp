@@ -35,10 +35,10 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
 
 }  // namespace
 
-Gemm::Gemm(cudaStream_t stream, int algo_rank) : stream_(stream), algo_rank_(algo_rank) {
+Gemm::Gemm(cudaStream_t stream, void* workspace, int algo_rank)
+    : stream_(stream), algo_rank_(algo_rank), workspace_(workspace) {
   ANVIL_ENSURE(algo_rank >= 0 && algo_rank < 16, kInternal, "GEMM algorithm rank ", algo_rank);
   CUBLAS_CHECK(cublasLtCreate(&handle_));
-  CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
 
 Gemm::~Gemm() {
@@ -48,7 +48,6 @@ Gemm::~Gemm() {
     cublasLtMatrixLayoutDestroy(p.d);
     cublasLtMatmulDescDestroy(p.desc);
   }
-  cudaFree(workspace_);
   cublasLtDestroy(handle_);
 }
 

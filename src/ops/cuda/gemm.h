@@ -17,6 +17,8 @@
 #include <map>
 #include <tuple>
 
+#include "ops/workspace.h"
+
 namespace anvil::cuda {
 
 // The largest power of two, at most 256, that p's address is a multiple of (cuBLASLt's
@@ -31,11 +33,12 @@ struct GemmOperand {
 
 class Gemm {
  public:
-  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS's advice for Hopper
+  static constexpr size_t kWorkspaceBytes = kGemmWorkspaceBytes;  // the workspace table's (ops/workspace.h)
 
+  // workspace: kWorkspaceBytes of device memory, the caller's, for the Gemm's lifetime.
   // algo_rank: which of cuBLASLt's heuristic candidates to run, best first: 0 in training;
   // others for anvil_bench_ops' comparison (a shape with fewer candidates runs its last).
-  explicit Gemm(cudaStream_t stream, int algo_rank = 0);
+  Gemm(cudaStream_t stream, void* workspace, int algo_rank = 0);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;

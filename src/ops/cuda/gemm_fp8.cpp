@@ -27,14 +27,13 @@ void destroy(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrix
 
 }  // namespace
 
-Fp8Gemm::Fp8Gemm(cudaStream_t stream, bool fast_accum) : stream_(stream), fast_accum_(fast_accum) {
+Fp8Gemm::Fp8Gemm(cudaStream_t stream, void* workspace, bool fast_accum)
+    : stream_(stream), fast_accum_(fast_accum), workspace_(workspace) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
-  CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
 
 Fp8Gemm::~Fp8Gemm() {
   for (auto& [key, p] : plans_) destroy(p.desc, p.a, p.b, p.d);
-  cudaFree(workspace_);
   cublasLtDestroy(handle_);
 }
 

@@ -17,6 +17,8 @@
 #include <map>
 #include <tuple>
 
+#include "ops/workspace.h"
+
 namespace anvil::cuda {
 
 struct Fp8Operand {
@@ -26,12 +28,13 @@ struct Fp8Operand {
 
 class Fp8Gemm {
  public:
-  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  static constexpr size_t kWorkspaceBytes = kFp8GemmWorkspaceBytes;  // the workspace table's (ops/workspace.h)
 
   // fast_accum: cuBLASLt's FP8 fast accumulation (the products summed in the tensor cores'
   // narrower accumulator throughout, never promoted to fp32): off in training (the recipe's
   // fp32 accumulation); on only for anvil_bench_ops' comparison.
-  explicit Fp8Gemm(cudaStream_t stream, bool fast_accum = false);
+  // workspace: kWorkspaceBytes of device memory, the caller's, for the Fp8Gemm's lifetime.
+  Fp8Gemm(cudaStream_t stream, void* workspace, bool fast_accum = false);
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;

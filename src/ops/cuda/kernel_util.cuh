@@ -31,6 +31,9 @@ inline unsigned grid_stride_blocks(int64_t units, int threads) {
 // True when every pointer is 16-byte aligned: 8 bf16 or 4 floats move as one vector.
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// The longest row of floats one block keeps in shared memory: 48 KB, the default limit.
+constexpr int64_t kMaxSharedRow = 12288;
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -41,31 +44,24 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sum over the block, returned to every thread. blockDim.x is a multiple of 32, at most
-// 1024. Safe to call repeatedly (the trailing barrier protects the scratch).
-__device__ __forceinline__ float block_sum(float v) {
+// The block's sum (kMax false) or max (true), returned to every thread. blockDim.x is a
+// multiple of 32, at most 1024. Safe to call repeatedly (the trailing barrier protects the
+// scratch).
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v) {
   __shared__ float part[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = warp_sum(v);
+  v = kMax ? warp_max(v) : warp_sum(v);
   if (lane == 0) part[warp] = v;
   __syncthreads();
-  float r = lane < nwarps ? part[lane] : 0.0f;
-  r = warp_sum(r);
+  float r = lane < nwarps ? part[lane] : kMax ? -INFINITY : 0.0f;
+  r = kMax ? warp_max(r) : warp_sum(r);
   __syncthreads();
   return r;
 }
 
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float part[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = warp_max(v);
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  float r = lane < nwarps ? part[lane] : -INFINITY;
-  r = warp_max(r);
-  __syncthreads();
-  return r;
-}
+__device__ __forceinline__ float block_sum(float v) { return block_reduce<false>(v); }
+__device__ __forceinline__ float block_max(float v) { return block_reduce<true>(v); }
 
 // max(m, the largest |v[i]| rounded to bf16, as store_bf16 stores it).
 template <int VEC>

@@ -25,12 +25,12 @@ cuda::AmaxSlot amax_slot(const Fp8Amax& a, int index) {
 }  // namespace
 
 std::string CudaOps::fp8_unsupported(Fp8Recipe recipe) const {
-  if (sm_ < 89)
+  if (rt_.sm() < 89)
     return cat("FP8 tensor cores need compute capability 8.9 or newer (Ada, Hopper, Blackwell); this GPU is ",
-               sm_ / 10, ".", sm_ % 10);
+               rt_.sm() / 10, ".", rt_.sm() % 10);
   // Measured on an H200 with CUDA 13.0's cuBLASLt: no algorithm for outer-vector (per-row)
   // scales on compute capability 9.0, at any shape of the blocks' GEMMs.
-  if (recipe == Fp8Recipe::kRowwise && sm_ / 10 == 9)
+  if (recipe == Fp8Recipe::kRowwise && rt_.sm() / 10 == 9)
     return "cuBLASLt has no FP8 GEMM with per-row scales on compute capability 9.0 (Hopper)";
   return "";
 }
@@ -45,9 +45,9 @@ std::pair<cuda::Fp8Operand, cuda::Fp8Operand> CudaOps::quantize_fp8_pair(Fp8Sour
   auto* p_stat = reinterpret_cast<float*>(s + layout.p_bytes + layout.q_bytes);
   auto* q_stat = reinterpret_cast<float*>(s + layout.p_bytes + layout.q_bytes + layout.p_stats);
   const float* p_inv = cuda::quantize_fp8(p8, p_stat, static_cast<const nv_bf16*>(ps.src), ps.rows, k, ps.transposed,
-                                          rowwise, stream_, nullptr, ps.amax);
+                                          rowwise, queue(), nullptr, ps.amax);
   const float* q_inv = cuda::quantize_fp8(q8, q_stat, static_cast<const nv_bf16*>(qs.src), qs.rows, k, qs.transposed,
-                                          rowwise, stream_, nullptr, qs.amax);
+                                          rowwise, queue(), nullptr, qs.amax);
   return {{p8, p_inv}, {q8, q_inv}};
 }
 
@@ -81,11 +81,11 @@ void CudaOps::linear_fp8_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy
     g.run(dw.data, dw_out.bf16 ? CUDA_R_16BF : CUDA_R_32F, K, dyq, xq, N, K, M, accumulate ? 1.0f : 0.0f, nullptr,
           recipe == Fp8Recipe::kRowwise);
   } else if (!accumulate) {
-    zero_impl(dw);
+    rt_.zero(dw);
   }
   if (present(dbias))
     cuda::bias_grad(cuda::grad_out(dbias), p<nv_bf16>(dy), M, N, accumulate,
-                    scratch(cuda::bias_grad_scratch_bytes(M, N)), stream_);
+                    scratch(cuda::bias_grad_scratch_bytes(M, N)), queue());
 }
 
 // Tensorwise: dy quantized once, both ways from one amax and one read (fp8_cast.h's straight
@@ -105,19 +105,19 @@ void CudaOps::linear_fp8_backward_impl(Tensor dx, Tensor dw, Tensor dbias, Tenso
   auto* dy_stat = reinterpret_cast<float*>(s + layout.p_bytes + layout.q_bytes);
   auto* other_stat = reinterpret_cast<float*>(s + layout.p_bytes + layout.q_bytes + layout.p_stats);
   const auto bf = [](const Tensor& t) { return static_cast<const nv_bf16*>(t.data); };
-  const float* dy_inv = cuda::quantize_fp8(dy_t8, dy_stat, bf(dy), N, M, true, false, stream_, dy8);
+  const float* dy_inv = cuda::quantize_fp8(dy_t8, dy_stat, bf(dy), N, M, true, false, queue(), dy8);
   // dw (N, K) = dy^T (N, M) . x (M, K), as linear_fp8_backward_weight_impl.
-  const float* x_inv = cuda::quantize_fp8(other8, other_stat, bf(x), K, M, true, false, stream_, nullptr,
+  const float* x_inv = cuda::quantize_fp8(other8, other_stat, bf(x), K, M, true, false, queue(), nullptr,
                                           amax_slot(amax, 0));
   g.run(dw.data, cuda::grad_out(dw).bf16 ? CUDA_R_16BF : CUDA_R_32F, K, {dy_t8, dy_inv}, {other8, x_inv}, N, K, M,
         accumulate ? 1.0f : 0.0f, nullptr, false);
   // dx (M, K) = dy (M, N) . w (N, K), as linear_fp8_backward_input_impl.
-  const float* w_inv = cuda::quantize_fp8(other8, other_stat, bf(w), K, N, true, false, stream_, nullptr,
+  const float* w_inv = cuda::quantize_fp8(other8, other_stat, bf(w), K, N, true, false, queue(), nullptr,
                                           amax_slot(amax, 1));
   g.run(dx.data, CUDA_R_16BF, K, {dy8, dy_inv}, {other8, w_inv}, M, K, N, 0.0f, nullptr, false);
   if (present(dbias))
     cuda::bias_grad(cuda::grad_out(dbias), p<nv_bf16>(dy), M, N, accumulate,
-                    scratch(cuda::bias_grad_scratch_bytes(M, N)), stream_);
+                    scratch(cuda::bias_grad_scratch_bytes(M, N)), queue());
 }
 
 }  // namespace anvil

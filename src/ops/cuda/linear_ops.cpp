@@ -18,7 +18,7 @@ void CudaOps::linear_forward_impl(Tensor y, Tensor x, Tensor w, Tensor bias) {
   cuda::Gemm& gemm_main = gemm(op);  // linear layers run on the main queue only
   if (env_gemv() && cuda::gemv_fits(M, K, x.data, w.data)) {  // a decode step's few rows
     cuda::gemv(y.data, f32_out, p<nv_bf16>(x), p<nv_bf16>(w), present(bias) ? p<nv_bf16>(bias) : nullptr, M, N, K,
-               stream_);
+               queue());
     return;
   }
   gemm_main.run(y.data, f32_out ? CUDA_R_32F : CUDA_R_16BF, N, {x.data, K, false}, {w.data, K, true}, M, N, K, 0.0f,
@@ -40,10 +40,10 @@ void CudaOps::linear_backward_weight_impl(Tensor dw, Tensor dbias, Tensor dy, Te
     gemm(op).run(dw.data, dw_out.bf16 ? CUDA_R_16BF : CUDA_R_32F, K, {dy.data, N, true}, {x.data, K, false}, N, K, M,
                  accumulate ? 1.0f : 0.0f, nullptr);
   else if (!accumulate)
-    zero_impl(dw);
+    rt_.zero(dw);
   if (present(dbias))
     cuda::bias_grad(cuda::grad_out(dbias), p<nv_bf16>(dy), M, N, accumulate,
-                    scratch(cuda::bias_grad_scratch_bytes(M, N)), stream_);
+                    scratch(cuda::bias_grad_scratch_bytes(M, N)), queue());
 }
 
 }  // namespace anvil

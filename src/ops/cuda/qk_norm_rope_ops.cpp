@@ -37,7 +37,7 @@ void CudaOps::qk_norm_rope_forward_impl(Tensor out, Tensor rstd, Tensor in, Tens
   const bool norm = present(q_w);
   cuda::qk_norm_rope_forward(p<nv_bf16>(out), norm ? p<float>(rstd) : nullptr, p<nv_bf16>(in),
                              norm ? p<nv_bf16>(q_w) : nullptr, norm ? p<nv_bf16>(k_w) : nullptr, p<float>(cos),
-                             p<float>(sin), s, eps, stream_);
+                             p<float>(sin), s, eps, queue());
 }
 
 void CudaOps::qk_norm_rope_backward_impl(Tensor din, Tensor dq_w, Tensor dk_w, Tensor dout, Tensor in, Tensor q_w,
@@ -50,7 +50,7 @@ void CudaOps::qk_norm_rope_backward_impl(Tensor din, Tensor dq_w, Tensor dk_w, T
   cuda::qk_norm_rope_backward(p<nv_bf16>(din), dq_out, dk_out, p<nv_bf16>(dout), p<nv_bf16>(in),
                               norm ? p<nv_bf16>(q_w) : nullptr, norm ? p<nv_bf16>(k_w) : nullptr,
                               norm ? p<float>(rstd) : nullptr, p<float>(cos), p<float>(sin), s, accumulate_dw,
-                              scratch(cuda::qk_norm_rope_backward_scratch_bytes(s)), stream_);
+                              scratch(cuda::qk_norm_rope_backward_scratch_bytes(s)), queue());
 }
 
 }  // namespace anvil

@@ -23,21 +23,14 @@ namespace anvil::cuda {
 
 namespace {
 constexpr int kThreads = 256;
-constexpr int64_t kMaxCols = 12288;  // the dw row of one block lives in 48 KB of shared memory
 }  // namespace
 
+// The end of both forwards, for row r whose threads hold the partial sums ss of its squares:
+// rstd[r], out's row = xr * rstd * w, and the amax of what is stored (amax may be null).
 template <int VEC>
-static __global__ void rmsnorm_fwd_kernel(__nv_bfloat16* out, float* rstd, float* amax, const __nv_bfloat16* x,
-                                          const __nv_bfloat16* w, int cols, float eps) {
-  const int64_t r = blockIdx.x;
-  const __nv_bfloat16* xr = x + r * cols;
-  float ss = 0.0f;
-  for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
-    float v[VEC];
-    load_bf16<VEC>(xr + c, v);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) ss += v[i] * v[i];
-  }
+static __device__ __forceinline__ void rmsnorm_row_out(__nv_bfloat16* out, float* rstd, float* amax,
+                                                       const __nv_bfloat16* xr, const __nv_bfloat16* w, int64_t r,
+                                                       int cols, float eps, float ss) {
   ss = block_sum(ss);
   const float rs = rsqrtf(ss / static_cast<float>(cols) + eps);
   if (threadIdx.x == 0) rstd[r] = rs;
@@ -52,6 +45,21 @@ static __global__ void rmsnorm_fwd_kernel(__nv_bfloat16* out, float* rstd, float
     if (amax) m = amax_bf16(m, v);
   }
   if (amax) block_amax_to(amax, m);
+}
+
+template <int VEC>
+static __global__ void rmsnorm_fwd_kernel(__nv_bfloat16* out, float* rstd, float* amax, const __nv_bfloat16* x,
+                                          const __nv_bfloat16* w, int cols, float eps) {
+  const int64_t r = blockIdx.x;
+  const __nv_bfloat16* xr = x + r * cols;
+  float ss = 0.0f;
+  for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
+    float v[VEC];
+    load_bf16<VEC>(xr + c, v);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) ss += v[i] * v[i];
+  }
+  rmsnorm_row_out<VEC>(out, rstd, amax, xr, w, r, cols, eps, ss);
 }
 
 template <int VEC>
@@ -72,20 +80,7 @@ static __global__ void add_rmsnorm_fwd_kernel(__nv_bfloat16* sum, __nv_bfloat16*
 #pragma unroll
     for (int i = 0; i < VEC; ++i) ss += v[i] * v[i];
   }
-  ss = block_sum(ss);
-  const float rs = rsqrtf(ss / static_cast<float>(cols) + eps);
-  if (threadIdx.x == 0) rstd[r] = rs;
-  float m = 0.0f;
-  for (int c = threadIdx.x * VEC; c < cols; c += blockDim.x * VEC) {
-    float v[VEC], wv[VEC];
-    load_bf16<VEC>(sr + c, v);
-    load_bf16<VEC>(w + c, wv);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) v[i] = v[i] * rs * wv[i];
-    store_bf16<VEC>(out + r * cols + c, v);
-    if (amax) m = amax_bf16(m, v);
-  }
-  if (amax) block_amax_to(amax, m);
+  rmsnorm_row_out<VEC>(out, rstd, amax, sr, w, r, cols, eps, ss);
 }
 
 template <int VEC>
@@ -173,8 +168,8 @@ void rmsnorm_backward(__nv_bfloat16* dx, GradOut dw, const __nv_bfloat16* dout, 
     if (!accumulate_dw) CUDA_CHECK(cudaMemsetAsync(dw.ptr, 0, dw.bytes(cols), stream));
     return;
   }
-  ANVIL_ENSURE(cols <= kMaxCols, kUnsupported, "rmsnorm_backward: ", cols, " columns; the CUDA kernel handles up to ",
-               kMaxCols);
+  ANVIL_ENSURE(cols <= kMaxSharedRow, kUnsupported, "rmsnorm_backward: ", cols,
+               " columns; the CUDA kernel handles up to ", kMaxSharedRow);
   const int blocks = bwd_blocks(rows), c = static_cast<int>(cols);
   const size_t smem = static_cast<size_t>(cols) * sizeof(float);
   float* partials = static_cast<float*>(scratch);

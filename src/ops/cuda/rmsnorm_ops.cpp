@@ -10,13 +10,13 @@ using cuda::p;
 
 void CudaOps::rmsnorm_forward_impl(Tensor out, Tensor rstd, Tensor x, Tensor w, float eps, Tensor amax) {
   cuda::rmsnorm_forward(p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(x), p<nv_bf16>(w), x.rows(), x.cols(), eps,
-                        stream_, cuda::present(amax) ? p<float>(amax) : nullptr);
+                        queue(), cuda::present(amax) ? p<float>(amax) : nullptr);
 }
 
 void CudaOps::add_rmsnorm_forward_impl(Tensor sum, Tensor out, Tensor rstd, Tensor a, Tensor b, Tensor w, float eps,
                                        Tensor amax) {
   cuda::add_rmsnorm_forward(p<nv_bf16>(sum), p<nv_bf16>(out), p<float>(rstd), p<nv_bf16>(a), p<nv_bf16>(b),
-                            p<nv_bf16>(w), a.rows(), a.cols(), eps, stream_,
+                            p<nv_bf16>(w), a.rows(), a.cols(), eps, queue(),
                             cuda::present(amax) ? p<float>(amax) : nullptr);
 }
 
@@ -25,7 +25,7 @@ void CudaOps::rmsnorm_backward_impl(Tensor dx, Tensor dw, Tensor dout, Tensor x,
   const int64_t R = x.rows(), C = x.cols();
   cuda::rmsnorm_backward(p<nv_bf16>(dx), cuda::grad_out(dw), p<nv_bf16>(dout), p<nv_bf16>(x), p<nv_bf16>(w),
                          p<float>(rstd), R, C, accumulate, accumulate_dw,
-                         scratch(cuda::rmsnorm_backward_scratch_bytes(R, C)), stream_);
+                         scratch(cuda::rmsnorm_backward_scratch_bytes(R, C)), queue());
 }
 
 }  // namespace anvil

@@ -7,7 +7,7 @@ namespace anvil {
 void CudaOps::sum_squares_impl(Tensor out, Tensor x) {
   const cuda::GradOut in = cuda::grad_out(x);
   cuda::sum_squares(cuda::p<float>(out), in.ptr, in.bf16, x.numel(),
-                    scratch(cuda::sum_squares_scratch_bytes(x.numel())), stream_);
+                    scratch(cuda::sum_squares_scratch_bytes(x.numel())), queue());
 }
 
 }  // namespace anvil

@@ -1,7 +1,6 @@
-// The CPU backend's memory (host memory, 64-byte aligned), copies (strided rows too) and dtype
-// conversion, op timing (the host's clock); make_cpu_ops. The ops are in the files named for them
-// (cpu_ops.h).
-#include "ops/cpu/cpu_ops.h"
+// The CPU backend's runtime (cpu_runtime.h): memory, copies, dtype conversion, op timing; and
+// make_cpu_ops, the op set on it. The ops are in the files named for them (cpu_ops.h).
+#include "ops/cpu/cpu_runtime.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,23 +10,24 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "ops/cpu/cpu_math.h"
+#include "ops/cpu/cpu_ops.h"
 
 namespace anvil {
 
-using cpu::f32;
+using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
-void* CpuOps::alloc_impl(size_t bytes) {
+void* CpuRuntime::alloc_impl(size_t bytes) {
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
   ANVIL_ENSURE(p, kOutOfMemory, "host allocation of ", bytes, " bytes failed");
   return p;
 }
 
-void CpuOps::release_impl(void* p) { std::free(p); }
-void CpuOps::upload_impl(Tensor dst, const void* src) { std::memcpy(dst.data, src, dst.bytes()); }
-void CpuOps::download_impl(void* dst, Tensor src) { std::memcpy(dst, src.data, src.bytes()); }
-void CpuOps::zero_impl(Tensor t) { std::memset(t.data, 0, t.bytes()); }
+void CpuRuntime::release_impl(void* p) { std::free(p); }
+void CpuRuntime::upload_impl(Tensor dst, const void* src) { std::memcpy(dst.data, src, dst.bytes()); }
+void CpuRuntime::download_impl(void* dst, Tensor src) { std::memcpy(dst, src.data, src.bytes()); }
+void CpuRuntime::zero_impl(Tensor t) { std::memset(t.data, 0, t.bytes()); }
 
-void CpuOps::begin_op(const std::string& name) {
+void CpuRuntime::begin_op(const std::string& name) {
   auto [it, fresh] = row_.emplace(name, times_.ops.size());
   if (fresh) times_.ops.push_back({name, 0, 0, 0});
   current_ = it->second;
@@ -36,7 +36,7 @@ void CpuOps::begin_op(const std::string& name) {
   if (times_.ops.size() == 1 && times_.ops[0].calls == 0) first_start_ = start_;
 }
 
-void CpuOps::end_op() noexcept {
+void CpuRuntime::end_op() noexcept {
   const auto end = std::chrono::steady_clock::now();
   OpTime& t = times_.ops[current_];
   const double ms = std::chrono::duration<double, std::milli>(end - start_).count();
@@ -47,14 +47,14 @@ void CpuOps::end_op() noexcept {
   in_op_ = false;
 }
 
-Ops::OpTimes CpuOps::take_op_times() {
+Runtime::OpTimes CpuRuntime::take_op_times() {
   OpTimes r;
   std::swap(r, times_);
   row_.clear();
   return r;
 }
 
-void CpuOps::convert_impl(Tensor dst, Tensor src) {
+void CpuRuntime::convert_impl(Tensor dst, Tensor src) {
   const int64_t n = dst.numel();
   if (dst.dtype == src.dtype) {
     if (dst.data != src.data) std::memcpy(dst.data, src.data, dst.bytes());
@@ -73,7 +73,7 @@ void CpuOps::convert_impl(Tensor dst, Tensor src) {
   }
 }
 
-void CpuOps::copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
+void CpuRuntime::copy_rows_impl(Tensor out, int64_t out_pitch, Tensor in, int64_t in_pitch, int64_t rows,
                             int64_t width) {
   const size_t es = dtype_size(in.dtype);
   char* o = static_cast<char*>(out.data);
