@@ -1,4 +1,4 @@
-// The run that the CPU and GPU tests of the FP8 amax slots (model/transformer.h) compare with
+// The run that the CPU and GPU tests of the FP8 amax slots (model/fp8_slots.h) compare with
 // itself: the tiny preset trained 3 steps of 2 micro-batches with --fp8 tensorwise, with
 // ANVIL_FP8_AMAX_REUSE set as asked (read when the model is built), so that the same steps with
 // the slots and without them can be checked bit for bit.

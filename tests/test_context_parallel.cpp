@@ -247,7 +247,8 @@ TEST(ContextParallel, PlanCountsARanksSlice) {
   run_ranks(4, [&](Comm& comm) {
     const ParamTable t(small, 4);
     const std::unique_ptr<Ops> ops = make_cpu_ops();
-    const Transformer model(small, t, *ops, kBatch, kSeq, Recompute::kSelective, kMlpTileAuto, DType::kF32, &comm);
+    const Transformer model(small, t, *ops, kBatch, kSeq,
+                            {.recompute = Recompute::kSelective, .context_parallel = &comm});
     testing::PlanCase p(small);
     p.data.seq_len = kSeq;
     p.data.micro_batch = kBatch;

@@ -6,7 +6,7 @@
 // tiny model trained 8 steps with each recipe, every step's loss and gradients against the
 // recipe in PyTorch on the weights anvil reached (checkpointed every step and exported); the
 // same run with recomputation, accumulation and 2 ranks (ddp, fsdp); tensorwise steps with the
-// amax slots (model/transformer.h) bit for bit those without; --fp8 refused where the device
+// amax slots (model/fp8_slots.h) bit for bit those without; --fp8 refused where the device
 // cannot run it; a resume naming a changed recipe; bench step's FP8 peak.
 #include <gtest/gtest.h>
 

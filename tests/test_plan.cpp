@@ -242,8 +242,7 @@ TEST(Plan, ModelAllocatesWhatThePlanCounts) {
         in.parallel.fp8 = fp8;
         const int64_t before = ops->runtime().memory_stats().allocated;
         {
-          const Transformer model(k.config, table, *ops, k.micro_batch, k.seq_len, r, kMlpTileAuto, DType::kF32,
-                                  nullptr, fp8);
+          const Transformer model(k.config, table, *ops, k.micro_batch, k.seq_len, {.recompute = r, .fp8 = fp8});
           EXPECT_EQ(ops->runtime().memory_stats().allocated - before, plan_memory(in.run()).activations)
               << k.config.architecture << " " << k.micro_batch << "x" << k.seq_len << " " << recompute_name(r)
               << " fp8 " << fp8_recipe_name(fp8);
@@ -253,7 +252,7 @@ TEST(Plan, ModelAllocatesWhatThePlanCounts) {
     }
   }
   const ParamTable tiny(cases[0].config, 1);
-  EXPECT_THROW(Transformer(cases[0].config, tiny, *ops, 2, 24, Recompute::kAuto), Error);
+  EXPECT_THROW(Transformer(cases[0].config, tiny, *ops, 2, 24, {.recompute = Recompute::kAuto}), Error);
   EXPECT_THROW(activation_buffers(cases[0].config, 2, 24, Recompute::kAuto, DType::kF32), Error);
   EXPECT_EQ(parse_recompute("selective"), Recompute::kSelective);
   EXPECT_THROW(parse_recompute("some"), Error);

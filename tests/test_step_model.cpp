@@ -114,7 +114,7 @@ TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
       {"tiny-qwen3-untied", ParallelMode::kFsdp, 2, 1, 1, Recompute::kNone, DType::kBF16},
       {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32, 12},  // MLP tiles of 12, 12, 8
       {"tiny", ParallelMode::kFsdp, 2, 1, 1, Recompute::kFull, DType::kF32, 12},
-      // FP8 block linears: dw and dx of one layer in one op (Transformer::block_linear_backward)
+      // FP8 block linears: dw and dx of one layer in one op (BlockLinears::backward)
       {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32, kMlpTileAuto, Fp8Recipe::kTensorwise},
       {"tiny", ParallelMode::kFsdp, 2, 1, 1, Recompute::kFull, DType::kF32, 12, Fp8Recipe::kTensorwise},
   };

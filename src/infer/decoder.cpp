@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/bf16.h"
 #include "core/error.h"
@@ -10,17 +11,35 @@
 namespace anvil {
 namespace {
 
-// A view of `shape` at element `offset` of a flat buffer.
-Tensor part(const Tensor& t, int64_t offset, Shape shape) {
-  ANVIL_ASSERT(offset >= 0 && offset + shape.numel() <= t.numel());
-  return Tensor(static_cast<char*>(t.data) + static_cast<size_t>(offset) * dtype_size(t.dtype), t.dtype, shape,
-                t.device);
-}
-
 // The first `rows` rows of a (capacity, ...) buffer, as (rows, cols).
 Tensor first(const Tensor& t, int64_t rows) { return Tensor(t.data, t.dtype, {rows, t.cols()}, t.device); }
 
 }  // namespace
+
+// The cached attention of the rows of one forward (Buffers), in the layer set_layer names.
+class Decoder::CachedAttention final : public BlockAttention {
+ public:
+  CachedAttention(const Decoder& d, const Buffers& b) : d_(d), b_(b) {}
+  void set_layer(int64_t layer) { layer_ = static_cast<size_t>(layer); }
+
+  Tensor forward(const BlockWeights& w, const Activations& a) override {
+    using enum Activation;
+    const ModelConfig& c = d_.c_;
+    const int H = static_cast<int>(c.num_heads), KV = static_cast<int>(c.num_kv_heads);
+    const int64_t R = a[kAtt].rows();
+    const Tensor qkv = a[kQkv].reshape(a[kQkvRaw].shape);
+    d_.ops_.qk_norm_rope_forward(qkv, a[kRstdQk], a[kQkvRaw], w.q_norm, w.k_norm, b_.cos, b_.sin, H, KV,
+                                 static_cast<float>(c.rms_norm_eps));
+    d_.ops_.attention_cached(a[kAtt].reshape({R, H, c.head_dim}), qkv, d_.k_cache_[layer_], d_.v_cache_[layer_],
+                             b_.slots, b_.positions, H, KV);
+    return a[kAtt];
+  }
+
+ private:
+  const Decoder& d_;
+  const Buffers& b_;
+  size_t layer_ = 0;
+};
 
 // ---- ResidentWeights
 
@@ -55,7 +74,8 @@ Tensor ResidentWeights::grads(int) { raise(ErrorKind::kInternal, "inference weig
 
 Decoder::Decoder(const ModelConfig& config, const ParamTable& table, Ops& ops, UnitSource& weights)
     : c_(config), table_(table), ops_(ops), weights_(weights), cd_(ops.compute_dtype()),
-      inv_freq_(rope_inv_freq(config)) {}
+      inv_freq_(rope_inv_freq(config)), linears_(ops, Fp8Recipe::kOff, no_slots_),
+      untiled_(ops, linears_, std::numeric_limits<int64_t>::max()), block_(config, ops, linears_, untiled_) {}
 
 Decoder::~Decoder() {
   ops_.runtime().drop_recordings();
@@ -106,25 +126,29 @@ void Decoder::reserve_rows(int64_t rows, int64_t outputs) {
   free_all(row_buffers_);
   rows_cap_ = std::max(rows, rows_cap_);
   outputs_cap_ = std::max(outputs, outputs_cap_);
-  const int64_t R = rows_cap_, n = outputs_cap_, C = c_.hidden_size, I = c_.intermediate_size;
-  const int64_t H = c_.num_heads, KV = c_.num_kv_heads, hd = c_.head_dim;
+  const int64_t R = rows_cap_, n = outputs_cap_, C = c_.hidden_size, hd = c_.head_dim;
   const DType F = DType::kF32;
   staging_ = make({rope_at(R, n) + R * hd}, DType::kI32, row_buffers_);
-  x_ = make({R, C}, cd_, row_buffers_);
-  h_ = make({R, C}, cd_, row_buffers_);
-  rstd_ = make({R}, F, row_buffers_);
-  qkv_raw_ = make({R, H + 2 * KV, hd}, cd_, row_buffers_);
-  qkv_ = make({R, H + 2 * KV, hd}, cd_, row_buffers_);
-  rstd_qk_ = make({R, H + KV}, F, row_buffers_);
-  att_ = make({R, H * hd}, cd_, row_buffers_);
-  tmp_ = make({R, C}, cd_, row_buffers_);
-  gate_up_ = make({R, 2 * I}, cd_, row_buffers_);
-  act_ = make({R, I}, cd_, row_buffers_);
+  acts_ = Activations();
+  for (const ActivationBuffer& b : decode_buffers(c_, R, cd_)) acts_[b.what] = make(b.shape, b.dtype, row_buffers_);
   last_ = make({n, C}, cd_, row_buffers_);
   last_norm_ = make({n, C}, cd_, row_buffers_);
   last_rstd_ = make({n}, F, row_buffers_);
   logits_ = make({n, c_.vocab_size}, F, row_buffers_);
   argmax_ = make({n}, DType::kI32, row_buffers_);
+}
+
+Activations Decoder::rows_of(int64_t rows) const {
+  Activations a;
+  for (size_t k = 0; k < kActivationKinds; ++k) {
+    const Tensor& t = acts_[static_cast<Activation>(k)];
+    Shape shape = t.shape;
+    shape.dims[0] = rows;
+    if (t.data) a[static_cast<Activation>(k)] = Tensor(t.data, t.dtype, shape, t.device);
+  }
+  a[Activation::kH2] = a[Activation::kH1];
+  a[Activation::kRstd2] = a[Activation::kRstd1];
+  return a;
 }
 
 // Where the RoPE tables start in the staging buffer, after the 3R + n ids: at a multiple
@@ -149,67 +173,48 @@ Decoder::Buffers Decoder::upload(const DecodeRows& rows) {
   float* sn = cs + R * half;
   for (int64_t r = 0; r < R; ++r)
     rope_row(c_, inv_freq_, rows.positions[static_cast<size_t>(r)], cs + r * half, sn + r * half);
-  ops_.runtime().upload(part(staging_, 0, {static_cast<int64_t>(host.size())}), host.data());
+  ops_.runtime().upload(tensor_at(staging_, 0, {static_cast<int64_t>(host.size())}), host.data());
   Buffers b;
-  b.ids = part(staging_, 0, {R});
-  b.slots = part(staging_, R, {R});
-  b.positions = part(staging_, 2 * R, {R});
-  b.outputs = part(staging_, 3 * R, {n});
+  b.ids = tensor_at(staging_, 0, {R});
+  b.slots = tensor_at(staging_, R, {R});
+  b.positions = tensor_at(staging_, 2 * R, {R});
+  b.outputs = tensor_at(staging_, 3 * R, {n});
   const Tensor f(staging_.data, DType::kF32, staging_.shape, staging_.device);
-  b.cos = part(f, at, {R, half});
-  b.sin = part(f, at + R * half, {R, half});
+  b.cos = tensor_at(f, at, {R, half});
+  b.sin = tensor_at(f, at + R * half, {R, half});
   return b;
 }
 
 void Decoder::run(const Buffers& b, int64_t R, int64_t n, bool greedy) {
-  const BlockOffsets& o = table_.block();
-  const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim(), V = c_.vocab_size;
-  const int H = static_cast<int>(c_.num_heads), KV = static_cast<int>(c_.num_kv_heads);
-  const int64_t hd = c_.head_dim;
+  const int64_t L = c_.num_layers;
   const float eps = static_cast<float>(c_.rms_norm_eps);
-  const Tensor x = first(x_, R), h = first(h_, R), tmp = first(tmp_, R), att = first(att_, R);
-  const Tensor rstd(rstd_.data, DType::kF32, {R}, rstd_.device);
-  const Tensor qkv_raw(qkv_raw_.data, cd_, {R, H + 2 * KV, hd}, qkv_raw_.device);
-  const Tensor qkv(qkv_.data, cd_, {R, H + 2 * KV, hd}, qkv_.device);
-  const Tensor rstd_qk = first(rstd_qk_, R), gate_up = first(gate_up_, R), act = first(act_, R);
-
-  ops_.embedding_forward(x, b.ids, part(weights_.weights(table_.embed_unit()), 0, {V, C}));
-  weights_.release(table_.embed_unit());
+  const Activations a = rows_of(R);
+  const Tensor x = a[Activation::kResidual];
+  const int embed = table_.embed_unit();
+  ops_.embedding_forward(x, b.ids, table_.unit_tensor(embed, weights_.weights(embed)));
+  weights_.release(embed);
+  CachedAttention attention(*this, b);
   Tensor w = weights_.weights(table_.block_unit(0));
-  ops_.rmsnorm_forward(h, rstd, x, part(w, o.attn_norm, {C}), eps);
-  for (int64_t l = 0; l < c_.num_layers; ++l) {
-    // Transformer::block_forward's ops with the cached attention; each residual add is
-    // fused with the norm that follows it (the next block's attention norm is done here).
-    ops_.linear_forward(qkv_raw.reshape({R, Q}), h, part(w, o.qkv_w, {Q, C}),
-                        c_.qkv_bias ? part(w, o.qkv_b, {Q}) : Tensor());
-    const Tensor qn = c_.qk_norm ? part(w, o.q_norm, {hd}) : Tensor();
-    const Tensor kn = c_.qk_norm ? part(w, o.k_norm, {hd}) : Tensor();
-    ops_.qk_norm_rope_forward(qkv, rstd_qk, qkv_raw, qn, kn, b.cos, b.sin, H, KV, eps);
-    ops_.attention_cached(att.reshape({R, H, hd}), qkv, k_cache_[static_cast<size_t>(l)],
-                          v_cache_[static_cast<size_t>(l)], b.slots, b.positions, H, KV);
-    ops_.linear_forward(tmp, att, part(w, o.o_w, {C, c_.q_dim()}), Tensor());
-    ops_.add_rmsnorm_forward(x, h, rstd, x, tmp, part(w, o.mlp_norm, {C}), eps);
-    ops_.linear_forward(gate_up, h, part(w, o.gate_up_w, {2 * I, C}), Tensor());
-    ops_.swiglu_forward(act, gate_up);
-    ops_.linear_forward(tmp, act, part(w, o.down_w, {C, I}), Tensor());
+  for (int64_t l = 0; l < L; ++l) {
+    // The stream in place: block l + 1's attention norm is fused with block l's last add.
+    NormFusion fusion{l > 0, Tensor()};
+    const Tensor next = l + 1 < L ? weights_.weights(table_.block_unit(l + 1)) : Tensor();
+    if (next.data) fusion.next_norm = table_.block_weights(next).attn_norm;
+    attention.set_layer(l);
+    block_.forward(table_.block_weights(w), attention, a, x, x, fusion);
     weights_.release(table_.block_unit(l));
-    if (l + 1 == c_.num_layers) {
-      ops_.add(x, tmp, x);
-    } else {
-      w = weights_.weights(table_.block_unit(l + 1));
-      ops_.add_rmsnorm_forward(x, h, rstd, x, tmp, part(w, o.attn_norm, {C}), eps);
-    }
+    w = next;
   }
   // The rows that need logits: gathered (an embedding lookup into x), normed, projected.
   const Tensor last = first(last_, n), last_norm = first(last_norm_, n);
   const Tensor last_rstd(last_rstd_.data, DType::kF32, {n}, last_rstd_.device);
   ops_.embedding_forward(last, b.outputs, x);
   const int norm = table_.norm_unit(), head = table_.lm_head_unit();
-  ops_.rmsnorm_forward(last_norm, last_rstd, last, part(weights_.weights(norm), 0, {C}), eps);
+  ops_.rmsnorm_forward(last_norm, last_rstd, last, table_.unit_tensor(norm, weights_.weights(norm)), eps);
   weights_.release(norm);
-  ops_.linear_forward(first(logits_, n), last_norm, part(weights_.weights(head), 0, {V, C}), Tensor());
+  ops_.linear_forward(first(logits_, n), last_norm, table_.unit_tensor(head, weights_.weights(head)), Tensor());
   weights_.release(head);
-  if (greedy) ops_.argmax_rows(part(argmax_, 0, {n}), first(logits_, n));
+  if (greedy) ops_.argmax_rows(tensor_at(argmax_, 0, {n}), first(logits_, n));
 }
 
 void Decoder::forward(const DecodeRows& rows, std::vector<float>& logits) {
@@ -222,7 +227,7 @@ void Decoder::forward(const DecodeRows& rows, std::vector<float>& logits) {
 void Decoder::forward_greedy(const DecodeRows& rows, std::vector<int32_t>& ids) {
   compute(rows, true);
   ids.resize(rows.outputs.size());
-  ops_.runtime().download(ids.data(), part(argmax_, 0, {static_cast<int64_t>(ids.size())}));
+  ops_.runtime().download(ids.data(), tensor_at(argmax_, 0, {static_cast<int64_t>(ids.size())}));
 }
 
 void Decoder::compute(const DecodeRows& rows, bool greedy) {

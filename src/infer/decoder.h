@@ -1,10 +1,10 @@
 // The inference forward of the model: a KV cache, then rows of new tokens.
 //
-// The same blocks as Transformer (model/transformer.h), run through the same ops in the
-// same order, with two differences: attention reads and extends a KV cache
-// (Ops::attention_cached) instead of attending within a fixed (B, T) block, and each
-// residual add runs fused with the norm after it (Ops::add_rmsnorm_forward, the results of
-// the two ops: fewer kernels per decode step). A call runs
+// The same block as Transformer's (model/block.h), with two differences: attention reads
+// and extends a KV cache (Ops::attention_cached) instead of attending within a fixed (B, T)
+// block, and the residual stream runs in place, each residual add fused with the norm after
+// it (Ops::add_rmsnorm_forward, the results of the two ops: fewer kernels per decode step;
+// model/block.h's NormFusion). A call runs
 // any set of rows, each a token of some sequence (its cache slot) at some position, so a
 // prefill of prompts of different lengths (all their tokens, packed without padding) and
 // a decode step (one row per sequence) are the same forward. Only the rows that need
@@ -20,6 +20,8 @@
 #include <tuple>
 #include <vector>
 
+#include "model/activations.h"
+#include "model/block.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "model/transformer.h"
@@ -94,7 +96,9 @@ class Decoder {
   struct Buffers {  // views of the first R rows / n outputs of the row buffers
     Tensor ids, slots, positions, outputs, cos, sin;
   };
+  class CachedAttention;
   Tensor make(Shape shape, DType dtype, std::vector<void*>& owner);
+  Activations rows_of(int64_t rows) const;  // the first `rows` rows of the block's buffers
   void reserve_rows(int64_t rows, int64_t outputs);
   Buffers upload(const DecodeRows& rows);
   void compute(const DecodeRows& rows, bool greedy);  // upload, then run or replay
@@ -117,8 +121,12 @@ class Decoder {
   std::vector<void*> row_buffers_;
   Tensor staging_;  // ids, slots, positions, outputs (I32) then cos, sin (F32): one upload
   static int64_t rope_at(int64_t rows, int64_t outputs);  // the first element of cos
-  Tensor x_, h_, rstd_, qkv_raw_, qkv_, rstd_qk_, att_, tmp_, gate_up_, act_;
+  Activations acts_;  // the table's decode_buffers (model/activations.h), rows_cap_ rows each
   Tensor last_, last_norm_, last_rstd_, logits_, argmax_;
+  Fp8Slots no_slots_;
+  BlockLinears linears_;  // plain (no FP8)
+  MlpTiles untiled_;
+  Block block_;
 
   std::map<std::tuple<int64_t, int64_t, bool>, int> seen_;  // (rows, outputs, greedy) -> recording, -1: seen once
 };

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/enum_names.h"
+#include "model/fp8_slots.h"
 
 namespace anvil {
 namespace {
@@ -44,7 +45,7 @@ std::vector<ActivationBuffer> block_set(const Dims& d, int64_t set) {
 }
 
 // The buffers every policy has one of, in allocation order.
-std::vector<ActivationBuffer> one_of_each(const Dims& d) {
+std::vector<ActivationBuffer> one_of_each(const Dims& d, int64_t layers) {
   const DType F = DType::kF32;
   return {
       {Activation::kAct, "act", 0, {d.M, d.I}, d.cd},
@@ -61,6 +62,7 @@ std::vector<ActivationBuffer> one_of_each(const Dims& d) {
       {Activation::kRstdFinal, "rstd_final", 0, {d.N}, F},
       {Activation::kRopeCos, "rope_cos", 0, {d.rope_T, d.hd / 2}, F},
       {Activation::kRopeSin, "rope_sin", 0, {d.rope_T, d.hd / 2}, F},
+      {Activation::kFp8Amax, "fp8_amax", 0, {layers, kBlockLinears, 2}, F},
   };
 }
 
@@ -97,7 +99,8 @@ void check_offload(Recompute r, bool offload) {
 
 std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
                                                  Recompute r, DType compute_dtype, int64_t mlp_tile,
-                                                 DType grad_dtype, int64_t context_parallel, bool offload) {
+                                                 DType grad_dtype, int64_t context_parallel, bool offload,
+                                                 Fp8Recipe fp8) {
   if (r == Recompute::kAuto)
     raise(ErrorKind::kInternal, "activation sizes of recompute ", recompute_name(r), " (resolve auto first)");
   check_offload(r, offload);
@@ -112,6 +115,7 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
     if (a == Activation::kGateUp) return !tiled;
     if (a == Activation::kGateUpTile) return tiled;
     if (a == Activation::kMlpDw) return tiled && grad_dtype != DType::kF32;
+    if (a == Activation::kFp8Amax) return fp8 == Fp8Recipe::kTensorwise;
     return true;
   };
   std::vector<ActivationBuffer> v;
@@ -127,12 +131,23 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
   for (int64_t s = 0; s < block_sets(c, r); ++s)
     for (const ActivationBuffer& b : block_set(d, s))
       if ((!selective || !recomputed_by_selective(b.what)) && wanted(b.what)) v.push_back(b);
-  for (const ActivationBuffer& b : one_of_each(d))
+  for (const ActivationBuffer& b : one_of_each(d, L))
     if (wanted(b.what)) v.push_back(b);
   if (P > 1) {
     v.push_back({Activation::kCpSend, "cp_send", 0, {d.N, d.H + 2 * d.KV, d.hd}, d.cd});
     v.push_back({Activation::kCpRecv, "cp_recv", 0, {d.N, d.H + 2 * d.KV, d.hd}, d.cd});
   }
+  return v;
+}
+
+std::vector<ActivationBuffer> decode_buffers(const ModelConfig& c, int64_t rows, DType compute_dtype) {
+  const Dims d{rows, 1, rows, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim, 1, rows,
+               compute_dtype};
+  std::vector<ActivationBuffer> v = {{Activation::kResidual, "x", 0, {d.N, d.C}, d.cd}};
+  for (const ActivationBuffer& b : block_set(d, 0))
+    if (b.what != Activation::kLse && b.what != Activation::kH2 && b.what != Activation::kRstd2) v.push_back(b);
+  for (const ActivationBuffer& b : one_of_each(d, c.num_layers))
+    if (b.what == Activation::kAct) v.push_back(b);
   return v;
 }
 

@@ -1,5 +1,6 @@
 // The activation buffers of one Transformer, declared once: the model allocates one buffer per
-// entry, in this order, and points its tensors into them (model/transformer.cpp); the memory
+// entry, in this order, and points its tensors into them (model/transformer.cpp: an
+// Activations array per set of block buffers, indexed by the entry's kind); the memory
 // plan (plan/memory_plan.h) counts the sum of the same entries, so the two cannot disagree
 // (llm.c's fill_in_activation_sizes / malloc_and_point_activations).
 //
@@ -8,7 +9,7 @@
 //   x_0 .. x_L  (N, C) cd       the residual stream: block l's input, and the last block's
 //                               output; every policy keeps all of them.
 // Offloaded (--offload-activations, kFull only): x_1 .. x_{L-1}, the blocks' checkpoints, are
-// host buffers (pinned: the copy queue's, ops.h), and the device holds them in a ring:
+// host buffers (pinned: the copy queue's, ops/runtime.h), and the device holds them in a ring:
 //   x_ring      (N, C) cd       min(kOffloadRing, L-1) of them: x_l in ring slot (l-1) % ring,
 //                               copied to the host after the block that writes it, and back
 //                               one block ahead of its backward (model/transformer.h).
@@ -41,6 +42,8 @@
 //   h_final    (N, C) cd        the final RMSNorm's output
 //   rstd_final (N) F32          its reciprocal RMS
 //   rope_cos, rope_sin (T, hd/2) F32  the RoPE tables
+//   fp8_amax   (L, 4, 2) F32    tensorwise FP8 only: each block linear's x and w amax
+//                               (model/fp8_slots.h)
 // Context parallel over P ranks (model/context_parallel.h): T is the sequence, each rank holds
 // N = B x T/P tokens, and the attention section's buffers (qkv_raw, qkv, rstd_qk, att, lse
 // and their gradients) hold the same number of elements as all T tokens of (H+2KV)/P
@@ -48,12 +51,14 @@
 //   cp_send, cp_recv (N, H+2KV, hd) cd  the all-to-all's chunks
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "ops/fp8_recipe.h"
 
 namespace anvil {
 
@@ -68,9 +73,22 @@ enum class Activation {
   kResidual, kResidualRing,
   kH1, kRstd1, kQkvRaw, kQkv, kRstdQk, kAtt, kLse, kXMid, kH2, kRstd2, kGateUp,
   kAct, kDAct, kDGateUp, kGateUpTile, kMlpDw, kDAtt, kDQkv, kDQkvRaw, kDx, kDh, kHFinal, kRstdFinal, kRopeCos, kRopeSin,
-  kCpSend, kCpRecv,
+  kFp8Amax, kCpSend, kCpRecv,
 };
+constexpr size_t kActivationKinds = static_cast<size_t>(Activation::kCpRecv) + 1;
 bool is_block_activation(Activation a);  // kH1 .. kGateUp: one per set of block buffers
+
+// The tensors a block's pass reads and writes, one per kind, indexed by it: one set of block
+// buffers with the buffers the model has one of (the residuals are the model's, not in it;
+// the decoder's kResidual is its stream).
+class Activations {
+ public:
+  Tensor& operator[](Activation a) { return t_[static_cast<size_t>(a)]; }
+  const Tensor& operator[](Activation a) const { return t_[static_cast<size_t>(a)]; }
+
+ private:
+  std::array<Tensor, kActivationKinds> t_;
+};
 
 constexpr int64_t kEveryBlockSet = -1;
 
@@ -110,11 +128,16 @@ void check_offload(Recompute r, bool offload);
 // Every buffer, in allocation order. r: not kAuto (a kInternal error). mlp_tile: tokens per
 // MLP tile of this rank's tokens (kMlpTileAuto: auto_mlp_tile); grad_dtype: the blocks'
 // gradients (mlp_dw); context_parallel: the ranks that share each sequence (they divide
-// seq_len and the heads); offload: the checkpoints in host memory (check_offload).
+// seq_len and the heads); offload: the checkpoints in host memory (check_offload); fp8: the
+// recipe of the block linears (tensorwise: fp8_amax).
 std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t micro_batch, int64_t seq_len,
                                                  Recompute r, DType compute_dtype, int64_t mlp_tile = kMlpTileAuto,
                                                  DType grad_dtype = DType::kF32, int64_t context_parallel = 1,
-                                                 bool offload = false);
+                                                 bool offload = false, Fp8Recipe fp8 = Fp8Recipe::kOff);
+// The decoder's buffers (infer/decoder.h) for up to `rows` tokens of any sequences: x (the
+// residual stream, run in place) and one set of block buffers of (rows, 1) sequences without
+// lse, h2 and rstd2 (the decoder's h2 and rstd2 are h1's and rstd1's), and act.
+std::vector<ActivationBuffer> decode_buffers(const ModelConfig& c, int64_t rows, DType compute_dtype);
 int64_t activation_bytes(const std::vector<ActivationBuffer>& buffers);       // the device's
 int64_t host_activation_bytes(const std::vector<ActivationBuffer>& buffers);  // the offloaded
 

@@ -50,25 +50,29 @@ ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size
   for (int64_t l = 0; l < c.num_layers; ++l) {
     u = add_unit("layers." + std::to_string(l));
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    BlockOffsets b;
-    // Matrices first, in GEMM groups, then the small vectors.
-    b.qkv_w = add(u, p + "self_attn.q_proj.weight", {c.q_dim(), C});
+    // Matrices first, in GEMM groups, then the small vectors. A group's part starts at its
+    // first tensor and holds the rows of all of them.
+    auto part = [&](const std::string& name, Shape shape, Shape part_shape) {
+      return Part{add(u, p + name, shape), part_shape};
+    };
+    BlockLayout b;
+    b.qkv_w = part("self_attn.q_proj.weight", {c.q_dim(), C}, {c.qkv_dim(), C});
     add(u, p + "self_attn.k_proj.weight", {c.kv_dim(), C});
     add(u, p + "self_attn.v_proj.weight", {c.kv_dim(), C});
-    b.o_w = add(u, p + "self_attn.o_proj.weight", {C, c.q_dim()});
-    b.gate_up_w = add(u, p + "mlp.gate_proj.weight", {I, C});
+    b.o_w = part("self_attn.o_proj.weight", {C, c.q_dim()}, {C, c.q_dim()});
+    b.gate_up_w = part("mlp.gate_proj.weight", {I, C}, {2 * I, C});
     add(u, p + "mlp.up_proj.weight", {I, C});
-    b.down_w = add(u, p + "mlp.down_proj.weight", {C, I});
+    b.down_w = part("mlp.down_proj.weight", {C, I}, {C, I});
     if (c.qkv_bias) {
-      b.qkv_b = add(u, p + "self_attn.q_proj.bias", {c.q_dim()});
+      b.qkv_b = part("self_attn.q_proj.bias", {c.q_dim()}, {c.qkv_dim()});
       add(u, p + "self_attn.k_proj.bias", {c.kv_dim()});
       add(u, p + "self_attn.v_proj.bias", {c.kv_dim()});
     }
-    b.attn_norm = add(u, p + "input_layernorm.weight", {C});
-    b.mlp_norm = add(u, p + "post_attention_layernorm.weight", {C});
+    b.attn_norm = part("input_layernorm.weight", {C}, {C});
+    b.mlp_norm = part("post_attention_layernorm.weight", {C}, {C});
     if (c.qk_norm) {
-      b.q_norm = add(u, p + "self_attn.q_norm.weight", {hd});
-      b.k_norm = add(u, p + "self_attn.k_norm.weight", {hd});
+      b.q_norm = part("self_attn.q_norm.weight", {hd}, {hd});
+      b.k_norm = part("self_attn.k_norm.weight", {hd}, {hd});
     }
     block_ = b;
   }
@@ -79,6 +83,25 @@ ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size
     add(u, "lm_head.weight", {c.vocab_size, C});
   }
   for (auto& unit : units_) unit.padded = round_up(unit.numel, kShardAlign * world_size);
+}
+
+Tensor tensor_at(const Tensor& flat, int64_t offset, Shape shape) {
+  ANVIL_ASSERT(offset >= 0 && offset + shape.numel() <= flat.numel());
+  return Tensor(static_cast<char*>(flat.data) + static_cast<size_t>(offset) * dtype_size(flat.dtype), flat.dtype,
+                shape, flat.device);
+}
+
+BlockWeights ParamTable::block_weights(const Tensor& unit) const {
+  auto view = [&](const Part& part) { return part.offset < 0 ? Tensor() : tensor_at(unit, part.offset, part.shape); };
+  const BlockLayout& b = block_;
+  return {view(b.attn_norm), view(b.qkv_w),    view(b.qkv_b),     view(b.q_norm), view(b.k_norm),
+          view(b.o_w),       view(b.mlp_norm), view(b.gate_up_w), view(b.down_w)};
+}
+
+Tensor ParamTable::unit_tensor(int unit, const Tensor& data) const {
+  for (const ParamEntry& e : entries_)
+    if (e.unit == unit) return tensor_at(data, e.offset, e.shape);
+  raise(ErrorKind::kInternal, "unit ", unit, " holds no tensor");
 }
 
 const ParamEntry* ParamTable::find(const std::string& name) const {

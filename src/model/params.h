@@ -51,10 +51,15 @@ struct UnitInfo {
   int world = 1;
 };
 
-// Offsets (elements) of each part of a block unit; identical for every block. -1: absent.
-struct BlockOffsets {
-  int64_t attn_norm = -1, qkv_w = -1, qkv_b = -1, q_norm = -1, k_norm = -1, o_w = -1;
-  int64_t mlp_norm = -1, gate_up_w = -1, down_w = -1;
+// A view of `shape` at element `offset` of a flat buffer.
+Tensor tensor_at(const Tensor& flat, int64_t offset, Shape shape);
+
+// A block unit's tensors, each a view of the unit (its weights, or its gradients) shaped as the
+// table holds it: q/k/v, gate/up and the q/k/v biases as the fused groups the GEMMs run
+// ((H+2KV)*hd x C, 2I x C, (H+2KV)*hd). Absent (qkv_b without biases, q_norm and k_norm
+// without qk-norm): empty.
+struct BlockWeights {
+  Tensor attn_norm, qkv_w, qkv_b, q_norm, k_norm, o_w, mlp_norm, gate_up_w, down_w;
 };
 
 class ParamTable {
@@ -66,7 +71,11 @@ class ParamTable {
   const std::vector<UnitInfo>& units() const { return units_; }
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry* find(const std::string& name) const;
-  const BlockOffsets& block() const { return block_; }
+  // The views of a block unit's tensors in `unit`, a block's flat weights or gradients.
+  BlockWeights block_weights(const Tensor& unit) const;
+  // The tensor of a unit that holds one (the embedding, the final norm, the output layer),
+  // viewed in `data`, the unit's flat weights or gradients.
+  Tensor unit_tensor(int unit, const Tensor& data) const;
   int world() const { return world_; }
 
   int embed_unit() const { return 0; }
@@ -84,7 +93,15 @@ class ParamTable {
   bool tied_ = false;
   std::vector<UnitInfo> units_;
   std::vector<ParamEntry> entries_;
-  BlockOffsets block_;
+  // Where each part of a block unit starts and its shape; the same in every block.
+  struct Part {
+    int64_t offset = -1;  // -1: absent
+    Shape shape;
+  };
+  struct BlockLayout {
+    Part attn_norm, qkv_w, qkv_b, q_norm, k_norm, o_w, mlp_norm, gate_up_w, down_w;
+  };
+  BlockLayout block_;
 };
 
 }  // namespace anvil

@@ -75,7 +75,7 @@ class Runtime {
   virtual void record(int slot) { (void)slot; }
   virtual void wait(int slot) { (void)slot; }
 
-  // ---- activation offload (model/transformer.h, --offload-activations): copies between device
+  // ---- activation offload (model/offload.h, --offload-activations): copies between device
   // buffers and host memory from alloc_host, on a copy queue of their own that overlaps the
   // main queue's compute, with events of their own (slots apart from record/wait's).
   // copy_to_host / copy_to_device start the copy once the main queue has reached this point

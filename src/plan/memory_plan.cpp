@@ -167,11 +167,8 @@ MemoryPlan plan_memory(const PlannedRun& run) {
   p.mlp_tile = effective_mlp_tile(run.model, d.micro_batch * d.seq_len / P, run.compute_dtype, par.mlp_tile);
   const std::vector<ActivationBuffer> acts =
       activation_buffers(run.model, d.micro_batch, d.seq_len, par.recompute, run.compute_dtype, p.mlp_tile,
-                         blocks_grad_dtype(par), P, par.offload_activations);
+                         blocks_grad_dtype(par), P, par.offload_activations, par.fp8);
   p.activations = activation_bytes(acts);
-  // Tensorwise FP8: the amax slots of model/transformer.h, x and w of the 4 block linears
-  // (qkv, o, gate_up, down) per layer, F32.
-  if (par.fp8 == Fp8Recipe::kTensorwise) p.activations += run.model.num_layers * 4 * 2 * 4;
   p.host_activations = host_activation_bytes(acts);
   p.workspace = workspace_bytes(run);
   return p;

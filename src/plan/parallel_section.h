@@ -23,7 +23,7 @@ struct ParallelSection {
   Recompute recompute = Recompute::kAuto;   // auto: the fastest the plan fits
   int64_t mlp_tile = kMlpTileAuto;          // tokens per MLP tile (model/activations.h); 0: auto
   bool offload_activations = false;         // the checkpoints in host memory (model/activations.h; full)
-  bool overlap_optimizer = true;  // AdamW beside the next forward (parallel/param_store.h)
+  bool overlap_optimizer = true;  // AdamW beside the next forward (optim/optimizer.h)
   bool fsdp_defer_sync = false;   // FSDP: reduce-scatter once per step, not per micro-batch
   // The ranks that share each sequence (model/context_parallel.h): every rank today.
   int64_t context_parallel = 1;

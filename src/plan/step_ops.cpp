@@ -63,14 +63,14 @@ class StepWalk {
     op("convert", cat(dtype_name(from), "->", dtype_name(to), " ", n), n, 0,
        static_cast<double>(n * static_cast<int64_t>(dtype_size(from) + dtype_size(to))));
   }
-  // A block linear's product (Transformer::block_linear, _dx, _dw): name is the bf16 op's,
-  // linear_fp8_* in its place with --fp8.
+  // A block linear's product (model/block_linears.h: BlockLinears::forward, backward_input,
+  // backward_weight): name is the bf16 op's, linear_fp8_* in its place with --fp8.
   void linear(const char* name, int64_t M, int64_t N, int64_t K) {
     const std::string op_name = fp8_ ? "linear_fp8_" + std::string(name + std::strlen("linear_")) : name;
     op(op_name.c_str(), cat(M, "x", N, "x", K), M, 2.0 * M * N * K,
        cb_ * static_cast<double>(M * K + N * K + M * N));
   }
-  // Both backward products of a block linear (Transformer::block_linear_backward): dw then dx,
+  // Both backward products of a block linear (BlockLinears::backward): dw then dx,
   // one op with --fp8 (dy cast once for both), named by dw's shape.
   void linear_backward(int64_t M, int64_t N, int64_t K) {
     if (!fp8_) {
@@ -126,7 +126,7 @@ class StepWalk {
   const bool sharded_, split_;
   const int64_t tile_;      // tokens per MLP tile: N_ untiled
   const DType grad_dtype_;  // the blocks' gradients
-  const bool fp8_;          // the block linears' FP8 ops (Transformer::block_linear*)
+  const bool fp8_;          // the block linears' FP8 ops (model/block_linears.h)
   StepPhase phase_ = StepPhase::kForward;
   bool last_micro_ = true;
   std::vector<StepItem> items_;
@@ -177,7 +177,7 @@ void StepWalk::forward_backward() {
   grads_ready(embed);
 }
 
-// Transformer::block_forward (to_output false: full recomputation, up to gate_up).
+// Block::forward (model/block.h; to_output false: full recomputation, up to gate_up).
 void StepWalk::block_forward(bool to_output) {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
   per_token("rmsnorm_forward", C, 2);
@@ -193,7 +193,7 @@ void StepWalk::block_forward(bool to_output) {
      3 * cb_ * static_cast<double>(N_ * C));
 }
 
-// Transformer::mlp_forward: untiled, on block_forward's gate_up; tiled, gate_up tile by tile.
+// Block::mlp_forward: untiled, on Block::forward's gate_up; tiled (MlpTiles), gate_up tile by tile.
 void StepWalk::mlp_forward() {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size;
   for (int64_t r0 = 0; r0 < N_; r0 += tile_) {
@@ -204,7 +204,7 @@ void StepWalk::mlp_forward() {
   }
 }
 
-// Transformer::mlp_backward_tiled: gate_up recomputed each tile; bf16 gradients summed in F32.
+// MlpTiles::backward (model/mlp_tiles.h): gate_up recomputed each tile; bf16 gradients summed in F32.
 void StepWalk::mlp_backward_tiled() {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size;
   for (int64_t r0 = 0; r0 < N_; r0 += tile_) {
@@ -222,7 +222,7 @@ void StepWalk::mlp_backward_tiled() {
   convert(DType::kF32, g, 2 * I * C);
 }
 
-// Transformer::block_backward (its MLP: Transformer::mlp_backward).
+// Block::backward (its MLP: Block::mlp_backward).
 void StepWalk::block_backward() {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
   if (tile_ < N_) {

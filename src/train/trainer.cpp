@@ -79,8 +79,9 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   ANVIL_ENSURE(cp == 1 || (comm_ && comm_->world() == cp), kInternal, "context parallel ", cp, " on ",
                comm_ ? comm_->world() : 1, " ranks (resolve_config refuses it)");
   slice_ = {cp == 1 ? 0 : comm_->rank() * d.seq_len / cp, cp == 1 ? d.seq_len : (comm_->rank() + 1) * d.seq_len / cp};
-  model_ = std::make_unique<Transformer>(config_, table_, *ops_, d.micro_batch, d.seq_len, p.recompute, p.mlp_tile,
-                                         grad_dtype_, cp > 1 ? comm_ : nullptr, p.fp8, p.offload_activations);
+  model_ = std::make_unique<Transformer>(config_, table_, *ops_, d.micro_batch, d.seq_len,
+                                         ModelPolicies{p.recompute, p.mlp_tile, grad_dtype_, cp > 1 ? comm_ : nullptr,
+                                                       p.fp8, p.offload_activations});
   ops_->reserve_workspaces(workspace_shape(config_, d.micro_batch, d.seq_len, cp, p.fp8));
   model_->set_forward_done_hook([this] {
     if (timing_) timing_result_.forward += lap();

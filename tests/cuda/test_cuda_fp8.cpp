@@ -5,7 +5,7 @@
 // about 3%, far outside these bounds, so a GEMM that skipped the casts would fail. The amax
 // that RMSNorm, the fused add + RMSNorm and SwiGLU write of their outputs is the cast's own
 // amax pass's, bit for bit, and a cast given it writes the same bytes; training steps with the
-// model's amax slots (model/transformer.h) give the bits of steps without them.
+// model's amax slots (model/fp8_slots.h) give the bits of steps without them.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// --offload-activations on the GPU (model/transformer.h): the checkpoints go to pinned host
+// --offload-activations on the GPU (model/offload.h): the checkpoints go to pinned host
 // memory on the copy stream and come back one block ahead, with events between the streams.
 // The same kernels run on the same values, so offload on and off must give the same bits:
 // the losses of 3 AdamW steps and the weights after them. A missing wait shows as other bits
