@@ -33,7 +33,7 @@ TEST(CliHints, SeqLenOutOfRangeSaysSo) {
                         source("data/demo/digits.jsonl"), "--steps", "1", "--seq-len", len});
     EXPECT_EQ(r.exit_code, 2) << len << ": " << r.out;
     EXPECT_FALSE(has(r.out, "is needed")) << len << ": " << r.out;
-    EXPECT_TRUE(has(r.out, "--seq-len must be at least 2") || has(r.out, cat("--seq-len ", len, " is out of range"))) 
+    EXPECT_TRUE(has(r.out, "--seq-len must be at least 2") || has(r.out, cat("--seq-len ", len, " is out of range")))
         << len << ": " << r.out;
   }
   auto p = run_anvil({"plan", "--preset", "tiny", "--seq-len", "-5"});
