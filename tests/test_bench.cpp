@@ -261,8 +261,8 @@ TEST(BenchCommand, UsageAndDeviceErrors) {
   EXPECT_EQ(step.exit_code, 2) << step.out;
   EXPECT_NE(step.out.find("anvil bench step: give exactly one of --model and --preset"), std::string::npos)
       << step.out;
-  if (gpu_count() == 0) {
-    auto r = testing::run_anvil({"bench", "all_reduce"});
+  if (gpu_count() == 0) {  // asked for GPUs where there are none (without --device: the CPU's ranks)
+    auto r = testing::run_anvil({"bench", "all_reduce", "--device", "cuda"});
     EXPECT_EQ(r.exit_code, 3) << r.out;
     EXPECT_NE(r.out.find("no GPU"), std::string::npos) << r.out;
   }

@@ -136,7 +136,8 @@ TEST(Cli, InitPresetAndConfig) {
 TEST(Cli, GradMatchesGoldenFixture) {
   const std::string fx = testing::shared_dir() + "/fixtures/tiny-qwen3-untied";
   const std::string out = testing::temp_dir("grad") + "/g.safetensors";
-  auto r = run_anvil({"grad", "--model", fx, "--tokens", fx + "/golden_step0.safetensors", "--out", out});
+  auto r = run_anvil({"grad", "--device", "cpu", "--model", fx, "--tokens", fx + "/golden_step0.safetensors", "--out",
+                      out});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   SafetensorsFile got(out), want(fx + "/golden_step0.safetensors");
   EXPECT_EQ(got.get("loss").dtype, DType::kF32);

@@ -76,7 +76,7 @@ TEST_F(CliOutput, ErrorsSpeakInOneVoiceWithExitCodes) {
       {{"generate", "--model", dir() + "/no-model", "--prompt", "hi"}, "anvil generate: ", 2},
       {{"report", dir() + "/no-metrics.jsonl"}, "anvil report: " + dir() + "/no-metrics.jsonl: cannot open", 2},
       {{"grad", "--model", "nobody/no-such-model", "--tokens", "x", "--out", "y"}, "anvil grad: ", 2},
-      {{"bench", "all_reduce"}, "anvil bench: no GPU is visible", 3},
+      {{"bench", "all_reduce", "--device", "cuda"}, "anvil bench: no GPU is visible", 3},
       {{"bench", "p2p", "--device", "cpu"}, "anvil bench p2p: it measures GPUs only", 2},
       {{"export", "--ckpt", dir() + "/no-ckpt", "--out", dir() + "/x"}, "anvil export: ", 2},
   };

@@ -196,8 +196,8 @@ TEST(GenerateCli, InputIdsRowsGiveTheGoldenIds) {
   std::string rows;
   for (const auto& p : g.prompts) rows += "{\"input_ids\": " + ids_json(p) + "}\n\n";
   const std::string in = write_file(dir, "rows.jsonl", rows);
-  auto r = testing::run_anvil({"generate", "--model", testing::fixture_dir("tiny-qwen3"), "--input", in,
-                               "--max-new-tokens", std::to_string(g.max_new_tokens), "--batch", "2"});
+  auto r = testing::run_anvil({"generate", "--device", "cpu", "--model", testing::fixture_dir("tiny-qwen3"), "--input",
+                               in, "--max-new-tokens", std::to_string(g.max_new_tokens), "--batch", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("prefill: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("decode: "), std::string::npos) << r.out;
@@ -227,7 +227,7 @@ TEST(GenerateCli, StopsAtTheTokenizersEosToken) {
              Json{{"eos_token", "<stop>"}, {"added_tokens_decoder", {{std::to_string(stop), {{"content", "<stop>"}}}}}}
                  .dump());
   const std::string in = write_file(dir, "rows.jsonl", "{\"input_ids\": " + ids_json(g.prompts[0]) + "}\n");
-  auto r = testing::run_anvil({"generate", "--model", dir, "--input", in, "--max-new-tokens", "20"});
+  auto r = testing::run_anvil({"generate", "--device", "cpu", "--model", dir, "--input", in, "--max-new-tokens", "20"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const size_t pos = r.out.find("{\"ids\":");
   ASSERT_NE(pos, std::string::npos) << r.out;

@@ -65,8 +65,9 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// The columns --help wraps at.
+// The columns --help wraps at, and where a one-line flag's help starts.
 constexpr size_t kHelpColumns = 100;
+constexpr size_t kHelpIndent = 30;
 
 // Joins the words of a phrase that wrapping keeps on one line ("[default: 0]").
 constexpr char kUnbroken = '\x1f';
@@ -100,6 +101,24 @@ std::string key_flag(const std::string& key) {
   return f;
 }
 
+// Settings other trainers (Hugging Face's TrainingArguments, TRL) name otherwise: the flag that
+// holds the setting here, and what to say.
+struct OtherName {
+  const char* name;
+  const char* flag;
+  const char* say;
+};
+constexpr OtherName kOtherNames[] = {
+    {"--epochs", "--steps", "--steps N counts optimizer steps; anvil has no epochs"},
+    {"--num-train-epochs", "--steps", "--steps N counts optimizer steps; anvil has no epochs"},
+    {"--max-steps", "--steps", "--steps N counts optimizer steps"},
+    {"--per-device-train-batch-size", "--micro-batch", "--micro-batch B: sequences per micro-batch and GPU"},
+    {"--gradient-accumulation-steps", "--grad-accum", "--grad-accum K: micro-batches per optimizer step"},
+    {"--max-seq-length", "--seq-len", "--seq-len T: tokens per sequence"},
+    {"--max-length", "--seq-len", "--seq-len T: tokens per sequence"},
+    {"--warmup-steps", "--warmup", "--warmup N: linear warm-up steps"},
+};
+
 }  // namespace
 
 Args::Args(std::string command, std::string summary)
@@ -112,10 +131,23 @@ void Args::usage_error(const std::string& message) const {
 // A mistyped flag names the command's flag nearest to it by edit distance, when one is near:
 // within a third of its length (at least 2 edits).
 void Args::unknown_flag(const std::string& name) const {
-  const std::string nearest = nearest_flag(name, std::max<size_t>(2, name.size() / 3));
+  const std::string other = other_name(name), nearest = near_flag(name);
+  if (!other.empty()) usage_error(cat("unknown flag ", name, " (", other, ")"));
   if (nearest.empty()) usage_error(cat("unknown flag ", name));
   raise(ErrorKind::kUsage, "anvil ", command_, ": unknown flag ", name, " (did you mean ", nearest, "? see anvil ",
         command_, " --help)");
+}
+
+// What this command calls another trainer's setting `name`, or "".
+std::string Args::other_name(const std::string& name) const {
+  for (const OtherName& o : kOtherNames)
+    if (name == o.name && find_spec(o.flag)) return o.say;
+  return "";
+}
+
+// A flag of this command a few edits from `name` (a third of its length, at least 2), or "".
+std::string Args::near_flag(const std::string& name) const {
+  return nearest_flag(name, std::max<size_t>(2, name.size() / 3));
 }
 
 Args::Spec& Args::add(const std::string& names) {
@@ -142,6 +174,13 @@ std::string Args::nearest_flag(const std::string& name, size_t max_distance) con
       if (d <= max_distance && d < best) best = d, nearest = n;
     }
   return nearest;
+}
+
+const Args::Spec* Args::find_spec(const std::string& name) const {
+  for (const auto& s : specs_)
+    for (const auto& n : s.names)
+      if (n == name) return &s;
+  return nullptr;
 }
 
 Args::Spec* Args::find(const std::string& name) {
@@ -273,9 +312,21 @@ void Args::apply_config_file(const std::string& file) {
   for (auto&& [k, node] : table) {
     const std::string key(k.str()), name = key_flag(key);
     Spec* s = find(name);
+    // The keys are flags at the file's top level, in no table (section): a table whose keys are
+    // flags names them to move.
+    if (const toml::table* t = node.as_table()) {
+      std::string flags;
+      for (auto&& [tk, tnode] : *t)
+        if (find(key_flag(std::string(tk.str())))) flags += (flags.empty() ? "" : ", ") + std::string(tk.str());
+      usage_error(cat(file, ": unknown table [", key, "]: the file holds flags as top-level keys, in no table",
+                      flags.empty() ? std::string() : cat("; move ", flags, " above [", key, "]")));
+    }
     if (!s || name == config_flag_) {
-      const std::string nearest = nearest_flag(name, SIZE_MAX);
-      usage_error(cat(file, ": unknown key '", key, "'", nearest.empty() ? "" : cat(" (nearest flag: ", nearest, ")")));
+      const std::string other = other_name(name), nearest = near_flag(name);
+      usage_error(cat(file, ": unknown key '", key, "'",
+                      !other.empty()     ? cat(" (", other, ")")
+                      : nearest.empty() ? std::string()
+                                        : cat(" (nearest flag: ", nearest, ")")));
     }
     if (s->seen) continue;  // the command line wins
     context_ = cat(" (key '", key, "' of ", file, ")");
@@ -397,19 +448,29 @@ std::string Args::help() const {
     for (auto& p : positionals_) h << "  " << p.names[0] << "\n" << wrapped(p.help, 6);
   }
   h << "\nflags:\n";
+  // A flag whose help fits beside it on one line takes one line, its help at kHelpIndent;
+  // any other has its help wrapped under it.
+  auto flag_help = [&h](const std::string& head, const std::string& text) {
+    std::string flat = text;
+    std::replace(flat.begin(), flat.end(), kUnbroken, ' ');
+    if (head.size() + 2 <= kHelpIndent && flat.find('\n') == std::string::npos &&
+        kHelpIndent + flat.size() <= kHelpColumns)
+      h << head << std::string(kHelpIndent - head.size(), ' ') << flat << "\n";
+    else
+      h << head << "\n" << wrapped(text, 6);
+  };
   for (auto& s : specs_) {
-    std::string names;
-    for (auto& n : s.names) names += (names.empty() ? "" : ", ") + n;
-    h << "  " << names;
-    if (s.takes_value) h << " " << s.metavar;
+    std::string head = " ";
+    for (auto& n : s.names) head += (head.size() == 1 ? " " : ", ") + n;
+    if (s.takes_value) head += " " + s.metavar;
     std::string text = s.help;
     if (s.required) text += " (required)";
     else if (s.takes_value && !s.default_text.empty() && !s.is_list && s.help.find("[default:") == std::string::npos)
       text += " [default: " + s.default_text + "]";
     std::replace(text.begin() + static_cast<std::ptrdiff_t>(s.help.size()), text.end(), ' ', kUnbroken);
-    h << "\n" << wrapped(text, 6);
+    flag_help(head, text);
   }
-  h << "  -h, --help\n      show this help\n";
+  flag_help("  -h, --help", "show this help");
   return h.str();
 }
 

@@ -2,7 +2,8 @@
 //
 // Each subcommand declares its flags against the fields of its options struct, then calls
 // parse(). Flags take "--name value" or "--name=value"; a flag may have aliases
-// ("-b,--minbytes"). An unknown flag (with the nearest flag when one is a few edits away), a
+// ("-b,--minbytes"). An unknown flag (with the nearest flag when one is a few edits away, or
+// the flag holding another trainer's setting: --epochs names --steps), a
 // missing or malformed value, or a missing required flag throws a kUsage Error whose one line
 // names the command and the flag; the CLI turns it into exit code 2. --help prints the
 // generated help, wrapped at 100 columns (one [default: ...] a flag: the help's own when it
@@ -11,7 +12,8 @@
 // A command that declares config() takes "--config FILE.toml": every other flag may be a
 // key of the file, spelled as the flag without its dashes ("seq-len = 2048" or
 // "seq_len = 2048"); flags on the command line override the file; an unknown key is an
-// error naming the key and the nearest flag. to_toml() writes the resolved settings back
+// error naming the key and the nearest flag as above; a table is refused (the keys stand at the
+// file's top level). to_toml() writes the resolved settings back
 // in the same form, which --config reads again.
 #pragma once
 
@@ -78,8 +80,11 @@ class Args {
   // A switch: giving it sets *out to `given`; as TOML, whether *out is `given`.
   Args& add_switch(const std::string& names, bool* out, const std::string& help, bool given);
   Spec* find(const std::string& name);
+  const Spec* find_spec(const std::string& name) const;
   // The long flag nearest to `name` within max_distance edits ("" when none is).
   std::string nearest_flag(const std::string& name, size_t max_distance) const;
+  std::string other_name(const std::string& name) const;
+  std::string near_flag(const std::string& name) const;
   [[noreturn]] void unknown_flag(const std::string& name) const;
   void apply_config_file(const std::string& file);
   [[noreturn]] void usage_error(const std::string& message) const;

@@ -149,14 +149,14 @@ int bench_one_gpu(const CommOptions& co, const BenchOptions& o, const LaunchFlag
 int cmd_bench(int argc, char** argv) {
   if (argc >= 1 && std::string(argv[0]) == "step") return bench_step(argc - 1, argv + 1);
   if (argc >= 1 && std::string(argv[0]) == "disk") return bench_disk_cmd(argc - 1, argv + 1);
-  std::string what, min_b = "8", max_b, dtype = "bf16", device = "cuda";
+  std::string what, min_b = "8", max_b, dtype = "bf16", device;
   LaunchFlags launch;
   int64_t iters = 20, warmup = 5, root = 0;
   double factor = 2.0;
   bool json = false;
   Args args("bench",
             "measure collective bandwidth like nccl-tests (all_reduce, all_gather, reduce_scatter, broadcast), "
-            "or copy bandwidth between GPUs (p2p)");
+            "or copy bandwidth between GPUs (p2p); GPUs (--device cuda) through NCCL, CPU ranks through TCP");
   args.positional("what", &what,
                   "all_reduce | all_gather | reduce_scatter | broadcast | p2p | step | disk (anvil bench step --help, "
                   "anvil bench disk --help)")
@@ -168,14 +168,15 @@ int cmd_bench(int argc, char** argv) {
       .opt("--iters", &iters, "N", "timed iterations per size")
       .opt("--warmup", &warmup, "N", "untimed iterations per size")
       .opt("--root", &root, "RANK", "root of broadcast")
-      .choice("--device", &device, {"cuda", "cpu"}, "GPUs through NCCL, or CPU ranks through TCP")
       .flag("--json", &json, "print JSON instead of the table");
+  bind_device(args, &device);
   launch.declare(args);
   if (!args.parse(argc, argv)) return 0;
 
-  const bool on_gpu = device == "cuda";
+  const bool on_gpu = device_or_default(device, "bench") == "cuda";
   if (what == "p2p") {
-    ANVIL_ENSURE(on_gpu, kUsage, "anvil bench p2p: it measures GPUs only (drop --device cpu)");
+    ANVIL_ENSURE(on_gpu, kUsage, "anvil bench p2p: it measures GPUs only (",
+                 device.empty() ? "there is none here" : "drop --device cpu", ")");
     const int64_t bytes = parse_size(max_b.empty() ? "256M" : max_b, "-e");
     P2pReport r = bench_p2p(bytes, static_cast<int>(iters), static_cast<int>(warmup));
     print(json ? p2p_json(r).dump(2) + "\n" : p2p_table(r));

@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/config_flags.h"
 #include "infer/generate.h"
 
 namespace anvil {
@@ -20,7 +21,7 @@ int cmd_generate(int argc, char** argv) {
          "neither, an interactive chat reads one message per line from stdin and keeps the conversation.\n"
          "Temperature 0 is greedy; generation stops at the model's EOS tokens (generation_config.json,\n"
          "config.json and tokenizer_config.json's eos_token) or --max-new-tokens.\n"
-         "Prefill and decode timings go to stderr.");
+         "Prefill and decode timings go to stderr. On a GPU (--device cuda) the weights are bf16.");
   a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache", true)
       .opt("--input", &o.input, "FILE", "JSONL rows (plain, .gz or .zst)")
       .opt("--prompt", &o.prompt, "TEXT", "one prompt, its continuation streamed to stdout")
@@ -30,10 +31,12 @@ int cmd_generate(int argc, char** argv) {
       .opt("--top-p", &o.sampling.top_p, "P", "sample from the smallest set of tokens with probability >= P")
       .opt("--top-k", &o.sampling.top_k, "K", "sample from the K most likely tokens (0: all)")
       .opt("--seed", &seed, "S", "sampling seed (each prompt's stream depends on it and the prompt's index)")
-      .choice("--device", &o.device, {"cpu", "cuda"}, "where to compute (cuda: bf16 weights)")
       .opt("--batch", &o.batch, "B", "prompts generated at once")
       .flag("--no-cuda-graphs", &no_graphs, "run the decode step's kernels one by one (timing comparisons)");
+  o.device.clear();
+  bind_device(a, &o.device);
   if (!a.parse(argc, argv)) return 0;
+  o.device = device_or_default(o.device, "generate");
   o.has_prompt = a.given("--prompt");
   o.sampling.seed = static_cast<uint64_t>(seed);
   o.cuda_graphs = !no_graphs;

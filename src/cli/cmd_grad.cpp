@@ -17,11 +17,13 @@ int cmd_grad(int argc, char** argv) {
       .opt("--tokens", &o.tokens, "FILE",
            "safetensors holding input_ids I64 [B, T]; with position_ids I64 [B, T] (0 at each document's "
            "first token), documents packed in each sequence: attention, RoPE and the loss per document", true)
-      .opt("--out", &o.out, "FILE", "output safetensors", true)
-      .choice("--device", &o.device, {"cpu", "cuda"}, "where to compute");
+      .opt("--out", &o.out, "FILE", "output safetensors", true);
+  o.device.clear();
+  bind_device(a, &o.device);
   bind_mlp_tile(a, &o.mlp_tile);
   bind_fp8(a, &o.fp8);
   if (!a.parse(argc, argv)) return 0;
+  o.device = device_or_default(o.device, "grad");
   const double loss = run_grad(o);
   std::printf("loss %.9g\nwrote %s\n", loss, o.out.c_str());
   return 0;

@@ -12,8 +12,7 @@
 #include "io/hub.h"
 #include "model/config.h"
 #include "plan/memory_plan.h"
-#include "plan/step_model.h"
-#include "sys/nvml.h"
+#include "plan/step_target.h"
 
 namespace anvil {
 namespace {
@@ -35,72 +34,17 @@ std::string plan_notes(const PlanAdvice& adv, const PlannedRun& run, int64_t gpu
                  "bf16 needs --grad-accum 1, 2 bytes less per parameter of the blocks\n";
 }
 
-// What the step model runs on: the GPU, its op costs and the bus between GPUs, each with
-// where the figure comes from.
-struct StepTarget {
-  const GpuSpec* gpu = nullptr;  // null: no prediction (why_not says why)
-  std::string gpu_name, why_not;
-  OpCostTable table;
-  double bus_gbps = 0;
-  std::string bus_source;
-};
-
-struct TargetFlags {
-  std::string gpu, op_table, topo_answers;
-  double bus_gbps = 0;
-};
-
-// This machine's GPUs as anvil topo sees them (recorded answers when given); none without a driver.
-Topology local_topology(const std::string& answers) {
-  if (!answers.empty()) return build_topology(topo_answers_from_json(json_read_file(answers), answers));
-  try {
-    return build_topology(nvml_topo_answers());
-  } catch (const Error&) {
-    return build_topology(TopoAnswers{});
-  }
-}
-
-// --gpu, else this machine's GPU, else an H200; --bus-gbps, else (planning this machine:
-// no --gpu) the links topo finds when they join at least nproc GPUs, else the usual link of
-// the GPU's machines (an assumption).
-StepTarget step_target(const TargetFlags& f, int nproc) {
-  ANVIL_ENSURE(f.bus_gbps >= 0, kUsage, "anvil plan: --bus-gbps ", f.bus_gbps,
-               " is negative (give anvil bench's all-reduce busbw in GB/s)");
-  StepTarget t;
-  const Topology topo = f.gpu.empty() ? local_topology(f.topo_answers) : build_topology(TopoAnswers{});
-  const std::string name = !f.gpu.empty() ? f.gpu : topo.gpus > 0 ? topo.answers.gpus[0].name : "H200";
-  t.gpu = find_gpu_spec(name);
-  ANVIL_ENSURE(t.gpu || f.gpu.empty(), kUsage, "anvil plan: unknown GPU '", name, "' (--gpu takes one of ",
-               known_gpu_names(), ")");
-  t.gpu_name = name;
-  if (!t.gpu) {  // this machine's GPU, unknown: no prediction (the memory plan as ever)
-    t.why_not = cat("this machine's GPU, ", name, ", is not one the step model knows (--gpu NAME predicts on one of ",
-                    known_gpu_names(), ")");
-    return t;
-  }
-  t.table = OpCostTable::load(f.op_table);
-  if (f.bus_gbps > 0) {
-    t.bus_gbps = f.bus_gbps;
-    t.bus_source = "--bus-gbps";
-  } else if (topo.gpus >= nproc && nproc > 1) {
-    t.bus_gbps = topology_bus_gbps(topo, &t.bus_source);
-  } else {
-    t.bus_gbps = t.gpu->bus_gbps;
-    t.bus_source =
-        cat("assumed for ", t.gpu->key, " machines: ", t.gpu->link, "; measure with anvil bench, pass --bus-gbps");
-  }
-  return t;
-}
-
 // The settings the plan reads, resolved as a run on `world` GPUs (bf16) would resolve them, but
 // for what advise() chooses: without data 2048 tokens, the rules of context parallelism and of
 // offloading checked, the blocks' gradient dtype.
 PlannedRun resolve_plan(TrainConfig& c, const ModelConfig& model, int world) {
   DataSection& d = c.data;
   ParallelSection& p = c.parallel;
+  ANVIL_ENSURE(d.seq_len == 0 || d.seq_len >= 2, kUsage, "anvil plan: --seq-len ", d.seq_len,
+               " is out of range: a sequence holds at least 2 tokens (0, the default: ", kSeqLenWithoutData, ")");
+  ANVIL_ENSURE(d.micro_batch >= 1, kUsage, "anvil plan: --micro-batch must be at least 1, got ", d.micro_batch);
+  ANVIL_ENSURE(d.grad_accum >= 1, kUsage, "anvil plan: --grad-accum must be at least 1, got ", d.grad_accum);
   if (d.seq_len == 0) d.seq_len = kSeqLenWithoutData;
-  ANVIL_ENSURE(d.seq_len >= 2 && d.micro_batch >= 1 && d.grad_accum >= 1, kUsage,
-               "anvil plan: --micro-batch, --grad-accum must be >= 1 and --seq-len >= 2");
   check_context_parallel(p.context_parallel, world, model, d.seq_len, "--nproc");
   check_offload(p.recompute, p.offload_activations);
   const PlannedRun run{model, d, p, world};
@@ -109,22 +53,11 @@ PlannedRun resolve_plan(TrainConfig& c, const ModelConfig& model, int world) {
   return run;
 }
 
-// No prediction where the step model does not price the setting: context parallelism's
-// all-to-alls, FP8 linears without the table's FP8 rates.
-void skip_unmodelled(StepTarget& t, const ParallelSection& p) {
-  if (!t.gpu) return;
-  if (p.context_parallel > 1) t.why_not = "the step model does not count context parallelism's all-to-alls yet";
-  else if (p.fp8 != Fp8Recipe::kOff) t.why_not = t.table.why_not_fp8(*t.gpu);
-  if (!t.why_not.empty()) t.gpu = nullptr;
-}
-
-// The step of a mode as its plan resolved it.
-StepPrediction predict_mode(const PlannedRun& run, const MemoryPlan& plan, const StepTarget& t) {
-  ParallelSection p = run.parallel;
-  p.mode = plan.mode;
-  p.recompute = plan.recompute;
-  p.mlp_tile = plan.mlp_tile;
-  return predict_step({run.model, run.data, p, run.world, run.compute_dtype}, t.table, *t.gpu, t.bus_gbps);
+// What the plan takes for granted without a GPU here: the GPU (the step model's) and its memory.
+std::string assumed_text(const StepTarget& t, int nproc, bool mem_given, int64_t gpu_bytes) {
+  if (!t.assumed) return "";
+  return cat("assumed: ", nproc, " x NVIDIA ", t.gpu_name, " ", gib(gpu_bytes), " GiB", mem_given ? " (--gpu-mem)" : "",
+             " (no GPU here; --gpu NAME / --gpu-mem GiB to change)\n");
 }
 
 std::string prediction_text(const StepTarget& t, int nproc, const StepPrediction& ddp, const StepPrediction& fsdp) {
@@ -157,9 +90,12 @@ int cmd_plan(int argc, char** argv) {
   bool json = false;
   TargetFlags target;
   Args a("plan", "Memory per GPU of a full fine-tune in each mode (parameters, gradients, AdamW state, weight "
-                 "copies, activations, workspace), whether it fits, and the rule's advice: ddp when it fits, else "
-                 "fsdp; and each mode's predicted step time and tokens/s (op costs of the GPU, the bus between "
-                 "GPUs). The flags of the model and the run read as anvil train's.");
+                 "copies, activations, workspace), whether it fits and with which --recompute, each mode's predicted step time and tokens/s (op "
+                 "costs of the GPU, the bus between GPUs), and the advice as the flags to pass to anvil train: of "
+                 "the modes that fit, the faster predicted (anvil train --mode auto chooses the same; ddp where "
+                 "nothing is predicted); when neither fits, what would (fsdp's --nproc, recomputation, a shorter "
+                 "sequence). Without a GPU here it assumes an H200 and says so. The flags of the model and the run "
+                 "read as anvil train's.");
   bind_shared_sections(a, c);
   a.opt("--nproc", &nproc, "N", "GPUs (ranks)")
       .opt("--gpu-mem", &gpu_mem, "GiB", "memory per GPU [default: 139.8, an H200's]")
@@ -179,13 +115,13 @@ int cmd_plan(int argc, char** argv) {
   const PlannedRun run = resolve_plan(c, model, world);
   const ParallelSection& par = run.parallel;
   const int64_t gpu_bytes = gpu_mem > 0 ? static_cast<int64_t>(gpu_mem * (1ll << 30)) : kH200Bytes;
-  const PlanAdvice adv = advise(run, gpu_bytes);
   StepTarget target_of = step_target(target, world);
   skip_unmodelled(target_of, par);
+  const PlanAdvice adv = advise(run, gpu_bytes, plan_speed(run, target_of));
   StepPrediction ddp, fsdp;
   if (target_of.gpu) {
-    ddp = predict_mode(run, adv.ddp, target_of);
-    fsdp = predict_mode(run, adv.fsdp, target_of);
+    ddp = predict_plan(run, adv.ddp, target_of);
+    fsdp = predict_plan(run, adv.fsdp, target_of);
   }
   if (json) {
     auto j_of = [](const MemoryPlan& p) {
@@ -196,14 +132,16 @@ int cmd_plan(int argc, char** argv) {
     };
     Json j = {{"gpu_bytes", gpu_bytes}, {"reserve_bytes", kPlanReserve},
               {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)},
-              {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""}, {"message", adv.message},
+              {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""}, {"flags", adv.flags},
+              {"message", adv.message}, {"gpu", target_of.gpu_name}, {"gpu_assumed", target_of.assumed},
               {"grad_dtype", grad_dtype_name(par.grad_dtype)},
               {"predicted", predicted_json(target_of, ddp, fsdp)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     const std::string notes = plan_notes(adv, run, gpu_bytes, asked);
     const std::string step = prediction_text(target_of, world, ddp, fsdp);
-    std::fputs((plan_table(adv, run, gpu_bytes) + notes + step).c_str(), stdout);
+    const std::string assumed = assumed_text(target_of, world, gpu_mem > 0, gpu_bytes);
+    std::fputs((assumed + plan_table(adv, run, gpu_bytes) + notes + step).c_str(), stdout);
   }
   return 0;
 }

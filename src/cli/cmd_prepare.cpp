@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/config_flags.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "data/packing.h"
 #include "data/source.h"
 
@@ -45,6 +46,11 @@ int cmd_prepare(int argc, char** argv) {
   std::printf("wrote %s: %s; %lld bad rows skipped; %.2f s, %.0f tokens/s\n", path_join(out, "packed.bin").c_str(),
               packing_summary(h).c_str(), static_cast<long long>(h["bad_rows"].get<int64_t>()), s,
               static_cast<double>(h["total_tokens"].get<int64_t>()) / std::max(s, 1e-9));
+  // The folder holds token ids, not the tokenizer: a run on it exports the --model folder's
+  // tokenizer, or (a --preset) none unless anvil train is given it.
+  log_warn("anvil prepare: ", out, " holds token ids, not the tokenizer: a run on it with --preset exports a model "
+           "with no tokenizer unless you pass anvil train --tokenizer ", o.tokenizer,
+           " (with --model, the model folder's tokenizer is exported)");
   return 0;
 }
 

@@ -1,6 +1,9 @@
 // The config tree's flags, one binder per section: see cli/config_flags.h.
 #include "cli/config_flags.h"
 
+#include "core/error.h"
+#include "ops/ops.h"
+
 namespace anvil {
 namespace {
 
@@ -25,7 +28,7 @@ void bind_data(Args& a, DataSection& d) {
       .opt("--split", &d.split, "NAME", "the split of a hub dataset id")
       .opt("--data-config", &d.config, "NAME", "the config (subset) of a hub dataset id")
       .opt("--tokenizer", &d.tokenizer, "DIR",
-           "tokenizer.json folder for row data (JSONL, Parquet) [default: the model's]")
+           "tokenizer.json folder for rows (JSONL, Parquet) [default: the model's]")
       .opt("--data-cache", &d.cache, "DIR", "where row data is packed [default: ~/.cache/anvil]");
   bind_packing(a, &d.packing)
       .flag("--assistant-only-loss", &d.assistant_only_loss, "train only on the assistant turns of chats")
@@ -128,8 +131,16 @@ void bind_model(Args& a, ModelSection& m) {
       .opt("--preset", &m.preset, "NAME", "a built-in shape with fresh weights, instead of --model");
 }
 
-void bind_device(Args& a, ModelSection& m) {
-  a.opt("--device", &m.device, "cpu|cuda", "where to run [default: cuda when a GPU is present, else cpu]");
+void bind_device(Args& a, ModelSection& m) { bind_device(a, &m.device); }
+
+Args& bind_device(Args& a, std::string* device) {
+  return a.opt("--device", device, "cpu|cuda", "where to run [default: cuda when a GPU is present, else cpu]");
+}
+
+std::string device_or_default(const std::string& device, const std::string& command) {
+  const std::string d = !device.empty() ? device : cuda_available() ? "cuda" : "cpu";
+  ANVIL_ENSURE(d == "cpu" || d == "cuda", kUsage, "anvil ", command, ": --device must be cpu or cuda, got '", d, "'");
+  return d;
 }
 
 void bind_shapes(Args& a, DataSection& d) {
@@ -145,14 +156,13 @@ void bind_steps(Args& a, int64_t* steps) { a.opt("--steps", steps, "N", "optimiz
 
 void bind_parallel(Args& a, ParallelSection& p) {
   enum_choice(a, "--mode", &p.mode, {"auto", "ddp", "fsdp"},
-              "replicated (ddp) or sharded (fsdp) parameters; auto: ddp when the memory plan fits the GPU, else "
-              "fsdp (anvil train logs which and why; anvil plan shows both)",
+              "replicated (ddp) or sharded (fsdp) parameters; auto: of the modes whose memory plan fits the GPU, "
+              "the one predicted faster (ddp where nothing is predicted), as anvil plan advises",
               parse_parallel_mode, parallel_mode_name);
   enum_choice(a, "--reduce-dtype", &p.reduce_dtype, {"fp32", "bf16"},
-              "dtype of the gradient all-reduce (ddp) / reduce-scatter (fsdp). bf16 halves the bytes sent; each "
-              "rank's gradient is rounded to bf16 (8 significant bits, relative error up to 2^-9) before the sum, "
-              "and NCCL may round partial sums too, so the summed gradient carries about 3 significant digits "
-              "(masters, AdamW state and the norm stay fp32)",
+              "dtype of the gradient all-reduce (ddp) / reduce-scatter (fsdp). bf16 halves the bytes sent, but "
+              "rounds each rank's gradient (8 significant bits) before the sum, as NCCL may its partial sums: the "
+              "sum carries about 3 significant digits (masters, AdamW state and the norm stay fp32)",
               parse_reduce_dtype, reduce_dtype_name);
   enum_choice(a, "--grad-dtype", &p.grad_dtype, {"auto", "fp32", "bf16"},
               "where the gradients of the blocks and the final norm are kept. auto: bf16 on a GPU with --grad-accum "
@@ -160,27 +170,24 @@ void bind_parallel(Args& a, ParallelSection& p) {
               "bf16 copies) and halves its memory and bytes moved; the embedding's and output layer's stay fp32",
               parse_grad_dtype, grad_dtype_name);
   a.flag("--fsdp-defer-sync", &p.fsdp_defer_sync,
-         "fsdp: reduce-scatter gradients once per step instead of per micro-batch (keeps the whole model's fp32 "
-         "gradient; as PyTorch's set_requires_gradient_sync(False))")
+         "fsdp: reduce-scatter gradients once per step, not per micro-batch (keeps the whole model's fp32 "
+         "gradient; PyTorch's set_requires_gradient_sync(False))")
       .opt("--context-parallel", &p.context_parallel, "N",
            "split each sequence over N ranks (every rank of the run; ddp or fsdp over the same ranks): each holds "
            "seq-len/N tokens, and attention trades them for a share of the heads by all-to-all (Ulysses; N must "
            "divide the key/value heads and --seq-len)");
   enum_choice(a, "--recompute", &p.recompute, {"none", "selective", "full", "auto"},
               "activation recomputation in the backward: selective recomputes the norms and RoPE, full every block "
-              "from its input. auto, the default of anvil train, plan and bench step alike (so the plan shows what "
-              "a run does): the fastest setting whose memory plan fits the GPU, none wherever none fits, so a run "
-              "that fits is never slowed; without a GPU, none",
+              "from its input; auto: the fastest setting whose memory plan fits the GPU (none wherever none fits), "
+              "none without a GPU",
               parse_recompute, recompute_name);
   bind_mlp_tile(a, &p.mlp_tile);
   bind_fp8(a, &p.fp8);
   a.flag("--offload-activations", &p.offload_activations,
          "with --recompute full (auto resolves to it): keep the blocks' checkpoints (the residual stream between "
-         "blocks) in pinned host memory, copied out after each block's forward and back one block ahead of its "
-         "backward, beside the compute; the device keeps two of them (the same results)")
+         "blocks) in pinned host memory, copied beside the compute, two on the GPU (the same results)")
       .flag_off("--no-overlap-optimizer", &p.overlap_optimizer,
-                "run the optimizer alone after the backward instead of beside the next forward (the same results; "
-                "for comparison)");
+                "run the optimizer after the backward, not beside the next forward (the same results)");
 }
 
 void bind_shared_sections(Args& a, TrainConfig& c) {

@@ -19,8 +19,11 @@ void bind_train_flags(Args& a, TrainConfig& c);
 
 // --model, --preset: what is trained.
 void bind_model(Args& a, ModelSection& m);
-// --device.
+// --device, in every command that takes it: empty (the default) is cuda when a GPU is present,
+// else cpu; device_or_default resolves it and refuses another name.
 void bind_device(Args& a, ModelSection& m);
+Args& bind_device(Args& a, std::string* device);
+std::string device_or_default(const std::string& device, const std::string& command);
 // --seq-len, --micro-batch, --grad-accum: the data section's shapes.
 void bind_shapes(Args& a, DataSection& d);
 // --steps.

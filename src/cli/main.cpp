@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -81,6 +82,16 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     print_usage(stderr);
     return 2;
+  }
+  // anvil help CMD [SUB]: anvil CMD [SUB] --help.
+  char help_flag[] = "--help";
+  std::vector<char*> help_argv;
+  if (std::strcmp(argv[1], "help") == 0 && argc >= 3) {
+    help_argv.assign(argv, argv + argc);
+    help_argv.erase(help_argv.begin() + 1);
+    help_argv.push_back(help_flag);
+    argv = help_argv.data();
+    argc = static_cast<int>(help_argv.size());
   }
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {

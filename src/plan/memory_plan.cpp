@@ -176,55 +176,102 @@ MemoryPlan plan_memory(const PlannedRun& run) {
 
 bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes) { return p.total() + kPlanReserve <= gpu_bytes; }
 
-PlanAdvice advise(const PlannedRun& run, int64_t gpu_bytes) {
-  PlanAdvice a;
-  const Recompute recompute = run.parallel.recompute;
-  // --mlp-tile auto: untiled where that fits (tiles recompute gate_up in the backward), else
-  // auto_mlp_tile's tiles.
-  auto plan_of = [&](ParallelSection x) {
-    auto plan = [&] { return plan_memory({run.model, run.data, x, run.world, run.compute_dtype}); };
-    if (x.mlp_tile != kMlpTileAuto) return plan();
-    x.mlp_tile = run.data.micro_batch * run.data.seq_len / x.context_parallel;
-    const MemoryPlan untiled = plan();
-    if (plan_fits(untiled, gpu_bytes)) return untiled;
-    x.mlp_tile = kMlpTileAuto;
-    return plan();
-  };
-  auto pick = [&](ParallelMode mode) {
-    ParallelSection x = run.parallel;
-    x.mode = mode;
-    if (recompute != Recompute::kAuto) return plan_of(x);
-    MemoryPlan p;
-    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {  // fastest first
-      if (x.offload_activations && r != Recompute::kFull) continue;
-      x.recompute = r;
-      p = plan_of(x);
-      if (plan_fits(p, gpu_bytes)) break;
+namespace {
+
+// The plan of `x` on `world` ranks. --mlp-tile auto: untiled where that fits (tiles recompute
+// gate_up in the backward), else auto_mlp_tile's tiles.
+MemoryPlan tiled_plan(const PlannedRun& run, ParallelSection x, int world, int64_t gpu_bytes) {
+  auto plan = [&] { return plan_memory({run.model, run.data, x, world, run.compute_dtype}); };
+  if (x.mlp_tile != kMlpTileAuto) return plan();
+  x.mlp_tile = run.data.micro_batch * run.data.seq_len / x.context_parallel;
+  const MemoryPlan untiled = plan();
+  if (plan_fits(untiled, gpu_bytes)) return untiled;
+  x.mlp_tile = kMlpTileAuto;
+  return plan();
+}
+
+// The plan of `mode` on `world` ranks; recompute auto: the fastest setting that fits (none,
+// then selective, then full; offloading only full), else full.
+MemoryPlan mode_plan(const PlannedRun& run, ParallelMode mode, int world, int64_t gpu_bytes) {
+  ParallelSection x = run.parallel;
+  x.mode = mode;
+  if (x.recompute != Recompute::kAuto) return tiled_plan(run, x, world, gpu_bytes);
+  MemoryPlan p;
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {  // fastest first
+    if (x.offload_activations && r != Recompute::kFull) continue;
+    x.recompute = r;
+    p = tiled_plan(run, x, world, gpu_bytes);
+    if (plan_fits(p, gpu_bytes)) break;
+  }
+  return p;
+}
+
+std::string train_flags(const MemoryPlan& p) {
+  return cat("--mode ", parallel_mode_name(p.mode), " --recompute ", recompute_name(p.recompute));
+}
+
+// The fewest GPUs on which fsdp fits (its shards shrink with more), or 0 when none up to
+// kMostGpus does or the run's ranks are fixed (context parallelism spans every rank).
+constexpr int kMostGpus = 1024;
+int fsdp_gpus_needed(const PlannedRun& run, int64_t gpu_bytes) {
+  if (run.parallel.context_parallel > 1) return 0;
+  for (int w = run.world + 1; w <= kMostGpus; ++w)
+    if (plan_fits(mode_plan(run, ParallelMode::kFsdp, w, gpu_bytes), gpu_bytes)) return w;
+  return 0;
+}
+
+// Neither mode fits: what would. The model states (the plan without its activations) too
+// large for the GPU: fsdp over more GPUs; the activations the cause: recomputation,
+// offloading, a shorter sequence or micro-batch.
+std::string not_fitting_advice(const PlannedRun& run, const MemoryPlan& fsdp, int64_t gpu_bytes) {
+  std::string m = cat("neither mode fits in ", gib(gpu_bytes), " GiB per GPU on ", run.world, " GPU(s)");
+  const int64_t states = fsdp.total() - fsdp.activations;
+  if (!plan_fits(fsdp, gpu_bytes + fsdp.activations)) {
+    m += cat(": the model states alone (weights, gradients, AdamW state, workspace) take ", gib(states), " GiB");
+    if (const int gpus = fsdp_gpus_needed(run, gpu_bytes)) {
+      const MemoryPlan p = mode_plan(run, ParallelMode::kFsdp, gpus, gpu_bytes);
+      return m + cat("; fsdp fits on ", gpus, " GPUs: --nproc ", gpus, " ", train_flags(p), " (", gib(p.total()),
+                     " GiB per GPU)");
     }
-    return p;
-  };
-  a.ddp = pick(ParallelMode::kDdp);
-  a.fsdp = pick(ParallelMode::kFsdp);
-  a.fits = plan_fits(a.ddp, gpu_bytes) || plan_fits(a.fsdp, gpu_bytes);
-  if (plan_fits(a.ddp, gpu_bytes)) {
+    return m + cat("; fsdp would not fit on ", kMostGpus, " GPUs of this size either");
+  }
+  const Recompute r = run.parallel.recompute;
+  m += cat(": the activations take ", gib(fsdp.activations), " GiB");
+  if (r != Recompute::kFull && r != Recompute::kAuto) m += "; try --recompute full";
+  m += offload_advice(run, gpu_bytes);
+  if (const int gpus = fsdp_gpus_needed(run, gpu_bytes)) m += cat("; fsdp fits on ", gpus, " GPUs (--nproc ", gpus, ")");
+  return m + "; or a shorter --seq-len or smaller --micro-batch";
+}
+
+}  // namespace
+
+PlanAdvice advise(const PlannedRun& run, int64_t gpu_bytes, const PlanSpeed& speed) {
+  PlanAdvice a;
+  a.ddp = mode_plan(run, ParallelMode::kDdp, run.world, gpu_bytes);
+  a.fsdp = mode_plan(run, ParallelMode::kFsdp, run.world, gpu_bytes);
+  const bool ddp = plan_fits(a.ddp, gpu_bytes), fsdp = plan_fits(a.fsdp, gpu_bytes);
+  a.fits = ddp || fsdp;
+  if (!a.fits) {
+    a.message = not_fitting_advice(run, a.fsdp, gpu_bytes) + ".";
+    return a;
+  }
+  if (ddp && fsdp && run.world > 1 && speed) {
+    const double d = speed(a.ddp), f = speed(a.fsdp);
+    a.mode = f > d ? ParallelMode::kFsdp : ParallelMode::kDdp;
+    a.message = cat("both modes fit; ", parallel_mode_name(a.mode), " is predicted faster: ", format_count(std::max(d, f)),
+                    " tokens/s against ", format_count(std::min(d, f)), " for ", f > d ? "ddp" : "fsdp");
+  } else if (ddp) {
     a.mode = ParallelMode::kDdp;
-    a.message = "ddp fits: every GPU holds the whole model, its gradients and AdamW state.";
-  } else if (plan_fits(a.fsdp, gpu_bytes)) {
+    a.message = run.world == 1 ? "one GPU holds the whole model, its gradients and AdamW state"
+                : fsdp         ? "both modes fit; no step prediction here, so ddp, which moves fewer bytes"
+                               : "ddp fits: every GPU holds the whole model, its gradients and AdamW state";
+  } else {
     a.mode = ParallelMode::kFsdp;
     // (Never on one GPU, where both modes hold the same: plan_memory.)
-    a.message = "ddp does not fit; fsdp does: each GPU holds 1/" + std::to_string(run.world) +
-                " of the weights, gradients and AdamW state.";
-  } else {
-    // Model states alone: 16 bytes per parameter, divided by the world size in FSDP.
-    const int64_t states = 16 * run.model.num_parameters();
-    const int64_t room = gpu_bytes - kPlanReserve - a.fsdp.activations - a.fsdp.workspace - a.fsdp.weights;
-    const int64_t need = room > 0 ? (states + room - 1) / room : 0;
-    a.message = "neither mode fits in " + gib(gpu_bytes) + " GiB per GPU";
-    if (recompute != Recompute::kFull && recompute != Recompute::kAuto) a.message += "; try --recompute full";
-    a.message += offload_advice(run, gpu_bytes);
-    if (need > run.world && room > 0) a.message += "; fsdp needs about " + std::to_string(need) + " GPUs of this size";
-    a.message += "; or a shorter --seq-len or smaller --micro-batch.";
+    a.message = cat("ddp does not fit; fsdp does: each GPU holds 1/", run.world,
+                    " of the weights, gradients and AdamW state");
   }
+  a.flags = train_flags(a.mode == ParallelMode::kFsdp ? a.fsdp : a.ddp);
   return a;
 }
 
@@ -236,10 +283,10 @@ std::string plan_table(const PlanAdvice& a, const PlannedRun& run, int64_t gpu_b
                 static_cast<long long>(run.data.seq_len), static_cast<long long>(run.data.micro_batch),
                 gib(gpu_bytes).c_str());
   s += line;
-  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "GiB per GPU", "ddp", "fsdp");
+  std::snprintf(line, sizeof line, "%-12s %16s %16s\n", "GiB per GPU", "ddp", "fsdp");
   s += line;
   auto row = [&](const char* name, int64_t d, int64_t f) {
-    std::snprintf(line, sizeof line, "%-12s %12s %12s\n", name, gib(d).c_str(), gib(f).c_str());
+    std::snprintf(line, sizeof line, "%-12s %16s %16s\n", name, gib(d).c_str(), gib(f).c_str());
     s += line;
   };
   row("parameters", a.ddp.params, a.fsdp.params);
@@ -249,16 +296,19 @@ std::string plan_table(const PlanAdvice& a, const PlannedRun& run, int64_t gpu_b
   row("activations", a.ddp.activations, a.fsdp.activations);
   row("workspace", a.ddp.workspace, a.fsdp.workspace);
   row("total", a.ddp.total(), a.fsdp.total());
-  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "recompute", recompute_name(a.ddp.recompute),
+  std::snprintf(line, sizeof line, "%-12s %16s %16s\n", "recompute", recompute_name(a.ddp.recompute),
                 recompute_name(a.fsdp.recompute));
   s += line;
-  std::snprintf(line, sizeof line, "%-12s %12lld %12lld\n", "mlp tile", static_cast<long long>(a.ddp.mlp_tile),
+  std::snprintf(line, sizeof line, "%-12s %16lld %16lld\n", "mlp tile", static_cast<long long>(a.ddp.mlp_tile),
                 static_cast<long long>(a.fsdp.mlp_tile));
   s += line;
-  std::snprintf(line, sizeof line, "%-12s %12s %12s\n", "fits", plan_fits(a.ddp, gpu_bytes) ? "yes" : "no",
-                plan_fits(a.fsdp, gpu_bytes) ? "yes" : "no");
+  // "yes (selective)": it fits with that recomputation (--recompute selective).
+  auto fits = [&](const MemoryPlan& p) {
+    return plan_fits(p, gpu_bytes) ? cat("yes (", recompute_name(p.recompute), ")") : std::string("no");
+  };
+  std::snprintf(line, sizeof line, "%-12s %16s %16s\n", "fits", fits(a.ddp).c_str(), fits(a.fsdp).c_str());
   s += line;
-  s += "advice: " + a.message + "\n";
+  s += a.fits ? cat("advice: ", a.flags, " (", a.message, ")\n") : cat("advice: ", a.message, "\n");
   s += attention_note(run);
   std::snprintf(line, sizeof line, "host memory per rank for the snapshot of asynchronous saves: %s GiB (ddp), %s GiB "
                 "(fsdp)\n", gib(a.ddp.host_snapshot).c_str(), gib(a.fsdp.host_snapshot).c_str());

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "data/blocks.h"
@@ -66,20 +67,26 @@ int64_t host_snapshot_bytes(const ParamTable& table);
 struct PlanAdvice {
   MemoryPlan ddp, fsdp;       // with the recomputation chosen for each
   bool fits = false;          // whether either mode fits
-  ParallelMode mode = ParallelMode::kDdp;  // the rule: ddp when it fits, else fsdp (when fits)
-  std::string message;        // one or two sentences: what to do
+  ParallelMode mode = ParallelMode::kDdp;  // the chosen mode (when fits)
+  std::string flags;          // when fits: the chosen mode and recomputation as anvil train's flags
+  std::string message;        // why that choice, or (nothing fits) what would make the run fit
 };
+// Predicted tokens/s of the run as a plan resolved it (its mode, recomputation and MLP tile).
+using PlanSpeed = std::function<double(const MemoryPlan&)>;
 // Both modes, whatever run.parallel.mode says. Recompute::kAuto: the fastest setting that fits
 // in gpu_bytes, per mode (none, then selective, then full; offloading only full); any other
 // setting is planned as given. mlp_tile kMlpTileAuto: untiled where that plan fits, else
 // auto_mlp_tile's tiles (for each recomputation tried); MemoryPlan::mlp_tile says which.
-// When neither mode fits without offload and with it one would, the message says so.
+// The mode: of those that fit, the one `speed` predicts faster (ddp on a tie); without a
+// prediction (an empty speed) ddp when it fits, else fsdp. When neither fits, the message
+// names what would: fsdp on more GPUs (the --nproc), offloading, or a shorter sequence where
+// the activations are the cause.
 // A plan fits when its total plus kPlanReserve (the CUDA context, allocator slack) is at
 // most the GPU's memory.
 constexpr int64_t kPlanReserve = 1ll << 30;
 constexpr int64_t kH200Bytes = 150110011392;  // an H200 as CUDA reports it (139.8 GiB)
 bool plan_fits(const MemoryPlan& p, int64_t gpu_bytes);
-PlanAdvice advise(const PlannedRun& run, int64_t gpu_bytes);
+PlanAdvice advise(const PlannedRun& run, int64_t gpu_bytes, const PlanSpeed& speed = {});
 
 // Why this machine's host memory cannot hold what the plan puts there, or "": the offloaded
 // activations, and the snapshot of asynchronous saves when `async_saves`, for each of the

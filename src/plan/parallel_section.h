@@ -17,7 +17,7 @@
 namespace anvil {
 
 struct ParallelSection {
-  ParallelMode mode = ParallelMode::kAuto;  // auto: ddp when the plan fits, else fsdp
+  ParallelMode mode = ParallelMode::kAuto;  // auto: of those the plan fits, the faster predicted (advise)
   DType reduce_dtype = DType::kF32;         // gradient reduction: F32 or BF16
   GradDType grad_dtype = GradDType::kAuto;  // the blocks' gradients (model/params.h)
   Recompute recompute = Recompute::kAuto;   // auto: the fastest the plan fits

@@ -36,7 +36,8 @@ void check_source(const std::string& source, const std::string& split, const cha
 // The vocabulary size of rows' tokenizer (JSONL needs --seq-len and a tokenizer), with
 // what it is, for the message when it exceeds the model's.
 int64_t rows_vocab(const DataSection& d, const std::string& model_dir, std::string& what) {
-  ANVIL_ENSURE(d.seq_len >= 2, kUsage, "anvil train: --seq-len is needed to pack the JSONL data ", d.source);
+  ANVIL_ENSURE(d.seq_len >= 2, kUsage, "anvil train: --seq-len must be at least 2 to pack the rows of ", d.source,
+               " into sequences (0, the default, takes the length of prepared blocks; rows have none)");
   const std::string dir = !d.tokenizer.empty() ? d.tokenizer : model_dir;
   ANVIL_ENSURE(!dir.empty(), kUsage, "anvil train: --tokenizer DIR is needed to read JSONL with --preset");
   const std::string file = is_directory(dir) ? path_join(dir, "tokenizer.json") : dir;
@@ -197,6 +198,8 @@ void check_train(TrainConfig& c, FileLock& ckpt_lock) {
   ANVIL_ENSURE(c.steps >= 1, kUsage, "anvil train: --steps must be at least 1, got ", c.steps);
   ANVIL_ENSURE(d.micro_batch >= 1, kUsage, "anvil train: --micro-batch must be at least 1, got ", d.micro_batch);
   ANVIL_ENSURE(d.grad_accum >= 1, kUsage, "anvil train: --grad-accum must be at least 1, got ", d.grad_accum);
+  ANVIL_ENSURE(d.seq_len == 0 || d.seq_len >= 2, kUsage, "anvil train: --seq-len ", d.seq_len,
+               " is out of range: a sequence holds at least 2 tokens (0, the default: the data's blocks' length)");
   const CheckpointSection& k = c.checkpoint;
   ANVIL_ENSURE(k.save_every >= 0 && k.keep_last >= 0, kUsage, "anvil train: --save-every and --keep-last are counts");
   ANVIL_ENSURE(k.save_every == 0 || !k.dir.empty(), kUsage, "anvil train: --save-every needs --ckpt-dir");

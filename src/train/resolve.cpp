@@ -4,6 +4,7 @@
 #include "comm/first_error.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "plan/step_target.h"
 #include "sys/host_memory.h"
 
 namespace anvil {
@@ -55,7 +56,8 @@ void take_planned_mlp_tile(ResolvedConfig& r, const RunFacts& f, int64_t tile) {
                                            " GiB; a tile at most ", kMlpTileBytes >> 20, " MiB"));
 }
 
-// Mode, recomputation and the MLP's tile from the memory plan: ddp when it fits, else fsdp;
+// Mode, recomputation and the MLP's tile from the memory plan, as anvil plan advises (advise,
+// with the step model on this machine's GPU): of the modes that fit, the faster predicted;
 // recompute and mlp tile auto: the fastest setting that fits. The CPU's (host) memory is not
 // planned: ddp, no recompute, the tile by size (resolve_mlp_tile).
 void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
@@ -64,7 +66,9 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
   std::string mode_why;
   if (f.capacity > 0) {
     const PlannedRun run{*f.model, r.config.data, r.config.parallel, f.world, f.compute_dtype};
-    const PlanAdvice adv = advise(run, f.capacity);
+    StepTarget target = step_target(TargetFlags{}, f.world);
+    skip_unmodelled(target, r.config.parallel);
+    const PlanAdvice adv = advise(run, f.capacity, plan_speed(run, target));
     if (mode_auto) {
       ANVIL_ENSURE(adv.fits, kOutOfMemory, "--mode auto: neither mode fits in the GPU's memory; the plan per GPU:\n",
                    plan_table(adv, run, f.capacity));
