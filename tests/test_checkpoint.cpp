@@ -211,6 +211,9 @@ TEST_F(Checkpoint, CorruptOrForeignCheckpointIsRefused) {
                          "the checkpoint and [64, 64] in the model being trained (another model)"),
               std::string::npos)
         << r.out;
+    // No hint to resume from another checkpoint of that same model.
+    EXPECT_EQ(r.out.find("(resume from it with --resume"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("give this run a --ckpt-dir of its own"), std::string::npos) << r.out;
   }
 }
 

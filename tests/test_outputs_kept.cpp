@@ -52,6 +52,11 @@ TEST_F(OutputsKept, TheLastStepIsSavedAndResumedFrom) {
   EXPECT_TRUE(has(more.out, "at step 7")) << more.out;
   EXPECT_FALSE(has(more.out, "step 6/9")) << more.out;
 
+  // --resume given the folder of checkpoints: its newest complete one.
+  const testing::RunResult folder = testing::run_anvil(train_args(10, {"--resume", ckpt}));
+  ASSERT_EQ(folder.exit_code, 0) << folder.out;
+  EXPECT_TRUE(has(folder.out, "resumed from " + path_join(ckpt, checkpoint_name(9)) + " at step 9")) << folder.out;
+
   // Without --save-every, the checkpoint folder still receives the end of the run.
   const std::string end_only = dir() + "/ckpt-end-only";
   const testing::RunResult e = testing::run_anvil(train_args(3, {"--ckpt-dir", end_only}));

@@ -159,7 +159,7 @@ TEST_F(Safety, TokenizerAndDataAreCheckedAgainstTheModel) {
   a[6] = jsonl;
   const testing::RunResult no_len = run(a);
   expect_stopped_before_training(no_len);
-  EXPECT_TRUE(has(no_len.out, "anvil train: --seq-len is needed to pack the JSONL data " + jsonl)) << no_len.out;
+  EXPECT_TRUE(has(no_len.out, "anvil train: --seq-len must be at least 2 to pack the rows of " + jsonl)) << no_len.out;
 
   a = train_args(2, {"--seq-len", "16"});
   a[6] = jsonl;

@@ -42,7 +42,12 @@ void await_checksums(ResumePoint& point) {
 std::string find_resume_checkpoint(const std::string& ckpt_dir, const std::string& resume) {
   if (!resume.empty()) {
     ANVIL_ENSURE(is_directory(resume), kNotFound, "--resume ", resume, ": no such checkpoint folder");
-    return resume;
+    // A --ckpt-dir given for a checkpoint: its newest complete checkpoint, as export takes it.
+    if (path_exists(path_join(resume, "meta.json")) || checkpoint_step(resume) >= 0) return resume;
+    const std::vector<std::string> inside = list_checkpoints(resume);
+    if (inside.empty()) return resume;
+    log_info("--resume ", resume, " is a folder of checkpoints: resuming from its newest complete one, ", inside.front());
+    return inside.front();
   }
   if (ckpt_dir.empty() || !is_directory(ckpt_dir)) return "";
   const std::vector<std::string> found = list_checkpoints(ckpt_dir);

@@ -13,8 +13,11 @@
 namespace anvil {
 namespace {
 
+// A checkpoint of another model: the checkpoints beside it are that run's, so none of them
+// is offered (checkpoint_refusal would name the next older one).
 [[noreturn]] void refuse(const std::string& ckpt, const std::string& why) {
-  raise(ErrorKind::kInvalidInput, checkpoint_refusal(ckpt, why));
+  raise(ErrorKind::kInvalidInput, "checkpoint ", ckpt, " refused: ", why, "; the checkpoints beside it are that "
+        "model's: give this run a --ckpt-dir of its own, or --resume a checkpoint of this model");
 }
 
 }  // namespace
