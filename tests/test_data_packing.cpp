@@ -1,4 +1,4 @@
-// data/jsonl + data/packing: the seed's packing of conversations_public.jsonl into 64- and
+// data/jsonl + data/packing: the wrapped packing of conversations_public.jsonl into 64- and
 // 128-token blocks (packed_golden.json), compressed inputs, bad rows, assistant-only labels,
 // the memory-mapped block file and its cache.
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@ namespace {
 std::string tok_dir() { return testing::shared_dir() + "/fixtures/qwen3-tokenizer"; }
 std::string convs() { return testing::shared_dir() + "/fixtures/tokenizer/conversations_public.jsonl"; }
 
-// The seed's packing, whose blocks the goldens hold.
+// The wrapped packing, whose blocks the goldens hold.
 PrepareOptions options(std::vector<std::string> data, int64_t seq) {
   PrepareOptions o;
   o.tokenizer = tok_dir();

@@ -1,7 +1,7 @@
 // The packings a run can train with, and best-fit-decreasing bins: TRL's
 // pack_dataset(strategy="bfd" | "bfd_split" | "wrapped"), which a user switching from TRL expects.
 //
-// wrapped: every row's tokens concatenated and cut into blocks of seq_len (the seed's packing).
+// wrapped: every row's tokens concatenated and cut into blocks of seq_len.
 // bfd: each row whole in one sequence of at most seq_len tokens (a longer row cut at seq_len, the
 // rest dropped); bins by best-fit decreasing. bfd-split: the same, a longer row split into pieces
 // of at most seq_len (full pieces first, the remainder last) that are packed like rows.

@@ -1,7 +1,7 @@
 // Writers of the blocks of a packed file (data/packing.h says the file's layout): rows go in
 // as they are tokenized, in order, and blocks of seq_len tokens come out to the file.
 //
-// WrappedWriter: the seed's packing, rows concatenated and cut every seq_len tokens (what is
+// WrappedWriter: the wrapped packing, rows concatenated and cut every seq_len tokens (what is
 // left waits for the next row; the end's remainder is dropped). BinWriter: best-fit-decreasing
 // bins of each window of kBinWindowRows rows (data/bin_packing.h); each bin is one block, its
 // documents (rows, or pieces of rows) then padding up to seq_len: ids pad_id, labels -100. It

@@ -4,7 +4,7 @@
 // Every row is rendered with the chat template ({"messages": [...]}) or taken as is
 // ({"text": "..."}) and tokenized without added special tokens, rows in file order (files in
 // the order given), then packed into blocks of seq_len tokens (data/bin_packing.h):
-//   wrapped (the seed's): all rows concatenated and cut every seq_len tokens, the remainder
+//   wrapped: all rows concatenated and cut every seq_len tokens, the remainder
 //     dropped; a block runs across rows.
 //   bfd, bfd-split (the default): TRL's best-fit-decreasing bins, each block whole documents
 //     (rows, or pieces of rows longer than seq_len) then padding: ids the tokenizer's pad token

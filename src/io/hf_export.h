@@ -5,7 +5,7 @@
 // stops where the chat template ends a turn.
 //
 // io/ sits below model/: the model arrives as its config.json text and a list of named fp32
-// host tensors (train/ builds both from its ModelConfig and ParamTable).
+// host tensors (model/export.h builds both from a ModelConfig and a ParamTable).
 #pragma once
 
 #include <cstdint>

@@ -12,7 +12,7 @@
 // host buffers (pinned: the copy queue's, ops/runtime.h), and the device holds them in a ring:
 //   x_ring      (N, C) cd       min(kOffloadRing, L-1) of them: x_l in ring slot (l-1) % ring,
 //                               copied to the host after the block that writes it, and back
-//                               one block ahead of its backward (model/transformer.h).
+//                               one block ahead of its backward (model/offload.h).
 // A set of block buffers: one per block (kNone, kSelective), or one that every block's
 // forward runs again into just before its backward (kFull):
 //   h1         (N, C) cd        the attention RMSNorm's output     [kSelective: one shared set]
