@@ -1,7 +1,8 @@
 // The first hour at the command line: a refusal names what is wrong (--seq-len out of range,
 // another trainer's name for a setting, a table in the config file), anvil help CMD is CMD's
 // help, --device defaults and reads alike in every command, prepare says the tokenizer stays
-// behind, and train --help says each thing once, in 100 columns.
+// behind (and generate takes it with --tokenizer), and train --help says each thing once, in
+// 100 columns.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -106,6 +107,22 @@ TEST(CliHints, PrepareSaysTheTokenizerStaysBehind) {
 }
 
 // train --help: within 100 columns, and short: a flag whose help fits beside it takes one line.
+// A model folder without tokenizer files (the tiny fixture) generates text with the
+// tokenizer named by --tokenizer; without it the refusal names the flag.
+TEST(CliHints, GenerateTakesTheTokenizerFromAnotherFolder) {
+  const std::string model = testing::shared_dir() + "/fixtures/tiny-qwen3";
+  auto none = run_anvil({"generate", "--device", "cpu", "--model", model, "--prompt", "What is 1 + 1?"});
+  EXPECT_EQ(none.exit_code, 2) << none.out;
+  EXPECT_TRUE(has(none.out, "--tokenizer DIR")) << none.out;
+  auto given = run_anvil({"generate", "--device", "cpu", "--model", model, "--tokenizer", source("data/demo"),
+                          "--prompt", "What is 1 + 1?", "--max-new-tokens", "3"});
+  EXPECT_EQ(given.exit_code, 0) << given.out;
+  EXPECT_TRUE(has(given.out, "generated for 1 prompt")) << given.out;
+  auto wrong = run_anvil({"generate", "--device", "cpu", "--model", model, "--tokenizer", model, "--prompt", "x"});
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.out;
+  EXPECT_TRUE(has(wrong.out, "--tokenizer " + model + " has no tokenizer.json")) << wrong.out;
+}
+
 TEST(CliHints, TrainHelpIsShort) {
   const auto r = run_anvil({"train", "--help"});
   ASSERT_EQ(r.exit_code, 0);

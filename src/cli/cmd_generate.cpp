@@ -1,4 +1,4 @@
-// anvil generate --model DIR|ID [--input FILE.jsonl | --prompt TEXT [--chat]] [sampling] [--device] [--batch]
+// anvil generate --model DIR|ID [--tokenizer DIR] [--input FILE.jsonl | --prompt TEXT [--chat]] [sampling] [--device] [--batch]
 #include <unistd.h>
 
 #include <iostream>
@@ -23,6 +23,8 @@ int cmd_generate(int argc, char** argv) {
          "config.json and tokenizer_config.json's eos_token) or --max-new-tokens.\n"
          "Prefill and decode timings go to stderr. On a GPU (--device cuda) the weights are bf16.");
   a.opt("--model", &o.model, "DIR|ID", "model folder, or a hub id in the local Hugging Face cache", true)
+      .opt("--tokenizer", &o.tokenizer, "DIR",
+           "the tokenizer's folder (tokenizer.json, tokenizer_config.json), for a model folder without them")
       .opt("--input", &o.input, "FILE", "JSONL rows (plain, .gz or .zst)")
       .opt("--prompt", &o.prompt, "TEXT", "one prompt, its continuation streamed to stdout")
       .flag("--chat", &o.chat, "--prompt is one user turn, rendered with the chat template")

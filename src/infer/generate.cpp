@@ -38,11 +38,12 @@ void add_ids(const Json& v, std::vector<int32_t>& out) {
       if (e.is_number_integer()) out.push_back(e.get<int32_t>());
 }
 
-// EOS ids of generation_config.json and config.json (either may give one id or a list) and
-// the id of tokenizer_config.json's eos_token (where a chat template ends a turn).
-std::vector<int32_t> read_eos_ids(const std::string& dir, const ModelConfig& c) {
+// EOS ids of the model folder's generation_config.json and config.json (either may give one
+// id or a list) and the id of the tokenizer's tokenizer_config.json eos_token (where a chat
+// template ends a turn).
+std::vector<int32_t> read_eos_ids(const std::string& dir, const std::string& tokenizer_dir, const ModelConfig& c) {
   std::vector<int32_t> ids;
-  if (const std::optional<int64_t> id = tokenizer_eos_id(dir)) ids.push_back(static_cast<int32_t>(*id));
+  if (const std::optional<int64_t> id = tokenizer_eos_id(tokenizer_dir)) ids.push_back(static_cast<int32_t>(*id));
   const std::string gen = path_join(dir, "generation_config.json");
   if (path_exists(gen)) {
     const Json g = json_read_file(gen);
@@ -124,7 +125,7 @@ struct Generator::Impl {
   std::vector<int32_t> eos;
   GenerateTiming timing;
 
-  Impl(const std::string& dir, const std::string& device)
+  Impl(const std::string& dir, const std::string& device, const std::string& tokenizer_dir)
       : config(load_config(dir)), table(config, 1), ops(make_ops(device, 0)) {
     const double t0 = now_seconds();
     {
@@ -133,7 +134,7 @@ struct Generator::Impl {
       weights = std::make_unique<ResidentWeights>(table, *ops, host);
     }
     decoder = std::make_unique<Decoder>(config, table, *ops, *weights);
-    eos = read_eos_ids(dir, config);
+    eos = read_eos_ids(dir, tokenizer_dir, config);
     log_info("loaded ", dir, ": ", config.architecture, ", ", format_count(static_cast<double>(config.num_parameters())),
              " parameters, ", dtype_name(ops->compute_dtype()), " on ", ops->runtime().name(), " (",
              format_bytes(static_cast<double>(weights->bytes())), ", ", format_seconds(now_seconds() - t0), ")");
@@ -235,8 +236,8 @@ struct Generator::Impl::Run {
   }
 };
 
-Generator::Generator(const std::string& model_dir, const std::string& device)
-    : impl_(std::make_unique<Impl>(model_dir, device)) {}
+Generator::Generator(const std::string& model_dir, const std::string& device, const std::string& tokenizer_dir)
+    : impl_(std::make_unique<Impl>(model_dir, device, tokenizer_dir.empty() ? model_dir : tokenizer_dir)) {}
 Generator::~Generator() = default;
 const ModelConfig& Generator::config() const { return impl_->config; }
 const std::vector<int32_t>& Generator::eos_ids() const { return impl_->eos; }
@@ -311,7 +312,8 @@ struct TextSide {
   }
   const Tokenizer& need_tokenizer(const char* why) const {
     ANVIL_ENSURE(tokenizer != nullptr, kInvalidInput, why, " needs a tokenizer, and ", dir,
-                 " has no tokenizer.json (give token ids as {\"input_ids\": [...]} rows)");
+                 " has no tokenizer.json (name a folder that has one with --tokenizer DIR, or give token ids as "
+                 "{\"input_ids\": [...]} rows)");
     return *tokenizer;
   }
   const ChatTemplate& need_chat() {
@@ -448,9 +450,11 @@ int64_t run_generate(const GenerateOptions& o, std::istream& in, std::ostream& o
   ANVIL_ENSURE(o.sampling.top_p > 0 && o.sampling.top_p <= 1, kUsage, "generate: --top-p must be in (0, 1]");
   ANVIL_ENSURE(o.sampling.top_k >= 0, kUsage, "generate: --top-k must be 0 (all) or more");
   const std::string dir = resolve_model_dir(o.model);
-  TextSide text(dir);
+  ANVIL_ENSURE(o.tokenizer.empty() || path_exists(path_join(o.tokenizer, "tokenizer.json")), kUsage,
+               "generate: --tokenizer ", o.tokenizer, " has no tokenizer.json");
+  TextSide text(o.tokenizer.empty() ? dir : o.tokenizer);
   if (o.has_prompt) text.need_tokenizer("--prompt");
-  Generator gen(dir, o.device);
+  Generator gen(dir, o.device, o.tokenizer);
   gen.set_cuda_graphs(o.cuda_graphs);
   int64_t count = 0;
   if (!o.input.empty()) {

@@ -36,8 +36,9 @@ struct GenerateTiming {
 
 class Generator {
  public:
-  // model_dir: a resolved model folder; device: cpu | cuda.
-  Generator(const std::string& model_dir, const std::string& device);
+  // model_dir: a resolved model folder; device: cpu | cuda; tokenizer_dir: where the
+  // tokenizer's files are (its eos_token ends a turn), empty: the model folder.
+  Generator(const std::string& model_dir, const std::string& device, const std::string& tokenizer_dir = "");
   ~Generator();
 
   // Continues each prompt (token ids); batch: how many run at once. first_index: the index
@@ -64,6 +65,7 @@ int32_t pick_token(const float* logits, int64_t vocab_size, const SamplingOption
 
 struct GenerateOptions {
   std::string model;   // folder or hub id
+  std::string tokenizer;  // a folder with tokenizer.json (and its config); empty: the model folder
   std::string input;   // JSONL rows; empty: --prompt or interactive
   std::string prompt;  // one text prompt
   bool has_prompt = false;
