@@ -171,5 +171,26 @@ TEST(Config, WrittenIntoCheckpointsAndExportAndReadBack) {
   EXPECT_NE(resumed.out.find("does not continue as an uninterrupted one would"), std::string::npos) << resumed.out;
 }
 
+// The written settings are the resolved ones: no auto left, the device named, and the files
+// and folders absolute, though the run was started with relative paths in another folder.
+TEST(Config, WrittenSettingsAreResolvedAndAbsolute) {
+  const std::string dir = testing::temp_dir("config-resolved");
+  testing::write_random_blocks(dir + "/blocks.safetensors", 8, 37, 3);
+  const std::string model = testing::shared_dir() + "/fixtures/tiny-qwen3";
+  const testing::RunResult r = testing::run_command(
+      "cd " + testing::shell_quote(dir) + " && " + testing::shell_quote(testing::anvil_binary()) +
+      " train --model " + testing::shell_quote(model) +
+      " --data blocks.safetensors --steps 2 --micro-batch 2 --ckpt-dir ckpt --export out --metrics m.jsonl"
+      " </dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string t = read_file(dir + "/out/anvil_config.toml");
+  for (const std::string& line :
+       {std::string("mode = \"ddp\"\n"), std::string("device = \"cpu\"\n"), std::string("recompute = \"none\"\n"),
+        "data = \"" + dir + "/blocks.safetensors\"\n", "ckpt-dir = \"" + dir + "/ckpt\"\n",
+        "export = \"" + dir + "/out\"\n", "metrics = \"" + dir + "/m.jsonl\"\n"})
+    EXPECT_NE(t.find(line), std::string::npos) << line << "in:\n" << t;
+  EXPECT_EQ(t.find("\"auto\""), std::string::npos) << t;
+}
+
 }  // namespace
 }  // namespace anvil

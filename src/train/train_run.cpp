@@ -128,6 +128,7 @@ void open_outputs(TrainRun& run, bool resumed) {
     if (run.point.step >= c.steps)
       log_info("the checkpoint is at step ", run.point.step, " of --steps ", c.steps, ": nothing to train");
   }
+  if (run.command.settings_toml) run.command.config_toml = run.command.settings_toml(c);
   SaveSettings& save = run.save;
   save.model_dir = b.model_dir;
   save.tokenizer_dir = c.data.tokenizer;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +28,9 @@ namespace anvil {
 // (written as anvil_config.toml into each checkpoint and the export folder).
 struct TrainCommand {
   std::vector<std::string> args;
+  // The run's settings as anvil_config.toml, from the config with every auto resolved (the
+  // command's flags, which the CLI knows); config_toml holds it once the run is open.
+  std::function<std::string(const TrainConfig&)> settings_toml;
   std::string config_toml;
 };
 
