@@ -141,14 +141,18 @@ void check_eval(TrainConfig& c) {
 void check_export_dir(const TrainConfig& c) {
   const std::string& dir = c.export_.dir;
   check_writable_dir(dir, "anvil train: --export");
-  const std::filesystem::path out = std::filesystem::weakly_canonical(std::filesystem::absolute(dir));
-  if (!c.model.model.empty()) {
-    const std::string model_dir = resolve_model_dir(c.model.model);
-    ANVIL_ENSURE(out != std::filesystem::weakly_canonical(std::filesystem::absolute(model_dir)), kUsage,
-                 "anvil train: --export ", dir, " is the --model folder: the export would overwrite the weights the "
-                 "run starts from; give a new folder");
-  }
-  if (!is_directory(dir) || std::filesystem::is_empty(dir)) return;
+  // Links resolved where they can be; a path that cannot be compares as written.
+  const auto canonical = [](const std::string& p) {
+    std::error_code ec;
+    const std::filesystem::path a = std::filesystem::absolute(p, ec), real = std::filesystem::weakly_canonical(a, ec);
+    return (ec ? a.lexically_normal() : real).string();
+  };
+  std::error_code ec;
+  if (!c.model.model.empty())
+    ANVIL_ENSURE(canonical(dir) != canonical(resolve_model_dir(c.model.model)), kUsage, "anvil train: --export ", dir,
+                 " is the --model folder: the export would overwrite the weights the run starts from; give a new "
+                 "folder");
+  if (!is_directory(dir) || std::filesystem::is_empty(dir, ec)) return;
   ANVIL_ENSURE(path_exists(path_join(dir, "anvil_config.toml")) && !path_exists(path_join(dir, "meta.json")), kUsage,
                "anvil train: --export ", dir, " holds files and is not an earlier export (no anvil_config.toml): "
                "give an empty or new folder");

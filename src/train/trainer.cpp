@@ -107,9 +107,11 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
 }
 
 Trainer::~Trainer() {
+  // The optimizer goes before the store whose buffers it updates.
   model_.reset();
-  store_.reset();
+  store_->set_pending_updates(nullptr);
   optimizer_.reset();
+  store_.reset();
   for (void* p : buffers_) ops_->runtime().release(p);
 }
 
