@@ -1,5 +1,5 @@
 // The README's quick start, tools/demo.sh, with the built binary: the tiny preset trained on
-// the one-digit arithmetic chats answers at least 45 of the 50 held-out questions exactly
+// the one-digit arithmetic chats answers at least 45 of the 50 quiz questions exactly
 // (the demo's own bar, its figure printed), and it takes under three minutes of two CPU
 // cores: its processes' CPU time (training, answering, checking) under 2 x 180 s. CPU time,
 // not the wall clock, which on a shared machine also counts whatever else runs there.
@@ -31,10 +31,10 @@ TEST(Demo, AnswersTheHeldOutQuestionsAfterUnderThreeMinutes) {
       " " + testing::shell_quote(std::string(ANVIL_SOURCE_DIR) + "/tools/demo.sh") + " --device cpu");
   const double cpu = children_cpu_seconds() - cpu_before;
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  const size_t at = r.out.find("held-out questions: ");
+  const size_t at = r.out.find("quiz questions: ");
   ASSERT_NE(at, std::string::npos) << r.out;
   int right = 0, total = 0;
-  ASSERT_EQ(std::sscanf(r.out.c_str() + at, "held-out questions: %d/%d", &right, &total), 2) << r.out;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + at, "quiz questions: %d/%d", &right, &total), 2) << r.out;
   EXPECT_EQ(total, 50);
   EXPECT_GE(right, 45) << r.out;
   std::printf("demo: %d/%d right, %.1f CPU seconds\n", right, total, cpu);

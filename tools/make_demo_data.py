@@ -9,8 +9,10 @@
   100, and the answer (the tokenizer's merges come from these; benchmarks and tests read it).
 - digits.jsonl: the same conversations with one-digit numbers: the demo's training set, a
   task small enough for the tiny preset to learn on two CPU cores in under three minutes.
-- digits_heldout.jsonl: 50 more such questions, drawn with another seed, each with its
-  "answer": tools/demo.sh asks the trained model and counts the exact answers.
+- digits_quiz.jsonl: 50 more such questions, drawn with another seed, each with its
+  "answer": tools/demo.sh asks the trained model and counts the exact answers. The one-digit
+  task has 155 questions and digits.jsonl holds them all, so the quiz is not held out: it
+  shows that training took, not that the model answers questions it never saw.
 Deterministic: the same files every run.
 """
 import json
@@ -63,9 +65,9 @@ def main():
     rows = conversations(rng, 6000)
     write_rows("arithmetic.jsonl", rows)
     write_rows("digits.jsonl", conversations(random.Random(2024), 6000, top=9))
-    heldout = [{"messages": r["messages"][:1], "answer": r["messages"][1]["content"]}
-               for r in conversations(random.Random(77), 50, top=9)]
-    write_rows("digits_heldout.jsonl", heldout)
+    quiz = [{"messages": r["messages"][:1], "answer": r["messages"][1]["content"]}
+            for r in conversations(random.Random(77), 50, top=9)]
+    write_rows("digits_quiz.jsonl", quiz)
 
     b2u = bytes_to_unicode()
     vocab = {b2u[b]: i for i, b in enumerate(range(256))}
