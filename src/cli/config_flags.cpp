@@ -97,7 +97,9 @@ void bind_checkpoint(Args& a, CheckpointSection& k) {
       .opt("--keep-last", &k.keep_last, "K", "keep only the newest K checkpoints (0: all)")
       .flag("--keep-best", &k.keep_best,
             "also keep the checkpoint of the lowest eval loss (each save step must be an --eval-every step)")
-      .opt("--resume", &k.resume, "PATH", "resume from this checkpoint folder (any rank count or mode)")
+      .opt("--resume", &k.resume, "PATH",
+           "resume from this checkpoint (any rank count or mode), or from the newest complete one of a "
+           "--ckpt-dir")
       .once()
       .opt("--on-save", &k.on_save, "CMD",
            "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "
