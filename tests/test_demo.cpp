@@ -23,7 +23,7 @@ double children_cpu_seconds() {
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-TEST(Demo, AnswersTheHeldOutQuestionsAfterUnderThreeMinutes) {
+TEST(Demo, AnswersTheQuizAfterUnderThreeMinutes) {
   const std::string dir = testing::temp_dir("demo");
   const double cpu_before = children_cpu_seconds();
   const testing::RunResult r = testing::run_command(
