@@ -1,8 +1,8 @@
 // The first hour at the command line: a refusal names what is wrong (--seq-len out of range,
 // another trainer's name for a setting, a table in the config file), anvil help CMD is CMD's
-// help, --device defaults and reads alike in every command, prepare says the tokenizer stays
-// behind (and generate takes it with --tokenizer), and train --help says each thing once, in
-// 100 columns.
+// help, --device defaults and reads alike in every command, --batch means generate's prompts
+// only, prepare says the tokenizer stays behind (and generate takes it with --tokenizer), and
+// train --help says each thing once, in 100 columns.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -94,6 +94,23 @@ TEST(CliHints, DeviceReadsAlikeEverywhere) {
   // No GPU here: a collective without --device measures CPU ranks.
   const auto b = run_anvil({"bench", "all_reduce", "-e", "1K", "--iters", "1", "--warmup", "0"});
   EXPECT_EQ(b.exit_code, 0) << b.out;
+}
+
+// --batch is one thing: generate's prompts at once. train's micro-batch is --micro-batch only,
+// and train --batch says so rather than taking it as another name.
+TEST(CliHints, BatchMeansOneThing) {
+  for (const std::vector<std::string>& command :
+       std::vector<std::vector<std::string>>{{"train"}, {"bench", "step"}, {"plan"}}) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), {"--preset", "tiny", "--batch", "4"});
+    const auto r = run_anvil(args);
+    EXPECT_EQ(r.exit_code, 2) << command[0] << ": " << r.out;
+    EXPECT_TRUE(has(r.out, "--micro-batch B: sequences per micro-batch and GPU; --batch is generate's prompts"))
+        << command[0] << ": " << r.out;
+  }
+  const auto g = run_anvil({"generate", "--help"});
+  EXPECT_TRUE(has(g.out, "--batch B")) << g.out;
+  EXPECT_TRUE(has(g.out, "prompts generated at once")) << g.out;
 }
 
 // A folder of prepared blocks keeps no tokenizer: prepare says what a run on it exports.

@@ -33,7 +33,7 @@ int cmd_generate(int argc, char** argv) {
       .opt("--top-p", &o.sampling.top_p, "P", "sample from the smallest set of tokens with probability >= P")
       .opt("--top-k", &o.sampling.top_k, "K", "sample from the K most likely tokens (0: all)")
       .opt("--seed", &seed, "S", "sampling seed (each prompt's stream depends on it and the prompt's index)")
-      .opt("--batch", &o.batch, "B", "prompts generated at once")
+      .opt("--batch", &o.batch, "B", "prompts generated at once (train's sequences per step: --micro-batch)")
       .flag("--no-cuda-graphs", &no_graphs, "run the decode step's kernels one by one (timing comparisons)");
   o.device.clear();
   bind_device(a, &o.device);

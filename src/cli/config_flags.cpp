@@ -150,7 +150,7 @@ void bind_shapes(Args& a, DataSection& d) {
         "tokens per sequence: rows are packed into sequences of T tokens (row data needs it), blocks made before "
         "must be T long [default: the data's blocks' length; without data (anvil plan, anvil bench step's random "
         "tokens) 2048]")
-      .opt("--micro-batch,--batch", &d.micro_batch, "B", "sequences per micro-batch")
+      .opt("--micro-batch", &d.micro_batch, "B", "sequences per micro-batch and GPU")
       .opt("--grad-accum", &d.grad_accum, "K", "micro-batches per optimizer step (their gradients summed)");
 }
 

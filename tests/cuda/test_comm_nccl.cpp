@@ -47,7 +47,12 @@ void collectives_match_closed_forms(Comm& c) {
     for (int64_t i = 0; i < m; ++i)
       ASSERT_EQ(got[static_cast<size_t>(p * m + i)], static_cast<float>((p + 1) * (i % 13 + 1))) << p << "," << i;
 
-  // all_to_all: chunk p of rank r's input is r * 1000 + p * 10 + i % 7 (in, before the broadcast below).
+  c.broadcast(Tensor(in.data(), DType::kF32, {m}, Device::kCUDA), n - 1, "bc");  // root's in: n * (i % 13 + 1)
+  c.synchronize();
+  in.download(got.data(), static_cast<size_t>(m) * 4);
+  for (int64_t i = 0; i < m; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], static_cast<float>(n * (i % 13 + 1))) << i;
+  // all_to_all, after the broadcast (it overwrites in, the broadcast's input): chunk p of rank
+  // r's input is r * 1000 + p * 10 + i % 7.
   for (int p = 0; p < n; ++p)
     for (int64_t i = 0; i < m; ++i)
       host[static_cast<size_t>(p * m + i)] = static_cast<float>(me * 1000 + p * 10 + i % 7);
@@ -60,10 +65,6 @@ void collectives_match_closed_forms(Comm& c) {
     for (int64_t i = 0; i < m; ++i)
       ASSERT_EQ(got[static_cast<size_t>(p * m + i)], static_cast<float>(p * 1000 + me * 10 + i % 7)) << p << "," << i;
 
-  c.broadcast(Tensor(in.data(), DType::kF32, {m}, Device::kCUDA), n - 1, "bc");
-  c.synchronize();
-  in.download(got.data(), static_cast<size_t>(m) * 4);
-  for (int64_t i = 0; i < m; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], static_cast<float>(n * (i % 13 + 1))) << i;
   c.barrier("end");
 }
 
