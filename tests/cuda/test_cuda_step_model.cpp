@@ -22,9 +22,10 @@ struct GpuCase {
   Recompute recompute;
 };
 
-std::vector<std::string> bench_args(const GpuCase& k) {
-  std::vector<std::string> a = {"bench", "step", "--device", "cuda", "--preset", "tiny", "--seq-len", "64", "--steps",
-                                "3", "--warmup", "1", "--op-times", "--no-overlap-optimizer", "--mode",
+std::vector<std::string> bench_args(const GpuCase& k, int64_t seq_len = 64) {
+  std::vector<std::string> a = {"bench", "step", "--device", "cuda", "--preset", "tiny", "--seq-len",
+                                std::to_string(seq_len), "--steps", "3", "--warmup", "1", "--op-times",
+                                "--no-overlap-optimizer", "--mode",
                                 parallel_mode_name(k.mode), "--recompute", recompute_name(k.recompute)};
   if (k.world > 1) a.insert(a.end(), {"--nproc-per-node", std::to_string(k.world)});
   return a;
@@ -60,7 +61,8 @@ TEST(CudaStepModel, OpListIsWhatTheGpuStepIssues) {
     const testing::RunResult r = testing::run_anvil(bench_args(k));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     std::map<std::string, double> recorded, issued;
-    for (const Json& op : bench_line(r).at("op_times").at("ops"))
+    const Json line = bench_line(r);  // named: a temporary's ops would die before the loop reads them
+    for (const Json& op : line.at("op_times").at("ops"))
       recorded[op.at("op").get<std::string>()] = op.at("calls").get<double>();
     for (const StepItem& it : step_program(gpu_input(k).run()))
       if (it.kind == StepItem::Kind::kOp) issued[it.op.label()] += 1;
@@ -70,7 +72,10 @@ TEST(CudaStepModel, OpListIsWhatTheGpuStepIssues) {
 
 TEST(CudaStepModel, WritesAMeasuredTableThatPredicts) {
   REQUIRE_GPU();
-  std::vector<std::string> args = bench_args({ParallelMode::kDdp, 1, Recompute::kNone});
+  // 4096 rows: the tiny preset's smallest GEMM (4096x128x128) is 134 MFLOP, above the least
+  // work the fit rates (plan/op_costs.cpp: smaller calls are timed by their launch).
+  constexpr int64_t kRows = 4096;
+  std::vector<std::string> args = bench_args({ParallelMode::kDdp, 1, Recompute::kNone}, kRows);
   const testing::RunResult probe = testing::run_anvil(args);
   ASSERT_EQ(probe.exit_code, 0) << probe.out;
   const std::string device = bench_line(probe).at("device").get<std::string>();
@@ -82,11 +87,11 @@ TEST(CudaStepModel, WritesAMeasuredTableThatPredicts) {
   const OpCostTable t = OpCostTable::load(table);
   EXPECT_TRUE(t.measured);
   int measured = 0;
-  for (const OpRate& rate : t.rates) measured += rate.measured && rate.op == "linear_forward" && rate.size == 64;
-  EXPECT_EQ(measured, 1) << "one rate for the step's 64-row GEMMs";
+  for (const OpRate& rate : t.rates) measured += rate.measured && rate.op == "linear_forward" && rate.size == kRows;
+  EXPECT_EQ(measured, 1) << "one rate for the step's 4096-row GEMMs";
   const testing::RunResult again =
-      testing::run_anvil({"bench", "step", "--device", "cuda", "--preset", "tiny", "--seq-len", "64", "--steps", "3",
-                          "--warmup", "1", "--op-table", table});
+      testing::run_anvil({"bench", "step", "--device", "cuda", "--preset", "tiny", "--seq-len", std::to_string(kRows),
+                          "--steps", "3", "--warmup", "1", "--op-table", table});
   ASSERT_EQ(again.exit_code, 0) << again.out;
   const Json p = bench_line(again).at("predicted");
   EXPECT_TRUE(p.at("op_table_measured").get<bool>());
