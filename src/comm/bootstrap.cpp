@@ -123,15 +123,7 @@ void Bootstrap::accept_ranks(const net::Deadline& deadline) {
             " s (ANVIL_COMM_TIMEOUT_S); rank 0 listens on ", local_address_, ":", options_.master_port,
             refused ? cat(" and refused ", refused, " connection(s), logged above") : "",
             "; were all workers started with the same MASTER_ADDR/MASTER_PORT?");
-    // Sleep until a connection arrives, a newcomer sends, a newcomer's time is up, or the deadline.
-    std::vector<pollfd> fds{{listener.fd(), POLLIN, 0}};
-    int wait_ms = deadline.remaining_ms();
-    for (const Newcomer& c : newcomers) {
-      fds.push_back({c.socket.fd(), POLLIN, 0});
-      wait_ms = std::min(wait_ms, c.deadline.remaining_ms());
-    }
-    ANVIL_ENSURE(::poll(fds.data(), fds.size(), wait_ms) >= 0 || errno == EINTR, kComm, what_, ": poll failed: ",
-                 std::strerror(errno));
+    await_news(listener, newcomers, deadline);
     for (net::Socket s = net::accept_waiting(listener); s.valid(); s = net::accept_waiting(listener)) {
       if (newcomers.size() == kMaxNewcomers) {
         refuse(newcomers.front(), cat("more than ", kMaxNewcomers, " connections were waiting to say hello"));
@@ -149,6 +141,19 @@ void Bootstrap::accept_ranks(const net::Deadline& deadline) {
   }
   for (const Newcomer& c : newcomers)
     log_warn(what_, ": closed the connection from ", c.peer, ": every rank had joined before it said hello");
+}
+
+// Sleeps until a connection arrives, a newcomer sends, a newcomer's time is up, or the deadline.
+void Bootstrap::await_news(const net::Socket& listener, const std::vector<Newcomer>& newcomers,
+                           const net::Deadline& deadline) const {
+  std::vector<pollfd> fds{{listener.fd(), POLLIN, 0}};
+  int wait_ms = deadline.remaining_ms();
+  for (const Newcomer& c : newcomers) {
+    fds.push_back({c.socket.fd(), POLLIN, 0});
+    wait_ms = std::min(wait_ms, c.deadline.remaining_ms());
+  }
+  ANVIL_ENSURE(::poll(fds.data(), fds.size(), wait_ms) >= 0 || errno == EINTR, kComm, what_, ": poll failed: ",
+               std::strerror(errno));
 }
 
 // Reads what the newcomer has sent; once its hello is whole, admits it or not.

@@ -86,6 +86,8 @@ class Bootstrap {
   enum class Heard { kWaiting, kJoined, kRefused };
 
   void accept_ranks(const net::Deadline& deadline);  // rank 0
+  void await_news(const net::Socket& listener, const std::vector<Newcomer>& newcomers,
+                  const net::Deadline& deadline) const;
   Heard hear(Newcomer& c, std::string& why);
   Heard admit(Newcomer& c, std::string& why);
   std::string missing_ranks() const;
