@@ -1,9 +1,10 @@
-// The launcher (launch/launcher.h) with shell workers: environment, output relaying with rank
-// prefixes, a killed worker named and the others stopped (also when a peer's error exit is
-// reaped first), the blame rule itself, exit codes, SIGTERM-deaf workers killed after the
-// grace, and SIGINT forwarding. The tests wait for events (a worker's line
-// through a FIFO, the launcher's return), never for a number of seconds; a worker left
-// running would print "slept" after its minute, which the tests rule out.
+// The launcher (launch/launcher.h) with shell workers: environment, the rendezvous secret
+// given to the workers, output relaying with rank prefixes, a killed worker named and the
+// others stopped (also when a peer's error exit is reaped first), the blame rule itself, exit
+// codes, SIGTERM-deaf workers killed after the grace, and SIGINT forwarding. The tests wait
+// for events (a worker's line through a FIFO, the launcher's return), never for a number of
+// seconds; a worker left running would print "slept" after its minute, which the tests rule
+// out.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -11,7 +12,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
@@ -37,15 +40,18 @@ std::string make_fifo() {
   return path;
 }
 
-Captured launch_shell(int nproc, const std::string& script, double grace_s = 5.0) {
+LaunchOptions shell_workers(int nproc, const std::string& script) {
+  LaunchOptions o;
+  o.nproc = nproc;
+  o.argv = {"/bin/sh", "-c", script};
+  return o;
+}
+
+Captured launch(LaunchOptions o) {
   const std::string dir = testing::temp_dir("launcher");
   const std::string out_path = dir + "/out", err_path = dir + "/err";
   FILE* out = std::fopen(out_path.c_str(), "w");
   FILE* err = std::fopen(err_path.c_str(), "w");
-  LaunchOptions o;
-  o.nproc = nproc;
-  o.argv = {"/bin/sh", "-c", script};
-  o.grace_s = grace_s;
   o.out_fd = ::fileno(out);
   o.err_fd = ::fileno(err);
   Captured c;
@@ -64,7 +70,47 @@ Captured launch_shell(int nproc, const std::string& script, double grace_s = 5.0
   return c;
 }
 
+Captured launch_shell(int nproc, const std::string& script, double grace_s = 5.0) {
+  LaunchOptions o = shell_workers(nproc, script);
+  o.grace_s = grace_s;
+  return launch(o);
+}
+
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Sets an environment variable (nullptr: unsets it) for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) ::setenv(name_, old_.c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+// What the workers printed as "secret X", in the order of the output.
+std::vector<std::string> secrets_in(const std::string& out) {
+  std::vector<std::string> secrets;
+  const std::regex line(R"((?:\[r[0-9]+\] )?secret (.*))");
+  std::istringstream lines(out);
+  std::smatch m;
+  for (std::string l; std::getline(lines, l);)
+    if (std::regex_match(l, m, line)) secrets.push_back(m[1]);
+  return secrets;
+}
 
 TEST(Launcher, SetsTheEnvironmentAndPrefixesLines) {
   Captured c = launch_shell(3,
@@ -79,6 +125,44 @@ TEST(Launcher, SetsTheEnvironmentAndPrefixesLines) {
   EXPECT_TRUE(has(c.err, "[r0] log 0\n")) << c.err;
   EXPECT_TRUE(has(c.err, "[r1] already prefixed\n")) << c.err;
   EXPECT_FALSE(has(c.err, "[r1] [r1]")) << c.err;
+}
+
+// Every worker gets the same secret for the rendezvous (comm/bootstrap.h): a fresh random
+// one each launch, not the ANVIL_JOB_SECRET the launcher was given.
+TEST(Launcher, GivesItsWorkersAFreshSecret) {
+  const ScopedEnv users("ANVIL_JOB_SECRET", "the-users-own-secret-0123");
+  const std::string script = "echo \"secret $ANVIL_JOB_SECRET\"";
+  const Captured first = launch_shell(2, script), second = launch_shell(2, script);
+  const std::vector<std::string> a = secrets_in(first.out), b = secrets_in(second.out);
+  ASSERT_EQ(a.size(), 2u) << first.out << first.error;
+  ASSERT_EQ(b.size(), 2u) << second.out << second.error;
+  EXPECT_EQ(a[0], a[1]);
+  EXPECT_EQ(b[0], b[1]);
+  EXPECT_TRUE(std::regex_match(a[0], std::regex("[0-9a-f]{64}"))) << a[0];
+  EXPECT_NE(a[0], b[0]) << "two launches, one secret";
+}
+
+// Launchers on several machines must agree: their workers keep the user's ANVIL_JOB_SECRET,
+// and without one (and a master other machines can reach) none of them starts.
+TEST(Launcher, SeveralNodesShareTheUsersSecretOrStartNothing) {
+  LaunchOptions o = shell_workers(2, "echo \"secret $ANVIL_JOB_SECRET\"");
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_addr = "192.0.2.1";
+  o.master_port = 29500;
+  {
+    const ScopedEnv users("ANVIL_JOB_SECRET", "the-users-own-secret-0123");
+    const Captured c = launch(o);
+    EXPECT_EQ(c.error, "");
+    EXPECT_EQ(secrets_in(c.out), std::vector<std::string>(2, "the-users-own-secret-0123")) << c.out;
+  }
+  const ScopedEnv none("ANVIL_JOB_SECRET", nullptr);
+  const Captured c = launch(o);
+  EXPECT_EQ(c.kind, ErrorKind::kInvalidInput) << c.error;
+  EXPECT_TRUE(has(c.error, "a rendezvous at 192.0.2.1 (not a loopback address: other machines can reach it) needs "
+                           "ANVIL_JOB_SECRET"))
+      << c.error;
+  EXPECT_EQ(c.out, "") << "a worker started";
 }
 
 TEST(Launcher, AKilledWorkerIsNamedAndTheOthersAreStopped) {

@@ -30,7 +30,8 @@ void LaunchFlags::declare(Args& a) {
   a.opt("--nproc-per-node", &nproc, "gpu|N",
         "launch this many ranks here (gpu: one per visible GPU); without it, a worker joins from RANK, WORLD_SIZE, "
         "LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun) or Slurm's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (srun)")
-      .opt("--nnodes", &nnodes, "N", "machines, one launcher on each (docs/multi-node.md)")
+      .opt("--nnodes", &nnodes, "N",
+           "machines, one launcher on each, all with the same ANVIL_JOB_SECRET (docs/multi-node.md)")
       .opt("--node-rank", &node_rank, "K", "this machine's index, 0 .. N-1")
       .opt("--master-addr", &master_addr, "HOST", "node 0's address, reachable from every machine")
       .opt("--master-port", &master_port, "PORT", "a free TCP port on node 0 [default: any free port, one machine only]");

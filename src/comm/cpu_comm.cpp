@@ -331,7 +331,7 @@ void CpuComm::connect_mesh() {
   const int n = world(), me = rank();
   const std::string what = cat("CPU comm setup on rank ", me, " of ", n);
   int port = 0;
-  net::Socket listener = net::listen_tcp(0, n, &port, what);
+  net::Socket listener = net::listen_tcp(bootstrap_->local_address(), 0, n, &port, what);
   std::vector<std::string> addrs = bootstrap_->all_gather(cat(bootstrap_->local_address(), ":", port), what);
   const auto deadline = net::Deadline::after(timeout_s());
   peers_.resize(static_cast<size_t>(n));

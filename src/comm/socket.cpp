@@ -72,18 +72,36 @@ bool resolve_ipv4(const std::string& host, int port, sockaddr_in* out) {
 
 }  // namespace
 
-Socket listen_tcp(int port, int backlog, int* bound_port, const std::string& what) {
+std::string resolve_ipv4(const std::string& host) {
+  sockaddr_in addr{};
+  if (!resolve_ipv4(host, 0, &addr)) return "";
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof buf);
+  return buf;
+}
+
+bool is_loopback(const std::string& ipv4) {
+  in_addr a{};
+  return ::inet_pton(AF_INET, ipv4.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+Socket listen_tcp(const std::string& host, int port, int backlog, int* bound_port, const std::string& what) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ANVIL_ENSURE(::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1, kComm, what, ": cannot listen on '", host,
+               "': not an IPv4 address");
   Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   ANVIL_ENSURE(s.valid(), kComm, what, ": cannot create a socket: ", std::strerror(errno));
   int one = 1;
   ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    raise(ErrorKind::kComm, what, ": cannot listen on port ", port, ": ", std::strerror(errno),
-          port ? " (another run still holding MASTER_PORT? choose another one)" : "");
+  if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const int err = errno;
+    raise(ErrorKind::kComm, what, ": cannot listen on ", host, ":", port, ": ", std::strerror(err),
+          err == EADDRNOTAVAIL ? " (not an address of this machine)"
+          : err == EADDRINUSE && port ? " (another run still holding MASTER_PORT? choose another one)"
+                                      : "");
+  }
   ANVIL_ENSURE(::listen(s.fd(), backlog) == 0, kComm, what, ": listen failed: ", std::strerror(errno));
   socklen_t len = sizeof addr;
   ::getsockname(s.fd(), reinterpret_cast<sockaddr*>(&addr), &len);
@@ -126,6 +144,18 @@ Socket accept_tcp(const Socket& listener, const Deadline& deadline) {
   }
 }
 
+Socket accept_waiting(const Socket& listener) {
+  for (;;) {
+    Socket s(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (s.valid()) {
+      set_common_options(s.fd());
+      return s;
+    }
+    // A connection reset before it was accepted is skipped; anything else ends the batch.
+    if (errno != EINTR && errno != ECONNABORTED) return Socket();
+  }
+}
+
 namespace {
 
 // One direction of a blocking transfer with a deadline. The socket may be blocking or not:
@@ -161,6 +191,18 @@ IoStatus recv_all(const Socket& s, void* data, size_t bytes, const Deadline& dea
   return transfer_all<false>(s, static_cast<char*>(data), bytes, deadline);
 }
 
+IoStatus recv_waiting(const Socket& s, void* data, size_t bytes, size_t* got) {
+  *got = 0;
+  for (;;) {
+    const ssize_t n = ::recv(s.fd(), data, bytes, MSG_DONTWAIT);
+    if (n > 0) *got = static_cast<size_t>(n);
+    if (n > 0 || bytes == 0) return IoStatus::kOk;
+    if (n == 0 || errno == ECONNRESET) return IoStatus::kClosed;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return IoStatus::kOk;
+    if (errno != EINTR) return IoStatus::kError;
+  }
+}
+
 std::string local_address(const Socket& s) {
   sockaddr_in addr{};
   socklen_t len = sizeof addr;
@@ -170,9 +212,19 @@ std::string local_address(const Socket& s) {
   return buf;
 }
 
+std::string peer_address(const Socket& s) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  if (::getpeername(s.fd(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "(unknown address)";
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof buf);
+  return cat(buf, ":", ntohs(addr.sin_port));
+}
+
 int free_tcp_port() {
   int port = 0;
-  Socket s = listen_tcp(0, 1, &port, "picking a free port");
+  // Free on every address, so free on whichever one the caller then listens on.
+  Socket s = listen_tcp("0.0.0.0", 0, 1, &port, "picking a free port");
   return port;
 }
 

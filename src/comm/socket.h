@@ -48,21 +48,37 @@ class Socket {
 
 enum class IoStatus { kOk, kTimeout, kClosed, kError };
 
-// Listens on all interfaces at `port` (0: any free port). Throws kComm naming `what` when
-// the port cannot be bound. *bound_port receives the port actually bound.
-Socket listen_tcp(int port, int backlog, int* bound_port, const std::string& what);
+// The IPv4 address that host (a name or "10.0.0.3") resolves to here, as "10.0.0.3"; empty
+// when it does not resolve.
+std::string resolve_ipv4(const std::string& host);
+// Whether an IPv4 address ("127.0.0.1") is a loopback one (127.0.0.0/8): only this machine
+// reaches it.
+bool is_loopback(const std::string& ipv4);
+
+// Listens at host:port, host an IPv4 address of this machine ("0.0.0.0": all of them; port 0:
+// any free port). Throws kComm naming `what` when the address cannot be bound. *bound_port
+// receives the port actually bound.
+Socket listen_tcp(const std::string& host, int port, int backlog, int* bound_port, const std::string& what);
 // Connects to host:port, retrying while nobody listens yet, until the deadline. Throws
 // kComm (unresolvable host) or kTimeout naming `what`.
 Socket connect_tcp(const std::string& host, int port, const Deadline& deadline, const std::string& what);
 // Accepts one connection; an invalid Socket when the deadline passes first.
 Socket accept_tcp(const Socket& listener, const Deadline& deadline);
+// A connection already waiting on a non-blocking listener, made non-blocking; an invalid
+// Socket when none is.
+Socket accept_waiting(const Socket& listener);
 
 IoStatus send_all(const Socket& s, const void* data, size_t bytes, const Deadline& deadline);
 IoStatus recv_all(const Socket& s, void* data, size_t bytes, const Deadline& deadline);
+// Reads what has arrived, at most `bytes`, without waiting: kOk with *got bytes (0 when
+// nothing has), kClosed at the end of the stream, kError.
+IoStatus recv_waiting(const Socket& s, void* data, size_t bytes, size_t* got);
 
 // The IPv4 address of this end of a connected socket ("10.0.0.3"): the interface through
 // which peers reach this machine.
 std::string local_address(const Socket& s);
+// The far end of a connected socket, "10.0.0.5:41234", for messages about who connected.
+std::string peer_address(const Socket& s);
 // A TCP port that was free a moment ago (bind to port 0, read it, close).
 int free_tcp_port();
 

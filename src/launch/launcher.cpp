@@ -16,6 +16,7 @@
 #include <climits>
 #include <cstring>
 
+#include "comm/bootstrap.h"
 #include "comm/socket.h"
 #include "core/error.h"
 #include "launch/blame.h"
@@ -104,6 +105,10 @@ class Launch {
     ANVIL_ENSURE(o_.nnodes == 1 || o_.master_port > 0, kUsage,
                  "several nodes need the master port that node 0 listens on (--master-port)");
     const int port = o_.master_port > 0 ? o_.master_port : net::free_tcp_port();
+    // Alone, the launcher starts every rank: a fresh secret keeps out anything else. With
+    // several launchers they must agree, so the user's, which the workers inherit anyway.
+    secret_ = o_.nnodes == 1 ? new_job_secret() : job_secret_from_env();
+    check_job_secret(secret_, o_.master_addr);
     SignalScope signals;
     for (int r = 0; r < o_.nproc; ++r) start(o_.node_rank * o_.nproc + r, port);
     loop();
@@ -117,6 +122,7 @@ class Launch {
         {"LOCAL_RANK", std::to_string(rank - o_.node_rank * o_.nproc)},
         {"LOCAL_WORLD_SIZE", std::to_string(o_.nproc)},
         {"MASTER_ADDR", o_.master_addr},         {"MASTER_PORT", std::to_string(port)}};
+    if (!secret_.empty()) ours.push_back({kJobSecretVar, secret_});
     ours.insert(ours.end(), o_.env.begin(), o_.env.end());
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
@@ -322,6 +328,7 @@ class Launch {
   }
 
   const LaunchOptions& o_;
+  std::string secret_;  // the job's (comm/bootstrap.h), for every worker
   std::vector<Worker> workers_;
   bool stopping_ = false, killed_ = false;
   Clock::time_point kill_at_{};

@@ -1,9 +1,12 @@
 // The launcher: one worker process per rank on this machine, as torchrun does.
 //
 // launch_workers() forks and execs argv once per rank with RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, relays their output, and waits.
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and ANVIL_JOB_SECRET set, relays their output,
+// and waits. The secret (comm/bootstrap.h) is a fresh random one for each launch.
 // Several machines: one launcher per machine, each with nnodes and its node_rank and the
 // same master address and port (node 0's); node k runs ranks k * nproc ... (k+1) * nproc - 1.
+// Their workers share the user's ANVIL_JOB_SECRET instead, which must be set (refused with
+// kInvalidInput before any worker starts) unless the master address is a loopback one.
 // Then:
 //  - Output. Rank 0's stdout passes through unchanged (it carries the run's results: a
 //    table, --json), every other line gets a "[rN] " prefix unless the worker already
