@@ -63,8 +63,9 @@ void take_planned_mlp_tile(ResolvedConfig& r, const RunFacts& f, int64_t tile) {
 // with the step model on this machine's GPU): of the modes that fit, the faster predicted;
 // recompute and mlp tile auto: the fastest setting that fits. The CPU's (host) memory is not
 // planned: ddp, no recompute, the tile by size (resolve_mlp_tile).
-// The mode every rank takes: of the ranks' choices, the one that holds the least memory
-// (the last in kRunModes), so it fits every rank's GPU.
+// The mode every rank takes (their GPUs could differ): of the ranks' choices, the last in
+// kRunModes, whose memory falls in that order for most models (not where fsdp's two
+// gathered units, an embedding, outweigh what zero2's whole weights add).
 ParallelMode agreed_mode(ParallelMode mine, Comm* comm) {
   if (!comm) return mine;
   const auto index = std::find(std::begin(kRunModes), std::end(kRunModes), mine) - std::begin(kRunModes);
