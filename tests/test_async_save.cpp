@@ -290,7 +290,7 @@ TEST_F(AsyncSave, PlanCountsEachRanksSnapshot) {
   }
   const testing::RunResult table = testing::run_anvil({"plan", "--preset", "qwen3-8b", "--seq-len", "2048"});
   EXPECT_TRUE(has(table.out, "host memory per rank for the snapshot of asynchronous saves: 91.54 GiB (ddp), 91.54 GiB "
-                             "(fsdp)")) << table.out;
+                             "(zero2), 91.54 GiB (fsdp)")) << table.out;
 }
 
 TEST(BenchDisk, MeasuresWriteAndReadAndLeavesNothing) {

@@ -3,7 +3,8 @@
 //  - saving does not change the run, and resuming at step 4 of 8 with the same 2 ranks
 //    gives the same bits for steps 5 to 8 and the same final weights;
 //  - resuming with 1 and with 4 ranks, in fsdp, and a fsdp checkpoint in ddp, matches
-//    within 1e-5 relative (resharded at load);
+//    within 1e-5 relative (resharded at load); so does a chain of resumes through every
+//    mode and rank count, zero2 on 4 -> fsdp on 2 -> ddp on 1 -> zero2 on 2;
 //  - a rank that dies halfway through a save leaves the previous checkpoint, which the
 //    same command resumes from;
 //  - a truncated shard, a flipped byte and another model are refused naming the file and
@@ -155,6 +156,29 @@ TEST_F(Checkpoint, OtherRanksAndModesAreReshardedAtLoad) {
   EXPECT_EQ(list_checkpoints(fsdp_dir),
             (std::vector<std::string>{fsdp_dir + "/step-8", fsdp_dir + "/step-6", fsdp_dir + "/step-4"}));
   expect_close(train("resume_fsdp_in_ddp", "ddp", 1, {"--resume", fsdp_dir + "/step-4"}), base(), 5, "fsdp -> ddp");
+}
+
+// Each run of the chain resumes the one before at its first checkpoint after the step it
+// resumed from, and saves every 2 steps: zero2 x4 saves step 2, fsdp x2 resumes it and saves
+// step 4, ddp x1 resumes that and saves step 6, zero2 x2 resumes that. Every run's steps
+// and final weights are the uninterrupted run's.
+TEST_F(Checkpoint, ResumesChainThroughEveryModeAndRankCount) {
+  struct Link {
+    const char* mode;
+    int nproc;
+  };
+  const Link chain[] = {{"zero2", 4}, {"fsdp", 2}, {"ddp", 1}, {"zero2", 2}};
+  std::string from;
+  for (int i = 0; i < 4; ++i) {
+    const std::string tag = cat("chain", i, "_", chain[i].mode, chain[i].nproc), dir = *dir_ + "/" + tag + "_ckpt";
+    std::vector<std::string> extra = {"--save-every", "2", "--ckpt-dir", dir};
+    if (i > 0) extra.insert(extra.end(), {"--resume", from});
+    expect_close(train(tag, chain[i].mode, chain[i].nproc, extra), base(), 2 * i + 1, tag);
+    from = cat(dir, "/step-", 2 * i + 2);
+    const Json meta = read_checkpoint_meta(from);
+    EXPECT_EQ(meta["mode"], chain[i].mode) << from;
+    EXPECT_EQ(meta["world"], chain[i].nproc) << from;
+  }
 }
 
 TEST_F(Checkpoint, RankDyingMidSaveLeavesThePreviousCheckpoint) {

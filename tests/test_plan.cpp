@@ -300,8 +300,10 @@ TEST(Plan, AdviceFollowsTheRule) {
   EXPECT_EQ(a.mode, ParallelMode::kDdp);
   EXPECT_EQ(a.ddp.total(), a.fsdp.total());
   // On two it still fits ddp (split masters and bf16 gradients on every rank; the wire
-  // copies add little). Qwen3-14B on two: ddp (a whole replica) does not fit; fsdp (shards,
-  // gathered per unit) does, even without recomputation; with a tighter GPU, auto recomputes.
+  // copies add little). Qwen3-14B on two: ddp (a whole replica) does not fit; zero2 (whole
+  // weights, the rest sharded) does with full recomputation, and without a prediction it
+  // comes before fsdp (shards, gathered per unit), which fits even without; with a tighter
+  // GPU only fsdp fits, and auto recomputes.
   in.world = 2;
   in.parallel.grad_dtype = GradDType::kBF16;
   a = advise(in.run(), kH200Bytes);
@@ -309,7 +311,8 @@ TEST(Plan, AdviceFollowsTheRule) {
   in.model = preset_config("qwen3-14b");
   a = advise(in.run(), kH200Bytes);
   EXPECT_FALSE(plan_fits(a.ddp, kH200Bytes));
-  EXPECT_EQ(a.mode, ParallelMode::kFsdp) << plan_table(a, in.run(), kH200Bytes);
+  EXPECT_EQ(a.mode, ParallelMode::kZero2) << plan_table(a, in.run(), kH200Bytes);
+  EXPECT_EQ(a.zero2.recompute, Recompute::kFull);
   EXPECT_EQ(a.fsdp.recompute, Recompute::kNone);
   // Auto takes the fastest that fits: none, then selective, then full.
   a = advise(in.run(), a.fsdp.total());
@@ -331,7 +334,7 @@ TEST(Plan, AdviceFollowsTheRule) {
   EXPECT_FALSE(a.fits);
   EXPECT_NE(a.message.find("GPUs"), std::string::npos) << a.message;
   in.world = 8;
-  EXPECT_EQ(advise(in.run(), kH200Bytes).mode, ParallelMode::kFsdp);
+  EXPECT_EQ(advise(in.run(), kH200Bytes).mode, ParallelMode::kZero2);
 }
 
 // The context-parallel rule, one for anvil train and anvil plan: P ranks, every rank of the

@@ -18,20 +18,25 @@ using testing::run_anvil;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// Qwen3-8B on 8 H200s: both modes fit, fsdp is predicted faster (its optimizer runs on an
-// eighth of the parameters), so the advice is fsdp, as flags.
+// Qwen3-8B on 8 H200s: every mode fits; zero2 is predicted fastest (its optimizer runs on an
+// eighth of the parameters, as fsdp's, and it gathers the weights once a step, not twice), so
+// the advice is zero2, as flags.
 TEST(PlanAdvice, TheFasterPredictedModeAsFlags) {
   auto r = run_anvil({"plan", "--preset", "qwen3-8b", "--nproc", "8", "--gpu", "H200"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_TRUE(contains(r.out, "\nadvice: --mode fsdp --recompute none (")) << r.out;
-  EXPECT_TRUE(contains(r.out, "yes (none)       yes (none)\n")) << "fits, and with which --recompute\n" << r.out;
+  EXPECT_TRUE(contains(r.out, "\nadvice: --mode zero2 --recompute none (")) << r.out;
+  EXPECT_TRUE(contains(r.out, "yes (none)       yes (none)       yes (none)\n")) << "fits, and with which --recompute\n"
+                                                                             << r.out;
   auto j = run_anvil({"plan", "--preset", "qwen3-8b", "--nproc", "8", "--gpu", "H200", "--json"});
   ASSERT_EQ(j.exit_code, 0) << j.out;
   const Json plan = json_parse(j.out, "plan");
-  EXPECT_GT(plan["predicted"]["fsdp"]["tokens_per_s"].get<double>(),
-            plan["predicted"]["ddp"]["tokens_per_s"].get<double>());
-  EXPECT_EQ(plan["advice"], "fsdp");
-  EXPECT_EQ(plan["flags"], "--mode fsdp --recompute none");
+  for (const char* other : {"ddp", "fsdp"})
+    EXPECT_GT(plan["predicted"]["zero2"]["tokens_per_s"].get<double>(),
+              plan["predicted"][other]["tokens_per_s"].get<double>()) << other;
+  EXPECT_LT(plan["zero2"]["total"].get<int64_t>(), plan["ddp"]["total"].get<int64_t>());
+  EXPECT_GT(plan["zero2"]["total"].get<int64_t>(), plan["fsdp"]["total"].get<int64_t>());
+  EXPECT_EQ(plan["advice"], "zero2");
+  EXPECT_EQ(plan["flags"], "--mode zero2 --recompute none");
 }
 
 // anvil train --mode auto on the same run takes the same mode, for the same reason.
@@ -46,9 +51,9 @@ TEST(PlanAdvice, TrainModeAutoTakesThePlansAdvice) {
   f.compute_dtype = DType::kBF16;
   f.capacity = kH200Bytes;
   const ResolvedConfig r = resolve_config(c, f);
-  EXPECT_EQ(r.config.parallel.mode, ParallelMode::kFsdp) << r.mode_reason;
+  EXPECT_EQ(r.config.parallel.mode, ParallelMode::kZero2) << r.mode_reason;
   EXPECT_EQ(r.config.parallel.recompute, Recompute::kNone);
-  EXPECT_TRUE(contains(r.mode_reason, "fsdp is predicted faster")) << r.mode_reason;
+  EXPECT_TRUE(contains(r.mode_reason, "zero2 is predicted fastest")) << r.mode_reason;
 }
 
 // Without a prediction (a GPU the step model does not know) the rule stays: ddp where it fits.
@@ -66,7 +71,7 @@ TEST(PlanAdvice, WithoutAPredictionDdpWhereItFits) {
   TargetFlags h200;
   h200.gpu = "H200";
   const StepTarget t = step_target(h200, 8);
-  EXPECT_EQ(advise(run, kH200Bytes, plan_speed(run, t)).flags, "--mode fsdp --recompute none");
+  EXPECT_EQ(advise(run, kH200Bytes, plan_speed(run, t)).flags, "--mode zero2 --recompute none");
 }
 
 TEST(PlanAdvice, SaysWhichGpuItAssumed) {

@@ -112,6 +112,8 @@ TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
       {"tiny", ParallelMode::kDdp, 2, 1, 1, Recompute::kNone, DType::kBF16},
       {"tiny", ParallelMode::kFsdp, 2, 1, 2, Recompute::kSelective, DType::kF32},
       {"tiny-qwen3-untied", ParallelMode::kFsdp, 2, 1, 1, Recompute::kNone, DType::kBF16},
+      {"tiny", ParallelMode::kZero2, 2, 1, 2, Recompute::kSelective, DType::kF32},
+      {"tiny-qwen3-untied", ParallelMode::kZero2, 2, 1, 1, Recompute::kNone, DType::kBF16},
       {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32, 12},  // MLP tiles of 12, 12, 8
       {"tiny", ParallelMode::kFsdp, 2, 1, 1, Recompute::kFull, DType::kF32, 12},
       // FP8 block linears: dw and dx of one layer in one op (BlockLinears::backward)
@@ -176,7 +178,8 @@ TEST(StepModel, Fp8LinearsArePricedByTheirOwnRates) {
 
 // ddp: every unit all-reduced once a step on the wire; fsdp: bf16 weights gathered for the
 // forward (the tied embedding again as the head) and the blocks but the last for the
-// backward, every unit reduce-scattered each micro-batch.
+// backward, every unit reduce-scattered each micro-batch; zero2: fsdp's reduce-scatters, and
+// every unit's bf16 weights gathered once a step.
 TEST(StepModel, CommBytesAreTheClosedForms) {
   for (const char* preset : {"qwen3-1.7b", "qwen3-8b"}) {
     const ModelConfig c = preset_config(preset);
@@ -199,6 +202,12 @@ TEST(StepModel, CommBytesAreTheClosedForms) {
       EXPECT_EQ(f.all_reduce, 0);
       fsdp.parallel.fsdp_defer_sync = true;
       EXPECT_EQ(comm_bytes(step_program(fsdp.run())).reduce_scatter, n == 1 ? 0 : 4 * P);
+      testing::PlanCase zero2 = big_input(preset, ParallelMode::kZero2, n);
+      zero2.data.grad_accum = 3;
+      const CommBytes z = comm_bytes(step_program(zero2.run()));
+      EXPECT_EQ(z.all_gather, n == 1 ? 0 : 2 * P) << "gathered once a step, at the first forward";
+      EXPECT_EQ(z.reduce_scatter, n == 1 ? 0 : 3 * 4 * P);
+      EXPECT_EQ(z.all_reduce, 0);
       const double k = (n - 1.0) / n;
       EXPECT_DOUBLE_EQ(bus_bytes(d, n), 2 * k * static_cast<double>(d.all_reduce));
       EXPECT_DOUBLE_EQ(bus_bytes(f, n), k * static_cast<double>(f.all_gather + f.reduce_scatter));

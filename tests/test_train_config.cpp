@@ -101,20 +101,27 @@ TEST(Resolve, ModeAndRecomputeFromThePlan) {
   RunFacts f = cpu_facts(m, 2048);
   f.world = 2;
   f.compute_dtype = DType::kBF16;
-  ParallelSection ddp = c.parallel, fsdp = c.parallel;  // as resolved
+  ParallelSection ddp = c.parallel, zero2 = c.parallel, fsdp = c.parallel;  // as resolved
   ddp.mode = ParallelMode::kDdp;
+  zero2.mode = ParallelMode::kZero2;
   fsdp.mode = ParallelMode::kFsdp;
   auto planned = [&](const ParallelSection& p) { return plan_memory({m, c.data, p, 2, DType::kBF16}).total(); };
-  const int64_t ddp_bytes = planned(ddp), fsdp_bytes = planned(fsdp);
-  ASSERT_LT(fsdp_bytes, ddp_bytes);
-  f.capacity = ddp_bytes + kPlanReserve;  // both fit: the faster predicted (on an H200, the GPU assumed here)
+  const int64_t ddp_bytes = planned(ddp), zero2_bytes = planned(zero2), fsdp_bytes = planned(fsdp);
+  ASSERT_LT(std::max(zero2_bytes, fsdp_bytes), ddp_bytes);
+  f.capacity = ddp_bytes + kPlanReserve;  // all fit: the fastest predicted (on an H200, the GPU assumed here)
   ResolvedConfig r = resolve_config(c, f);
-  EXPECT_EQ(r.config.parallel.mode, ParallelMode::kFsdp);
-  EXPECT_EQ(r.reasons.back().rfind("mode fsdp: both modes fit; fsdp is predicted faster: ", 0), 0u) << r.reasons.back();
-  f.capacity = ddp_bytes + kPlanReserve - 1;  // only fsdp fits
+  EXPECT_EQ(r.config.parallel.mode, ParallelMode::kZero2);
+  EXPECT_EQ(r.reasons.back().rfind("mode zero2: ddp, zero2 and fsdp fit; zero2 is predicted fastest: ", 0), 0u)
+      << r.reasons.back();
+  f.capacity = ddp_bytes + kPlanReserve - 1;  // zero2 and fsdp fit
   r = resolve_config(c, f);
-  EXPECT_EQ(r.config.parallel.mode, ParallelMode::kFsdp);
-  EXPECT_EQ(r.reasons.back().rfind("mode fsdp: ddp does not fit; fsdp does", 0), 0u) << r.reasons.back();
+  EXPECT_EQ(r.config.parallel.mode, ParallelMode::kZero2);
+  EXPECT_EQ(r.reasons.back().rfind("mode zero2: zero2 and fsdp fit; zero2 is predicted fastest: ", 0), 0u)
+      << r.reasons.back();
+  f.capacity = fsdp_bytes + kPlanReserve - 1;  // only zero2 fits (fsdp's two gathered embeddings outweigh what
+  r = resolve_config(c, f);                    // zero2's whole weights add on two ranks)
+  EXPECT_EQ(r.config.parallel.mode, ParallelMode::kZero2);
+  EXPECT_EQ(r.reasons.back().rfind("mode zero2: ddp does not fit; zero2 does", 0), 0u) << r.reasons.back();
   // ddp with recompute auto on a GPU where no recomputation does not fit, selective does.
   c.parallel.mode = ParallelMode::kDdp;
   c.parallel.recompute = Recompute::kAuto;

@@ -3,6 +3,7 @@
 // train bind to the same config tree by the same binders (cli/config_flags.h).
 #include <cstdio>
 #include <utility>
+#include <vector>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -21,11 +22,11 @@ namespace {
 // the GPU), and the gradients' dtype (bf16 only where no micro-batches are summed).
 std::string plan_notes(const PlanAdvice& adv, const PlannedRun& run, int64_t gpu_bytes, GradDType asked) {
   std::string notes;
-  for (const auto& [name, plan] : {std::pair<const char*, const MemoryPlan*>{"ddp", &adv.ddp}, {"fsdp", &adv.fsdp}})
-    if (!plan_fits(*plan, gpu_bytes))
-      notes += cat("why: ", name, " does not fit: ", gib(plan->total()), " GiB planned + ", gib(kPlanReserve),
-                   " GiB kept free (the CUDA context, allocator slack) = ", gib(plan->total() + kPlanReserve),
-                   " GiB > ", gib(gpu_bytes), " GiB per GPU\n");
+  for (ParallelMode mode : kRunModes)
+    if (const MemoryPlan& plan = adv.of(mode); !plan_fits(plan, gpu_bytes))
+      notes += cat("why: ", parallel_mode_name(mode), " does not fit: ", gib(plan.total()), " GiB planned + ",
+                   gib(kPlanReserve), " GiB kept free (the CUDA context, allocator slack) = ",
+                   gib(plan.total() + kPlanReserve), " GiB > ", gib(gpu_bytes), " GiB per GPU\n");
   if (run.compute_dtype != DType::kBF16 || asked != GradDType::kAuto) return notes;
   if (run.parallel.grad_dtype == GradDType::kBF16)
     return notes + "gradients: the blocks' in bf16 (--grad-dtype auto: --grad-accum 1, no micro-batches to sum; "
@@ -60,12 +61,16 @@ std::string assumed_text(const StepTarget& t, int nproc, bool mem_given, int64_t
              " (no GPU here; --gpu NAME / --gpu-mem GiB to change)\n");
 }
 
-std::string prediction_text(const StepTarget& t, int nproc, const StepPrediction& ddp, const StepPrediction& fsdp) {
+// Each run mode's prediction (kRunModes' order).
+using Predictions = std::vector<std::pair<ParallelMode, StepPrediction>>;
+
+std::string prediction_text(const StepTarget& t, int nproc, const Predictions& predicted) {
   if (!t.gpu) return cat("step: not predicted: ", t.why_not, "\n");
   std::string s = cat("step, predicted for ", nproc, " x ", t.gpu->key, " (op costs: ", t.table.gpu, " table, ",
                       t.table.measured ? "measured" : "NOT measured, derived from the GPU's limits",
                       nproc > 1 ? cat("; bus ", t.bus_gbps, " GB/s: ", t.bus_source) : std::string(), "):\n");
-  return s + prediction_line("ddp", ddp) + prediction_line("fsdp", fsdp);
+  for (const auto& [mode, p] : predicted) s += prediction_line(parallel_mode_name(mode), p);
+  return s;
 }
 
 Json prediction_json(const StepPrediction& p) {
@@ -75,10 +80,12 @@ Json prediction_json(const StepPrediction& p) {
               {"slowed_ms", 1e3 * p.slowed_s}};
 }
 
-Json predicted_json(const StepTarget& t, const StepPrediction& ddp, const StepPrediction& fsdp) {
+Json predicted_json(const StepTarget& t, const Predictions& predicted) {
   if (!t.gpu) return Json(nullptr);
-  return Json{{"gpu", t.gpu->key},       {"op_table_measured", t.table.measured}, {"bus_gbps", t.bus_gbps},
-              {"bus_source", t.bus_source}, {"ddp", prediction_json(ddp)},           {"fsdp", prediction_json(fsdp)}};
+  Json j = {{"gpu", t.gpu->key}, {"op_table_measured", t.table.measured}, {"bus_gbps", t.bus_gbps},
+            {"bus_source", t.bus_source}};
+  for (const auto& [mode, p] : predicted) j[parallel_mode_name(mode)] = prediction_json(p);
+  return j;
 }
 
 }  // namespace
@@ -92,8 +99,8 @@ int cmd_plan(int argc, char** argv) {
   Args a("plan", "Memory per GPU of a full fine-tune in each mode (parameters, gradients, AdamW state, weight "
                  "copies, activations, workspace), whether it fits and with which --recompute, each mode's predicted step time and tokens/s (op "
                  "costs of the GPU, the bus between GPUs), and the advice as the flags to pass to anvil train: of "
-                 "the modes that fit, the faster predicted (anvil train --mode auto chooses the same; ddp where "
-                 "nothing is predicted); when neither fits, what would (fsdp's --nproc, recomputation, a shorter "
+                 "the modes that fit (ddp, zero2, fsdp), the fastest predicted (anvil train --mode auto chooses the same; "
+                 "the first that fits where nothing is predicted); when none fits, what would (fsdp's --nproc, recomputation, a shorter "
                  "sequence). Without a GPU here it assumes an H200 and says so. The flags of the model and the run "
                  "read as anvil train's.");
   bind_shared_sections(a, c);
@@ -118,11 +125,9 @@ int cmd_plan(int argc, char** argv) {
   StepTarget target_of = step_target(target, world);
   skip_unmodelled(target_of, par);
   const PlanAdvice adv = advise(run, gpu_bytes, plan_speed(run, target_of));
-  StepPrediction ddp, fsdp;
-  if (target_of.gpu) {
-    ddp = predict_plan(run, adv.ddp, target_of);
-    fsdp = predict_plan(run, adv.fsdp, target_of);
-  }
+  Predictions predicted;
+  if (target_of.gpu)
+    for (ParallelMode mode : kRunModes) predicted.emplace_back(mode, predict_plan(run, adv.of(mode), target_of));
   if (json) {
     auto j_of = [](const MemoryPlan& p) {
       return Json{{"params", p.params}, {"grads", p.grads}, {"optimizer", p.optimizer}, {"weights", p.weights},
@@ -131,15 +136,15 @@ int cmd_plan(int argc, char** argv) {
                   {"recompute", recompute_name(p.recompute)}, {"mlp_tile", p.mlp_tile}};
     };
     Json j = {{"gpu_bytes", gpu_bytes}, {"reserve_bytes", kPlanReserve},
-              {"ddp", j_of(adv.ddp)}, {"fsdp", j_of(adv.fsdp)},
+              {"ddp", j_of(adv.ddp)}, {"zero2", j_of(adv.zero2)}, {"fsdp", j_of(adv.fsdp)},
               {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""}, {"flags", adv.flags},
               {"message", adv.message}, {"gpu", target_of.gpu_name}, {"gpu_assumed", target_of.assumed},
               {"grad_dtype", grad_dtype_name(par.grad_dtype)},
-              {"predicted", predicted_json(target_of, ddp, fsdp)}};
+              {"predicted", predicted_json(target_of, predicted)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     const std::string notes = plan_notes(adv, run, gpu_bytes, asked);
-    const std::string step = prediction_text(target_of, world, ddp, fsdp);
+    const std::string step = prediction_text(target_of, world, predicted);
     const std::string assumed = assumed_text(target_of, world, gpu_mem > 0, gpu_bytes);
     std::fputs((assumed + plan_table(adv, run, gpu_bytes) + notes + step).c_str(), stdout);
   }

@@ -157,12 +157,14 @@ void bind_shapes(Args& a, DataSection& d) {
 void bind_steps(Args& a, int64_t* steps) { a.opt("--steps", steps, "N", "optimizer steps"); }
 
 void bind_parallel(Args& a, ParallelSection& p) {
-  enum_choice(a, "--mode", &p.mode, {"auto", "ddp", "fsdp"},
-              "replicated (ddp) or sharded (fsdp) parameters; auto: of the modes whose memory plan fits the GPU, "
-              "the one predicted faster (ddp where nothing is predicted), as anvil plan advises",
+  enum_choice(a, "--mode", &p.mode, {"auto", "ddp", "zero2", "fsdp"},
+              "replicated (ddp), ZeRO stage 2 (zero2: weights whole on every rank; masters, AdamW state and "
+              "gradients sharded) or sharded (fsdp) parameters; auto: of the modes whose memory plan fits the GPU, "
+              "the one predicted fastest (the first that fits of ddp, zero2, fsdp where nothing is predicted), as "
+              "anvil plan advises",
               parse_parallel_mode, parallel_mode_name);
   enum_choice(a, "--reduce-dtype", &p.reduce_dtype, {"fp32", "bf16"},
-              "dtype of the gradient all-reduce (ddp) / reduce-scatter (fsdp). bf16 halves the bytes sent, but "
+              "dtype of the gradient all-reduce (ddp) / reduce-scatter (zero2, fsdp). bf16 halves the bytes sent, but "
               "rounds each rank's gradient (8 significant bits) before the sum, as NCCL may its partial sums: the "
               "sum carries about 3 significant digits (masters, AdamW state and the norm stay fp32)",
               parse_reduce_dtype, reduce_dtype_name);
@@ -172,10 +174,10 @@ void bind_parallel(Args& a, ParallelSection& p) {
               "bf16 copies) and halves its memory and bytes moved; the embedding's and output layer's stay fp32",
               parse_grad_dtype, grad_dtype_name);
   a.flag("--fsdp-defer-sync", &p.fsdp_defer_sync,
-         "fsdp: reduce-scatter gradients once per step, not per micro-batch (keeps the whole model's fp32 "
+         "fsdp, zero2: reduce-scatter gradients once per step, not per micro-batch (keeps the whole model's fp32 "
          "gradient; PyTorch's set_requires_gradient_sync(False))")
       .opt("--context-parallel", &p.context_parallel, "N",
-           "split each sequence over N ranks (every rank of the run; ddp or fsdp over the same ranks): each holds "
+           "split each sequence over N ranks (every rank of the run; any mode over the same ranks): each holds "
            "seq-len/N tokens, and attention trades them for a share of the heads by all-to-all (Ulysses; N must "
            "divide the key/value heads and --seq-len)");
   enum_choice(a, "--recompute", &p.recompute, {"none", "selective", "full", "auto"},

@@ -7,7 +7,8 @@ namespace anvil {
 namespace {
 
 constexpr EnumName<ParallelMode> kModeNames[] = {
-    {ParallelMode::kAuto, "auto"}, {ParallelMode::kDdp, "ddp"}, {ParallelMode::kFsdp, "fsdp"}};
+    {ParallelMode::kAuto, "auto"}, {ParallelMode::kDdp, "ddp"}, {ParallelMode::kFsdp, "fsdp"},
+    {ParallelMode::kZero2, "zero2"}};
 
 }  // namespace
 

@@ -19,7 +19,7 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
       comm_(comm),
       grad_dtype_(grad_dtype),
       buffers_(ops.runtime()),
-      owned_(allocate(grad_dtype, sharded)),
+      owned_(allocate(grad_dtype, sharded, sharded && mode == ParallelMode::kZero2)),
       reducer_(comm && comm->world() > 1 ? std::make_unique<GradReducer>(table, ops, *comm, buffers_, sharded)
                                          : nullptr),
       mode_(mode),
@@ -29,9 +29,10 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
 
 ParamStore::~ParamStore() = default;
 
-// Per unit: the masters (split on a bf16 device: core/bf16.h), the gradient, m, v, then
-// the compute weights (not sharded: the high half, or on the CPU the master itself).
-OwnedUnits ParamStore::allocate(DType grad_dtype, bool sharded) {
+// Per unit: the masters (split on a bf16 device: core/bf16.h; whole_weights: the owned
+// part is this rank's slice of the whole compute weights), the gradient, m, v, then the
+// compute weights (not sharded: the high half, or on the CPU the master itself).
+OwnedUnits ParamStore::allocate(DType grad_dtype, bool sharded, bool whole_weights) {
   const int world = comm_ ? comm_->world() : 1;
   ANVIL_ENSURE(table_.world() == world, kInternal, "parameter table for world ", table_.world(), ", comm of ", world);
   ANVIL_ENSURE(grad_dtype == DType::kF32 || (grad_dtype == DType::kBF16 && ops_.compute_dtype() == DType::kBF16),
@@ -42,11 +43,19 @@ OwnedUnits ParamStore::allocate(DType grad_dtype, bool sharded) {
   for (size_t u = 0; u < table_.units().size(); ++u) {
     const UnitInfo& info = table_.units()[u];
     const int64_t n = sharded ? info.shard() : info.padded;
+    Tensor compute_part;  // of the whole weights (below), else its own buffer
+    if (whole_weights) {
+      whole_weights_.push_back(buffers_.make(info.padded, ops_.compute_dtype()));
+      const int64_t at = comm_->rank() * n;
+      compute_part = whole_weights_.back().slice_rows(at, at + n);
+    } else {
+      compute_part = buffers_.make(n, split ? ops_.compute_dtype() : DType::kF32);
+    }
     if (split) {
-      o.hi.push_back(buffers_.make(n, ops_.compute_dtype()));
+      o.hi.push_back(compute_part);
       o.lo.push_back(buffers_.make(n, DType::kI16));
     } else {
-      o.master.push_back(buffers_.make(n, DType::kF32));
+      o.master.push_back(compute_part);
     }
     o.grads.push_back(buffers_.make(n, sharded ? DType::kF32 : unit_grad_dtype(static_cast<int>(u))));
     o.m.push_back(buffers_.make(n, DType::kF32));
@@ -118,6 +127,7 @@ void ParamStore::load(const UnitReader& weights) {
     ops_.runtime().zero(owned_.v[u]);
   }
   zero_grads();
+  masters_changed();
 }
 
 void ParamStore::read_owned(State s, int unit, int64_t begin, int64_t n, float* out) {
@@ -177,7 +187,7 @@ void ParamStore::complete_grads() {
 
 std::unique_ptr<ParamStore> make_param_store(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode,
                                              DType grad_dtype) {
-  if (mode == ParallelMode::kFsdp && comm && comm->world() > 1)
+  if (shards_state(mode) && comm && comm->world() > 1)
     return std::make_unique<ShardedStore>(table, ops, *comm, mode, grad_dtype);
   return std::make_unique<ReplicatedStore>(table, ops, comm, mode, grad_dtype);
 }

@@ -6,8 +6,8 @@
 // implement it, picked by make_param_store:
 //  - ReplicatedStore (parallel/replicated_store.h): one process, and DDP across ranks;
 //    every rank owns whole units.
-//  - ShardedStore (parallel/sharded_store.h): FSDP across ranks; a rank owns one shard of
-//    every unit.
+//  - ShardedStore (parallel/sharded_store.h): FSDP and ZeRO-2 across ranks; a rank owns one
+//    shard of every unit (zero2: and holds the compute weights whole, whole_weights_).
 // What both share is here: the owned buffers (masters, AdamW m and v, gradients; the
 // optimizer, optim/optimizer.h, which the Trainer runs on owned(), updates them), loading and
 // reading them, and the gradient reducer (parallel/grad_reducer.h). Of the optimizer the store
@@ -16,15 +16,17 @@
 // On a bf16 device every master is held split (core/bf16.h, split_master): a bf16 high
 // half, which is the compute weight (DDP and one process) or what FSDP's all-gather sends,
 // and an int16 low half; no separate bf16 copy is made or held. On the CPU (fp32 compute)
-// the masters are fp32 and are the compute weights.
+// the masters are fp32 and are the compute weights. zero2 holds each unit's compute weights
+// whole and owns a slice of them: its owned high halves (on the CPU its fp32 masters) are
+// that slice, in place, and the low halves a shard of their own.
 // The update leaves each unit's gradient as it was (not zeroed: 4 bytes per parameter less
 // to write), and overwrite_grads(u) says so until the unit's first grads_ready of the next
 // step: the first micro-batch overwrites, the next ones add. With grad_dtype BF16 (one
 // micro-batch per step: model/params.h, GradDType) the gradients the model writes for the
 // units written once per backward are BF16 and always overwritten: the owned gradients in a
-// replicated store, FSDP's pooled full-unit buffers (the owned shards stay F32). FSDP across
-// ranks keeps zeroing its owned shards in the update (reduce-scattered gradients are added
-// into them). Everything that reads the state from the host goes through finish_updates().
+// replicated store, the sharded store's pooled full-unit buffers (the owned shards stay
+// F32). The sharded store keeps zeroing its owned shards in the update (reduce-scattered
+// gradients are added into them). Everything that reads the state from the host goes through finish_updates().
 #pragma once
 
 #include <cstdint>
@@ -50,7 +52,7 @@ class ParamStore : public UnitSource {
 
   // The masters, unit by unit, only the elements this rank owns; AdamW state zero.
   void load(const UnitReader& weights);
-  // Full units (FSDP: gathered; every rank must call); finished updates.
+  // Full units (sharded: gathered; every rank must call); finished updates.
   HostUnits download_masters();
   // AdamW m and v, read as the masters are (resuming from a checkpoint).
   void load_optimizer_state(const UnitReader& exp_avg, const UnitReader& exp_avg_sq);
@@ -59,7 +61,7 @@ class ParamStore : public UnitSource {
 
   // DDP: whether this micro-batch's gradients are synchronised (false: no_sync).
   void set_sync(bool sync) { sync_ = sync; }
-  // FSDP: keep the full-unit gradients across micro-batches and reduce-scatter once, on the
+  // FSDP, zero2: keep the full-unit gradients across micro-batches and reduce-scatter once, on the
   // last (parallel/sharded_store.h); a replicated store has nothing to defer.
   virtual void set_defer_sync(bool defer) { (void)defer; }
   void set_reduce_dtype(DType dtype);  // F32 (default) or BF16 (parallel/grad_reducer.h)
@@ -74,7 +76,10 @@ class ParamStore : public UnitSource {
   // of the step complete on the main queue (collectives finished, the kept unit dropped, no
   // update in flight). grads_applied: the gradients the step applied are stale (above).
   void complete_grads();
-  void grads_applied() { stale_.assign(stale_.size(), !sharded_); }
+  void grads_applied() {
+    stale_.assign(stale_.size(), !sharded_);
+    masters_changed();
+  }
   // The updates of the owned units that may be in flight (the optimizer's), waited for as
   // above; null (the default): none are.
   void set_pending_updates(PendingUpdates* updates) { updates_ = updates; }
@@ -104,7 +109,7 @@ class ParamStore : public UnitSource {
  protected:
   // comm: null for a single process (then table.world() must be 1). grad_dtype: F32, or
   // BF16 for the units whose gradients are written once. sharded: each rank owns one shard
-  // of every unit (else whole units).
+  // of every unit (else whole units); with mode zero2 the compute weights are held whole.
   ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype, bool sharded);
   void await_update(int unit) {
     if (updates_) updates_->await_update(unit);
@@ -113,6 +118,8 @@ class ParamStore : public UnitSource {
   DType unit_grad_dtype(int unit) const { return table_.grads_written_once(unit) ? grad_dtype_ : DType::kF32; }
   // The whole fp32 master of a unit (padded), into out.
   virtual void download_master(int unit, float* out) = 0;
+  // The owned masters were loaded or updated (zero2: the whole weights are gathered again).
+  virtual void masters_changed() {}
 
   const ParamTable& table_;
   Ops& ops_;
@@ -120,12 +127,14 @@ class ParamStore : public UnitSource {
   DType grad_dtype_;
   bool sync_ = true;
   DeviceBuffers buffers_;
+  // zero2 (else empty): every unit's compute weights, whole; filled by allocate, with owned_.
+  std::vector<Tensor> whole_weights_;
   OwnedUnits owned_;
   std::vector<char> stale_;              // per unit, not sharded: the gradient holds the last step's values
   std::unique_ptr<GradReducer> reducer_;  // null on one rank
 
  private:
-  OwnedUnits allocate(DType grad_dtype, bool sharded);  // the layout, in allocation order
+  OwnedUnits allocate(DType grad_dtype, bool sharded, bool whole_weights);  // the layout, in allocation order
   void fill(const std::vector<Tensor>& owned, const UnitReader& reader);
   void fill_split(const UnitReader& reader);
 
@@ -134,7 +143,7 @@ class ParamStore : public UnitSource {
   PendingUpdates* updates_ = nullptr;
 };
 
-// The store of a resolved mode: sharded for FSDP across ranks, else replicated.
+// The store of a resolved mode: sharded for FSDP and ZeRO-2 across ranks, else replicated.
 std::unique_ptr<ParamStore> make_param_store(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode,
                                              DType grad_dtype = DType::kF32);
 

@@ -9,12 +9,13 @@
 namespace anvil {
 
 ShardedStore::ShardedStore(const ParamTable& table, Ops& ops, Comm& comm, ParallelMode mode, DType grad_dtype)
-    : ParamStore(table, ops, &comm, mode, grad_dtype, true) {
-  if (table.norm_unit() > 1) keep_unit_ = table.norm_unit() - 1;  // the last block
+    : ParamStore(table, ops, &comm, mode, grad_dtype, true), zero2_(mode == ParallelMode::kZero2) {
+  if (table.norm_unit() > 1 && !zero2_) keep_unit_ = table.norm_unit() - 1;  // the last block
 }
 
 ShardedStore::~ShardedStore() {
-  for (auto& [u, t] : gathered_) buffers_.unpool(t);
+  if (!zero2_)
+    for (auto& [u, t] : gathered_) buffers_.unpool(t);
   for (auto& [u, t] : full_grads_) buffers_.unpool(t);
 }
 
@@ -43,9 +44,9 @@ void ShardedStore::prefetch(int unit) {
   await_update(unit);
   const size_t u = static_cast<size_t>(unit);
   const UnitInfo& info = table_.units()[u];
-  Tensor full = buffers_.pooled(info.padded, ops_.compute_dtype());
+  Tensor full = zero2_ ? whole_weights_[u] : buffers_.pooled(info.padded, ops_.compute_dtype());
   Tensor mine = owned_.split() ? owned_.hi[u] : full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
-  if (!owned_.split()) ops_.runtime().convert(mine, owned_.master[u]);  // fp32 compute: a copy
+  if (!owned_.split() && !zero2_) ops_.runtime().convert(mine, owned_.master[u]);  // fp32 compute: a copy
   // Ordered after the compute queued so far (an event), so a pooled buffer that earlier
   // kernels still read is not overwritten; the compute stream waits for it in weights().
   in_flight_[unit] = comm_->all_gather(full, mine, info.name);
@@ -60,6 +61,7 @@ Tensor ShardedStore::weights(int unit) {
   }
   prefetch(unit);
   auto it = in_flight_.find(unit);
+  if (zero2_ && it == in_flight_.end()) return gathered_.at(unit);  // gathered since the last update
   ANVIL_ENSURE(it != in_flight_.end(), kInternal, "unit ", unit, " acquired twice");
   comm_->wait(it->second);
   in_flight_.erase(it);
@@ -70,6 +72,7 @@ void ShardedStore::release(int unit) {
   auto it = gathered_.find(unit);
   ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit), kInternal, "unit ", unit,
                " released but not acquired");
+  if (zero2_) return;  // whole until the next update
   if (unit == keep_unit_) {
     keep_ = keep_ == Keep::kNone ? Keep::kHeld : Keep::kNone;
     if (keep_ == Keep::kHeld) return;  // after its forward: its backward comes next
@@ -109,6 +112,14 @@ void ShardedStore::drop_kept_unit() {
   buffers_.unpool(it->second);
   gathered_.erase(it);
   keep_ = Keep::kNone;
+}
+
+// zero2: every unit is gathered again at its next use. Its gathers were all waited for
+// (weights() follows each prefetch), so none writes the weights the update changes.
+void ShardedStore::masters_changed() {
+  if (!zero2_) return;
+  ANVIL_ENSURE(in_flight_.empty(), kInternal, "a gather in flight across an update");
+  gathered_.clear();
 }
 
 }  // namespace anvil

@@ -1,4 +1,4 @@
-// The store of sharded units: FSDP across ranks.
+// The store of sharded units: FSDP and ZeRO-2 across ranks.
 //
 // A rank owns one shard of every unit's master, m, v and gradient (F32). weights(u)
 // all-gathers the unit into a pooled buffer in the compute dtype, freed by release(u) (the
@@ -12,6 +12,10 @@
 // reshard_after_forward=False for the unit that is needed again first); it is freed before
 // the update (it would hold the old weights). With the overlapped optimizer, the first use
 // of a unit (weights, prefetch, grads) waits for that unit's update only.
+// zero2 (FSDP's SHARD_GRAD_OP) is the same store without the gathers and frees per use: the
+// compute weights are held whole (whole_weights_), the owned slice of them updated in place,
+// and a unit is gathered (in place) at its first use after an update or a load, so once a
+// step, in the next forward, unit by unit after its update; release(u) keeps it.
 #pragma once
 
 #include <map>
@@ -44,13 +48,15 @@ class ShardedStore final : public ParamStore {
 
  private:
   void download_master(int unit, float* out) override;
+  void masters_changed() override;
 
+  const bool zero2_;
   bool defer_sync_ = false;
   int keep_unit_ = -1;  // the last block, kept gathered from forward to backward
   // keep_unit_ between its forward release and its backward acquire (kHeld), then in use
   // by its backward (kInUse), whose release frees it.
   enum class Keep { kNone, kHeld, kInUse } keep_ = Keep::kNone;
-  std::map<int, Tensor> gathered_, full_grads_;  // live pooled buffers
+  std::map<int, Tensor> gathered_, full_grads_;  // live pooled buffers (zero2: gathered_ are whole_weights_)
   std::map<int, CommWork> in_flight_;            // gathers not yet waited for
 };
 

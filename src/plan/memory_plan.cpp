@@ -53,7 +53,7 @@ std::string offload_advice(const PlannedRun& run, int64_t gpu_bytes) {
   ParallelSection x = run.parallel;
   x.offload_activations = true;
   x.recompute = Recompute::kFull;
-  for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kFsdp}) {
+  for (ParallelMode mode : kRunModes) {
     x.mode = mode;
     const MemoryPlan p = plan_memory({run.model, run.data, x, run.world, run.compute_dtype});
     if (plan_fits(p, gpu_bytes))
@@ -76,9 +76,11 @@ namespace {
 
 // params, grads, optimizer and weights: the units as parallel/param_store.cpp holds them.
 // Masters take 4 bytes per element, whole or split (their bf16 high halves are the compute
-// weights: DDP holds no other copy, FSDP gathers them).
+// weights: DDP holds no other copy, FSDP gathers them, zero2 holds them whole and owns a
+// slice of them: cd bytes per element whole, 4 - cd per owned element).
 void plan_model_states(const PlannedRun& run, MemoryPlan& p) {
-  const bool sharded = run.parallel.mode == ParallelMode::kFsdp && run.world > 1;
+  const bool sharded = shards_state(run.parallel.mode) && run.world > 1;
+  const bool zero2 = sharded && run.parallel.mode == ParallelMode::kZero2;
   ParamTable table(run.model, run.world);
   const int64_t cd = static_cast<int64_t>(dtype_size(run.compute_dtype));
   int64_t owned = 0, grad_bytes = 0, written = 0;
@@ -94,7 +96,7 @@ void plan_model_states(const PlannedRun& run, MemoryPlan& p) {
     largest.padded = std::max(largest.padded, u.padded);
     largest.shard = std::max(largest.shard, u.shard());
   }
-  p.params = 4 * owned;
+  p.params = zero2 ? cd * table.total_padded() + (4 - cd) * owned : 4 * owned;
   p.optimizer = 8 * owned;
   p.grads = grad_bytes;
   p.weights = 0;
@@ -102,7 +104,7 @@ void plan_model_states(const PlannedRun& run, MemoryPlan& p) {
   if (run.world == 1) return;
   if (sharded) {
     p.grads += fsdp_transient_grads(run.parallel, table, written, largest);
-    p.weights = cd * 2 * largest.padded;  // two gathered units: the one in use and the next
+    if (!zero2) p.weights = cd * 2 * largest.padded;  // two gathered units: the one in use and the next
   } else {
     p.grads += ddp_wire_copies(run.parallel, table);
   }
@@ -224,7 +226,7 @@ int fsdp_gpus_needed(const PlannedRun& run, int64_t gpu_bytes) {
 // large for the GPU: fsdp over more GPUs; the activations the cause: recomputation,
 // offloading, a shorter sequence or micro-batch.
 std::string not_fitting_advice(const PlannedRun& run, const MemoryPlan& fsdp, int64_t gpu_bytes) {
-  std::string m = cat("neither mode fits in ", gib(gpu_bytes), " GiB per GPU on ", run.world, " GPU(s)");
+  std::string m = cat("no mode fits in ", gib(gpu_bytes), " GiB per GPU on ", run.world, " GPU(s)");
   const int64_t states = fsdp.total() - fsdp.activations;
   if (!plan_fits(fsdp, gpu_bytes + fsdp.activations)) {
     m += cat(": the model states alone (weights, gradients, AdamW state, workspace) take ", gib(states), " GiB");
@@ -245,33 +247,66 @@ std::string not_fitting_advice(const PlannedRun& run, const MemoryPlan& fsdp, in
 
 }  // namespace
 
+const MemoryPlan& PlanAdvice::of(ParallelMode m) const {
+  ANVIL_ENSURE(m != ParallelMode::kAuto, kInternal, "the plan of mode auto");
+  return m == ParallelMode::kDdp ? ddp : m == ParallelMode::kZero2 ? zero2 : fsdp;
+}
+
+namespace {
+
+// "ddp", "ddp and fsdp", "ddp, zero2 and fsdp".
+std::string mode_list(const std::vector<ParallelMode>& modes) {
+  std::string s;
+  for (size_t i = 0; i < modes.size(); ++i)
+    s += cat(i == 0 ? "" : i + 1 == modes.size() ? " and " : ", ", parallel_mode_name(modes[i]));
+  return s;
+}
+
+// Why the first mode that fits, when nothing predicts which is faster (or only it fits).
+std::string first_fitting_reason(ParallelMode mode, const std::vector<ParallelMode>& fitting, int world) {
+  if (world == 1) return "one GPU holds the whole model, its gradients and AdamW state";
+  const std::string others = fitting.size() > 1 ? cat(mode_list(fitting), " fit; no step prediction here, so ") : "";
+  if (mode == ParallelMode::kDdp)
+    return others.empty() ? "ddp fits: every GPU holds the whole model, its gradients and AdamW state"
+                          : others + "ddp, which gathers no weights";
+  const std::string not_fitting = mode == ParallelMode::kZero2 ? "ddp does not fit" : "neither ddp nor zero2 fits";
+  const std::string held = mode == ParallelMode::kZero2
+                               ? cat("each GPU holds the weights whole and 1/", world, " of the gradients and AdamW state")
+                               : cat("each GPU holds 1/", world, " of the weights, gradients and AdamW state");
+  return cat(not_fitting, "; ", parallel_mode_name(mode), " does: ", held);
+}
+
+}  // namespace
+
 PlanAdvice advise(const PlannedRun& run, int64_t gpu_bytes, const PlanSpeed& speed) {
   PlanAdvice a;
   a.ddp = mode_plan(run, ParallelMode::kDdp, run.world, gpu_bytes);
+  a.zero2 = mode_plan(run, ParallelMode::kZero2, run.world, gpu_bytes);
   a.fsdp = mode_plan(run, ParallelMode::kFsdp, run.world, gpu_bytes);
-  const bool ddp = plan_fits(a.ddp, gpu_bytes), fsdp = plan_fits(a.fsdp, gpu_bytes);
-  a.fits = ddp || fsdp;
+  std::vector<ParallelMode> fitting;
+  for (ParallelMode m : kRunModes)
+    if (plan_fits(a.of(m), gpu_bytes)) fitting.push_back(m);
+  a.fits = !fitting.empty();
   if (!a.fits) {
     a.message = not_fitting_advice(run, a.fsdp, gpu_bytes) + ".";
     return a;
   }
-  if (ddp && fsdp && run.world > 1 && speed) {
-    const double d = speed(a.ddp), f = speed(a.fsdp);
-    a.mode = f > d ? ParallelMode::kFsdp : ParallelMode::kDdp;
-    a.message = cat("both modes fit; ", parallel_mode_name(a.mode), " is predicted faster: ", format_count(std::max(d, f)),
-                    " tokens/s against ", format_count(std::min(d, f)), " for ", f > d ? "ddp" : "fsdp");
-  } else if (ddp) {
-    a.mode = ParallelMode::kDdp;
-    a.message = run.world == 1 ? "one GPU holds the whole model, its gradients and AdamW state"
-                : fsdp         ? "both modes fit; no step prediction here, so ddp, which moves fewer bytes"
-                               : "ddp fits: every GPU holds the whole model, its gradients and AdamW state";
+  a.mode = fitting.front();
+  if (fitting.size() > 1 && run.world > 1 && speed) {
+    std::vector<double> tps;
+    for (ParallelMode m : fitting) tps.push_back(speed(a.of(m)));
+    const size_t best = static_cast<size_t>(std::max_element(tps.begin(), tps.end()) - tps.begin());  // the first on a tie
+    a.mode = fitting[best];
+    a.message = cat(mode_list(fitting), " fit; ", parallel_mode_name(a.mode), " is predicted fastest: ",
+                    format_count(tps[best]), " tokens/s against ");
+    for (size_t i = 0, said = 0; i < fitting.size(); ++i) {
+      if (i == best) continue;
+      a.message += cat(said++ == 0 ? "" : ", ", format_count(tps[i]), " for ", parallel_mode_name(fitting[i]));
+    }
   } else {
-    a.mode = ParallelMode::kFsdp;
-    // (Never on one GPU, where both modes hold the same: plan_memory.)
-    a.message = cat("ddp does not fit; fsdp does: each GPU holds 1/", run.world,
-                    " of the weights, gradients and AdamW state");
+    a.message = first_fitting_reason(a.mode, fitting, run.world);
   }
-  a.flags = train_flags(a.mode == ParallelMode::kFsdp ? a.fsdp : a.ddp);
+  a.flags = train_flags(a.of(a.mode));
   return a;
 }
 
@@ -283,41 +318,38 @@ std::string plan_table(const PlanAdvice& a, const PlannedRun& run, int64_t gpu_b
                 static_cast<long long>(run.data.seq_len), static_cast<long long>(run.data.micro_batch),
                 gib(gpu_bytes).c_str());
   s += line;
-  std::snprintf(line, sizeof line, "%-12s %16s %16s\n", "GiB per GPU", "ddp", "fsdp");
-  s += line;
-  auto row = [&](const char* name, int64_t d, int64_t f) {
-    std::snprintf(line, sizeof line, "%-12s %16s %16s\n", name, gib(d).c_str(), gib(f).c_str());
+  // One row: its name, then each mode's cell.
+  auto row = [&](const char* name, const std::function<std::string(const MemoryPlan&)>& cell) {
+    std::snprintf(line, sizeof line, "%-12s %16s %16s %16s\n", name, cell(a.ddp).c_str(), cell(a.zero2).c_str(),
+                  cell(a.fsdp).c_str());
     s += line;
   };
-  row("parameters", a.ddp.params, a.fsdp.params);
-  row("gradients", a.ddp.grads, a.fsdp.grads);
-  row("optimizer", a.ddp.optimizer, a.fsdp.optimizer);
-  row("weights", a.ddp.weights, a.fsdp.weights);
-  row("activations", a.ddp.activations, a.fsdp.activations);
-  row("workspace", a.ddp.workspace, a.fsdp.workspace);
-  row("total", a.ddp.total(), a.fsdp.total());
-  std::snprintf(line, sizeof line, "%-12s %16s %16s\n", "recompute", recompute_name(a.ddp.recompute),
-                recompute_name(a.fsdp.recompute));
-  s += line;
-  std::snprintf(line, sizeof line, "%-12s %16lld %16lld\n", "mlp tile", static_cast<long long>(a.ddp.mlp_tile),
-                static_cast<long long>(a.fsdp.mlp_tile));
-  s += line;
-  // "yes (selective)": it fits with that recomputation (--recompute selective).
-  auto fits = [&](const MemoryPlan& p) {
-    return plan_fits(p, gpu_bytes) ? cat("yes (", recompute_name(p.recompute), ")") : std::string("no");
+  auto bytes = [&](const char* name, int64_t MemoryPlan::*field) {
+    row(name, [&](const MemoryPlan& p) { return gib(p.*field); });
   };
-  std::snprintf(line, sizeof line, "%-12s %16s %16s\n", "fits", fits(a.ddp).c_str(), fits(a.fsdp).c_str());
-  s += line;
+  row("GiB per GPU", [](const MemoryPlan& p) { return std::string(parallel_mode_name(p.mode)); });
+  bytes("parameters", &MemoryPlan::params);
+  bytes("gradients", &MemoryPlan::grads);
+  bytes("optimizer", &MemoryPlan::optimizer);
+  bytes("weights", &MemoryPlan::weights);
+  bytes("activations", &MemoryPlan::activations);
+  bytes("workspace", &MemoryPlan::workspace);
+  row("total", [](const MemoryPlan& p) { return gib(p.total()); });
+  row("recompute", [](const MemoryPlan& p) { return std::string(recompute_name(p.recompute)); });
+  row("mlp tile", [](const MemoryPlan& p) { return std::to_string(p.mlp_tile); });
+  // "yes (selective)": it fits with that recomputation (--recompute selective).
+  row("fits", [&](const MemoryPlan& p) {
+    return plan_fits(p, gpu_bytes) ? cat("yes (", recompute_name(p.recompute), ")") : std::string("no");
+  });
   s += a.fits ? cat("advice: ", a.flags, " (", a.message, ")\n") : cat("advice: ", a.message, "\n");
   s += attention_note(run);
-  std::snprintf(line, sizeof line, "host memory per rank for the snapshot of asynchronous saves: %s GiB (ddp), %s GiB "
-                "(fsdp)\n", gib(a.ddp.host_snapshot).c_str(), gib(a.fsdp.host_snapshot).c_str());
-  s += line;
-  if (run.parallel.offload_activations) {
-    std::snprintf(line, sizeof line, "host memory per rank for the offloaded activations (pinned): %s GiB (ddp), %s "
-                  "GiB (fsdp)\n", gib(a.ddp.host_activations).c_str(), gib(a.fsdp.host_activations).c_str());
-    s += line;
-  }
+  // Host memory per rank, each mode's.
+  auto host = [&](const char* what, int64_t MemoryPlan::*field) {
+    s += cat("host memory per rank for ", what, ": ", gib(a.ddp.*field), " GiB (ddp), ", gib(a.zero2.*field),
+             " GiB (zero2), ", gib(a.fsdp.*field), " GiB (fsdp)\n");
+  };
+  host("the snapshot of asynchronous saves", &MemoryPlan::host_snapshot);
+  if (run.parallel.offload_activations) host("the offloaded activations (pinned)", &MemoryPlan::host_activations);
   return s;
 }
 

@@ -41,10 +41,11 @@ struct MemoryPlan {
   ParallelMode mode = ParallelMode::kDdp;
   Recompute recompute = Recompute::kNone;
   int64_t mlp_tile = 0;     // tokens per MLP tile, resolved (the micro-batch's tokens: untiled)
-  int64_t params = 0;       // masters, 4 bytes each (owned: whole units or one shard; DDP: also the compute weights)
+  int64_t params = 0;       // masters, 4 bytes each (owned: whole units or one shard; DDP: also the compute weights;
+                            // zero2: the compute weights whole, the rest of the masters one shard)
   int64_t grads = 0;        // gradients (owned) + transient full-unit buffers and wire copies
   int64_t optimizer = 0;    // AdamW m and v
-  int64_t weights = 0;      // FSDP's gathered units
+  int64_t weights = 0;      // FSDP's gathered units (zero2's whole weights are in params)
   int64_t activations = 0;  // saved activations, scratch, gradients of activations
   int64_t workspace = 0;    // the backend's workspace table (ops/workspace.h), the trainer's ids and scalars
   int64_t total() const { return params + grads + optimizer + weights + activations + workspace; }
@@ -65,20 +66,22 @@ WorkspaceShape workspace_shape(const ModelConfig& c, int64_t micro_batch, int64_
 int64_t host_snapshot_bytes(const ParamTable& table);
 
 struct PlanAdvice {
-  MemoryPlan ddp, fsdp;       // with the recomputation chosen for each
-  bool fits = false;          // whether either mode fits
+  MemoryPlan ddp, zero2, fsdp;  // with the recomputation chosen for each
+  const MemoryPlan& of(ParallelMode mode) const;  // a run mode's (kRunModes)
+  bool fits = false;          // whether any mode fits
   ParallelMode mode = ParallelMode::kDdp;  // the chosen mode (when fits)
   std::string flags;          // when fits: the chosen mode and recomputation as anvil train's flags
   std::string message;        // why that choice, or (nothing fits) what would make the run fit
 };
 // Predicted tokens/s of the run as a plan resolved it (its mode, recomputation and MLP tile).
 using PlanSpeed = std::function<double(const MemoryPlan&)>;
-// Both modes, whatever run.parallel.mode says. Recompute::kAuto: the fastest setting that fits
+// Every run mode (kRunModes), whatever run.parallel.mode says. Recompute::kAuto: the fastest setting that fits
 // in gpu_bytes, per mode (none, then selective, then full; offloading only full); any other
 // setting is planned as given. mlp_tile kMlpTileAuto: untiled where that plan fits, else
 // auto_mlp_tile's tiles (for each recomputation tried); MemoryPlan::mlp_tile says which.
-// The mode: of those that fit, the one `speed` predicts faster (ddp on a tie); without a
-// prediction (an empty speed) ddp when it fits, else fsdp. When neither fits, the message
+// The mode: of those that fit, the one `speed` predicts fastest (the first of kRunModes on a
+// tie); without a prediction (an empty speed) the first of kRunModes that fits: ddp, zero2,
+// fsdp. When none fits, the message
 // names what would: fsdp on more GPUs (the --nproc), offloading, or a shorter sequence where
 // the activations are the cause.
 // A plan fits when its total plus kPlanReserve (the CUDA context, allocator slack) is at
@@ -93,7 +96,7 @@ PlanAdvice advise(const PlannedRun& run, int64_t gpu_bytes, const PlanSpeed& spe
 // machine's local_ranks, against m.available.
 std::string host_memory_refusal(const MemoryPlan& p, bool async_saves, int local_ranks, const HostMemory& m);
 
-// A readable table of both modes for `anvil plan` and for the trainer's refusal.
+// A readable table of every mode for `anvil plan` and for the trainer's refusal.
 std::string plan_table(const PlanAdvice& a, const PlannedRun& run, int64_t gpu_bytes);
 
 }  // namespace anvil

@@ -9,7 +9,9 @@
 //   all-gather or reduce-scatter). ddp: every unit's gradient all-reduced once a step on the
 //   --reduce-dtype wire; fsdp: every unit's bf16 weights all-gathered in the forward and the
 //   blocks' again in the backward (the last block kept), every unit's gradient
-//   reduce-scattered each micro-batch (once a step with --fsdp-defer-sync).
+//   reduce-scattered each micro-batch (once a step with --fsdp-defer-sync); zero2: as fsdp's
+//   reductions, and every unit's bf16 weights all-gathered once a step, at its first use in
+//   the forward (after its update).
 // exposed communication, the overlap rule: the step is replayed on two queues in issue
 //   order, compute (the ops, one after another) and communication (the collectives, one
 //   after another, each starting when the link is free and the compute queued before it

@@ -17,10 +17,11 @@ class StepWalk {
   explicit StepWalk(const PlannedRun& run)
       : run_(run), p_(run.parallel), c_(run.model), table_(c_, run.world),
         N_(run.data.micro_batch * run.data.seq_len), cb_(static_cast<double>(dtype_size(run.compute_dtype))),
-        sharded_(p_.mode == ParallelMode::kFsdp && run.world > 1), split_(run.compute_dtype != DType::kF32),
+        sharded_(shards_state(p_.mode) && run.world > 1), zero2_(sharded_ && p_.mode == ParallelMode::kZero2),
+        split_(run.compute_dtype != DType::kF32),
         tile_(effective_mlp_tile(c_, N_, run.compute_dtype, p_.mlp_tile)), grad_dtype_(blocks_grad_dtype(p_)),
         fp8_(p_.fp8 != Fp8Recipe::kOff) {
-    if (table_.norm_unit() > 1) keep_unit_ = table_.norm_unit() - 1;
+    if (table_.norm_unit() > 1 && !zero2_) keep_unit_ = table_.norm_unit() - 1;
   }
 
   std::vector<StepItem> run() {
@@ -123,7 +124,7 @@ class StepWalk {
   ParamTable table_;
   const int64_t N_;
   const double cb_;
-  const bool sharded_, split_;
+  const bool sharded_, zero2_, split_;
   const int64_t tile_;      // tokens per MLP tile: N_ untiled
   const DType grad_dtype_;  // the blocks' gradients
   const bool fp8_;          // the block linears' FP8 ops (model/block_linears.h)
@@ -135,7 +136,7 @@ class StepWalk {
   int keep_unit_ = -1;
   bool kept_ = false;
   std::map<int, int> in_flight_;  // unit -> its gather
-  std::map<int, bool> gathered_, full_grads_;
+  std::map<int, bool> gathered_, full_grads_;  // zero2: gathered_ from the unit's first use on (the step's)
   int pending_ = -1, last_all_reduce_ = -1;  // the reduction whose result is not yet taken
   DType pending_grad_ = DType::kF32;
   int64_t pending_n_ = 0;
@@ -265,7 +266,7 @@ void StepWalk::head_forward_backward() {
 // ---- the store
 void StepWalk::prefetch(int u) {
   if (!sharded_ || gathered_[u]) return;
-  if (!split_) convert(DType::kF32, DType::kF32, unit(u).shard());  // fp32 compute: a copy of the shard
+  if (!split_ && !zero2_) convert(DType::kF32, DType::kF32, unit(u).shard());  // fp32 compute: a copy of the shard
   in_flight_[u] = collective(BenchCollective::kAllGather, unit(u).padded * static_cast<int64_t>(cb_));
   gathered_[u] = true;
 }
@@ -274,12 +275,13 @@ void StepWalk::weights(int u) {
   if (!sharded_) return;
   if (u == keep_unit_ && kept_) return;  // gathered since its forward
   prefetch(u);
+  if (zero2_ && !in_flight_.count(u)) return;  // gathered since the last update
   wait(in_flight_.at(u));
   in_flight_.erase(u);
 }
 
 void StepWalk::release(int u) {
-  if (!sharded_) return;
+  if (!sharded_ || zero2_) return;
   if (u == keep_unit_) {
     kept_ = !kept_;
     if (kept_) return;  // after its forward: its backward comes next

@@ -1,6 +1,9 @@
 // The one resolution of the config's autos: see train/resolve.h.
 #include "train/resolve.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "comm/first_error.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -60,6 +63,15 @@ void take_planned_mlp_tile(ResolvedConfig& r, const RunFacts& f, int64_t tile) {
 // with the step model on this machine's GPU): of the modes that fit, the faster predicted;
 // recompute and mlp tile auto: the fastest setting that fits. The CPU's (host) memory is not
 // planned: ddp, no recompute, the tile by size (resolve_mlp_tile).
+// The mode every rank takes (their GPUs could differ): of the ranks' choices, the last in
+// kRunModes, whose memory falls in that order for most models (not where fsdp's two
+// gathered units, an embedding, outweigh what zero2's whole weights add).
+ParallelMode agreed_mode(ParallelMode mine, Comm* comm) {
+  if (!comm) return mine;
+  const auto index = std::find(std::begin(kRunModes), std::end(kRunModes), mine) - std::begin(kRunModes);
+  return kRunModes[static_cast<size_t>(comm->host_max(static_cast<double>(index), "mode auto"))];
+}
+
 void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
   ParallelSection& p = r.config.parallel;
   const bool mode_auto = p.mode == ParallelMode::kAuto, recompute_auto = p.recompute == Recompute::kAuto;
@@ -70,14 +82,12 @@ void resolve_memory(ResolvedConfig& r, const RunFacts& f) {
     skip_unmodelled(target, r.config.parallel);
     const PlanAdvice adv = advise(run, f.capacity, plan_speed(run, target));
     if (mode_auto) {
-      ANVIL_ENSURE(adv.fits, kOutOfMemory, "--mode auto: neither mode fits in the GPU's memory; the plan per GPU:\n",
+      ANVIL_ENSURE(adv.fits, kOutOfMemory, "--mode auto: no mode fits in the GPU's memory; the plan per GPU:\n",
                    plan_table(adv, run, f.capacity));
-      const bool fsdp = f.comm ? f.comm->host_max(adv.mode == ParallelMode::kFsdp ? 1.0 : 0.0, "mode auto") > 0
-                               : adv.mode == ParallelMode::kFsdp;
-      p.mode = fsdp ? ParallelMode::kFsdp : ParallelMode::kDdp;
-      mode_why = fsdp == (adv.mode == ParallelMode::kFsdp) ? adv.message : "another rank's GPU needs fsdp";
+      p.mode = agreed_mode(adv.mode, f.comm);
+      mode_why = p.mode == adv.mode ? adv.message : cat("another rank's GPU needs ", parallel_mode_name(p.mode));
     }
-    const MemoryPlan& plan = p.mode == ParallelMode::kFsdp ? adv.fsdp : adv.ddp;
+    const MemoryPlan& plan = adv.of(p.mode);
     ANVIL_ENSURE(plan_fits(plan, f.capacity), kOutOfMemory,
                  "this run does not fit in the GPU's memory; the plan per GPU:\n", plan_table(adv, run, f.capacity));
     p.recompute = plan.recompute;

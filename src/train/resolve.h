@@ -16,7 +16,7 @@
 namespace anvil {
 
 struct ResolvedConfig {
-  // No auto left: mode ddp|fsdp, recompute none|selective|full, grad dtype fp32|bf16,
+  // No auto left: mode ddp|zero2|fsdp, recompute none|selective|full, grad dtype fp32|bf16,
   // data.seq_len the blocks' length, model.device cpu|cuda.
   TrainConfig config;
   std::string mode_reason = "as asked";  // "as asked", or "auto: " and the rule's reason
@@ -37,7 +37,7 @@ struct RunFacts {
 
 // Throws kUsage when the grad dtype, --context-parallel or --offload-activations cannot hold
 // here, kUnsupported for --fp8 on a device that cannot run it, kOutOfMemory when the run cannot
-// fit in the GPU's memory (with the plan of both modes) or its offloaded activations in the host's.
+// fit in the GPU's memory (with the plan of every mode) or its offloaded activations in the host's.
 ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f);
 
 }  // namespace anvil

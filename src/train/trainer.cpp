@@ -97,8 +97,8 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   targets_ = make({n / cp}, DType::kI32);
   positions_ = make({n}, DType::kI32);
   loss_sum_ = make({1}, DType::kF32);
-  // FSDP across ranks: the norm's squares are summed over the ranks, and the update zeroes
-  // the owned shards (the next reduce-scatters add into them).
+  // FSDP and zero2 across ranks: the norm's squares are summed over the ranks, and the
+  // update zeroes the owned shards (the next reduce-scatters add into them).
   const bool sharded = store_->sharded();
   optimizer_ = std::make_unique<Optimizer>(*ops_, store_->owned(), make({1}, DType::kF32), sharded ? comm_ : nullptr,
                                            sharded);
@@ -258,7 +258,7 @@ Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
 }
 
 HostUnits Trainer::grads() const {
-  ANVIL_ENSURE(!store_->sharded(), kInternal, "whole gradients are not kept in FSDP");
+  ANVIL_ENSURE(!store_->sharded(), kInternal, "whole gradients are not kept in fsdp or zero2");
   HostUnits out;
   for (size_t u = 0; u < table_.units().size(); ++u) {
     Tensor g = store_->owned_grads()[u];
