@@ -45,24 +45,37 @@ void open_data(const TrainConfig& c, TrainRun& run) {
                " (micro-batch x grad-accum x ranks, a context-parallel group counted once)");
 }
 
-// The Trainer from the checkpoint's masters (`resume`) or the model's own weights; then the
-// checkpoint's optimizer state.
-void open_trainer(const TrainConfig& c, TrainRun& run, const std::string& resume) {
+// The Trainer from the checkpoint's masters (resume.path()) or the model's own weights; then
+// the checkpoint's optimizer state. False when the checkpoint failed its checks
+// (run.point.failed: sizes or headers before the Trainer is built, checksums after; a
+// failure that cannot fall back is thrown), the Trainer then dropped.
+bool load_trainer(const TrainConfig& c, TrainRun& run, const ResumeChoice& resume) {
   const OpenRun& b = run.base;
-  {
-    // The Trainer reads the weights unit by unit, each rank only what it owns (a preset's
-    // fresh weights are made whole first).
-    HostUnits fresh;
-    UnitReader weights;
-    if (!resume.empty()) {
-      run.point = open_checkpoint(resume, *b.table, b.comm.get());
-      weights = checkpoint_masters_reader(run.point, *b.table);
-    } else {
-      weights = initial_weights(b, c.seed, fresh);
-    }
-    run.trainer = make_trainer(run.base, c, run.data->seq_len(), weights);  // checks the memory plan first
+  // The Trainer reads the weights unit by unit, each rank only what it owns (a preset's
+  // fresh weights are made whole first).
+  HostUnits fresh;
+  UnitReader weights;
+  if (!resume.path().empty()) {
+    run.point = open_checkpoint(resume, *b.table, b.comm.get());
+    if (!run.point.failed.empty()) return false;
+    weights = checkpoint_masters_reader(run.point, *b.table);
+  } else {
+    weights = initial_weights(b, c.seed, fresh);
   }
-  if (!resume.empty()) restore_optimizer(run.point, *run.trainer);
+  run.trainer = make_trainer(run.base, c, run.data->seq_len(), weights);  // checks the memory plan first
+  if (resume.path().empty()) return true;
+  restore_optimizer(run.point, resume, *run.trainer);
+  if (run.point.failed.empty()) return true;
+  run.trainer.reset();
+  return false;
+}
+
+// The Trainer, from the newest checkpoint of the choice that passes its checks: each one of
+// --ckpt-dir that fails is skipped for the next older one, loaded from the start on every
+// rank, and set aside once one has loaded.
+void open_trainer(const TrainConfig& c, TrainRun& run, ResumeChoice& resume) {
+  while (!load_trainer(c, run, resume)) resume.fall_back(run.point.failed, run.base.rank);
+  if (run.base.rank == 0) resume.set_aside_failed();
 }
 
 // The start lines (rank 0): what is trained, where and how, and why for each auto.
@@ -154,13 +167,13 @@ void open_outputs(TrainRun& run, bool resumed) {
 }  // namespace
 
 void open_train(const TrainConfig& c, TrainRun& run) {
-  const std::string resume = find_resume_checkpoint(c.checkpoint.dir, c.checkpoint.resume);
-  name_run(c, run, resume);
+  ResumeChoice resume(c.checkpoint.dir, c.checkpoint.resume);
+  name_run(c, run, resume.path());
   open_data(c, run);
   check_snapshot_memory(c.checkpoint, *run.base.table, run.base.comm.get());  // before any weight is read
   open_trainer(c, run, resume);
   log_start(run);
-  open_outputs(run, !resume.empty());
+  open_outputs(run, !resume.path().empty());
 }
 
 }  // namespace anvil
