@@ -12,6 +12,8 @@
 //    verified while the state is read);
 //  - kill -9 at 20 random steps of a run saving every step: the newest complete checkpoint
 //    validates and resumes bit for bit;
+//  - a run that resumes with more than --keep-last checkpoints (one killed before its
+//    rotation) deletes the extra one before its first save, never holding keep-last + 2;
 //  - the plan counts each rank's snapshot, which is refused before any weight is read when
 //    the host cannot hold it;
 //  - the parallel writer and reader of io/parallel_file.h against a one-thread pass;
@@ -239,6 +241,32 @@ TEST_F(AsyncSave, KillNineDuringBackgroundSavesKeepsAResumableCheckpoint) {
     if (!left.empty()) EXPECT_TRUE(has(again.result.out, "resumed from " + left.front())) << what << again.result.out;
     expect_bits(again, want, left.empty() ? 1 : checkpoint_step(left.front()) + 1, 12, what);
   }
+}
+
+TEST_F(AsyncSave, ARunKilledBeforeItsRotationStillKeepsAtMostKeepLastPlusOne) {
+  // A run killed between a commit and the deletion beyond --keep-last 2 leaves three
+  // checkpoints (made here by a run that keeps them all). The run that resumes deletes the
+  // oldest, and what a deletion killed halfway left, before its first save begins, so the
+  // folder never holds a fourth, even while that save is written (held here until the test
+  // has looked).
+  const std::string ckpt = dir() + "/ckpt-rotation";
+  ASSERT_EQ(train(args("rotation-a", 6, 1, ckpt, 2)).result.exit_code, 0);
+  ASSERT_EQ(list_checkpoints(ckpt).size(), 3u);
+  // And a deletion killed halfway (a checkpoint is renamed .deleting- before its files go).
+  fs::create_directories(ckpt + "/.deleting-step-0");
+  std::ofstream(ckpt + "/.deleting-step-0/meta.json") << "{}";
+  const std::vector<std::string> a = args("rotation-b", 10, 1, ckpt, 2, {"--keep-last", "2"});
+  testing::Background bg(command(a, "ANVIL_FAULT=hold_save:8", 120));
+  ASSERT_TRUE(bg.wait_for_line("fault hold_save (ANVIL_FAULT): the background write waits for")) << bg.out();
+  std::vector<std::string> held;
+  for (const auto& e : fs::directory_iterator(ckpt))
+    if (e.is_directory()) held.push_back(e.path().filename().string());
+  std::sort(held.begin(), held.end());
+  EXPECT_EQ(held, (std::vector<std::string>{".tmp-step-8", "step-4", "step-6"})) << bg.out();
+  std::ofstream(ckpt + "/.tmp-step-8.release") << "go";
+  const TrainOutput r = collect(bg.finish(), a);
+  ASSERT_EQ(r.result.exit_code, 0) << r.result.out;
+  EXPECT_EQ(list_checkpoints(ckpt), (std::vector<std::string>{ckpt + "/step-10", ckpt + "/step-8"}));
 }
 
 TEST_F(AsyncSave, SnapshotThatDoesNotFitIsRefusedBeforeAnyWeightIsRead) {
