@@ -10,7 +10,7 @@
 // rank that dies mid-save leaves a .tmp-step-<N> folder that no reader takes for a
 // checkpoint, and a checkpoint is deleted by renaming it .deleting-step-<N> first, so that
 // one killed mid-deletion is never a step-<N> with a meta.json and files missing; the next
-// save removes both kinds of leftover.
+// run (and each save) removes both kinds of leftover.
 //
 // start() begins a save at the step. Asynchronously, training waits only for the copy of the
 // state into the host snapshot (train/checkpoint_async.h); a writer thread then streams it
