@@ -16,7 +16,8 @@
 //    rotation) deletes the extra one before its first save, never holding keep-last + 2;
 //  - the plan counts each rank's snapshot, which is refused before any weight is read when
 //    the host cannot hold it;
-//  - the parallel writer and reader of io/parallel_file.h against a one-thread pass;
+//  - the parallel writer and readers of io/parallel_file.h (the whole file's checksum and
+//    each chunk's) against a one-thread pass;
 //  - anvil bench disk, and the host memory facts of sys/host_memory.h.
 // ANVIL_TEST_DEVICE=cuda runs the training of these tests on the GPU (one rank per GPU: the
 // tests of one rank, *Dying* and *KillNine*, on a machine with one).
@@ -352,6 +353,27 @@ TEST(HostMemory, ReadsMeminfoWithinTheCgroupLimit) {
   EXPECT_EQ(capped.source, "the cgroup's memory limit");
 }
 
+TEST(ParallelFile, ShardWritersRecordTheSameChunkChecksums) {
+  // Two tensors whose file spans two chunks and a bit: written from the state (one stream)
+  // and from a snapshot (several threads), the same bytes and checksums.
+  const std::string dir = testing::temp_dir("shard-chunks");
+  const int64_t n = static_cast<int64_t>(kFileChunk / 4) + 1000;
+  const std::vector<ShardTensor> tensors = {{"a", n}, {"b", 1000}};
+  const ShardFill fill = [](size_t i, int64_t begin, int64_t count, float* out) {
+    for (int64_t k = 0; k < count; ++k) out[k] = static_cast<float>(i * 7 + static_cast<size_t>(begin + k) % 1013);
+  };
+  const ShardRecord one = write_shard(dir + "/one.safetensors", tensors, fill);
+  const ShardRecord many = write_shard_parallel(dir + "/many.safetensors", tensors, fill, Fault::kNone, 3);
+  const std::string bytes = read_file(dir + "/one.safetensors");
+  EXPECT_TRUE(bytes == read_file(dir + "/many.safetensors"));
+  ASSERT_EQ(one.chunks.size(), 2u);
+  EXPECT_EQ(one.chunks[0], hash_hex(std::string_view(bytes).substr(0, kFileChunk)));
+  EXPECT_EQ(one.chunks[1], hash_hex(std::string_view(bytes).substr(kFileChunk)));
+  EXPECT_EQ(many.chunks, one.chunks);
+  EXPECT_EQ(many.xxh64, one.xxh64);
+  EXPECT_EQ(one.xxh64, hash_hex(bytes));
+}
+
 TEST(ParallelFile, WritesAndHashesAsOneThreadDoes) {
   const std::string dir = testing::temp_dir("parallel-file");
   // Two and a half chunks of a pattern no two chunks share.
@@ -361,13 +383,19 @@ TEST(ParallelFile, WritesAndHashesAsOneThreadDoes) {
   const std::string path = dir + "/file";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   ASSERT_GE(fd, 0);
-  const std::string hex = write_hashed(
+  const FileSums sums = write_hashed(
       fd, path, total, [&](uint64_t at, uint64_t n, char* out) { std::memcpy(out, want.data() + at, n); }, 3);
   ::close(fd);
-  EXPECT_EQ(hex, hash_hex(want));
+  EXPECT_EQ(sums.xxh64, hash_hex(want));
   EXPECT_TRUE(read_file(path) == want);
   EXPECT_EQ(hash_file_parallel(path, 3), hash_hex(want));
   EXPECT_EQ(hash_file(path), hash_hex(want));
+  // Each chunk's checksum, as written and as read back in any order.
+  const std::vector<std::string> chunks = {hash_hex(std::string_view(want).substr(0, kFileChunk)),
+                                           hash_hex(std::string_view(want).substr(kFileChunk, kFileChunk)),
+                                           hash_hex(std::string_view(want).substr(2 * kFileChunk))};
+  EXPECT_EQ(sums.chunks, chunks);
+  EXPECT_EQ(hash_file_chunks(path, 3), chunks);
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 //    naming the file and the older complete checkpoint;
 //  - export: fp32 equals the end-of-training export bit for bit, bf16 is its rounding,
 //    sharding with an index, tied weights once, --full carries the optimizer state;
-//  - XXH64 against xxhsum -H1;
+//  - XXH64 against xxhsum -H1; a corrupt shard found by the checksum of its chunk, or of the
+//    whole file in a checkpoint that records no chunks';
 //  - the settings a checkpoint records are the ones a resume compares, less the split of the
 //    global batch.
 #include <gtest/gtest.h>
@@ -27,6 +28,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "io/checkpoint_files.h"
+#include "io/parallel_file.h"
 #include "io/safetensors.h"
 #include "testing.h"
 #include "train/config.h"
@@ -271,6 +273,37 @@ TEST_F(Checkpoint, CorruptOrForeignCheckpointIsRefused) {
     EXPECT_EQ(r.out.find("(resume from it with --resume"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("give this run a --ckpt-dir of its own"), std::string::npos) << r.out;
   }
+}
+
+TEST_F(Checkpoint, ChecksumsAreVerifiedChunkByChunkOrAsAWholeFile) {
+  ASSERT_EQ(saving().exit_code, 0) << saving().out;
+  const std::string dir = copy_checkpoints("ckpt_chunks");
+  const std::string ckpt = dir + "/step-4", shard = ckpt + "/rank-00001.safetensors";
+  const Json meta = read_checkpoint_meta(ckpt);
+  const Json& rec = meta["shards"][1];
+  EXPECT_EQ(rec["chunk_bytes"].get<uint64_t>(), kFileChunk);
+  EXPECT_EQ(rec["chunk_xxh64"], Json::array({rec["xxh64"]})) << "a file of one chunk: the chunk is the file";
+  const std::string bytes = read_file(shard);
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x01;
+  write_file_atomic(shard, flipped);
+  const Status chunked = validate_checkpoint(ckpt);
+  EXPECT_NE(chunked.message().find(shard + ": checksum "), std::string::npos) << chunked.message();
+  EXPECT_NE(chunked.message().find(" of bytes [0, " + std::to_string(bytes.size()) + ") differs from "),
+            std::string::npos) << chunked.message();
+  // A checkpoint saved before chunk checksums were recorded: its whole files' are checked.
+  Json old = meta;
+  for (Json& s : old["shards"]) {
+    s.erase("chunk_bytes");
+    s.erase("chunk_xxh64");
+  }
+  write_checkpoint_meta(ckpt, old);
+  const Status whole = validate_checkpoint(ckpt);
+  EXPECT_NE(whole.message().find(shard + ": checksum "), std::string::npos) << whole.message();
+  EXPECT_NE(whole.message().find(" differs from " + rec["xxh64"].get<std::string>()), std::string::npos)
+      << whole.message();
+  write_file_atomic(shard, bytes);
+  EXPECT_TRUE(validate_checkpoint(ckpt).ok());
 }
 
 TEST_F(Checkpoint, ExportWritesAHuggingFaceFolder) {

@@ -15,6 +15,7 @@
 #include "core/fault.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "io/parallel_file.h"
 #include "model/export.h"
 
 namespace anvil {
@@ -135,6 +136,23 @@ std::vector<Wire> gather_records(Comm* comm, const ShardOutcome& mine) {
   return all;
 }
 
+// Every rank's chunk checksums, in rank order: every shard file has the same layout (the same
+// tensors and sizes), so the same number of chunks.
+std::vector<std::vector<std::string>> gather_chunk_sums(Comm* comm, const std::vector<std::string>& mine) {
+  std::string flat;
+  for (const std::string& hex : mine) flat += hex;
+  const size_t world = comm ? static_cast<size_t>(comm->world()) : 1;
+  std::string all = flat;
+  if (comm) {
+    all.assign(flat.size() * world, '\0');
+    comm->host_all_gather(flat.data(), flat.size(), all.data(), "checkpoint chunk checksums");
+  }
+  std::vector<std::vector<std::string>> out(world);
+  for (size_t r = 0; r < world; ++r)
+    for (size_t i = 0; i < mine.size(); ++i) out[r].push_back(all.substr((r * mine.size() + i) * 16, 16));
+  return out;
+}
+
 // 2. After every rank's write: a failure on any rank throws the same kIo error on every rank
 // (naming the file and the last good checkpoint; the temporary folder removed); else the
 // records (sizes, checksums, seconds) are exchanged and added to rank 0's meta.
@@ -149,6 +167,8 @@ SaveReport gather_shards(Comm* comm, const SavePlace& place, Json& meta, const S
   }
   // Sizes and checksums to rank 0, which writes meta.json once every shard is synced.
   const std::vector<Wire> all = gather_records(comm, mine);
+  for (const Wire& w : all) ANVIL_ASSERT(w.bytes == mine.record.bytes);  // the same layout on every rank
+  const std::vector<std::vector<std::string>> chunks = gather_chunk_sums(comm, mine.record.chunks);
   SaveReport report;
   report.path = place.final_dir;
   report.stall_seconds = stall_seconds;
@@ -156,7 +176,8 @@ SaveReport gather_shards(Comm* comm, const SavePlace& place, Json& meta, const S
   Json shards = Json::array();
   for (int r = 0; r < world; ++r) {
     const Wire& w = all[static_cast<size_t>(r)];
-    shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes}, {"xxh64", std::string(w.xxh64, 16)}});
+    shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes}, {"xxh64", std::string(w.xxh64, 16)},
+                      {"chunk_bytes", kFileChunk}, {"chunk_xxh64", chunks[static_cast<size_t>(r)]}});
     total += w.bytes;
     report.seconds = std::max(report.seconds, w.seconds);
   }
