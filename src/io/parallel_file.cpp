@@ -86,7 +86,6 @@ class ChunkRun {
   Xxh64 hash_;
 };
 
-
 // Reads [at, at + n) of the open file fd into buf; an error names path and the byte.
 void read_at(int fd, const std::string& path, uint64_t total, uint64_t at, uint64_t n, char* buf) {
   for (uint64_t done = 0; done < n;) {

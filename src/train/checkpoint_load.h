@@ -51,7 +51,7 @@ class ResumeChoice {
   std::vector<std::string> failed_;
 };
 
-// Rank 0's checksum pass over a checkpoint: the refusal (empty: every file matches) and its seconds.
+// Rank 0's checksum pass over a checkpoint: what failed (empty: every file matches) and its seconds.
 struct ChecksumVerdict {
   std::string error;
   double seconds = 0;
