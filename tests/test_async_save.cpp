@@ -83,10 +83,12 @@ class AsyncSave : public ::testing::Test {
   // `bound`: killed after that many seconds (a run held by a save it should not wait for then
   // fails the test on its output instead of hanging); its pid is then timeout's.
   static std::string command(const std::vector<std::string>& a, const std::string& env = "", int bound = 0) {
-    std::string cmd = (bound > 0 ? "exec timeout -s KILL " + std::to_string(bound) + " env " : "exec env ") + env + " " +
-                      testing::shell_quote(testing::anvil_binary());
-    for (const auto& x : a) cmd += " " + testing::shell_quote(x);
-    return cmd + " </dev/null";
+    // Appended piece by piece: GCC 12's -Wrestrict misreads "literal" + std::string here.
+    std::string cmd = "exec ";
+    if (bound > 0) cmd.append("timeout -s KILL ").append(std::to_string(bound)).append(" ");
+    cmd.append("env ").append(env).append(" ").append(testing::shell_quote(testing::anvil_binary()));
+    for (const auto& x : a) cmd.append(" ").append(testing::shell_quote(x));
+    return cmd.append(" </dev/null");
   }
   // The losses (metrics file a[16]) and export (a[18]) of a finished run of `a`.
   static TrainOutput collect(const testing::RunResult& r, const std::vector<std::string>& a) {
