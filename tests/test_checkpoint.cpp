@@ -9,7 +9,8 @@
 //  - the newest checkpoint of --ckpt-dir with a truncated shard or a flipped byte is skipped
 //    with a warning naming it and why, the next older one resumed (from the start on both
 //    ranks: the same bits as an uninterrupted run) and the bad one set aside as
-//    step-N.corrupt, which --keep-last neither counts nor deletes;
+//    step-N.corrupt, which --keep-last neither counts nor deletes; so is one whose meta.json
+//    does not parse, the run still continuing its metrics file;
 //  - given to --resume, a truncated shard, a flipped byte and another model are refused
 //    naming the file and the older complete checkpoint;
 //  - export: fp32 equals the end-of-training export bit for bit, bf16 is its rounding,
@@ -217,6 +218,15 @@ TEST_F(Checkpoint, CorruptNewestCheckpointIsSkippedForTheNextOlder) {
     EXPECT_EQ(list_checkpoints(dir), std::vector<std::string>{dir + "/step-8"});
     EXPECT_TRUE(validate_checkpoint(dir + "/step-8").ok());
     EXPECT_TRUE(read_file(dir + "/step-8.corrupt/rank-00001.safetensors") == bytes) << "the corrupt one is kept as it was";
+  }
+  {  // a meta.json that does not parse: the run still continues the metrics file of its run
+    const std::string dir = copy_checkpoints("ckpt_meta");
+    write_file_atomic(dir + "/step-8/meta.json", "{ broken");
+    fs::copy_file(*dir_ + "/saving.jsonl", *dir_ + "/meta.jsonl");
+    const TrainRun r = train("meta", "ddp", 2, {"--ckpt-dir", dir});
+    EXPECT_NE(r.out.find("checkpoint " + dir + "/step-8 failed its checks: " + dir + "/step-8/meta.json: "),
+              std::string::npos) << r.out;
+    expect_bits(r, base(), 5, "resumed from step 4 past a step 8 without its meta.json");
   }
 }
 

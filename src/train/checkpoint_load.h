@@ -34,6 +34,7 @@ class ResumeChoice {
  public:
   ResumeChoice(const std::string& ckpt_dir, const std::string& resume);
   const std::string& path() const;  // the one to try now; empty: a fresh start
+  const std::vector<std::string>& candidates() const { return candidates_; }  // all, newest first
   // Whether a failure of path() goes on to an older one (chosen from --ckpt-dir, one left)
   // rather than refusing it.
   bool can_fall_back() const { return !given_ && at_ + 1 < candidates_.size(); }

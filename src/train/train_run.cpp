@@ -117,13 +117,15 @@ std::string checkpoint_run_id(const std::string& ckpt) {
   }
 }
 
-// The run's first line (rank 0): its id (the resumed checkpoint's when it continues one),
-// model, data, mode and seed; then a --metrics file holding another run is refused.
-void name_run(const TrainConfig& c, TrainRun& run, const std::string& resume) {
-  run.run_id = resume.empty() ? "" : checkpoint_run_id(resume);
+// The run's first line (rank 0): its id (the resumed checkpoints' when it continues one: the
+// newest whose meta.json reads, so that one failing its checks still names the run), model,
+// data, mode and seed; then a --metrics file holding another run is refused.
+void name_run(const TrainConfig& c, TrainRun& run, const ResumeChoice& resume) {
+  for (const std::string& ckpt : resume.candidates())
+    if (!(run.run_id = checkpoint_run_id(ckpt)).empty()) break;
   if (run.run_id.empty()) run.run_id = new_run_id();
   if (comm_options_from_env().rank != 0) return;
-  log_info("anvil train: run ", run.run_id, resume.empty() ? "" : " (resumed)", ": ",
+  log_info("anvil train: run ", run.run_id, resume.path().empty() ? "" : " (resumed)", ": ",
            c.model.preset.empty() ? "model " + c.model.model : "preset " + c.model.preset, ", data ", c.data.source,
            ", mode ", parallel_mode_name(c.parallel.mode), ", seed ", c.seed);
   if (!c.log.metrics.empty()) check_metrics_file(c.log.metrics, run.run_id, c.log.metrics_append);
@@ -168,7 +170,7 @@ void open_outputs(TrainRun& run, bool resumed) {
 
 void open_train(const TrainConfig& c, TrainRun& run) {
   ResumeChoice resume(c.checkpoint.dir, c.checkpoint.resume);
-  name_run(c, run, resume.path());
+  name_run(c, run, resume);
   open_data(c, run);
   check_snapshot_memory(c.checkpoint, *run.base.table, run.base.comm.get());  // before any weight is read
   open_trainer(c, run, resume);
