@@ -7,11 +7,17 @@
 //    mode and rank count, zero2 on 4 -> fsdp on 2 -> ddp on 1 -> zero2 on 2;
 //  - a rank that dies halfway through a save leaves the previous checkpoint, which the
 //    same command resumes from;
-//  - a truncated shard, a flipped byte and another model are refused naming the file and
-//    the older complete checkpoint;
+//  - the newest checkpoint of --ckpt-dir with a truncated shard or a flipped byte is skipped
+//    with a warning naming it and why, the next older one resumed (from the start on both
+//    ranks: the same bits as an uninterrupted run) and the bad one set aside as
+//    step-N.corrupt, which --keep-last neither counts nor deletes; so is one whose meta.json
+//    does not parse, the run still continuing its metrics file;
+//  - given to --resume, a truncated shard, a flipped byte and another model are refused
+//    naming the file and the older complete checkpoint;
 //  - export: fp32 equals the end-of-training export bit for bit, bf16 is its rounding,
 //    sharding with an index, tied weights once, --full carries the optimizer state;
-//  - XXH64 against xxhsum -H1;
+//  - XXH64 against xxhsum -H1; a corrupt shard found by the checksum of its chunk, or of the
+//    whole file in a checkpoint that records no chunks';
 //  - the settings a checkpoint records are the ones a resume compares, less the split of the
 //    global batch.
 #include <gtest/gtest.h>
@@ -24,6 +30,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "io/checkpoint_files.h"
+#include "io/parallel_file.h"
 #include "io/safetensors.h"
 #include "testing.h"
 #include "train/config.h"
@@ -200,17 +207,68 @@ TEST_F(Checkpoint, RankDyingMidSaveLeavesThePreviousCheckpoint) {
   EXPECT_TRUE(validate_checkpoint(dir + "/step-8").ok());
 }
 
-TEST_F(Checkpoint, CorruptOrForeignCheckpointIsRefused) {
+TEST_F(Checkpoint, CorruptNewestCheckpointIsSkippedForTheNextOlder) {
   ASSERT_EQ(saving().exit_code, 0) << saving().out;
-  {  // truncated shard
+  {  // a truncated shard: found by its size, before the Trainer is built
     const std::string dir = copy_checkpoints("ckpt_trunc");
     const std::string shard = dir + "/step-8/rank-00001.safetensors";
     fs::resize_file(shard, fs::file_size(shard) - 100);
     const TrainRun r = train("trunc", "ddp", 2, {"--ckpt-dir", dir});
+    EXPECT_NE(r.out.find("checkpoint " + dir + "/step-8 failed its checks: " + shard + ": "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("(truncated); resuming from the next older one, " + dir + "/step-4"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("resumed from " + dir + "/step-4 at step 4"), std::string::npos) << r.out;
+    expect_bits(r, base(), 5, "resumed from step 4 past a truncated step 8");
+    // The run's last step saved step 8 again, beside the bad one.
+    EXPECT_EQ(list_checkpoints(dir), (std::vector<std::string>{dir + "/step-8", dir + "/step-4"}));
+    EXPECT_TRUE(validate_checkpoint(dir + "/step-8").ok());
+    EXPECT_NE(r.out.find("the failed checkpoint " + dir + "/step-8 is set aside as " + dir + "/step-8.corrupt"),
+              std::string::npos) << r.out;
+    EXPECT_EQ(fs::file_size(dir + "/step-8.corrupt/rank-00001.safetensors"), fs::file_size(ckpt() + "/step-8/rank-00001.safetensors") - 100);
+  }
+  {  // a flipped byte in rank 1's masters: found by its checksum once both ranks have built
+     // their Trainer from it, which is then built again from step 4
+    const std::string dir = copy_checkpoints("ckpt_flip_auto");
+    const std::string shard = dir + "/step-8/rank-00001.safetensors";
+    std::string bytes = read_file(shard);
+    bytes[bytes.size() / 6] ^= 0x10;
+    write_file_atomic(shard, bytes);
+    // Saving again (step 8 among them) with --keep-last 1: the bad one is neither counted
+    // nor deleted.
+    const TrainRun r = train("flip_auto", "ddp", 2, {"--ckpt-dir", dir, "--save-every", "4", "--keep-last", "1"});
+    EXPECT_NE(r.out.find("checkpoint " + dir + "/step-8 failed its checks: " + shard + ": checksum "), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("resuming from the next older one, " + dir + "/step-4"), std::string::npos) << r.out;
+    expect_bits(r, base(), 5, "resumed from step 4 past a corrupt step 8");
+    EXPECT_EQ(list_checkpoints(dir), std::vector<std::string>{dir + "/step-8"});
+    EXPECT_TRUE(validate_checkpoint(dir + "/step-8").ok());
+    EXPECT_TRUE(read_file(dir + "/step-8.corrupt/rank-00001.safetensors") == bytes) << "the corrupt one is kept as it was";
+  }
+  {  // a meta.json that does not parse: the run still continues the metrics file of its run
+    const std::string dir = copy_checkpoints("ckpt_meta");
+    write_file_atomic(dir + "/step-8/meta.json", "{ broken");
+    fs::copy_file(*dir_ + "/saving.jsonl", *dir_ + "/meta.jsonl");
+    const TrainRun r = train("meta", "ddp", 2, {"--ckpt-dir", dir});
+    EXPECT_NE(r.out.find("checkpoint " + dir + "/step-8 failed its checks: " + dir + "/step-8/meta.json: "),
+              std::string::npos) << r.out;
+    expect_bits(r, base(), 5, "resumed from step 4 past a step 8 without its meta.json");
+  }
+}
+
+TEST_F(Checkpoint, CorruptOrForeignCheckpointIsRefused) {
+  ASSERT_EQ(saving().exit_code, 0) << saving().out;
+  {  // truncated shard
+    const std::string dir = copy_checkpoints("ckpt_trunc_given");
+    const std::string shard = dir + "/step-8/rank-00001.safetensors";
+    fs::resize_file(shard, fs::file_size(shard) - 100);
+    const TrainRun r = train("trunc_given", "ddp", 2, {"--resume", dir + "/step-8"});
     EXPECT_NE(r.exit_code, 0) << r.out;
-    EXPECT_NE(r.out.find(shard), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("checkpoint " + dir + "/step-8 refused: " + shard), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("truncated"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("newest older complete checkpoint is " + dir + "/step-4"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("newest older complete checkpoint is " + dir + "/step-4 (resume from it with --resume " + dir +
+                         "/step-4)"),
+              std::string::npos) << r.out;
+    EXPECT_TRUE(r.losses.empty()) << r.out;
+    EXPECT_TRUE(fs::exists(dir + "/step-8/meta.json")) << "a checkpoint given to --resume is left as it is";
   }
   {  // one flipped byte in the data
     const std::string dir = copy_checkpoints("ckpt_flip");
@@ -222,11 +280,21 @@ TEST_F(Checkpoint, CorruptOrForeignCheckpointIsRefused) {
     EXPECT_NE(r.exit_code, 0) << r.out;
     EXPECT_NE(r.out.find(shard + ": checksum"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("--resume " + dir + "/step-4"), std::string::npos) << r.out;
+    EXPECT_TRUE(r.losses.empty()) << r.out;
     // The older one is named only when it is itself intact.
     fs::resize_file(dir + "/step-4/rank-00000.safetensors", 10);
     const TrainRun r2 = train("flip2", "ddp", 1, {"--resume", dir + "/step-8"});
     EXPECT_NE(r2.exit_code, 0);
     EXPECT_NE(r2.out.find("no older complete checkpoint"), std::string::npos) << r2.out;
+    // Chosen from --ckpt-dir, with no good one left, the run stops too, and deletes nothing.
+    const TrainRun r3 = train("flip3", "ddp", 1, {"--ckpt-dir", dir});
+    EXPECT_NE(r3.exit_code, 0) << r3.out;
+    EXPECT_NE(r3.out.find("checkpoint " + dir + "/step-8 failed its checks: " + shard + ": checksum "), std::string::npos)
+        << r3.out;
+    EXPECT_NE(r3.out.find("checkpoint " + dir + "/step-4 refused: "), std::string::npos) << r3.out;
+    EXPECT_NE(r3.out.find("no older complete checkpoint"), std::string::npos) << r3.out;
+    EXPECT_TRUE(r3.losses.empty()) << r3.out;
+    EXPECT_EQ(list_checkpoints(dir), (std::vector<std::string>{dir + "/step-8", dir + "/step-4"}));
   }
   {  // another model (the untied fixture has other shapes too)
     const TrainRun r = train("foreign", "ddp", 1, {"--resume", ckpt() + "/step-4"}, "", "tiny-qwen3-untied");
@@ -239,6 +307,37 @@ TEST_F(Checkpoint, CorruptOrForeignCheckpointIsRefused) {
     EXPECT_EQ(r.out.find("(resume from it with --resume"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("give this run a --ckpt-dir of its own"), std::string::npos) << r.out;
   }
+}
+
+TEST_F(Checkpoint, ChecksumsAreVerifiedChunkByChunkOrAsAWholeFile) {
+  ASSERT_EQ(saving().exit_code, 0) << saving().out;
+  const std::string dir = copy_checkpoints("ckpt_chunks");
+  const std::string ckpt = dir + "/step-4", shard = ckpt + "/rank-00001.safetensors";
+  const Json meta = read_checkpoint_meta(ckpt);
+  const Json& rec = meta["shards"][1];
+  EXPECT_EQ(rec["chunk_bytes"].get<uint64_t>(), kFileChunk);
+  EXPECT_EQ(rec["chunk_xxh64"], Json::array({rec["xxh64"]})) << "a file of one chunk: the chunk is the file";
+  const std::string bytes = read_file(shard);
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x01;
+  write_file_atomic(shard, flipped);
+  const Status chunked = validate_checkpoint(ckpt);
+  EXPECT_NE(chunked.message().find(shard + ": checksum "), std::string::npos) << chunked.message();
+  EXPECT_NE(chunked.message().find(" of bytes [0, " + std::to_string(bytes.size()) + ") differs from "),
+            std::string::npos) << chunked.message();
+  // A checkpoint saved before chunk checksums were recorded: its whole files' are checked.
+  Json old = meta;
+  for (Json& s : old["shards"]) {
+    s.erase("chunk_bytes");
+    s.erase("chunk_xxh64");
+  }
+  write_checkpoint_meta(ckpt, old);
+  const Status whole = validate_checkpoint(ckpt);
+  EXPECT_NE(whole.message().find(shard + ": checksum "), std::string::npos) << whole.message();
+  EXPECT_NE(whole.message().find(" differs from " + rec["xxh64"].get<std::string>()), std::string::npos)
+      << whole.message();
+  write_file_atomic(shard, bytes);
+  EXPECT_TRUE(validate_checkpoint(ckpt).ok());
 }
 
 TEST_F(Checkpoint, ExportWritesAHuggingFaceFolder) {

@@ -93,9 +93,10 @@ ShardRecord write_into_place(const std::string& path, const std::function<std::s
   return rec;
 }
 
-// Writes a shard's bytes to its open file, hashing them on the way, and counts them in the
-// record. The fault-injection point of the writer (core/fault.h): halfway through the file,
-// exit (a crash) or fail as a full disk does.
+// Writes a shard's bytes to its open file, hashing them (the whole file, and each
+// kFileChunk-byte chunk) on the way, and counts them in the record. The fault-injection
+// point of the writer (core/fault.h): halfway through the file, exit (a crash) or fail as a
+// full disk does.
 class ShardWriter {
  public:
   ShardWriter(int fd, const std::string& path, uint64_t total, Fault fault, ShardRecord& rec)
@@ -104,6 +105,7 @@ class ShardWriter {
 
   void put(const void* p, size_t n) {
     hash_.update(p, n);
+    hash_chunks(static_cast<const char*>(p), n);
     const char* c = static_cast<const char*>(p);
     while (n > 0) {
       const size_t want = std::min<size_t>({n, size_t{1} << 30, static_cast<size_t>(halfway_ - rec_.bytes)});
@@ -119,15 +121,34 @@ class ShardWriter {
     }
   }
 
-  std::string hash_hex() const { return hash_.hex(); }
+  // Once the last byte is put: the last chunk's checksum recorded; the whole file's.
+  std::string finish() {
+    if (in_chunk_ > 0) rec_.chunks.push_back(chunk_.hex());
+    return hash_.hex();
+  }
 
  private:
+  void hash_chunks(const char* p, size_t n) {
+    while (n > 0) {
+      const size_t take = std::min<uint64_t>(n, kFileChunk - in_chunk_);
+      chunk_.update(p, take);
+      p += take;
+      n -= take;
+      in_chunk_ += take;
+      if (in_chunk_ < kFileChunk) continue;
+      rec_.chunks.push_back(chunk_.hex());
+      chunk_ = Xxh64();
+      in_chunk_ = 0;
+    }
+  }
+
   int fd_;
   const std::string& path_;
   uint64_t total_, halfway_;
   Fault fault_;
   ShardRecord& rec_;
-  Xxh64 hash_;
+  Xxh64 hash_, chunk_;
+  uint64_t in_chunk_ = 0;
 };
 
 // The tensors' data, in chunks of at most 64 MiB: while one is hashed and written on a second
@@ -148,6 +169,26 @@ void write_tensor_data(const std::vector<ShardTensor>& tensors, const ShardFill&
   if (pending.valid()) pending.get();
 }
 
+// What is wrong with the checksums of a shard file of its recorded size (`shard`: its record
+// in meta.json); empty when they match. Its chunks', where recorded, else the whole file's.
+std::string checksum_error(const std::string& path, const Json& shard) {
+  if (!shard.contains("chunk_xxh64") || shard.value("chunk_bytes", uint64_t{0}) != kFileChunk) {
+    const std::string sum = hash_file_parallel(path), want = shard["xxh64"].get<std::string>();
+    return sum == want ? "" : cat(path, ": checksum ", sum, " differs from ", want,
+                                  " recorded in meta.json (the file is corrupt)");
+  }
+  const std::vector<std::string> sums = hash_file_chunks(path);
+  const Json& want = shard["chunk_xxh64"];
+  if (want.size() != sums.size())
+    return cat(path, ": ", sums.size(), " chunks of ", kFileChunk, " bytes, meta.json records ", want.size());
+  for (size_t i = 0; i < sums.size(); ++i)
+    if (sums[i] != want[i].get<std::string>())
+      return cat(path, ": checksum ", sums[i], " of bytes [", i * kFileChunk, ", ",
+                 std::min<uint64_t>((i + 1) * kFileChunk, shard["bytes"].get<uint64_t>()), ") differs from ",
+                 want[i].get<std::string>(), " recorded in meta.json (the file is corrupt)");
+  return "";
+}
+
 }  // namespace
 
 std::string shard_file_name(int rank) {
@@ -165,7 +206,7 @@ ShardRecord write_shard(const std::string& path, const std::vector<ShardTensor>&
     ShardWriter out(fd, path, layout.total, fault, rec);
     out.put(layout.prefix.data(), layout.prefix.size());
     write_tensor_data(tensors, fill, out);
-    return out.hash_hex();
+    return out.finish();
   });
 }
 
@@ -176,11 +217,12 @@ ShardRecord write_shard_parallel(const std::string& path, const std::vector<Shar
   if (fault == Fault::kDieInSave) stop = {layout.total / 2, [&] { die_at_fault(fault, "halfway through " + path); }};
   if (fault == Fault::kNoSpaceInSave) stop = {layout.total / 2, [] { errno = ENOSPC; }};
   return write_into_place(path, [&](int fd, ShardRecord& rec) {
-    const std::string hex = write_hashed(
+    FileSums sums = write_hashed(
         fd, path, layout.total, [&](uint64_t at, uint64_t n, char* out) { layout.bytes(fill, at, n, out); }, threads,
         stop);
     rec.bytes = layout.total;
-    return hex;
+    rec.chunks = std::move(sums.chunks);
+    return sums.xxh64;
   });
 }
 
@@ -225,10 +267,7 @@ Status validate_checkpoint(const std::string& ckpt, bool verify_checksums) {
         }
         if (!verify_checksums) continue;
         try {
-          const std::string sum = hash_file_parallel(path);
-          if (sum != s["xxh64"].get<std::string>())
-            err = cat(path, ": checksum ", sum, " differs from ", s["xxh64"].get<std::string>(),
-                      " recorded in meta.json (the file is corrupt)");
+          err = checksum_error(path, s);
         } catch (const Error& x) {
           err = x.what();
         }

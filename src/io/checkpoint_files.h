@@ -8,13 +8,17 @@
 //    writes each byte of state once);
 //  - meta.json, written by rank 0 last: the model config, the name table (every tensor's
 //    global shape, unit and offset), the units, world size, mode, step, data position,
-//    anvil version, the training settings, and the size and checksum of every shard file.
+//    anvil version, the training settings, and the size and checksums of every shard file:
+//    of the whole file, and of each of its 64 MiB chunks ("chunk_bytes", "chunk_xxh64").
 // The folder is written as <ckpt-dir>/.tmp-step-<N> and renamed once every rank has synced
 // its shard and meta.json is synced, so a folder named step-<N> with a meta.json is
 // complete; validation still checks every file's size and checksum before a byte is used.
 // The checksum is XXH64 (seed 0) of the whole file, written as 16 lowercase hex digits:
 // fast enough (several GB/s per core) not to slow the save, and standard enough to
-// recompute with xxhsum -H1 (core/hash.h: Xxh64, hash_file).
+// recompute with xxhsum -H1 (core/hash.h: Xxh64, hash_file). The whole file's is one stream,
+// hashed on one thread in file order, which a fast disk outruns; validation checks the
+// chunks' instead, each on its own, on several threads at once (io/parallel_file.h), and the
+// whole file's only for a checkpoint saved before chunk checksums were recorded.
 #pragma once
 
 #include <cstdint>
@@ -48,12 +52,13 @@ struct ShardRecord {
   std::string file;  // name inside the checkpoint folder
   uint64_t bytes = 0;
   std::string xxh64;
+  std::vector<std::string> chunks;  // XXH64 hex of each kFileChunk-byte chunk
 };
 
 // fill(i, begin, n, out): elements [begin, begin + n) of tensor i into out.
 using ShardFill = std::function<void(size_t, int64_t, int64_t, float*)>;
 // Writes a safetensors file of F32 1-D tensors in order, streaming in chunks (the next one
-// filled while the last is written). The file is hashed as it is written, fsynced, and
+// filled while the last is written). The file (and each chunk) is hashed as it is written, fsynced, and
 // renamed into place; on an error the partial file is removed and the message names the
 // file and the bytes missing. `fault` (core/fault.h, tests only): kDieInSave exits the
 // process halfway through the file, kNoSpaceInSave fails there with ENOSPC.
@@ -71,8 +76,9 @@ Json read_checkpoint_meta(const std::string& ckpt);
 void write_checkpoint_meta(const std::string& ckpt, const Json& meta);  // atomic, fsynced
 
 // Every check that needs no model: meta.json parses and is this format, every shard file
-// named there exists with its recorded size and (when verify_checksums) checksum. The
-// error names the file and what is wrong.
+// named there exists with its recorded size and (when verify_checksums) checksums: its
+// chunks', each on its own on several threads (the whole file's where meta.json records no
+// chunks'). The error names the file and what is wrong (for a chunk, its bytes).
 Status validate_checkpoint(const std::string& ckpt, bool verify_checksums = true);
 
 // Complete checkpoints (step-<N> folders with a meta.json) in a folder, newest first.

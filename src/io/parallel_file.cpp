@@ -29,7 +29,8 @@ class ChunkRun {
 
   using Work = std::function<void(uint64_t at, uint64_t n, char* buf)>;
   // work(at, n, buf) for every chunk, on `threads` threads with a buffer each; work calls
-  // hash_turn once per chunk. Rethrows the first error once every thread has ended.
+  // hash_turn once per chunk, or none at all. Rethrows the first error once every thread has
+  // ended; returns the hash of the chunks hash_turn was given.
   std::string run(int threads, const Work& work) {
     std::vector<std::thread> pool;
     const uint64_t used = std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(threads), chunks_));
@@ -38,6 +39,8 @@ class ChunkRun {
     if (first_) std::rethrow_exception(first_);
     return hash_.hex();
   }
+
+  uint64_t chunks() const { return chunks_; }
 
   // Hashes the chunk starting at `at` once every chunk before it is hashed.
   void hash_turn(uint64_t at, const char* p, uint64_t n) {
@@ -83,14 +86,28 @@ class ChunkRun {
   Xxh64 hash_;
 };
 
+// Reads [at, at + n) of the open file fd into buf; an error names path and the byte.
+void read_at(int fd, const std::string& path, uint64_t total, uint64_t at, uint64_t n, char* buf) {
+  for (uint64_t done = 0; done < n;) {
+    const ssize_t r = ::pread(fd, buf + done, n - done, static_cast<off_t>(at + done));
+    if (r < 0 && errno == EINTR) continue;
+    ANVIL_ENSURE(r > 0, kIo, path, ": read failed at byte ", at + done, " of ", total, " (",
+                 r == 0 ? std::string("the file ended") : errno_text(), ")");
+    done += static_cast<uint64_t>(r);
+  }
+}
+
 }  // namespace
 
-std::string write_hashed(int fd, const std::string& path, uint64_t total, const FileBytes& fill, int threads,
-                         const WriteStop& stop) {
+FileSums write_hashed(int fd, const std::string& path, uint64_t total, const FileBytes& fill, int threads,
+                      const WriteStop& stop) {
   ChunkRun run(total);
   std::atomic<uint64_t> written{0};
-  return run.run(threads, [&](uint64_t at, uint64_t n, char* buf) {
+  FileSums sums;
+  sums.chunks.resize(run.chunks());
+  sums.xxh64 = run.run(threads, [&](uint64_t at, uint64_t n, char* buf) {
     fill(at, n, buf);
+    sums.chunks[at / kFileChunk] = hash_hex(std::string_view(buf, n));
     run.hash_turn(at, buf, n);
     const uint64_t end = stop.at >= at && stop.at < at + n ? stop.at : at + n;
     for (uint64_t done = at; done < at + n;) {
@@ -105,6 +122,7 @@ std::string write_hashed(int fd, const std::string& path, uint64_t total, const 
       written += static_cast<uint64_t>(w);
     }
   });
+  return sums;
 }
 
 void read_ahead(const void* data, size_t bytes) {
@@ -113,7 +131,11 @@ void read_ahead(const void* data, size_t bytes) {
   if (bytes > 0) ::madvise(reinterpret_cast<void*>(b), reinterpret_cast<uintptr_t>(data) + bytes - b, MADV_WILLNEED);
 }
 
-std::string hash_file_parallel(const std::string& path, int threads) {
+namespace {
+
+// work(run, fd, total) on path opened for reading sequentially; the file closed after it.
+template <class Work>
+auto read_chunks(const std::string& path, const Work& work) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   ANVIL_ENSURE(fd >= 0, kIo, path, ": cannot open (", errno_text(), ")");
   struct stat st;
@@ -121,22 +143,35 @@ std::string hash_file_parallel(const std::string& path, int threads) {
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   ChunkRun run(total);
   try {
-    const std::string hex = run.run(threads, [&](uint64_t at, uint64_t n, char* buf) {
-      for (uint64_t done = 0; done < n;) {
-        const ssize_t r = ::pread(fd, buf + done, n - done, static_cast<off_t>(at + done));
-        if (r < 0 && errno == EINTR) continue;
-        ANVIL_ENSURE(r > 0, kIo, path, ": read failed at byte ", at + done, " of ", total, " (",
-                     r == 0 ? std::string("the file ended") : errno_text(), ")");
-        done += static_cast<uint64_t>(r);
-      }
-      run.hash_turn(at, buf, n);
-    });
+    auto out = work(run, fd, total);
     ::close(fd);
-    return hex;
+    return out;
   } catch (...) {
     ::close(fd);
     throw;
   }
+}
+
+}  // namespace
+
+std::string hash_file_parallel(const std::string& path, int threads) {
+  return read_chunks(path, [&](ChunkRun& run, int fd, uint64_t total) {
+    return run.run(threads, [&](uint64_t at, uint64_t n, char* buf) {
+      read_at(fd, path, total, at, n, buf);
+      run.hash_turn(at, buf, n);
+    });
+  });
+}
+
+std::vector<std::string> hash_file_chunks(const std::string& path, int threads) {
+  return read_chunks(path, [&](ChunkRun& run, int fd, uint64_t total) {
+    std::vector<std::string> sums(run.chunks());
+    run.run(threads, [&](uint64_t at, uint64_t n, char* buf) {
+      read_at(fd, path, total, at, n, buf);
+      sums[at / kFileChunk] = hash_hex(std::string_view(buf, n));
+    });
+    return sums;
+  });
 }
 
 }  // namespace anvil

@@ -3,14 +3,17 @@
 // memory) or read it (pread), hash it in its turn, in file order, and write it (pwrite) at its
 // offset. So the disk sees several large sequential requests in flight, as fio's sequential
 // jobs do, while the XXH64 of the whole file (core/hash.h, one stream, in order) is the same as
-// a one-thread pass gives. Checkpoint shards are written (asynchronous saves) and checksummed
-// (validation before a resume) through these.
+// a one-thread pass gives. A written file's chunks are also hashed each on its own (on the
+// thread that filled it), so that a reader can verify them in any order on every thread,
+// with no stream to wait for. Checkpoint shards are written (asynchronous saves) and
+// checksummed (validation before a resume) through these.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "sys/disk_bench.h"
 
@@ -29,15 +32,25 @@ struct WriteStop {
   std::function<void()> hit;
 };
 
+// A file's checksums (XXH64 hex): of all its bytes (xxhsum -H1), and of each kFileChunk-byte
+// chunk (the last one shorter), in file order.
+struct FileSums {
+  std::string xxh64;
+  std::vector<std::string> chunks;
+};
+
 // Writes `total` bytes to the open file fd (path for messages) with `threads` threads; returns
-// the XXH64 hex of the bytes. The first error (naming path, the system's reason and the bytes
-// missing) stops every thread and is thrown once they have ended.
-std::string write_hashed(int fd, const std::string& path, uint64_t total, const FileBytes& fill, int threads,
-                         const WriteStop& stop = {});
+// their checksums. The first error (naming path, the system's reason and the bytes missing)
+// stops every thread and is thrown once they have ended.
+FileSums write_hashed(int fd, const std::string& path, uint64_t total, const FileBytes& fill, int threads,
+                      const WriteStop& stop = {});
 // Asks the kernel to read [data, data + bytes) of a mapped file now, in large requests, rather
 // than page by page as a copy faults on it (madvise WILLNEED; a hint, never an error).
 void read_ahead(const void* data, size_t bytes);
 // The XXH64 hex of a file's bytes, read with `threads` threads and the kernel's readahead.
 std::string hash_file_parallel(const std::string& path, int threads = kFileThreads);
+// The XXH64 hex of each kFileChunk-byte chunk of a file (FileSums::chunks), read and hashed
+// by `threads` threads, each chunk whole on one of them, in any order.
+std::vector<std::string> hash_file_chunks(const std::string& path, int threads = kFileThreads);
 
 }  // namespace anvil

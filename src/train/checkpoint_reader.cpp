@@ -49,6 +49,17 @@ CheckpointReader::CheckpointReader(const std::string& ckpt, const Json& meta) {
   for (const Json& s : meta["shards"]) files_.push_back(std::make_unique<SafetensorsFile>(path_join(ckpt, s["file"].get<std::string>())));
   for (const Json& t : meta["tensors"])
     place_[t["name"].get<std::string>()] = {t["unit"].get<int>(), t["offset"].get<int64_t>()};
+  // Every file holds its slice of every unit of every kind (so that a header damaged past
+  // its parsing fails here, before a byte is read).
+  for (const auto& file : files_)
+    for (int kind = 0; kind < 3; ++kind)
+      for (size_t u = 0; u < padded_.size(); ++u) {
+        const std::string name = cat(kStateKinds[kind], ".", u);
+        const int64_t shard = padded_[u] / world_;
+        const SafeTensorInfo& t = file->get(name);
+        ANVIL_ENSURE(t.dtype == DType::kF32 && t.shape.ndim == 1 && t.shape[0] == shard, kInvalidInput, file->path(),
+                     ": ", name, " has shape ", t.shape.str(), ", expected [", shard, "] F32");
+      }
 }
 
 void CheckpointReader::copy(int kind, int unit, int64_t offset, int64_t n, float* out) const {
@@ -56,11 +67,7 @@ void CheckpointReader::copy(int kind, int unit, int64_t offset, int64_t n, float
   while (n > 0) {
     const int r = static_cast<int>(offset / shard);
     const int64_t in = offset - r * shard, take = std::min(n, shard - in);
-    const std::string name = cat(kStateKinds[kind], ".", unit);
-    const SafeTensorInfo& t = files_[static_cast<size_t>(r)]->get(name);
-    ANVIL_ENSURE(t.dtype == DType::kF32 && t.shape.ndim == 1 && t.shape[0] == shard, kInvalidInput,
-                 files_[static_cast<size_t>(r)]->path(), ": ", name, " has shape ", t.shape.str(), ", expected [",
-                 shard, "] F32");
+    const SafeTensorInfo& t = files_[static_cast<size_t>(r)]->get(cat(kStateKinds[kind], ".", unit));
     const float* src = reinterpret_cast<const float*>(t.data) + in;
     read_ahead(src, static_cast<size_t>(take) * 4);
     std::memcpy(out, src, static_cast<size_t>(take) * 4);

@@ -22,7 +22,8 @@ namespace anvil {
 // and nothing else.
 void check_model(const std::string& ckpt, const Json& meta, const ParamTable& table);
 
-// The shard files of a checkpoint (`meta`: its meta.json), mapped.
+// The shard files of a checkpoint (`meta`: its meta.json), mapped; throws (naming the file)
+// when one lacks a tensor of the layout or holds it in another shape.
 // Kinds index kStateKinds: 0 the masters, 1 AdamW m, 2 AdamW v.
 class CheckpointReader {
  public:

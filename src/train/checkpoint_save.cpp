@@ -15,6 +15,7 @@
 #include "core/fault.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "io/parallel_file.h"
 #include "model/export.h"
 
 namespace anvil {
@@ -44,9 +45,12 @@ struct ShardOutcome {
                            checkpoint_step(left.front()), "), untouched; the same command resumes from it"));
 }
 
-// 1. Rank 0 makes the temporary folder (removing what interrupted saves left); an error there
+// 1. Rank 0 makes the temporary folder, once what interrupted saves left is removed and the
+// checkpoints beyond keep_last are deleted (a run killed between a commit and its rotation
+// left one more), so that the folder never holds more than keep_last + 1; an error there
 // stops the run on every rank.
-SavePlace begin_save(Comm* comm, const std::string& ckpt_dir, int64_t step) {
+SavePlace begin_save(Comm* comm, const std::string& ckpt_dir, int64_t step, int64_t keep_last,
+                     const std::vector<std::string>& pinned) {
   const SavePlace place{ckpt_dir, path_join(ckpt_dir, checkpoint_name(step)),
                         path_join(ckpt_dir, ".tmp-" + checkpoint_name(step)), step};
   std::string error;
@@ -54,6 +58,7 @@ SavePlace begin_save(Comm* comm, const std::string& ckpt_dir, int64_t step) {
     try {
       make_directories(ckpt_dir);
       remove_temporary_files(ckpt_dir);
+      prune_checkpoints(ckpt_dir, keep_last, pinned);
       make_directories(place.tmp_dir);
     } catch (const Error& e) {
       error = e.what();
@@ -131,6 +136,23 @@ std::vector<Wire> gather_records(Comm* comm, const ShardOutcome& mine) {
   return all;
 }
 
+// Every rank's chunk checksums, in rank order: every shard file has the same layout (the same
+// tensors and sizes), so the same number of chunks.
+std::vector<std::vector<std::string>> gather_chunk_sums(Comm* comm, const std::vector<std::string>& mine) {
+  std::string flat;
+  for (const std::string& hex : mine) flat += hex;
+  const size_t world = comm ? static_cast<size_t>(comm->world()) : 1;
+  std::string all = flat;
+  if (comm) {
+    all.assign(flat.size() * world, '\0');
+    comm->host_all_gather(flat.data(), flat.size(), all.data(), "checkpoint chunk checksums");
+  }
+  std::vector<std::vector<std::string>> out(world);
+  for (size_t r = 0; r < world; ++r)
+    for (size_t i = 0; i < mine.size(); ++i) out[r].push_back(all.substr((r * mine.size() + i) * 16, 16));
+  return out;
+}
+
 // 2. After every rank's write: a failure on any rank throws the same kIo error on every rank
 // (naming the file and the last good checkpoint; the temporary folder removed); else the
 // records (sizes, checksums, seconds) are exchanged and added to rank 0's meta.
@@ -145,6 +167,8 @@ SaveReport gather_shards(Comm* comm, const SavePlace& place, Json& meta, const S
   }
   // Sizes and checksums to rank 0, which writes meta.json once every shard is synced.
   const std::vector<Wire> all = gather_records(comm, mine);
+  for (const Wire& w : all) ANVIL_ASSERT(w.bytes == mine.record.bytes);  // the same layout on every rank
+  const std::vector<std::vector<std::string>> chunks = gather_chunk_sums(comm, mine.record.chunks);
   SaveReport report;
   report.path = place.final_dir;
   report.stall_seconds = stall_seconds;
@@ -152,7 +176,8 @@ SaveReport gather_shards(Comm* comm, const SavePlace& place, Json& meta, const S
   Json shards = Json::array();
   for (int r = 0; r < world; ++r) {
     const Wire& w = all[static_cast<size_t>(r)];
-    shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes}, {"xxh64", std::string(w.xxh64, 16)}});
+    shards.push_back({{"file", shard_file_name(r)}, {"rank", r}, {"bytes", w.bytes}, {"xxh64", std::string(w.xxh64, 16)},
+                      {"chunk_bytes", kFileChunk}, {"chunk_xxh64", chunks[static_cast<size_t>(r)]}});
     total += w.bytes;
     report.seconds = std::max(report.seconds, w.seconds);
   }
@@ -169,8 +194,7 @@ void commit_checkpoint(const SavePlace& place, const Json& meta, const std::stri
   fsync_directory(place.tmp_dir);
   if (fault_armed(Fault::kDieBeforeRename, place.step, 0, world))
     die_at_fault(Fault::kDieBeforeRename, "before renaming " + place.tmp_dir + " to " + place.final_dir);
-  std::error_code ec;
-  std::filesystem::remove_all(place.final_dir, ec);  // a checkpoint of the same step from an earlier run
+  if (path_exists(place.final_dir)) delete_checkpoint(place.final_dir);  // the same step's, of an earlier run
   ANVIL_ENSURE(std::rename(place.tmp_dir.c_str(), place.final_dir.c_str()) == 0, kIo, place.final_dir,
                ": rename from ", place.tmp_dir, " failed (", errno_text(), ")");
   fsync_directory(place.ckpt_dir);
@@ -222,11 +246,23 @@ void remove_temporary_files(const std::string& ckpt_dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(ckpt_dir, ec)) {
     const std::string n = entry.path().filename().string();
-    if (n.rfind(".tmp-step-", 0) == 0 || n.find(".tmp.") != std::string::npos) {
+    if (n.rfind(".tmp-step-", 0) == 0 || n.rfind(".deleting-step-", 0) == 0 || n.find(".tmp.") != std::string::npos) {
       std::filesystem::remove_all(entry.path(), ec);
       if (!ec) log_info("removed the leftover ", entry.path().string(), " of an interrupted save");
     }
   }
+}
+
+void delete_checkpoint(const std::string& ckpt) {
+  const std::filesystem::path p(ckpt);
+  const std::string gone = (p.parent_path() / (".deleting-" + p.filename().string())).string();
+  std::error_code ec;
+  std::filesystem::remove_all(gone, ec);  // an earlier deletion's, interrupted
+  ANVIL_ENSURE(std::rename(ckpt.c_str(), gone.c_str()) == 0, kIo, ckpt, ": rename to ", gone, " failed (",
+               errno_text(), ")");
+  fsync_directory(p.parent_path().string());
+  std::filesystem::remove_all(gone, ec);
+  if (ec) log_warn("could not delete ", gone, " (", ec.message(), "); the next save removes it");
 }
 
 void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std::vector<std::string>& pinned) {
@@ -234,9 +270,11 @@ void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std
   const std::vector<std::string> kept = list_checkpoints(ckpt_dir);
   for (size_t i = static_cast<size_t>(keep_last); i < kept.size(); ++i) {
     if (std::find(pinned.begin(), pinned.end(), kept[i]) != pinned.end()) continue;
-    std::error_code ec;
-    std::filesystem::remove_all(kept[i], ec);
-    if (ec) log_warn("could not delete the old checkpoint ", kept[i], " (", ec.message(), ")");
+    try {
+      delete_checkpoint(kept[i]);
+    } catch (const Error& e) {
+      log_warn("could not delete the old checkpoint ", kept[i], " (", e.what(), ")");
+    }
   }
 }
 
@@ -284,7 +322,7 @@ std::optional<SaveReport> CheckpointSaver::start(const CheckpointSection& where,
   if (busy()) earlier = wait(settings.pinned);
   auto begun = std::make_unique<Pending>();
   begun->started = t0;
-  begun->place = begin_save(comm_, where.dir, step);
+  begun->place = begin_save(comm_, where.dir, step, where.keep_last, settings.pinned);
   begun->keep_last = where.keep_last;
   begun->meta = checkpoint_meta(trainer_, settings, position, world_);
   begun->settings = settings;

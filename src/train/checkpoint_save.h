@@ -4,8 +4,13 @@
 // unit's master weights and AdamW m and v (io/checkpoint_files.h: the layout); the ranks
 // exchange sizes and checksums (and any error); rank 0 then writes meta.json, renames the
 // temporary folder to step-<N>, syncs the parent folder, and only then deletes the
-// checkpoints beyond keep_last. A rank that dies mid-save leaves a .tmp-step-<N> folder that
-// no reader takes for a checkpoint.
+// checkpoints beyond keep_last (again before the next save begins, for a run killed in
+// between), so that the folder holds at most keep_last + 1 checkpoints, complete or not
+// (besides those --keep-best and --on-save pin). A
+// rank that dies mid-save leaves a .tmp-step-<N> folder that no reader takes for a
+// checkpoint, and a checkpoint is deleted by renaming it .deleting-step-<N> first, so that
+// one killed mid-deletion is never a step-<N> with a meta.json and files missing; the next
+// run (and each save) removes both kinds of leftover.
 //
 // start() begins a save at the step. Asynchronously, training waits only for the copy of the
 // state into the host snapshot (train/checkpoint_async.h); a writer thread then streams it
@@ -93,8 +98,12 @@ class CheckpointSaver {
   std::unique_ptr<Pending> pending_;
 };
 
-// Removes what interrupted saves left in ckpt_dir (.tmp-step-<N> folders, *.tmp.<pid>).
+// Removes what interrupted saves and deletions left in ckpt_dir (.tmp-step-<N> and
+// .deleting-step-<N> folders, *.tmp.<pid>).
 void remove_temporary_files(const std::string& ckpt_dir);
+// Deletes a checkpoint: renamed .deleting-<name> beside it (the parent folder synced), then
+// removed, so that no moment of it leaves a step-<N> with files missing.
+void delete_checkpoint(const std::string& ckpt);
 // Deletes the complete checkpoints beyond the newest keep_last (0: none), except `pinned`.
 void prune_checkpoints(const std::string& ckpt_dir, int64_t keep_last, const std::vector<std::string>& pinned);
 

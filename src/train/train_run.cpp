@@ -45,24 +45,37 @@ void open_data(const TrainConfig& c, TrainRun& run) {
                " (micro-batch x grad-accum x ranks, a context-parallel group counted once)");
 }
 
-// The Trainer from the checkpoint's masters (`resume`) or the model's own weights; then the
-// checkpoint's optimizer state.
-void open_trainer(const TrainConfig& c, TrainRun& run, const std::string& resume) {
+// The Trainer from the checkpoint's masters (resume.path()) or the model's own weights; then
+// the checkpoint's optimizer state. False when the checkpoint failed its checks
+// (run.point.failed: sizes or headers before the Trainer is built, checksums after; a
+// failure that cannot fall back is thrown), the Trainer then dropped.
+bool load_trainer(const TrainConfig& c, TrainRun& run, const ResumeChoice& resume) {
   const OpenRun& b = run.base;
-  {
-    // The Trainer reads the weights unit by unit, each rank only what it owns (a preset's
-    // fresh weights are made whole first).
-    HostUnits fresh;
-    UnitReader weights;
-    if (!resume.empty()) {
-      run.point = open_checkpoint(resume, *b.table, b.comm.get());
-      weights = checkpoint_masters_reader(run.point, *b.table);
-    } else {
-      weights = initial_weights(b, c.seed, fresh);
-    }
-    run.trainer = make_trainer(run.base, c, run.data->seq_len(), weights);  // checks the memory plan first
+  // The Trainer reads the weights unit by unit, each rank only what it owns (a preset's
+  // fresh weights are made whole first).
+  HostUnits fresh;
+  UnitReader weights;
+  if (!resume.path().empty()) {
+    run.point = open_checkpoint(resume, *b.table, b.comm.get());
+    if (!run.point.failed.empty()) return false;
+    weights = checkpoint_masters_reader(run.point, *b.table);
+  } else {
+    weights = initial_weights(b, c.seed, fresh);
   }
-  if (!resume.empty()) restore_optimizer(run.point, *run.trainer);
+  run.trainer = make_trainer(run.base, c, run.data->seq_len(), weights);  // checks the memory plan first
+  if (resume.path().empty()) return true;
+  restore_optimizer(run.point, resume, *run.trainer);
+  if (run.point.failed.empty()) return true;
+  run.trainer.reset();
+  return false;
+}
+
+// The Trainer, from the newest checkpoint of the choice that passes its checks: each one of
+// --ckpt-dir that fails is skipped for the next older one, loaded from the start on every
+// rank, and set aside once one has loaded.
+void open_trainer(const TrainConfig& c, TrainRun& run, ResumeChoice& resume) {
+  while (!load_trainer(c, run, resume)) resume.fall_back(run.point.failed, run.base.rank);
+  if (run.base.rank == 0) resume.set_aside_failed();
 }
 
 // The start lines (rank 0): what is trained, where and how, and why for each auto.
@@ -104,13 +117,15 @@ std::string checkpoint_run_id(const std::string& ckpt) {
   }
 }
 
-// The run's first line (rank 0): its id (the resumed checkpoint's when it continues one),
-// model, data, mode and seed; then a --metrics file holding another run is refused.
-void name_run(const TrainConfig& c, TrainRun& run, const std::string& resume) {
-  run.run_id = resume.empty() ? "" : checkpoint_run_id(resume);
+// The run's first line (rank 0): its id (the resumed checkpoints' when it continues one: the
+// newest whose meta.json reads, so that one failing its checks still names the run), model,
+// data, mode and seed; then a --metrics file holding another run is refused.
+void name_run(const TrainConfig& c, TrainRun& run, const ResumeChoice& resume) {
+  for (const std::string& ckpt : resume.candidates())
+    if (!(run.run_id = checkpoint_run_id(ckpt)).empty()) break;
   if (run.run_id.empty()) run.run_id = new_run_id();
   if (comm_options_from_env().rank != 0) return;
-  log_info("anvil train: run ", run.run_id, resume.empty() ? "" : " (resumed)", ": ",
+  log_info("anvil train: run ", run.run_id, resume.path().empty() ? "" : " (resumed)", ": ",
            c.model.preset.empty() ? "model " + c.model.model : "preset " + c.model.preset, ", data ", c.data.source,
            ", mode ", parallel_mode_name(c.parallel.mode), ", seed ", c.seed);
   if (!c.log.metrics.empty()) check_metrics_file(c.log.metrics, run.run_id, c.log.metrics_append);
@@ -154,13 +169,13 @@ void open_outputs(TrainRun& run, bool resumed) {
 }  // namespace
 
 void open_train(const TrainConfig& c, TrainRun& run) {
-  const std::string resume = find_resume_checkpoint(c.checkpoint.dir, c.checkpoint.resume);
+  ResumeChoice resume(c.checkpoint.dir, c.checkpoint.resume);
   name_run(c, run, resume);
   open_data(c, run);
   check_snapshot_memory(c.checkpoint, *run.base.table, run.base.comm.get());  // before any weight is read
   open_trainer(c, run, resume);
   log_start(run);
-  open_outputs(run, !resume.empty());
+  open_outputs(run, !resume.path().empty());
 }
 
 }  // namespace anvil

@@ -1,6 +1,6 @@
 // What a training run holds from its opening to its end, and its opening: the process
 // group and model config (train/open_run.h), the data, then the weights (the newest
-// checkpoint's, validated and checked against the model, or the model's own), the Trainer
+// checkpoint's that passes its checks, checked against the model, or the model's own), the Trainer
 // with every auto resolved (train/resolve.h) and the optimizer state.
 #pragma once
 
