@@ -5,9 +5,10 @@
 # C++ runtimes (a machine without Debian's pcre2, simdjson, toml++, ... runs it: the GPU
 # machine is one), and that the demo passes with it (tools/demo.sh with ANVIL_BIN).
 # Usage: tests/test_wheel.sh WORK_DIR PYTHON; PYTHON (env ANVIL_TEST_PYTHON overrides it) builds
-# the wheel and needs scikit-build-core (tools/requirements-test.txt). Exit 77 (a skip) without it, unless CI=true. A ctest label
-# of its own, "wheel", outside tools/test.sh's run: ctest --test-dir build -L wheel.
-# CMAKE_ARGS reaches the build (CMAKE_ARGS=-DCMAKE_CXX_COMPILER_LAUNCHER=ccache).
+# the wheel and needs scikit-build-core (tools/requirements-test.txt): exit 77 (a skip) without
+# it, a failure under CI=true. A ctest label of its own, "wheel", outside tools/test.sh's run:
+# ctest --test-dir build -L wheel. CMAKE_ARGS reaches the build
+# (CMAKE_ARGS=-DCMAKE_CXX_COMPILER_LAUNCHER=ccache).
 set -euo pipefail
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
 work=$1
@@ -40,8 +41,8 @@ if [ "$(head -c 4 "$anvil")" != $'\x7fELF' ]; then
 fi
 binary=$(echo "$work"/venv/lib/python3*/site-packages/anvil/bin/anvil)
 bundled=$(realpath "$(dirname "$binary")/../lib")
-outside=$(ldd "$binary" | awk '$2 == "=>" { print $3 }' | xargs -r realpath -m | grep -v "^$bundled/" |
-  grep -Ev '/lib(c|m|dl|rt|pthread|gcc_s|stdc\+\+)\.so' || true)
+outside=$(ldd "$binary" | awk '$2 == "=>" { print $3 }' | xargs -r realpath -m |
+  grep -v "^$bundled/" | grep -Ev '/lib(c|m|dl|rt|pthread|gcc_s|stdc\+\+)\.so' || true)
 if [ -n "$outside" ]; then
   echo "FAIL: the installed binary loads libraries from outside the wheel:"
   echo "$outside"

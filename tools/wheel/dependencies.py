@@ -32,7 +32,9 @@ def cuda_build():
         return True
     folders = [os.path.join(os.environ["CUDA_PATH"], "bin")] if os.environ.get("CUDA_PATH") else []
     folders.append("/usr/local/cuda/bin")
-    return shutil.which("nvcc") is not None or any(os.access(os.path.join(f, "nvcc"), os.X_OK) for f in folders)
+    if shutil.which("nvcc"):
+        return True
+    return any(os.access(os.path.join(f, "nvcc"), os.X_OK) for f in folders)
 
 
 def dynamic_metadata(settings, project):
