@@ -169,7 +169,7 @@ void release_mapped_pages(const void* data, size_t bytes) {
 void convert_to_f32(const void* src, DType dtype, size_t n, float* out) {
   switch (dtype) {
     case DType::kF32:
-      std::memcpy(out, src, n * 4);
+      if (n > 0) std::memcpy(out, src, n * 4);  // an empty tensor's buffer may be null
       return;
     case DType::kBF16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
