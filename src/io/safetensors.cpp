@@ -79,6 +79,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::memcpy(&header_len, base, 8);
   ANVIL_ENSURE(header_len <= size_ - 8 && header_len < (100u << 20), kInvalidInput, path,
                ": bad safetensors header length ", header_len, " for a file of ", size_, " bytes (truncated?)");
+  const char* text = reinterpret_cast<const char*>(base + 8);
+  check_json_depth(std::string_view(text, header_len), path + ": safetensors header");
   Json header;
   try {
     header = Json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
