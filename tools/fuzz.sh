@@ -13,8 +13,8 @@
 # fuzz/corpus/TARGET), findings land in $out/crashes/TARGET. A finding is fixed in the parser
 # and its input kept as fuzz/corpus/TARGET/regress-<what>, which the corpus tests replay.
 #
-# A pack is self-contained for another Linux machine (glibc 2.36 or newer): the binaries
-# (libstdc++ linked in), the shared libraries they load that are not glibc's (libpcre2-8,
+# A pack is self-contained for another Linux machine (glibc 2.36 and libstdc++ 12 or newer):
+# the binaries, the shared libraries they load beyond glibc's and the C++ runtime (libpcre2-8,
 # libutf8proc, libsimdjson, libtomlplusplus, libsnappy, libzstd, libz), the corpora,
 # dictionaries and fixtures, and this script, which runs them from there:
 #     tar xzf anvil-fuzz.tar.gz && anvil-fuzz/fuzz.sh --seconds 3600 --jobs 16
@@ -66,9 +66,11 @@ if [ "$mode" = pack ]; then
   dest=$stage/anvil-fuzz
   mkdir -p "$dest/bin" "$dest/lib" "$dest/fuzz"
   for t in "${targets[@]}"; do cp "$bin/fuzz_$t" "$dest/bin/"; done
-  # The shared libraries beyond glibc's own (libc, libm, libpthread, libdl, librt, ld-linux).
+  # The shared libraries beyond glibc's (libc, libm, libpthread, libdl, librt, ld-linux) and the
+  # C++ runtime's (libstdc++, libgcc_s), which every machine that runs C++ has, as new or newer.
   ldd "$dest"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | xargs -r -I{} cp -L {} "$dest/lib/"
+    grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
+    xargs -r -I{} cp -L {} "$dest/lib/"
   cp -r "$fuzz_dir/corpus" "$fuzz_dir/dict" "$fuzz_dir/fixtures" "$dest/fuzz/"
   cp "$here/fuzz.sh" "$dest/"
   tar czf "$pack" -C "$stage" anvil-fuzz
@@ -89,7 +91,7 @@ for t in "${targets[@]}"; do
   log=$out/$t.log
   start=$(date +%s)
   # -timeout: an input that takes 10 s is a hang; the 2 GB memory limit is libFuzzer's default.
-  "$bin/fuzz_$t" "$corpus" "${dict[@]}" -fork="$jobs" -max_total_time="$seconds" -timeout=10 \
+  "$bin/fuzz_$t" "$corpus" "${dict[@]}" -fork="$jobs" -max_total_time="$seconds" -timeout=10 -print_funcs=0 \
     -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -artifact_prefix="$crashes/" >"$log" 2>&1 || true
   took=$(($(date +%s) - start))
   # Fork mode's status lines read "#<executions>: cov: ... corp: <n> ...".
