@@ -146,6 +146,9 @@ TEST(Jinja, IntegersRangesAndRecursionStopAtTheirLimits) {
                           "{{ 4294967296 * 4294967296 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
                           "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1)|abs }}", "{{ 1e300|int }}"})
     expect_error(src, ErrorKind::kUnsupported, "integer overflow");
+  EXPECT_EQ(render("{{ 2e308 }} {{ 1e-400 }} {{ '\\x41\\u00e9' }}"), "inf 0.0 A\u00e9");  // literals as Python reads them
+  expect_error("{{ 9223372036854775808 }}", ErrorKind::kUnsupported, "the integer 9223372036854775808 is past int64");
+  expect_error("{{ '\\xzz' }}", ErrorKind::kInvalidInput, "truncated \\x escape");
   expect_error("{{ range(100001)|length }}", ErrorKind::kInvalidInput, "range() of more than 100000 items");
   expect_error("{{ 'ab' * 10000000 }}", ErrorKind::kUnsupported, "a repetition of 2 elements 10000000 times");
   expect_error("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", ErrorKind::kInvalidInput,
