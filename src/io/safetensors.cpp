@@ -126,7 +126,8 @@ SafetensorsSet::SafetensorsSet(const std::string& dir) : dir_(dir) {
                  ": no weight_map");
     std::set<std::string> seen;
     for (auto& [name, file] : j["weight_map"].items()) {
-      (void)name;
+      ANVIL_ENSURE(file.is_string(), kInvalidInput, index, ": weight_map entry ", name, " is ", file.dump(),
+                   ", not a file name");
       if (seen.insert(file.get<std::string>()).second) shard_files.push_back(file.get<std::string>());
     }
   } else if (path_exists(single)) {
