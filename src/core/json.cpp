@@ -29,7 +29,7 @@ Json json_parse(const std::string& text, const std::string& what) {
   check_json_depth(text, what);
   try {
     return Json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number past double
     raise(ErrorKind::kInvalidInput, what, ": not valid JSON (", e.what(), ")");
   }
 }
