@@ -453,6 +453,11 @@ TEST(CheckpointSettings, ARecordedSettingIsComparedUnlessItOnlySplitsTheBatch) {
   Json older = was;
   older.erase("lr");
   EXPECT_EQ(continuation_changes(older, train_record(other, 4)), (std::vector<std::string>{"seed 0 -> 1"}));
+  // A record of another JSON type (a checkpoint's meta.json from elsewhere) is a change, not an error.
+  Json odd = was;
+  odd["schedule"] = 5;
+  EXPECT_EQ(continuation_changes(odd, train_record(longer, 4)),
+            (std::vector<std::string>{cat("steps ", c.steps, " -> ", c.steps + 10), "schedule 5 -> \"constant\""}));
 }
 
 }  // namespace

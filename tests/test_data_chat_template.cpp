@@ -133,5 +133,28 @@ TEST(Jinja, UnsupportedConstructsNameThemselvesAndTheirPlace) {
   expect_error("{{ a.b.c }}", ErrorKind::kInvalidInput, "undefined");
 }
 
+// A template's ints are int64 and its ranges those of jinja2's sandbox, which transformers
+// renders under: results up to the limits render as jinja2 renders them (the first line, from
+// jinja2 3.1); one past is refused, never wrapped or left to fill the memory or the stack.
+TEST(Jinja, IntegersRangesAndRecursionStopAtTheirLimits) {
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ 3 ** 39 }} {{ -7 // -1 }} {{ -7 % -1 }} {{ range(100000)|length }} "
+                   "{{ range(9223372036854775800, 9223372036854775807, 5)|list }} {{ (-9223372036854775807 - 1)|string }} "
+                   "{{ 'abc'[1::9223372036854775807] }} {{ 2.5e9|int }} {{ 'ab' * 3 }}"),
+            "4611686018427387904 4052555153018976267 7 0 100000 [9223372036854775800, 9223372036854775805] "
+            "-9223372036854775808 b 2500000000 ababab");
+  for (const char* src : {"{{ 2 ** 63 }}", "{{ 9223372036854775807 + 1 }}", "{{ (-9223372036854775807 - 1) - 1 }}",
+                          "{{ 4294967296 * 4294967296 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
+                          "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1)|abs }}", "{{ 1e300|int }}"})
+    expect_error(src, ErrorKind::kUnsupported, "integer overflow");
+  EXPECT_EQ(render("{{ 2e308 }} {{ 1e-400 }} {{ '\\x41\\u00e9' }}"), "inf 0.0 A\u00e9");  // literals as Python reads them
+  expect_error("{{ 9223372036854775808 }}", ErrorKind::kUnsupported, "the integer 9223372036854775808 is past int64");
+  expect_error("{{ '\\xzz' }}", ErrorKind::kInvalidInput, "truncated \\x escape");
+  expect_error("{{ range(100001)|length }}", ErrorKind::kInvalidInput, "range() of more than 100000 items");
+  expect_error("{{ 'ab' * 10000000 }}", ErrorKind::kUnsupported, "a repetition of 2 elements 10000000 times");
+  expect_error("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", ErrorKind::kInvalidInput,
+               "renders more than 16777216 bytes");
+  expect_error("{% macro g(h) %}{{ h(h) }}{% endmacro %}{{ g(g) }}", ErrorKind::kInvalidInput, "called 200 deep");
+}
+
 }  // namespace
 }  // namespace anvil

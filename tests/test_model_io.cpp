@@ -179,6 +179,11 @@ TEST(Safetensors, ShardedFolder) {
   EXPECT_NE(msg.find("[3]"), std::string::npos) << msg;
   msg = error_of([&] { s.read_f32("z", {1}, out.data()); });
   EXPECT_NE(msg.find("tensor z"), std::string::npos) << msg;
+  // An index naming a shard by something else than a file name is the index's error.
+  write_file_atomic(dir + "/model.safetensors.index.json", R"({"weight_map": {"x": 5}})");
+  msg = error_of([&] { SafetensorsSet bad(dir); });
+  EXPECT_NE(msg.find("model.safetensors.index.json: weight_map entry x is 5, not a file name"), std::string::npos)
+      << msg;
 }
 
 TEST(Safetensors, TruncatedAndBadHeadersNameTheFile) {

@@ -6,10 +6,30 @@
 
 namespace anvil {
 
+void check_json_depth(std::string_view text, const std::string& what) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // an escaped character, perhaps a quote
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      ANVIL_ENSURE(++depth <= kMaxJsonDepth, kInvalidInput, what, ": JSON nested more than ", kMaxJsonDepth,
+                   " levels deep");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 Json json_parse(const std::string& text, const std::string& what) {
+  check_json_depth(text, what);
   try {
     return Json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number past double
     raise(ErrorKind::kInvalidInput, what, ": not valid JSON (", e.what(), ")");
   }
 }

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/hash.h"
+#include "core/json.h"
 
 namespace anvil {
 
@@ -21,8 +22,10 @@ std::string token_text(const OrderedJson& j) {
 OrderedJson read_tokenizer_config(const std::string& dir) {
   const std::string config_path = path_join(dir, "tokenizer_config.json");
   if (!path_exists(config_path)) return OrderedJson::object();
+  const std::string text = read_file(config_path);
+  check_json_depth(text, config_path);
   try {
-    return OrderedJson::parse(read_file(config_path));
+    return OrderedJson::parse(text);
   } catch (const nlohmann::json::exception& e) {
     raise(ErrorKind::kInvalidInput, config_path, ": ", e.what());
   }

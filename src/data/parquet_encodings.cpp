@@ -50,7 +50,9 @@ void unpack(const uint8_t* p, int w, size_t n, uint64_t* out) {
 void decode_delta_binary(Cursor& c, size_t n, std::vector<int64_t>& out) {
   const uint64_t block = c.uleb(), miniblocks = c.uleb(), total = c.uleb();
   int64_t value = c.zigzag();
-  if (block == 0 || block % 128 != 0 || miniblocks == 0 || block % miniblocks != 0 || (block / miniblocks) % 32 != 0)
+  // The block size is a 32-bit count (as Arrow reads it), so that a miniblock's bytes cannot overflow.
+  if (block == 0 || block % 128 != 0 || block > UINT32_MAX || miniblocks == 0 || block % miniblocks != 0 ||
+      (block / miniblocks) % 32 != 0)
     c.fail(cat("bad DELTA_BINARY_PACKED header (block ", block, ", miniblocks ", miniblocks, ")"));
   if (total != n) c.fail(cat("DELTA_BINARY_PACKED holds ", total, " values, the page needs ", n));
   out.clear();
@@ -58,7 +60,9 @@ void decode_delta_binary(Cursor& c, size_t n, std::vector<int64_t>& out) {
   if (n == 0) return;
   out.push_back(value);
   const size_t per = block / miniblocks;
-  std::vector<uint64_t> deltas(per);
+  // Only the values the page still needs are unpacked: a miniblock past them is padding, and
+  // its size (the header's) sizes nothing here.
+  std::vector<uint64_t> deltas(std::min(per, n));
   while (out.size() < n) {
     const int64_t min_delta = c.zigzag();
     c.need(miniblocks, "DELTA_BINARY_PACKED bit widths");
@@ -69,9 +73,10 @@ void decode_delta_binary(Cursor& c, size_t n, std::vector<int64_t>& out) {
       if (w > 64) c.fail(cat("DELTA_BINARY_PACKED bit width ", w));
       const size_t bytes = per * static_cast<size_t>(w) / 8;
       c.need(bytes, "DELTA_BINARY_PACKED miniblock");
-      unpack(c.p, w, per, deltas.data());
+      const size_t take = std::min(per, n - out.size());
+      unpack(c.p, w, take, deltas.data());
       c.p += bytes;
-      for (size_t i = 0; i < per && out.size() < n; ++i) {
+      for (size_t i = 0; i < take; ++i) {
         value = static_cast<int64_t>(static_cast<uint64_t>(value) + static_cast<uint64_t>(min_delta) + deltas[i]);
         out.push_back(value);
       }
@@ -92,8 +97,13 @@ void decode_hybrid(Cursor& c, int w, size_t n, uint64_t max_value, const char* w
   while (k < n) {
     const uint64_t header = c.uleb();
     if (header & 1) {
-      const size_t count = static_cast<size_t>(header >> 1) * 8;
-      const size_t bytes = static_cast<size_t>(header >> 1) * static_cast<size_t>(w);
+      // A bit-packed run holds groups of 8 values, the last padded: one reaching more than a
+      // group past the values left is corrupt (and its count could wrap around).
+      const uint64_t groups = header >> 1;
+      if (groups > (n - k + 7) / 8)
+        c.fail(cat("bit-packed run of ", groups, " groups of 8 past the ", n, " values of the page (", what, ")"));
+      const size_t count = static_cast<size_t>(groups) * 8;
+      const size_t bytes = static_cast<size_t>(groups) * static_cast<size_t>(w);
       c.need(bytes, what);
       std::vector<uint64_t> tmp;
       uint64_t* dst;
@@ -117,9 +127,9 @@ void decode_hybrid(Cursor& c, int w, size_t n, uint64_t max_value, const char* w
       for (size_t b = 0; b < bytes; ++b) v |= static_cast<uint64_t>(c.p[b]) << (8 * b);
       c.p += bytes;
       if (count == 0) c.fail(cat("empty RLE run in ", what));
-      std::fill(out.begin() + static_cast<std::ptrdiff_t>(k),
-                out.begin() + static_cast<std::ptrdiff_t>(std::min(n, k + count)), v);
-      k = std::min(n, k + count);
+      const size_t end = count >= n - k ? n : k + count;  // k + count could wrap
+      std::fill(out.begin() + static_cast<std::ptrdiff_t>(k), out.begin() + static_cast<std::ptrdiff_t>(end), v);
+      k = end;
     }
   }
   for (uint64_t v : out)

@@ -29,6 +29,14 @@ const char* codec_name(int32_t c) {
   return c >= 0 && c < 8 ? names[c] : "an unknown codec";
 }
 
+// Whether the zstd frame at src holds `size` bytes, as far as it says: its recorded content size,
+// where the writer recorded one.
+bool zstd_size_agrees(const uint8_t* src, size_t n, size_t size) {
+  const unsigned long long recorded = ZSTD_getFrameContentSize(src, n);
+  if (recorded == ZSTD_CONTENTSIZE_ERROR) return false;
+  return recorded == ZSTD_CONTENTSIZE_UNKNOWN || recorded == size;
+}
+
 struct PageHeader {
   int32_t type = -1, usize = -1, csize = -1;  // 0 data v1, 1 index, 2 dictionary, 3 data v2
   int32_t num_values = -1, encoding = -1, def_enc = 3, rep_enc = 3;
@@ -109,12 +117,18 @@ class ChunkDecoder {
       return src;
     }
     if (size == 0) return src;  // nothing to decode (a page of nulls)
+    // The header's size is checked against what the compressed bytes can hold before a buffer
+    // of it is made: snappy and zstd record the size, deflate expands at most 1032 times.
+    const auto* s = reinterpret_cast<const char*>(src);
+    size_t len = 0;
+    const bool fits = chunk_.codec == 1   ? snappy::GetUncompressedLength(s, n, &len) && len == size
+                      : chunk_.codec == 2 ? size / 1032 <= n
+                                          : zstd_size_agrees(src, n, size);
+    if (!fits) fail(cat("corrupt ", codec_name(chunk_.codec), " page (", n, " bytes, expected ", size, " out)"));
     page_buf_.resize(size);
     bool ok = false;
-    const auto* s = reinterpret_cast<const char*>(src);
     if (chunk_.codec == 1) {
-      size_t len = 0;
-      ok = snappy::GetUncompressedLength(s, n, &len) && len == size && snappy::RawUncompress(s, n, page_buf_.data());
+      ok = snappy::RawUncompress(s, n, page_buf_.data());
     } else if (chunk_.codec == 2) {
       z_stream z{};
       if (inflateInit2(&z, 15 + 32) == Z_OK) {

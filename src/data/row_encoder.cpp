@@ -31,15 +31,7 @@ RowEncoder::RowEncoder(const Tokenizer& tokenizer, const ChatTemplate* chat_temp
 RowEncoder::RowEncoder(const Tokenizer& tokenizer, const ChatTemplate* chat_template, RowOptions options)
     : tokenizer_(tokenizer), template_(chat_template), o_(std::move(options)) {}
 
-void RowEncoder::encode_line(std::string_view line, TokenizedRow& out) const {
-  OrderedJson row;
-  try {
-    row = OrderedJson::parse(line);
-  } catch (const nlohmann::json::exception& e) {
-    raise(ErrorKind::kInvalidInput, "not valid JSON (", e.what(), ")");
-  }
-  encode_row(row, out);
-}
+void RowEncoder::encode_line(std::string_view line, TokenizedRow& out) const { encode_row(parse_row(line), out); }
 
 void RowEncoder::encode_row(const OrderedJson& row, TokenizedRow& out) const {
   out.ids.clear();

@@ -2,6 +2,7 @@
 #include "data/row_shapes.h"
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace anvil {
 namespace {
@@ -47,6 +48,15 @@ void shape_prompt_completion(const OrderedJson& prompt, const OrderedJson& compl
 }
 
 }  // namespace
+
+OrderedJson parse_row(std::string_view line) {
+  check_json_depth(line, "the row");
+  try {
+    return OrderedJson::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    raise(ErrorKind::kInvalidInput, "not valid JSON (", e.what(), ")");
+  }
+}
 
 ColumnMap ColumnMap::parse(const std::string& spec) {
   ColumnMap m;

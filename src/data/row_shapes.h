@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct ShapedRow {
   OrderedJson prompt, completion;  // kPromptCompletion: strings, or lists of {role, content}
   std::string text;             // kText
 };
+
+// One JSONL line as a row, parsed with its key order kept: kInvalidInput when it is not JSON or
+// nests deeper than kMaxJsonDepth (core/json.h).
+OrderedJson parse_row(std::string_view line);
 
 // The row in its canonical shape. Throws kInvalidInput saying what is wrong and which
 // shapes are expected.

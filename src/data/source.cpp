@@ -11,6 +11,7 @@
 #include "core/fs.h"
 #include "data/jsonl.h"
 #include "data/parquet.h"
+#include "data/row_shapes.h"
 #include "data/utf8.h"
 #include "io/hub.h"
 
@@ -106,13 +107,7 @@ class JsonlBatch : public RowBatch {
  public:
   JsonlBatch(const std::string& path) : path_(path) {}
   size_t size() const override { return lines_.size(); }
-  OrderedJson row(size_t i) const override {
-    try {
-      return OrderedJson::parse(lines_[i]);
-    } catch (const nlohmann::json::exception& e) {
-      raise(ErrorKind::kInvalidInput, "not valid JSON (", e.what(), ")");
-    }
-  }
+  OrderedJson row(size_t i) const override { return parse_row(lines_[i]); }
   std::string where(size_t i) const override { return cat(path_, ":", line_numbers_[i]); }
 
   std::string path_;

@@ -44,12 +44,7 @@ int64_t tokenize_jsonl(std::istream& in, std::ostream& out, const TokenizeOption
     pool.run(static_cast<int64_t>(lines.size()), [&](int64_t i) {
       const auto k = static_cast<size_t>(i);
       try {
-        OrderedJson row;
-        try {
-          row = OrderedJson::parse(lines[k]);
-        } catch (const nlohmann::json::exception& e) {
-          raise(ErrorKind::kInvalidInput, "not valid JSON (", e.what(), ")");
-        }
+        const OrderedJson row = parse_row(lines[k]);
         ANVIL_ENSURE(o.chat || !(row.is_object() && row.contains("messages")), kInvalidInput,
                      "a \"messages\" row: pass --chat to render it with the chat template");
         TokenizedRow t;

@@ -33,6 +33,20 @@ namespace anvil {
 
 namespace {
 
+// Ids index tables of one entry per id (the vocabulary's, the added tokens'): 2^24, 64 times
+// the largest vocabulary in use, bounds them to tens of MB whatever a file claims.
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
+// nlohmann's errors for a part of the wrong JSON type name no file: they are the file's error.
+template <class F>
+Tokenizer refusing_malformed(const std::string& what, F&& parse) {
+  try {
+    return parse();
+  } catch (const nlohmann::json::exception& e) {
+    raise(ErrorKind::kInvalidInput, what, ": malformed tokenizer.json (", e.what(), ")");
+  }
+}
+
 // Calls load(component) for j, or for each member of a Sequence (listed under `members`, nested
 // Sequences in turn); nothing for null.
 template <class F>
@@ -145,6 +159,14 @@ void check_bpe_model(const Json& model, const std::string& what) {
                kUnsupported, what, ": BPE end_of_word_suffix is not supported");
 }
 
+// The id of an entry of added_tokens, checked as the vocabulary's are: the tables are sized by it.
+int32_t added_token_id(const Json& a, const std::string& what) {
+  const Json& id = a.at("id");
+  ANVIL_ENSURE(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < kMaxTokenId, kInvalidInput,
+               what, ": added token ", a.dump(), " has no id in [0, ", kMaxTokenId, ")");
+  return id.get<int32_t>();
+}
+
 // model.vocab into bpe.vocab and bpe.byte_id; id_used sized one past the largest id (of the
 // vocabulary and of `added`, the added_tokens) and marked for the vocabulary's ids.
 void load_vocab(simdjson::dom::object vocab, const Json& added, const std::string& what, BpeModel& bpe,
@@ -156,12 +178,12 @@ void load_vocab(simdjson::dom::object vocab, const Json& added, const std::strin
     ANVIL_ENSURE(entry.value.get(id) == simdjson::SUCCESS, kInvalidInput, what, ": vocab entry '", entry.key,
                  "' has id ", simdjson::to_string(entry.value), ", not an integer");
     ANVIL_ENSURE(id >= 0, kInvalidInput, what, ": negative id for vocab entry '", entry.key, "'");
-    ANVIL_ENSURE(id <= INT32_MAX, kInvalidInput, what, ": id ", id, " of vocab entry '", entry.key,
-                 "' does not fit 32 bits");
+    ANVIL_ENSURE(id < kMaxTokenId, kUnsupported, what, ": id ", id, " of vocab entry '", entry.key,
+                 "' is beyond the ids anvil indexes (", kMaxTokenId, ")");
     max_id = std::max(max_id, static_cast<int32_t>(id));
     key_bytes += entry.key.size();
   }
-  for (const Json& a : added) max_id = std::max(max_id, a.at("id").get<int32_t>());
+  for (const Json& a : added) max_id = std::max(max_id, added_token_id(a, what));
   id_used.assign(static_cast<size_t>(max_id + 1), false);
   bpe.vocab.reserve(vocab.size(), key_bytes);
   for (const auto& entry : vocab) {
@@ -218,9 +240,9 @@ std::vector<MergeIds> resolve_merges(simdjson::dom::array merges, const Vocab& v
 }
 
 // One entry of added_tokens.
-AddedToken parse_added_token(const Json& a) {
+AddedToken parse_added_token(const Json& a, const std::string& what) {
   AddedToken tok;
-  tok.id = a.at("id").get<int32_t>();
+  tok.id = added_token_id(a, what);
   tok.content = a.at("content").get<std::string>();
   tok.special = a.value("special", false);
   tok.single_word = a.value("single_word", false);
@@ -237,11 +259,11 @@ Tokenizer Tokenizer::load(const std::string& path) {
   ANVIL_ENSURE(path_exists(file), kNotFound, file, ": no tokenizer.json (pass --tokenizer a model folder or the file)");
   const MappedFile mapped(file);
   if (!mapped.ok()) return from_json(read_file(file), file);  // read_file's error says why
-  return parse(mapped.text(), true, file);
+  return refusing_malformed(file, [&] { return parse(mapped.text(), true, file); });
 }
 
 Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& what) {
-  return parse(json_text, false, what);
+  return refusing_malformed(what, [&] { return parse(json_text, false, what); });
 }
 
 Tokenizer Tokenizer::parse(std::string_view json_text, bool padded, const std::string& what) {
@@ -289,7 +311,7 @@ Tokenizer Tokenizer::parse(std::string_view json_text, bool padded, const std::s
     t->bpe.merges.insert(merge_ids[rank].a, merge_ids[rank].b, static_cast<int32_t>(rank), merge_ids[rank].merged);
 
   for (const Json& a : added) {
-    AddedToken tok = parse_added_token(a);
+    AddedToken tok = parse_added_token(a, what);
     const auto index = static_cast<int32_t>(t->added.size());
     t->added_by_id[tok.id] = index;
     t->added_by_content[tok.content] = tok.id;

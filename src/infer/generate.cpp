@@ -17,6 +17,7 @@
 #include "core/units.h"
 #include "data/chat_template.h"
 #include "data/jsonl.h"
+#include "data/row_shapes.h"
 #include "data/tokenizer.h"
 #include "io/hf_export.h"
 #include "io/hub.h"
@@ -336,12 +337,7 @@ struct TextSide {
   }
   // A row of an --input file: {"messages"}, {"text"} or {"input_ids"}.
   std::vector<int32_t> row_ids(const std::string& line) {
-    OrderedJson row;
-    try {
-      row = OrderedJson::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      raise(ErrorKind::kInvalidInput, "not valid JSON (", e.what(), ")");
-    }
+    const OrderedJson row = parse_row(line);
     ANVIL_ENSURE(row.is_object(), kInvalidInput, "a row must be a JSON object");
     if (row.contains("messages")) return chat_ids(row["messages"]);
     if (row.contains("text")) {

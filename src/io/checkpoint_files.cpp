@@ -17,6 +17,7 @@
 #include "core/fs.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "core/tensor.h"
 #include "core/threads.h"
 #include "io/parallel_file.h"
 
@@ -169,6 +170,7 @@ void write_tensor_data(const std::vector<ShardTensor>& tensors, const ShardFill&
   if (pending.valid()) pending.get();
 }
 
+<<<<<<< HEAD
 // What is wrong with the checksums of a shard file of its recorded size (`shard`: its record
 // in meta.json); empty when they match. Its chunks', where recorded, else the whole file's.
 std::string checksum_error(const std::string& path, const Json& shard) {
@@ -187,6 +189,78 @@ std::string checksum_error(const std::string& path, const Json& shard) {
                  std::min<uint64_t>((i + 1) * kFileChunk, shard["bytes"].get<uint64_t>()), ") differs from ",
                  want[i].get<std::string>(), " recorded in meta.json (the file is corrupt)");
   return "";
+=======
+// meta.json is read as the readers use it (validate_checkpoint, check_model, CheckpointReader,
+// resume, export): a checkpoint may come from elsewhere, so every field they read is checked
+// for its kind and range here, and a wrong one refused naming it, before it is used as an
+// index, a divisor or a size.
+bool is_count(const Json& j, const char* key, int64_t min = 0) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() && it->get<int64_t>() >= min;
+}
+
+bool is_text(const Json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string();
+}
+
+void check_meta_fields(const Json& meta, const std::string& path) {
+  const auto bad = [&](const char* what) { raise(ErrorKind::kInvalidInput, path, ": ", what); };
+  if (!is_count(meta, "step")) bad("\"step\" is not a step number");
+  if (!is_count(meta, "world", 1) || meta["world"].get<int64_t>() > (1 << 20)) bad("\"world\" is not a rank count");
+  if (!is_text(meta, "mode")) bad("\"mode\" is not a name");
+  if (!meta["config"].is_object()) bad("\"config\" is not a config.json object");
+  const Json& data = meta["data"];
+  if (!data.is_object() || !is_count(data, "epoch") || !is_count(data, "samples_in_epoch") || !is_text(data, "packing"))
+    bad("\"data\" is not a data position (epoch, samples_in_epoch, packing)");
+  for (const char* key : {"source", "train"})
+    if (meta.contains(key) && !meta[key].is_object()) bad("\"source\" or \"train\" is not an object");
+  if (meta.contains("source"))
+    for (const auto& [k, v] : meta["source"].items())
+      if (!v.is_string()) bad("\"source\" holds a folder that is not a string");
+}
+
+// Units: {name, numel, padded}, padded a multiple of the world size; tensors: {name, unit,
+// offset, shape}, each inside its unit.
+void check_units_and_tensors(const Json& meta, const std::string& path) {
+  const auto bad = [&](const std::string& what) { raise(ErrorKind::kInvalidInput, path, ": ", what); };
+  const int64_t world = meta["world"].get<int64_t>();
+  const Json& units = meta["units"];
+  if (!units.is_array()) bad("\"units\" is not a list");
+  for (const Json& u : units)
+    if (!u.is_object() || !is_text(u, "name") || !is_count(u, "numel") || !is_count(u, "padded") ||
+        u["padded"].get<int64_t>() < u["numel"].get<int64_t>() || u["padded"].get<int64_t>() % world != 0)
+      bad(cat("unit ", u.dump(), " is not {name, numel, padded >= numel, a multiple of ", world, "}"));
+  const Json& tensors = meta["tensors"];
+  if (!tensors.is_array()) bad("\"tensors\" is not a list");
+  for (const Json& t : tensors) {
+    bool ok = t.is_object() && is_text(t, "name") && is_count(t, "unit") && is_count(t, "offset") &&
+              t["unit"].get<int64_t>() < static_cast<int64_t>(units.size()) && t.contains("shape") &&
+              t["shape"].is_array() && t["shape"].size() <= static_cast<size_t>(Shape::kMaxDims);
+    int64_t numel = 1;
+    for (size_t d = 0; ok && d < t["shape"].size(); ++d) {
+      const Json& n = t["shape"][d];
+      ok = n.is_number_integer() && n.get<int64_t>() >= 0 && !__builtin_mul_overflow(numel, n.get<int64_t>(), &numel);
+    }
+    ok = ok && numel <= units[t["unit"].get<size_t>()]["numel"].get<int64_t>() - t["offset"].get<int64_t>();
+    if (!ok) bad(cat("tensor ", t.dump(), " is not {name, unit, offset, shape} inside its unit"));
+  }
+}
+
+// Shards: one {file, bytes, xxh64} per rank, each file a name inside the checkpoint folder.
+void check_shards(const Json& meta, const std::string& path) {
+  const Json& shards = meta["shards"];
+  const int64_t world = meta["world"].get<int64_t>();
+  ANVIL_ENSURE(shards.is_array() && static_cast<int64_t>(shards.size()) == world, kInvalidInput, path, ": ",
+               shards.is_array() ? shards.size() : 0, " shard files for a world of ", world);
+  for (const Json& s : shards) {
+    const bool named = s.is_object() && is_text(s, "file") && !s["file"].get<std::string>().empty() &&
+                       s["file"].get<std::string>().find('/') == std::string::npos && s["file"] != ".." &&
+                       s["file"] != ".";
+    ANVIL_ENSURE(named && s.contains("bytes") && s["bytes"].is_number_unsigned() && is_text(s, "xxh64"),
+                 kInvalidInput, path, ": shard ", s.dump(), " is not {file (a name in the folder), bytes, xxh64}");
+  }
+>>>>>>> fuzz
 }
 
 }  // namespace
@@ -230,12 +304,16 @@ Json read_checkpoint_meta(const std::string& ckpt) {
   const std::string path = path_join(ckpt, "meta.json");
   ANVIL_ENSURE(path_exists(path), kNotFound, path, ": missing (", ckpt, " is not a complete checkpoint)");
   Json meta = json_read_file(path);
-  ANVIL_ENSURE(meta.is_object() && meta.value("format", "") == kCheckpointFormat, kInvalidInput, path,
+  ANVIL_ENSURE(meta.is_object() && meta.contains("format") && meta["format"] == kCheckpointFormat, kInvalidInput, path,
                ": not an anvil checkpoint (no \"format\": \"", kCheckpointFormat, "\")");
-  ANVIL_ENSURE(meta.value("version", 0) == kCheckpointVersion, kUnsupported, path, ": checkpoint version ",
-               meta.value("version", 0), ", this anvil reads version ", kCheckpointVersion);
-  for (const char* key : {"step", "world", "mode", "config", "units", "tensors", "shards"})
+  ANVIL_ENSURE(meta.contains("version") && meta["version"] == kCheckpointVersion, kUnsupported, path,
+               ": checkpoint version ", meta.value("version", Json()).dump(), ", this anvil reads version ",
+               kCheckpointVersion);
+  for (const char* key : {"step", "world", "mode", "config", "data", "units", "tensors", "shards"})
     ANVIL_ENSURE(meta.contains(key), kInvalidInput, path, ": no \"", key, "\"");
+  check_meta_fields(meta, path);
+  check_units_and_tensors(meta, path);
+  check_shards(meta, path);
   return meta;
 }
 
@@ -247,9 +325,6 @@ Status validate_checkpoint(const std::string& ckpt, bool verify_checksums) {
   try {
     const Json meta = read_checkpoint_meta(ckpt);
     const Json& shards = meta["shards"];
-    const int world = meta["world"].get<int>();
-    ANVIL_ENSURE(shards.is_array() && static_cast<int>(shards.size()) == world, kInvalidInput,
-                 path_join(ckpt, "meta.json"), ": ", shards.size(), " shard files for a world of ", world);
     std::vector<std::string> errors(shards.size());
     parallel_for(static_cast<int64_t>(shards.size()), 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {

@@ -25,23 +25,31 @@ SafeTensorInfo parse_entry(const std::string& path, const std::string& name, con
   t.name = name;
   ANVIL_ENSURE(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
                kInvalidInput, path, ": tensor ", name, ": header entry lacks dtype, shape or data_offsets");
+  ANVIL_ENSURE(v["dtype"].is_string(), kInvalidInput, path, ": tensor ", name, ": dtype ", v["dtype"].dump(),
+               " is not a dtype name");
   const std::string dt = v["dtype"].get<std::string>();
   ANVIL_ENSURE(dtype_from_name(dt, &t.dtype), kUnsupported, path, ": tensor ", name, ": dtype ", dt,
                " is not supported");
   const auto& shape = v["shape"];
   ANVIL_ENSURE(shape.is_array() && shape.size() <= Shape::kMaxDims, kUnsupported, path, ": tensor ", name,
                ": rank ", shape.size(), " is not supported");
+  // The element count as Shape::numel() multiplies it, and the bytes, without overflow: a
+  // header's shape must not wrap around to the size of the data it names.
+  int64_t numel = 1;
   for (auto& d : shape) {
-    ANVIL_ENSURE(d.is_number_integer() && d.get<int64_t>() >= 0, kInvalidInput, path, ": tensor ", name,
-                 ": bad shape ", shape.dump());
+    const bool ok =
+        d.is_number_integer() && d.get<int64_t>() >= 0 && !__builtin_mul_overflow(numel, d.get<int64_t>(), &numel);
+    ANVIL_ENSURE(ok, kInvalidInput, path, ": tensor ", name, ": bad shape ", shape.dump());
     t.shape.dims[static_cast<size_t>(t.shape.ndim++)] = d.get<int64_t>();
   }
   const auto& off = v["data_offsets"];
-  ANVIL_ENSURE(off.is_array() && off.size() == 2, kInvalidInput, path, ": tensor ", name, ": bad data_offsets");
+  ANVIL_ENSURE(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+               kInvalidInput, path, ": tensor ", name, ": bad data_offsets ", off.dump());
   const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-  t.bytes = static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype);
-  ANVIL_ENSURE(b <= e && e - b == t.bytes, kInvalidInput, path, ": tensor ", name, ": data_offsets [", b, ", ",
-               e, "] do not match ", dt, " ", t.shape.str());
+  ANVIL_ENSURE(!__builtin_mul_overflow(static_cast<size_t>(numel), dtype_size(t.dtype), &t.bytes) && b <= e &&
+                   e - b == t.bytes,
+               kInvalidInput, path, ": tensor ", name, ": data_offsets [", b, ", ", e, "] do not match ", dt, " ",
+               t.shape.str());
   ANVIL_ENSURE(e <= data_size, kInvalidInput, path, ": tensor ", name, " ends at byte ", e,
                " past the end of the data (", data_size, " bytes): the file is truncated");
   t.data = data + b;
@@ -71,6 +79,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::memcpy(&header_len, base, 8);
   ANVIL_ENSURE(header_len <= size_ - 8 && header_len < (100u << 20), kInvalidInput, path,
                ": bad safetensors header length ", header_len, " for a file of ", size_, " bytes (truncated?)");
+  const char* text = reinterpret_cast<const char*>(base + 8);
+  check_json_depth(std::string_view(text, header_len), path + ": safetensors header");
   Json header;
   try {
     header = Json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
@@ -116,7 +126,8 @@ SafetensorsSet::SafetensorsSet(const std::string& dir) : dir_(dir) {
                  ": no weight_map");
     std::set<std::string> seen;
     for (auto& [name, file] : j["weight_map"].items()) {
-      (void)name;
+      ANVIL_ENSURE(file.is_string(), kInvalidInput, index, ": weight_map entry ", name, " is ", file.dump(),
+                   ", not a file name");
       if (seen.insert(file.get<std::string>()).second) shard_files.push_back(file.get<std::string>());
     }
   } else if (path_exists(single)) {
@@ -166,26 +177,33 @@ void release_mapped_pages(const void* data, size_t bytes) {
   if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 
+namespace {
+
+// Element i of an array of T at p, which need not be aligned for T: a file's tensor starts
+// where its header says, at any byte.
+template <class T>
+T element(const void* p, size_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(p) + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+}  // namespace
+
 void convert_to_f32(const void* src, DType dtype, size_t n, float* out) {
   switch (dtype) {
     case DType::kF32:
-      std::memcpy(out, src, n * 4);
+      if (n > 0) std::memcpy(out, src, n * 4);  // an empty tensor's buffer may be null
       return;
-    case DType::kBF16: {
-      const uint16_t* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(s[i]);
+    case DType::kBF16:
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(element<uint16_t>(src, i));
       return;
-    }
-    case DType::kF16: {
-      const uint16_t* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) out[i] = f16_bits_to_f32(s[i]);
+    case DType::kF16:
+      for (size_t i = 0; i < n; ++i) out[i] = f16_bits_to_f32(element<uint16_t>(src, i));
       return;
-    }
-    case DType::kF64: {
-      const double* s = static_cast<const double*>(src);
-      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(s[i]);
+    case DType::kF64:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(element<double>(src, i));
       return;
-    }
     default:
       raise(ErrorKind::kUnsupported, "cannot read a ", dtype_name(dtype), " tensor as floating point");
   }
@@ -197,9 +215,8 @@ namespace {
 template <class To, class From>
 std::vector<To> converted(const SafeTensorInfo& t) {
   const size_t n = static_cast<size_t>(t.shape.numel());
-  const From* s = reinterpret_cast<const From*>(t.data);
   std::vector<To> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<To>(s[i]);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<To>(element<From>(t.data, i));
   return out;
 }
 

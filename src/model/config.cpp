@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -10,10 +11,49 @@
 namespace anvil {
 namespace {
 
+// The largest model anvil builds: far beyond any published dense model (405B parameters, 126
+// layers), and small enough that its sizes multiply in int64 without overflow.
+constexpr int64_t kMaxLayers = 4096;
+constexpr double kMaxParameters = 17592186044416.0;  // 2^44
+
+// The parameter count (a tied embedding once) in T: int64_t for num_parameters, double for
+// the bound on sizes that would overflow int64.
 template <class T>
-T get_or(const Json& j, const char* key, T fallback) {
+T count_parameters(const ModelConfig& m) {
+  const T c = T(m.hidden_size), q = T(m.num_heads) * T(m.head_dim), kv = T(m.num_kv_heads) * T(m.head_dim);
+  T block = c * (q + 2 * kv) + q * c + 3 * c * T(m.intermediate_size) + 2 * c;
+  if (m.qkv_bias) block += q + 2 * kv;
+  if (m.qk_norm) block += 2 * T(m.head_dim);
+  T n = T(m.vocab_size) * c + T(m.num_layers) * block + c;
+  if (!m.tie_word_embeddings) n += T(m.vocab_size) * c;
+  return n;
+}
+
+// What a setting of type T must be in JSON, for the refusal of one that is not.
+template <class T>
+const char* json_kind() {
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  else if constexpr (std::is_same_v<T, bool>) return "true or false";
+  else if constexpr (std::is_integral_v<T>) return "an integer";
+  else return "a number";
+}
+
+template <class T>
+bool has_kind(const Json& v) {
+  if constexpr (std::is_same_v<T, std::string>) return v.is_string();
+  else if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
+  else if constexpr (std::is_integral_v<T>) return v.is_number_integer();
+  else return v.is_number();
+}
+
+// j[key] as T, or fallback where it is absent or null; a value of another kind is refused
+// naming the key (a config.json is the user's file: nlohmann's type errors name nothing).
+template <class T>
+T get_or(const std::string& source, const Json& j, const char* key, T fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
+  ANVIL_ENSURE(has_kind<T>(*it), kInvalidInput, source, ": \"", key, "\" must be ", json_kind<T>(), ", got ",
+               it->dump());
   return it->get<T>();
 }
 
@@ -35,24 +75,25 @@ double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 
 // when absent, from factor, mscale and mscale_all_dim; beta_fast and beta_slow 32 and 1
 // where absent or zero.
 void read_yarn(const Json& j, const Json& scaling, const std::string& source, RopeConfig* rope) {
-  const int64_t max_pos = get_or<int64_t>(j, "max_position_embeddings", 0);
-  rope->original_max_position_embeddings = get_or<int64_t>(
-      j, "original_max_position_embeddings", get_or<int64_t>(scaling, "original_max_position_embeddings", max_pos));
+  const int64_t max_pos = get_or<int64_t>(source, j, "max_position_embeddings", 0);
+  rope->original_max_position_embeddings =
+      get_or<int64_t>(source, j, "original_max_position_embeddings",
+                      get_or<int64_t>(source, scaling, "original_max_position_embeddings", max_pos));
   ANVIL_ENSURE(rope->original_max_position_embeddings > 0, kInvalidInput, source,
                ": yarn RoPE needs original_max_position_embeddings (or max_position_embeddings)");
   const double ratio = static_cast<double>(max_pos) / static_cast<double>(rope->original_max_position_embeddings);
-  rope->factor = get_or<double>(scaling, "factor", ratio);
+  rope->factor = get_or<double>(source, scaling, "factor", ratio);
   ANVIL_ENSURE(rope->factor > 0, kInvalidInput, source, ": yarn RoPE needs factor > 0, got ", rope->factor);
-  const double mscale = get_or<double>(scaling, "mscale", 0);
-  const double mscale_all_dim = get_or<double>(scaling, "mscale_all_dim", 0);
+  const double mscale = get_or<double>(source, scaling, "mscale", 0);
+  const double mscale_all_dim = get_or<double>(source, scaling, "mscale_all_dim", 0);
   const double inferred = mscale != 0 && mscale_all_dim != 0
                               ? yarn_mscale(rope->factor, mscale) / yarn_mscale(rope->factor, mscale_all_dim)
                               : yarn_mscale(rope->factor, 1.0);
-  rope->attention_factor = get_or<double>(scaling, "attention_factor", inferred);
-  const double beta_fast = get_or<double>(scaling, "beta_fast", 0), beta_slow = get_or<double>(scaling, "beta_slow", 0);
+  rope->attention_factor = get_or<double>(source, scaling, "attention_factor", inferred);
+  const double beta_fast = get_or<double>(source, scaling, "beta_fast", 0), beta_slow = get_or<double>(source, scaling, "beta_slow", 0);
   rope->beta_fast = beta_fast != 0 ? beta_fast : 32.0;
   rope->beta_slow = beta_slow != 0 ? beta_slow : 1.0;
-  rope->truncate = get_or<bool>(scaling, "truncate", true);
+  rope->truncate = get_or<bool>(source, scaling, "truncate", true);
 }
 
 void read_rope(const Json& j, const std::string& source, RopeConfig* rope) {
@@ -60,19 +101,19 @@ void read_rope(const Json& j, const std::string& source, RopeConfig* rope) {
   // rope_theta and an optional rope_scaling {type|rope_type, factor, ...}.
   const Json* params = nullptr;
   if (auto it = j.find("rope_parameters"); it != j.end() && it->is_object()) params = &*it;
-  double theta = get_or<double>(j, "rope_theta", 10000.0);
+  double theta = get_or<double>(source, j, "rope_theta", 10000.0);
   const Json* scaling = nullptr;
   if (params) {
-    theta = get_or<double>(*params, "rope_theta", theta);
+    theta = get_or<double>(source, *params, "rope_theta", theta);
     scaling = params;
   } else if (auto it = j.find("rope_scaling"); it != j.end() && it->is_object()) {
     scaling = &*it;
   }
   rope->theta = theta;
   if (!scaling) return;
-  std::string type = get_or<std::string>(*scaling, "rope_type", get_or<std::string>(*scaling, "type", "default"));
+  std::string type = get_or<std::string>(source, *scaling, "rope_type", get_or<std::string>(source, *scaling, "type", "default"));
   const double partial =
-      get_or<double>(*scaling, "partial_rotary_factor", get_or<double>(j, "partial_rotary_factor", 1.0));
+      get_or<double>(source, *scaling, "partial_rotary_factor", get_or<double>(source, j, "partial_rotary_factor", 1.0));
   ANVIL_ENSURE(partial == 1.0, kUnsupported, source, ": partial_rotary_factor ", partial,
                " is not supported (RoPE over the whole head only)");
   if (type == "default") return;
@@ -80,11 +121,11 @@ void read_rope(const Json& j, const std::string& source, RopeConfig* rope) {
                "\" is not supported (supported: default, llama3, yarn)");
   rope->type = type;
   if (type == "yarn") return read_yarn(j, *scaling, source, rope);
-  rope->factor = get_or<double>(*scaling, "factor", 8.0);
-  rope->low_freq_factor = get_or<double>(*scaling, "low_freq_factor", 1.0);
-  rope->high_freq_factor = get_or<double>(*scaling, "high_freq_factor", 4.0);
+  rope->factor = get_or<double>(source, *scaling, "factor", 8.0);
+  rope->low_freq_factor = get_or<double>(source, *scaling, "low_freq_factor", 1.0);
+  rope->high_freq_factor = get_or<double>(source, *scaling, "high_freq_factor", 4.0);
   rope->original_max_position_embeddings =
-      get_or<int64_t>(*scaling, "original_max_position_embeddings", 8192);
+      get_or<int64_t>(source, *scaling, "original_max_position_embeddings", 8192);
   ANVIL_ENSURE(rope->high_freq_factor > rope->low_freq_factor && rope->factor > 0, kInvalidInput, source,
                ": llama3 RoPE needs high_freq_factor > low_freq_factor and factor > 0");
 }
@@ -92,8 +133,11 @@ void read_rope(const Json& j, const std::string& source, RopeConfig* rope) {
 // The architecture, from "architectures" or else "model_type": the one block's variant.
 void read_architecture(const Json& j, const std::string& source, ModelConfig& c) {
   std::string arch;
-  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty())
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty()) {
+    ANVIL_ENSURE((*it)[0].is_string(), kInvalidInput, source, ": \"architectures\" must list class names, got ",
+                 it->dump());
     arch = (*it)[0].get<std::string>();
+  }
   if (arch.empty()) {
     if (c.model_type == "qwen3") arch = "Qwen3ForCausalLM";
     else if (c.model_type == "qwen2") arch = "Qwen2ForCausalLM";
@@ -117,23 +161,23 @@ void read_architecture(const Json& j, const std::string& source, ModelConfig& c)
 // A config that names anything this block does not compute is refused, with the setting.
 void refuse_unsupported(const Json& j, const std::string& source, const ModelConfig& c) {
   for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"}) {
-    int64_t experts = get_or<int64_t>(j, moe, 0);
+    int64_t experts = get_or<int64_t>(source, j, moe, 0);
     ANVIL_ENSURE(experts == 0, kUnsupported, source, ": mixture of experts (\"", moe, "\": ", experts,
                  ") is not supported");
   }
-  ANVIL_ENSURE(!get_or<bool>(j, "use_sliding_window", false), kUnsupported, source,
+  ANVIL_ENSURE(!get_or<bool>(source, j, "use_sliding_window", false), kUnsupported, source,
                ": sliding-window attention (\"use_sliding_window\": true) is not supported");
   if (auto it = j.find("layer_types"); it != j.end() && it->is_array())
     for (auto& t : *it)
       ANVIL_ENSURE(t == "full_attention", kUnsupported, source, ": layer type ", t.dump(),
                    " is not supported (only full_attention)");
-  std::string act = get_or<std::string>(j, "hidden_act", "silu");
+  std::string act = get_or<std::string>(source, j, "hidden_act", "silu");
   ANVIL_ENSURE(act == "silu", kUnsupported, source, ": activation \"", act, "\" is not supported (only silu)");
   if (c.arch != Arch::kQwen2)
-    ANVIL_ENSURE(!get_or<bool>(j, "attention_bias", false), kUnsupported, source,
+    ANVIL_ENSURE(!get_or<bool>(source, j, "attention_bias", false), kUnsupported, source,
                  ": \"attention_bias\": true is not supported for ", c.architecture);
-  ANVIL_ENSURE(!get_or<bool>(j, "mlp_bias", false), kUnsupported, source, ": \"mlp_bias\": true is not supported");
-  ANVIL_ENSURE(get_or<int64_t>(j, "pretraining_tp", 1) == 1, kUnsupported, source,
+  ANVIL_ENSURE(!get_or<bool>(source, j, "mlp_bias", false), kUnsupported, source, ": \"mlp_bias\": true is not supported");
+  ANVIL_ENSURE(get_or<int64_t>(source, j, "pretraining_tp", 1) == 1, kUnsupported, source,
                ": \"pretraining_tp\" other than 1 is not supported");
 }
 
@@ -157,29 +201,28 @@ void read_sizes(const Json& j, const std::string& source, ModelConfig& c) {
     c.head_dim = c.hidden_size / c.num_heads;
   }
   ANVIL_ENSURE(c.head_dim % 2 == 0, kInvalidInput, source, ": head_dim ", c.head_dim, " must be even for RoPE");
-  c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", 4096);
-  c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6);
-  c.initializer_range = get_or<double>(j, "initializer_range", 0.02);
-  c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false);
+  c.max_position_embeddings = get_or<int64_t>(source, j, "max_position_embeddings", 4096);
+  c.rms_norm_eps = get_or<double>(source, j, "rms_norm_eps", 1e-6);
+  c.initializer_range = get_or<double>(source, j, "initializer_range", 0.02);
+  c.tie_word_embeddings = get_or<bool>(source, j, "tie_word_embeddings", false);
+  // Sizes no machine holds are refused before anything is sized by them (the parameter
+  // table, RoPE's table) and before int64 arithmetic on them could overflow.
+  ANVIL_ENSURE(c.num_layers <= kMaxLayers, kUnsupported, source, ": num_hidden_layers ", c.num_layers,
+               " is more than anvil builds (", kMaxLayers, ")");
+  const double params = count_parameters<double>(c);
+  ANVIL_ENSURE(params <= kMaxParameters, kUnsupported, source, ": these sizes make a model of ", params,
+               " parameters, more than anvil builds (2^44)");
 }
 
 }  // namespace
 
-int64_t ModelConfig::num_parameters() const {
-  const int64_t c = hidden_size;
-  int64_t block = c * qkv_dim() + q_dim() * c + 3 * c * intermediate_size + 2 * c;
-  if (qkv_bias) block += qkv_dim();
-  if (qk_norm) block += 2 * head_dim;
-  int64_t n = vocab_size * c + num_layers * block + c;
-  if (!tie_word_embeddings) n += vocab_size * c;
-  return n;
-}
+int64_t ModelConfig::num_parameters() const { return count_parameters<int64_t>(*this); }
 
 ModelConfig config_from_json(const Json& j, const std::string& source) {
   ANVIL_ENSURE(j.is_object(), kInvalidInput, source, ": expected a JSON object");
   ModelConfig c;
   c.raw = j;
-  c.model_type = get_or<std::string>(j, "model_type", "");
+  c.model_type = get_or<std::string>(source, j, "model_type", "");
   read_architecture(j, source, c);
   refuse_unsupported(j, source, c);
   read_sizes(j, source, c);

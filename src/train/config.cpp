@@ -57,7 +57,9 @@ std::vector<std::string> continuation_changes(const Json& was, const Json& now) 
     const std::string key = s.key;
     if (!s.compared || !was.contains(key) || !now.contains(key) || was[key] == now[key]) continue;
     // The step count shapes only a cosine schedule.
-    if (key == "steps" && was.value("schedule", "") == "constant" && now.value("schedule", "") == "constant") continue;
+    // `was` is a checkpoint's record, its value of any JSON type.
+    if (key == "steps" && was.value("schedule", Json()) == "constant" && now.value("schedule", Json()) == "constant")
+      continue;
     out.push_back(cat(key, " ", was[key].dump(), " -> ", now[key].dump()));
   }
   return out;

@@ -9,6 +9,8 @@ namespace anvil::jinja::detail {
 
 namespace {
 
+constexpr uint64_t kMaxRange = 100000;  // jinja2.sandbox.MAX_RANGE
+
 Value builtin_range(const List& a, const Dict&) {
   int64_t b = 0, e = 0, s = 1;
   ANVIL_ENSURE(!a.empty() && a.size() <= 3, kInvalidInput, "range() takes 1 to 3 arguments");
@@ -19,8 +21,20 @@ Value builtin_range(const List& a, const Dict&) {
     if (a.size() == 3) s = inum(a[2]);
   }
   ANVIL_ENSURE(s != 0, kInvalidInput, "range() step cannot be zero");
+  // The length as Python computes it, in uint64 where int64 would overflow (b, e and s are any
+  // int64), then jinja2's sandbox limit, which transformers renders under: range(100001) is an
+  // error there too.
+  const bool up = s > 0;
+  if (up ? e <= b : e >= b) return Value(List());
+  const uint64_t span = up ? static_cast<uint64_t>(e) - static_cast<uint64_t>(b)
+                           : static_cast<uint64_t>(b) - static_cast<uint64_t>(e);
+  const uint64_t step = up ? static_cast<uint64_t>(s) : 0 - static_cast<uint64_t>(s);
+  const uint64_t len = (span - 1) / step + 1;
+  ANVIL_ENSURE(len <= kMaxRange, kInvalidInput, "range() of more than ", kMaxRange,
+               " items (jinja2's sandbox blocks ranges larger than MAX_RANGE)");
   List out;
-  for (int64_t k = b; s > 0 ? k < e : k > e; k += s) out.emplace_back(k);
+  for (uint64_t k = 0; k < len; ++k)  // b + k * s modulo 2^64: the item, inside [b, e)
+    out.emplace_back(static_cast<int64_t>(static_cast<uint64_t>(b) + k * static_cast<uint64_t>(s)));
   return Value(std::move(out));
 }
 

@@ -104,8 +104,11 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
 Value py_slice(const Value& seq, const Value& start, const Value& stop, const Value& step);
 // + and * on strings and lists (concatenation, repetition); nullopt for other operands.
 std::optional<Value> py_sequence_op(const std::string& op, const Value& l, const Value& r);
-// + - * / // % ** on two numbers (the divisor of / // % not zero): ints stay ints, except /.
+// + - * / // % ** on two numbers (the divisor of / // % not zero): ints stay ints, except /;
+// an int result past int64 is refused (int_overflow).
 Value py_arithmetic(const std::string& op, const Value& l, const Value& r);
+// Throws kUnsupported: op's result does not fit int64 (Python's ints are unbounded).
+[[noreturn]] void int_overflow(const std::string& op);
 // str.startswith (prefix) or str.endswith: affixes is a string or a list of them (others never match).
 bool py_has_affix(const std::string& s, const Value& affixes, bool prefix);
 // str.find (in code points; -1 when absent) and str.count.

@@ -2,6 +2,7 @@
 // whitespace control (trim_blocks, lstrip_blocks, - and +).
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "data/jinja/internal.h"
@@ -186,8 +187,12 @@ class Lexer {
     for (size_t k = p; k < e; ++k)
       if (src_[k] != '_') text.push_back(src_[k]);
     Token t = make(is_float ? Tok::kFloat : Tok::kInt, text, p);
-    if (is_float) t.f = std::stod(text);
-    else t.i = std::stoll(text);
+    if (is_float) {
+      t.f = std::strtod(text.c_str(), nullptr);  // as Python's: inf past the double range, 0 below it
+    } else if (std::from_chars(text.data(), text.data() + text.size(), t.i).ec != std::errc()) {
+      raise(ErrorKind::kUnsupported, name_, ":", t.line, ":", t.col, ": the integer ", text,
+            " is past int64 (the chat-template renderer's integers are 64-bit, Python's unbounded)");
+    }
     tokens_.push_back(t);
     return e;
   }
@@ -225,8 +230,11 @@ class Lexer {
         case 'u':
         case 'U': {
           const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-          if (i + n > src_.size()) fail(i, "truncated \\" + std::string(1, e) + " escape");
-          const auto cp = static_cast<char32_t>(std::stoul(src_.substr(i, n), nullptr, 16));
+          uint32_t cp = 0;
+          const char* digits = src_.data() + i;
+          if (i + n > src_.size() || std::from_chars(digits, digits + n, cp, 16).ptr != digits + n)
+            fail(i, "truncated \\" + std::string(1, e) + " escape");
+          if (cp > 0x10FFFF) fail(i, "illegal Unicode character in a \\U escape");
           utf8_append(out, cp);
           i += n;
           break;

@@ -22,6 +22,27 @@ class Parser {
   }
 
  private:
+  // The depth of the tree being parsed: a nested expression or block, and each link of a chain
+  // (a + b + c, a.b[c](d), x|f|g, a if b else c if d ...) one level. Rendering and freeing walk
+  // the tree recursively, so its depth stays well within the stack; CPython refuses deeper code
+  // (200 nested parentheses, 100 nested blocks), so jinja2 renders no template this refuses.
+  static constexpr int kMaxDepth = 500;
+  class Depth {  // adds its levels to the parser's depth while it lives
+   public:
+    explicit Depth(Parser& p) : p_(p) {}
+    Depth(const Depth&) = delete;
+    Depth& operator=(const Depth&) = delete;
+    ~Depth() { p_.depth_ -= levels_; }
+    void add(const Token& t) {
+      ++levels_;
+      if (++p_.depth_ > kMaxDepth) p_.fail(t, cat("nested more than ", kMaxDepth, " levels deep"));
+    }
+
+   private:
+    Parser& p_;
+    int levels_ = 0;
+  };
+
   const Token& cur() const { return t_[i_]; }
   const Token& next_tok() { return t_[i_++]; }
   [[noreturn]] void fail(const Token& t, const std::string& what) const {
@@ -111,6 +132,8 @@ class Parser {
   }
 
   NodePtr parse_statement(const Token& begin) {
+    Depth depth(*this);
+    depth.add(begin);
     const Token& kw = cur();
     if (kw.type != Tok::kName) fail(kw, "expected a statement name" + found());
     const std::string k = kw.text;
@@ -234,12 +257,18 @@ class Parser {
   }
 
   // Expressions, in jinja2's precedence order.
-  ExprPtr parse_expr() { return parse_or_expr(false); }
+  ExprPtr parse_expr() {
+    Depth depth(*this);
+    depth.add(cur());
+    return parse_or_expr(false);
+  }
 
   ExprPtr parse_or_expr(bool no_cond) {
     ExprPtr e = parse_or();
     if (!no_cond && is_name("if")) {
       const Token& t = next_tok();
+      Depth depth(*this);
+      depth.add(t);
       auto c = at<Expr>(t);
       c->type = ExprType::kCond;
       ExprPtr cond = parse_or();
@@ -273,9 +302,11 @@ class Parser {
         if (keyword ? is_name(op) : is_op(op)) return true;
       return false;
     };
+    Depth depth(*this);
     ExprPtr l = operand();
     while (at_op()) {
       const Token& t = next_tok();
+      depth.add(t);
       l = binary(type, t, std::move(l), operand(), keyword ? std::string() : t.text);
     }
     return l;
@@ -285,6 +316,8 @@ class Parser {
   ExprPtr parse_not() {
     if (is_name("not")) {
       const Token& t = next_tok();
+      Depth depth(*this);
+      depth.add(t);
       auto e = at<Expr>(t);
       e->type = ExprType::kNot;
       e->kids.push_back(parse_not());
@@ -329,8 +362,10 @@ class Parser {
   ExprPtr parse_pow() { return left_chain(ExprType::kBinary, {"**"}, [this] { return parse_unary(true); }); }
   ExprPtr parse_unary(bool with_filter) {
     ExprPtr node;
+    Depth depth(*this);
     if (is_op("-") || is_op("+")) {
       const Token& t = next_tok();
+      depth.add(t);
       node = at<Expr>(t);
       node->type = t.text == "-" ? ExprType::kNeg : ExprType::kPos;
       node->kids.push_back(parse_unary(false));
@@ -447,8 +482,10 @@ class Parser {
     return e;
   }
   ExprPtr parse_postfix(ExprPtr node) {
+    Depth depth(*this);
     for (;;) {
       const Token& t = cur();
+      if (is_op(".") || is_op("[") || is_op("(")) depth.add(t);
       if (is_op(".")) {
         ++i_;
         auto e = at<Expr>(t);
@@ -501,7 +538,9 @@ class Parser {
     }
   }
   ExprPtr parse_filter_expr(ExprPtr node) {
+    Depth depth(*this);
     for (;;) {
+      if (is_op("|") || is_name("is") || is_op("(")) depth.add(cur());
       if (is_op("|")) {
         const Token& t = next_tok();
         auto e = at<Expr>(t);
@@ -543,6 +582,7 @@ class Parser {
   std::vector<Token> t_;
   std::string name_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

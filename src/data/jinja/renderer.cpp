@@ -68,8 +68,14 @@ class Renderer {
 
   Flow exec_node(const Node& n, std::string& out) {
     switch (n.type) {
-      case NodeType::kText: out += n.text; return Flow::kNormal;
-      case NodeType::kPrint: out += to_output(eval(*n.expr)); return Flow::kNormal;
+      case NodeType::kText:
+        out += n.text;
+        check_output(n, out);
+        return Flow::kNormal;
+      case NodeType::kPrint:
+        out += to_output(eval(*n.expr));
+        check_output(n, out);
+        return Flow::kNormal;
       case NodeType::kIf:
         for (const auto& [cond, body] : n.branches)
           if (eval(*cond).truthy()) return exec(body, out);
@@ -113,7 +119,17 @@ class Renderer {
     return Flow::kNormal;
   }
 
+  // A chat's rendering is kilobytes: one past kMaxOutput bytes is a template that prints in a
+  // loop without end, refused before it fills the memory.
+  void check_output(const Node& n, const std::string& out) const {
+    if (out.size() > kMaxOutput) fail(n.line, n.col, cat("the template renders more than ", kMaxOutput, " bytes"));
+  }
+
   Value call_macro(const Node& m, const List& args, const Dict& kwargs) {
+    // Python stops a recursion of jinja2 macros before 200 calls deep (RecursionError); so
+    // does this, where the stack would overflow.
+    if (call_depth_ >= kMaxCallDepth)
+      fail(m.line, m.col, cat("macro '", m.text, "' called ", kMaxCallDepth, " deep (a recursion without end?)"));
     if (args.size() > m.params.size())
       fail(m.line, m.col, "macro '" + m.text + "' takes " + std::to_string(m.params.size()) + " arguments, got " +
                               std::to_string(args.size()));
@@ -131,13 +147,16 @@ class Renderer {
       f.vars[k] = v;
     }
     frames_.push_back(std::move(f));
+    ++call_depth_;
     std::string out;
     try {
       exec(m.body, out);
     } catch (...) {
+      --call_depth_;
       frames_.pop_back();
       throw;
     }
+    --call_depth_;
     frames_.pop_back();
     return Value(std::move(out));
   }
@@ -312,7 +331,10 @@ class Renderer {
       fail(e.line, e.col, "bad operand type for unary " + std::string(e.type == ExprType::kNeg ? "-" : "+") + ": " +
                               type_name(v));
     if (e.type == ExprType::kPos) return v;
-    return v.kind() == Kind::kFloat ? Value(-v.as_float()) : Value(-inum(v));
+    if (v.kind() == Kind::kFloat) return Value(-v.as_float());
+    int64_t negated = 0;
+    if (__builtin_sub_overflow(int64_t{0}, inum(v), &negated)) int_overflow("-");
+    return Value(negated);
   }
 
   // a < b <= c: each comparison in turn, stopping at the first false.
@@ -592,7 +614,12 @@ class Renderer {
   std::optional<Value> number_filter(const std::string& f, const Value& v, const List& a, const Dict& kw,
                                      const Expr& e) {
     if (f == "int") {
-      if (is_number(v)) return Value(v.kind() == Kind::kFloat ? static_cast<int64_t>(v.as_float()) : inum(v));
+      if (v.kind() == Kind::kFloat) {  // Python: nan is not a number (the default), inf and 1e300 are past int64
+        if (std::isnan(v.as_float())) return arg(a, kw, 0, "default", Value(int64_t{0}));
+        if (!(std::fabs(v.as_float()) < 9223372036854775808.0)) int_overflow("int");
+        return Value(static_cast<int64_t>(v.as_float()));
+      }
+      if (is_number(v)) return Value(inum(v));
       if (v.is_string()) {
         try {
           return Value(static_cast<int64_t>(std::stoll(py_strip(v.str(), Value::none(), true, true))));
@@ -613,7 +640,9 @@ class Renderer {
     }
     if (f == "abs") {
       if (!is_number(v)) fail(e.line, e.col, "abs of a " + type_name(v));
-      return v.kind() == Kind::kFloat ? Value(std::fabs(v.as_float())) : Value(static_cast<int64_t>(std::llabs(inum(v))));
+      if (v.kind() == Kind::kFloat) return Value(std::fabs(v.as_float()));
+      if (inum(v) == INT64_MIN) int_overflow("abs");
+      return Value(static_cast<int64_t>(std::llabs(inum(v))));
     }
     return std::nullopt;
   }
@@ -664,7 +693,10 @@ class Renderer {
   }
 
   std::string name_;
+  static constexpr size_t kMaxOutput = size_t{1} << 24;
+  static constexpr int kMaxCallDepth = 200;
   std::vector<Frame> frames_;
+  int call_depth_ = 0;
 };
 
 }  // namespace detail

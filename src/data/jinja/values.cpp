@@ -357,7 +357,7 @@ std::vector<int64_t> slice_indices(int64_t n, const Value& start, const Value& s
   std::vector<int64_t> out;
   if (st > 0) {
     const int64_t b = norm(start, 0, 0, n), e = norm(stop, n, 0, n);
-    for (int64_t k = b; k < e; k += st) out.push_back(k);
+    for (int64_t k = b; k < e; k = e - k > st ? k + st : e) out.push_back(k);  // k + st could overflow
   } else {
     const int64_t b = norm(start, n - 1, -1, n - 1), e = norm(stop, -1, -1, n - 1);
     for (int64_t k = b; k > e; k += st) out.push_back(k);
@@ -464,6 +464,31 @@ Value py_slice(const Value& seq, const Value& start, const Value& stop, const Va
   return Value(from_code_points(out));
 }
 
+namespace {
+
+// The most elements (bytes of a string, items of a list) a repetition makes: far past any chat
+// rendering, and short of filling the machine's memory.
+constexpr uint64_t kMaxRepeat = uint64_t{1} << 24;
+
+// base ** exp by squaring: a few checked steps, where a loop of exp multiplications ran for
+// as long as exp said.
+int64_t int_pow(int64_t base, int64_t exp) {
+  int64_t out = 1;
+  while (exp > 0) {
+    if ((exp & 1) && __builtin_mul_overflow(out, base, &out)) int_overflow("**");
+    exp >>= 1;
+    if (exp > 0 && __builtin_mul_overflow(base, base, &base)) int_overflow("**");
+  }
+  return out;
+}
+
+}  // namespace
+
+void int_overflow(const std::string& op) {
+  raise(ErrorKind::kUnsupported, "integer overflow in '", op,
+        "': the chat-template renderer's integers are 64-bit, Python's unbounded");
+}
+
 std::optional<Value> py_sequence_op(const std::string& op, const Value& l, const Value& r) {
   if (op == "+") {
     if (l.is_string() && r.is_string()) return Value(l.str() + r.str());
@@ -474,12 +499,20 @@ std::optional<Value> py_sequence_op(const std::string& op, const Value& l, const
     }
   }
   if (op == "*") {
+    // A repetition is sized before it is made: one past kMaxRepeat elements is refused, where
+    // Python would fill its memory.
+    const auto check = [&](size_t unit) {
+      ANVIL_ENSURE(inum(r) <= 0 || unit <= kMaxRepeat / static_cast<uint64_t>(inum(r)), kUnsupported,
+                   "a repetition of ", unit, " elements ", inum(r), " times (more than ", kMaxRepeat, ")");
+    };
     if (l.is_string() && is_intlike(r)) {
+      check(l.str().size());
       std::string out;
       for (int64_t k = 0; k < inum(r); ++k) out += l.str();
       return Value(std::move(out));
     }
     if (l.is_list() && is_intlike(r)) {
+      check(l.list().size());
       List out;
       for (int64_t k = 0; k < inum(r); ++k) out.insert(out.end(), l.list().begin(), l.list().end());
       return Value(std::move(out));
@@ -494,6 +527,11 @@ namespace {
 Value floor_div_mod(const std::string& op, const Value& l, const Value& r, bool ints) {
   if (ints) {
     const int64_t a = inum(l), b = inum(r);
+    if (b == -1) {  // a // -1 is -a, past int64 for its smallest; a % -1 is 0
+      int64_t q = 0;
+      if (__builtin_sub_overflow(int64_t{0}, a, &q)) int_overflow(op);
+      return op == "//" ? Value(q) : Value(int64_t{0});
+    }
     int64_t q = a / b, m = a % b;
     if (m != 0 && ((m < 0) != (b < 0))) {
       --q;
@@ -512,17 +550,17 @@ Value py_arithmetic(const std::string& op, const Value& l, const Value& r) {
   if (op == "/") return Value(num(l) / num(r));
   if (op == "//" || op == "%") return floor_div_mod(op, l, r, ints);
   if (op == "**") {
-    if (ints && inum(r) >= 0) {
-      int64_t out = 1;
-      for (int64_t k = 0; k < inum(r); ++k) out *= inum(l);
-      return Value(out);
-    }
+    if (ints && inum(r) >= 0) return Value(int_pow(inum(l), inum(r)));
     return Value(std::pow(num(l), num(r)));
   }
   if (ints) {
-    if (op == "+") return Value(inum(l) + inum(r));
-    if (op == "-") return Value(inum(l) - inum(r));
-    return Value(inum(l) * inum(r));
+    const int64_t a = inum(l), b = inum(r);
+    int64_t v = 0;
+    const bool over = op == "+" ? __builtin_add_overflow(a, b, &v)
+                      : op == "-" ? __builtin_sub_overflow(a, b, &v)
+                                  : __builtin_mul_overflow(a, b, &v);
+    if (over) int_overflow(op);
+    return Value(v);
   }
   if (op == "+") return Value(num(l) + num(r));
   if (op == "-") return Value(num(l) - num(r));
