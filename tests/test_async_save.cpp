@@ -194,7 +194,9 @@ TEST_F(AsyncSave, DyingWhileStagingWritingOrRenamingLeavesTheLastGoodCheckpoint)
     EXPECT_TRUE(has(died.result.out, "fault " + fault + " (ANVIL_FAULT): exiting ")) << died.result.out;
     EXPECT_EQ(list_checkpoints(ckpt), std::vector<std::string>{ckpt + "/step-4"}) << fault;
     EXPECT_TRUE(validate_checkpoint(ckpt + "/step-4").ok()) << fault;
-    if (fault == "die_before_rename") EXPECT_TRUE(fs::exists(ckpt + "/.tmp-step-8/meta.json")) << died.result.out;
+    if (fault == "die_before_rename") {
+      EXPECT_TRUE(fs::exists(ckpt + "/.tmp-step-8/meta.json")) << died.result.out;
+    }
 
     const TrainOutput again = train(a);
     EXPECT_TRUE(has(again.result.out, "resumed from " + ckpt + "/step-4 at step 4")) << again.result.out;
@@ -241,7 +243,9 @@ TEST_F(AsyncSave, KillNineDuringBackgroundSavesKeepsAResumableCheckpoint) {
     for (const std::string& c : left) EXPECT_TRUE(validate_checkpoint(c).ok()) << what << ": " << c;
     if (left.empty()) fs::remove(a[16]);  // a new run then, which --metrics would refuse to add
     const TrainOutput again = train(a);
-    if (!left.empty()) EXPECT_TRUE(has(again.result.out, "resumed from " + left.front())) << what << again.result.out;
+    if (!left.empty()) {
+      EXPECT_TRUE(has(again.result.out, "resumed from " + left.front())) << what << again.result.out;
+    }
     expect_bits(again, want, left.empty() ? 1 : checkpoint_step(left.front()) + 1, 12, what);
   }
 }

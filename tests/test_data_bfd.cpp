@@ -292,7 +292,7 @@ TEST(BfdPacking, EvalDataIsPackedAsTheTrainingData) {
   testing::RunResult r = testing::run_anvil({"prepare", "--tokenizer", demo, "--data", dir + "/held.jsonl", "--seq-len",
                                              "64", "--packing", "wrapped", "--out", dir + "/wrapped"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  for (const std::string& eval_packing : {"same", "bfd"}) {
+  for (const std::string eval_packing : {"same", "bfd"}) {
     r = testing::run_anvil({"train", "--device", "cpu", "--preset", "tiny", "--tokenizer", demo, "--data",
                             dir + "/wrapped", "--data-cache", dir + "/cache", "--steps", "1", "--eval-data",
                             dir + "/held.jsonl", "--eval-packing", eval_packing});

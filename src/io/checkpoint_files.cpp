@@ -170,7 +170,6 @@ void write_tensor_data(const std::vector<ShardTensor>& tensors, const ShardFill&
   if (pending.valid()) pending.get();
 }
 
-<<<<<<< HEAD
 // What is wrong with the checksums of a shard file of its recorded size (`shard`: its record
 // in meta.json); empty when they match. Its chunks', where recorded, else the whole file's.
 std::string checksum_error(const std::string& path, const Json& shard) {
@@ -189,7 +188,8 @@ std::string checksum_error(const std::string& path, const Json& shard) {
                  std::min<uint64_t>((i + 1) * kFileChunk, shard["bytes"].get<uint64_t>()), ") differs from ",
                  want[i].get<std::string>(), " recorded in meta.json (the file is corrupt)");
   return "";
-=======
+}
+
 // meta.json is read as the readers use it (validate_checkpoint, check_model, CheckpointReader,
 // resume, export): a checkpoint may come from elsewhere, so every field they read is checked
 // for its kind and range here, and a wrong one refused naming it, before it is used as an
@@ -247,7 +247,8 @@ void check_units_and_tensors(const Json& meta, const std::string& path) {
   }
 }
 
-// Shards: one {file, bytes, xxh64} per rank, each file a name inside the checkpoint folder.
+// Shards: one {file, bytes, xxh64} per rank, each file a name inside the checkpoint folder, with
+// its chunks' checksums where recorded ({chunk_bytes, chunk_xxh64: a list of texts}).
 void check_shards(const Json& meta, const std::string& path) {
   const Json& shards = meta["shards"];
   const int64_t world = meta["world"].get<int64_t>();
@@ -259,8 +260,13 @@ void check_shards(const Json& meta, const std::string& path) {
                        s["file"] != ".";
     ANVIL_ENSURE(named && s.contains("bytes") && s["bytes"].is_number_unsigned() && is_text(s, "xxh64"),
                  kInvalidInput, path, ": shard ", s.dump(), " is not {file (a name in the folder), bytes, xxh64}");
+    const auto chunks = s.find("chunk_xxh64");
+    const bool chunked = chunks == s.end() ||
+                         (chunks->is_array() && s.contains("chunk_bytes") && s["chunk_bytes"].is_number_unsigned() &&
+                          std::all_of(chunks->begin(), chunks->end(), [](const Json& c) { return c.is_string(); }));
+    ANVIL_ENSURE(chunked, kInvalidInput, path, ": shard ", s["file"].get<std::string>(),
+                 "'s chunk checksums are not {chunk_bytes, chunk_xxh64: a list of texts}");
   }
->>>>>>> fuzz
 }
 
 }  // namespace
