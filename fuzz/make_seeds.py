@@ -221,7 +221,7 @@ def checkpoint_seeds(anvil):
         run = lambda *a: subprocess.run([anvil, *a], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         run("init", "--config", str(ROOT / "fuzz/fixtures/checkpoint/config.json"), "--out", f"{tmp}/model")
         run("train", "--model", f"{tmp}/model", "--tokenizer", str(ROOT / "fuzz/fixtures/chat"), "--data",
-            str(ROOT / "data/demo/digits_quiz.jsonl"), "--device", "cpu", "--seq-len", "32", "--micro-batch", "2",
+            str(ROOT / "data/demo/sums_heldout.jsonl"), "--device", "cpu", "--seq-len", "32", "--micro-batch", "2",
             "--steps", "1", "--save-every", "1", "--ckpt-dir", f"{tmp}/ckpt", "--data-cache", f"{tmp}/cache")
         relative = lambda text: text.replace(f"{tmp}/", "").replace(f"{ROOT}/", "")
         put("checkpoint_meta", "meta.json", relative((pathlib.Path(tmp) / "ckpt/step-1/meta.json").read_text()))

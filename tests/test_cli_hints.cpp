@@ -31,7 +31,7 @@ std::string write(const std::string& dir, const std::string& name, const std::st
 TEST(CliHints, SeqLenOutOfRangeSaysSo) {
   for (const char* len : {"0", "-5", "1"}) {
     auto r = run_anvil({"train", "--model", source("tests/data/tiny-qwen2"), "--data",
-                        source("data/demo/digits.jsonl"), "--steps", "1", "--seq-len", len});
+                        source("data/demo/sums_train.jsonl"), "--steps", "1", "--seq-len", len});
     EXPECT_EQ(r.exit_code, 2) << len << ": " << r.out;
     EXPECT_FALSE(has(r.out, "is needed")) << len << ": " << r.out;
     EXPECT_TRUE(has(r.out, "--seq-len must be at least 2") || has(r.out, cat("--seq-len ", len, " is out of range")))
@@ -116,7 +116,7 @@ TEST(CliHints, BatchMeansOneThing) {
 // A folder of prepared blocks keeps no tokenizer: prepare says what a run on it exports.
 TEST(CliHints, PrepareSaysTheTokenizerStaysBehind) {
   const std::string out = testing::temp_dir("prepared") + "/blocks";
-  const auto r = run_anvil({"prepare", "--tokenizer", source("data/demo"), "--data", source("data/demo/digits.jsonl"),
+  const auto r = run_anvil({"prepare", "--tokenizer", source("data/demo"), "--data", source("data/demo/sums_train.jsonl"),
                             "--seq-len", "64", "--out", out});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_TRUE(has(r.out, out + " holds token ids, not the tokenizer")) << r.out;

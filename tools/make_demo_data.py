@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the demo's data and tokenizer into data/demo/ (committed; rerun to regenerate).
+"""Writes the demo's data, model shape and tokenizer into data/demo/ (committed; rerun to
+regenerate, or pass --out DIR to write them elsewhere: tools/test_make_demo_data.py does).
 
 - tokenizer.json: a byte-level BPE tokenizer in the Hugging Face format, shaped like
   Qwen's (NFC, the same split regex, ByteLevel), with the 256 byte tokens, merges for the
@@ -7,14 +8,19 @@
 - tokenizer_config.json: a ChatML chat template (Qwen's turn format).
 - arithmetic.jsonl: conversations that ask for a sum or a difference of two numbers below
   100, and the answer (the tokenizer's merges come from these; benchmarks and tests read it).
-- digits.jsonl: the same conversations with one-digit numbers: the demo's training set, a
-  task small enough for the tiny preset to learn on two CPU cores in under three minutes.
-- digits_quiz.jsonl: 50 more such questions, drawn with another seed, each with its
-  "answer": tools/demo.sh asks the trained model and counts the exact answers. The one-digit
-  task has 155 questions and digits.jsonl holds them all, so the quiz is not held out: it
-  shows that training took, not that the model answers questions it never saw.
+- The demo's task: "What is A + B?" for A and B from 0 to 99 (10,000 questions), answered
+  with the sum alone ("What is 47 + 35?", "82"). The questions are shuffled (seed 36) and
+  split: sums_heldout.jsonl holds the first 1,000, each with its "answer", and
+  sums_train.jsonl the other 9,000 as conversations, each once. Training never sees a
+  held-out question: tools/demo.sh trains on sums_train.jsonl and asks every held-out one.
+  The split is by question, so each held-out question's digit pairs are in many training
+  rows: to answer it the model must add, digit by digit, not recall.
+- model_config.json: the demo model's shape (anvil init --config): the tiny preset's Qwen3
+  block narrowed to a width of 64, so that it learns the task on two CPU cores in under
+  three minutes.
 Deterministic: the same files every run.
 """
+import argparse
 import json
 import os
 import random
@@ -22,6 +28,8 @@ import re
 from collections import Counter
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "demo")
+TOP = 99  # the demo task's numbers: 0 to TOP
+HELD_OUT = 1000  # questions of the demo task that training never sees
 SPLIT = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
          "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -40,10 +48,10 @@ def bytes_to_unicode():
     return dict(zip(bs, (chr(c) for c in cs)))
 
 
-def conversations(rng, n, top=99):
+def conversations(rng, n):
     rows = []
     for _ in range(n):
-        a, b = rng.randint(0, top), rng.randint(0, top)
+        a, b = rng.randint(0, 99), rng.randint(0, 99)
         if rng.random() < 0.5:
             q, ans = f"What is {a} + {b}?", f"{a} + {b} = {a + b}"
         else:
@@ -53,23 +61,45 @@ def conversations(rng, n, top=99):
     return rows
 
 
-def write_rows(name, rows):
-    with open(os.path.join(OUT, name), "w") as f:
+def write_rows(out, name, rows):
+    with open(os.path.join(out, name), "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
 
 
-def main():
-    os.makedirs(OUT, exist_ok=True)
-    rng = random.Random(1234)
-    rows = conversations(rng, 6000)
-    write_rows("arithmetic.jsonl", rows)
-    write_rows("digits.jsonl", conversations(random.Random(2024), 6000, top=9))
-    quiz = [{"messages": r["messages"][:1], "answer": r["messages"][1]["content"]}
-            for r in conversations(random.Random(77), 50, top=9)]
-    write_rows("digits_quiz.jsonl", quiz)
+def sum_questions():
+    """The demo's task, every question once, in a fixed shuffled order: (question, answer)."""
+    pairs = [(a, b) for a in range(TOP + 1) for b in range(TOP + 1)]
+    random.Random(36).shuffle(pairs)
+    return [(f"What is {a} + {b}?", str(a + b)) for a, b in pairs]
 
-    b2u = bytes_to_unicode()
+
+def write_sums(out):
+    questions = sum_questions()
+    held, train = questions[:HELD_OUT], questions[HELD_OUT:]
+    write_rows(out, "sums_heldout.jsonl",
+               [{"messages": [{"role": "user", "content": q}], "answer": a} for q, a in held])
+    write_rows(out, "sums_train.jsonl",
+               [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]} for q, a in train])
+
+
+def write_model_config(out):
+    """The tiny preset's config.json (anvil init --preset tiny) at width 64 (heads of 16)."""
+    config = {
+        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "dtype": "float32", "head_dim": 16,
+        "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 256,
+        "max_position_embeddings": 4096, "model_type": "qwen3", "num_attention_heads": 4, "num_hidden_layers": 4,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "sliding_window": None, "tie_word_embeddings": True, "use_cache": False, "use_sliding_window": False,
+        "vocab_size": 320,
+    }
+    with open(os.path.join(out, "model_config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+        f.write("\n")
+
+
+def bpe_merges(rows, b2u):
+    """The vocabulary (the 256 bytes, then each merge) and the merges."""
     vocab = {b2u[b]: i for i, b in enumerate(range(256))}
     # Merges: the most frequent adjacent pairs within words of the demo's text (ASCII only,
     # so words are runs of letters; numbers are split into digits by the regex anyway).
@@ -91,15 +121,20 @@ def main():
         merges.append(f"{x} {y}")
         vocab[x + y] = len(vocab)
         for w, s in seqs.items():
-            out, i = [], 0
+            merged, i = [], 0
             while i < len(s):
                 if i + 1 < len(s) and s[i] == x and s[i + 1] == y:
-                    out.append(x + y)
+                    merged.append(x + y)
                     i += 2
                 else:
-                    out.append(s[i])
+                    merged.append(s[i])
                     i += 1
-            seqs[w] = out
+            seqs[w] = merged
+    return vocab, merges
+
+
+def write_tokenizer(out, rows):
+    vocab, merges = bpe_merges(rows, bytes_to_unicode())
     added = []
     for tok in SPECIALS:
         added.append({"id": len(vocab) + len(added), "content": tok, "single_word": False, "lstrip": False,
@@ -115,7 +150,7 @@ def main():
                   "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
                   "vocab": vocab, "merges": merges},
     }
-    with open(os.path.join(OUT, "tokenizer.json"), "w") as f:
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
         json.dump(tokenizer, f, ensure_ascii=False, indent=1)
     template = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
                 "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
@@ -126,9 +161,23 @@ def main():
         "chat_template": template, "model_max_length": 4096, "tokenizer_class": "Qwen2Tokenizer",
         "clean_up_tokenization_spaces": False, "errors": "replace", "split_special_tokens": False,
     }
-    with open(os.path.join(OUT, "tokenizer_config.json"), "w") as f:
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, ensure_ascii=False, indent=1)
-    print(f"wrote {OUT}: {len(rows)} conversations (and the one-digit set), vocabulary {len(vocab) + len(added)}")
+    return len(vocab) + len(added)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Writes the demo's data, model shape and tokenizer.")
+    parser.add_argument("--out", default=OUT, help="the folder to write (default: data/demo)")
+    out = parser.parse_args().out
+    os.makedirs(out, exist_ok=True)
+    rows = conversations(random.Random(1234), 6000)
+    write_rows(out, "arithmetic.jsonl", rows)
+    write_sums(out)
+    write_model_config(out)
+    vocab = write_tokenizer(out, rows)
+    print(f"wrote {out}: {len(rows)} conversations, the demo's {TOP + 1}^2 sums ({HELD_OUT} held out), "
+          f"vocabulary {vocab}")
 
 
 if __name__ == "__main__":

@@ -289,9 +289,10 @@ ModelConfig preset_config(const std::string& name) {
     bool tie;
     int64_t max_pos;
   };
-  // Shapes of the published Qwen3 models; "tiny" is the demo's size: a Qwen3 block small
+  // Shapes of the published Qwen3 models; "tiny" is the tests' size: a Qwen3 block small
   // enough to train on a CPU in a minute, with the vocabulary of the demo's byte-level
-  // tokenizer (data/demo, 274 tokens) rounded up to 320.
+  // tokenizer (data/demo, 274 tokens) rounded up to 320 (the demo's model is tiny at width 64:
+  // data/demo/model_config.json).
   static const Preset kPresets[] = {
       {"tiny", 320, 128, 384, 4, 4, 2, 32, true, 4096},
       {"qwen3-0.6b", 151936, 1024, 3072, 28, 16, 8, 128, true, 40960},
