@@ -170,7 +170,6 @@ void write_tensor_data(const std::vector<ShardTensor>& tensors, const ShardFill&
   if (pending.valid()) pending.get();
 }
 
-<<<<<<< HEAD
 // What is wrong with the checksums of a shard file of its recorded size (`shard`: its record
 // in meta.json); empty when they match. Its chunks', where recorded, else the whole file's.
 std::string checksum_error(const std::string& path, const Json& shard) {
@@ -189,7 +188,8 @@ std::string checksum_error(const std::string& path, const Json& shard) {
                  std::min<uint64_t>((i + 1) * kFileChunk, shard["bytes"].get<uint64_t>()), ") differs from ",
                  want[i].get<std::string>(), " recorded in meta.json (the file is corrupt)");
   return "";
-=======
+}
+
 // meta.json is read as the readers use it (validate_checkpoint, check_model, CheckpointReader,
 // resume, export): a checkpoint may come from elsewhere, so every field they read is checked
 // for its kind and range here, and a wrong one refused naming it, before it is used as an
@@ -259,8 +259,14 @@ void check_shards(const Json& meta, const std::string& path) {
                        s["file"] != ".";
     ANVIL_ENSURE(named && s.contains("bytes") && s["bytes"].is_number_unsigned() && is_text(s, "xxh64"),
                  kInvalidInput, path, ": shard ", s.dump(), " is not {file (a name in the folder), bytes, xxh64}");
+    // Chunk checksums, where recorded (older checkpoints have none): their size and one sum a chunk.
+    if (!s.contains("chunk_xxh64") && !s.contains("chunk_bytes")) continue;
+    bool chunks = s.contains("chunk_bytes") && s["chunk_bytes"].is_number_unsigned() && s.contains("chunk_xxh64") &&
+                  s["chunk_xxh64"].is_array();
+    for (size_t i = 0; chunks && i < s["chunk_xxh64"].size(); ++i) chunks = s["chunk_xxh64"][i].is_string();
+    ANVIL_ENSURE(chunks, kInvalidInput, path, ": shard ", s["file"].get<std::string>(),
+                 " has chunk checksums that are not {chunk_bytes, chunk_xxh64: [sums]}");
   }
->>>>>>> fuzz
 }
 
 }  // namespace
