@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
@@ -84,9 +85,12 @@ std::map<std::string, double> recorded_ops(const RecordedCase& k) {
   return calls;
 }
 
-// `t` with FP8 linear rates (twice the bf16 ones, the combined backward at dw's), where it has none.
+// `t` with FP8 linear rates (twice the bf16 ones, the combined backward at dw's) and a cast
+// rate (3 TB/s), where it has none.
 OpCostTable with_fp8_rates(OpCostTable t) {
   if (t.why_not_fp8(h200()).empty()) return t;
+  if (std::none_of(t.rates.begin(), t.rates.end(), [](const OpRate& r) { return r.op == kFp8CastOp; }))
+    t.rates.push_back({kFp8CastOp, 0, 3.0, false});
   const std::vector<OpRate> bf16 = t.rates;
   for (OpRate r : bf16) {
     if (r.op.rfind("linear_", 0) != 0) continue;
@@ -128,14 +132,19 @@ TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
     const std::vector<StepItem> program = step_program(input_of(k).run());
     const std::map<std::string, double> recorded = recorded_ops(k);
     EXPECT_EQ(program_ops(program), recorded);
-    // The step's compute is the table's price of the ops the model issued, call by call.
-    std::map<std::string, const OpCall*> by_label;
+    // The step's compute is the table's price of the ops the model issued, the recorded calls
+    // of each label at the mean price of the model's (an FP8 linear's casts differ between
+    // MLP tiles of one shape).
+    std::map<std::string, std::pair<double, double>> by_label;  // seconds, calls
     for (const StepItem& it : program)
-      if (it.kind == StepItem::Kind::kOp) by_label[it.op.label()] = &it.op;
+      if (it.kind == StepItem::Kind::kOp) {
+        by_label[it.op.label()].first += table.seconds(it.op, h200());
+        by_label[it.op.label()].second += 1;
+      }
     double priced = 0;
     for (const auto& [label, calls] : recorded) {
       ASSERT_TRUE(by_label.count(label)) << label << " ran but the step model does not issue it";
-      priced += calls * table.seconds(*by_label.at(label), h200());
+      priced += calls * by_label.at(label).first / by_label.at(label).second;
     }
     EXPECT_NEAR(compute_seconds(program, table, h200()), priced, 1e-12 * priced);
   }
@@ -174,6 +183,117 @@ TEST(StepModel, Fp8LinearsArePricedByTheirOwnRates) {
   EXPECT_EQ(t.why_not_fp8(h200()), "");
   EXPECT_EQ(t.why_not_fp8(*find_gpu_spec("NVIDIA A100-SXM4-80GB")), "the A100 has no FP8 tensor cores");
   EXPECT_LT(compute_seconds(fp8, t, h200()), compute_seconds(bf16, t, h200()));
+}
+
+// `t` without the rates of the ops named `op` (or starting with it, where prefix), with these in their place.
+OpCostTable replaced(OpCostTable t, const std::string& op, std::vector<OpRate> rates, bool prefix = false) {
+  t.rates.erase(std::remove_if(t.rates.begin(), t.rates.end(),
+                               [&](const OpRate& r) { return prefix ? r.op.rfind(op, 0) == 0 : r.op == op; }),
+                t.rates.end());
+  t.rates.insert(t.rates.end(), rates.begin(), rates.end());
+  t.per_op_us = 0;
+  return t;
+}
+
+const OpCall& first_op(const std::vector<StepItem>& program, const std::string& label) {
+  for (const StepItem& it : program)
+    if (it.kind == StepItem::Kind::kOp && it.op.label() == label) return it.op;
+  ADD_FAILURE() << "no " << label << " in the step";
+  return program.front().op;
+}
+
+// A rate between two measured sizes is interpolated in log size (past the ends, the end's):
+// a 2048-row GEMM between rates measured at 1024 and 4096 rows runs at their mean.
+TEST(StepModel, RatesAreInterpolatedBetweenMeasuredSizes) {
+  const OpCostTable t = replaced(OpCostTable::builtin(), "linear_forward",
+                                 {{"linear_forward", 1024, 500, true}, {"linear_forward", 4096, 700, true}});
+  for (const auto& [rows, rate] : {std::pair{512, 500.0}, {1024, 500.0}, {2048, 600.0}, {4096, 700.0}, {8192, 700.0}}) {
+    const OpCall gemm{"linear_forward", "x", rows, 1e12, 0};
+    EXPECT_NEAR(t.seconds(gemm, h200()), 1e12 / (rate * 1e12), 1e-12) << rows << " rows";
+  }
+}
+
+// Attention is priced by its causal FLOPs (Q K^T and P V over the causal triangle: 2 B H T^2
+// head_dim forward, 2.5 times that backward) at the rate measured at its sequence length T,
+// whatever the batch: 16 sequences of 2,048 at the rate of 2,048 (not of their 32,768
+// tokens), one of 32,768 at that length's, 8,192 between the two.
+TEST(StepModel, AttentionIsPricedByItsCausalFlopsAtItsLength) {
+  OpCostTable t = replaced(OpCostTable::builtin(), "attention_forward",
+                           {{"attention_forward", 2048, 400, true}, {"attention_forward", 32768, 600, true}});
+  t = replaced(t, "attention_backward",
+               {{"attention_backward", 2048, 280, true}, {"attention_backward", 32768, 480, true}});
+  const ModelConfig c = preset_config("qwen3-1.7b");
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{4, 2048}, {16, 2048}, {1, 8192}, {1, 32768}}) {
+    SCOPED_TRACE(std::to_string(B) + " x " + std::to_string(T));
+    testing::PlanCase in = big_input("qwen3-1.7b", ParallelMode::kDdp, 1);
+    in.data.micro_batch = B;
+    in.data.seq_len = T;
+    const std::vector<StepItem> program = step_program(in.run());
+    const std::string shape = cat(B, "x", T, "x", c.num_heads, "/", c.num_kv_heads, "x", c.head_dim);
+    const double causal = 2.0 * static_cast<double>(B * c.num_heads * T * T * c.head_dim);
+    const double f = std::log(static_cast<double>(T) / 2048) / std::log(16.0);  // 0 at 2,048, 1 at 32,768
+    const OpCall& fwd = first_op(program, "attention_forward " + shape);
+    const OpCall& bwd = first_op(program, "attention_backward " + shape);
+    EXPECT_EQ(fwd.size, T);
+    EXPECT_DOUBLE_EQ(fwd.flops, causal);
+    EXPECT_DOUBLE_EQ(bwd.flops, 2.5 * causal);
+    EXPECT_NEAR(t.seconds(fwd, h200()), causal / ((400 + 200 * f) * 1e12), 1e-9 * t.seconds(fwd, h200()));
+    EXPECT_NEAR(t.seconds(bwd, h200()), 2.5 * causal / ((280 + 200 * f) * 1e12), 1e-9 * t.seconds(bwd, h200()));
+  }
+}
+
+// An FP8 linear is its GEMM's FLOPs at the op's rate plus its operands' casts' bytes at the
+// cast rate of its rows: each bf16 operand read for its amax (unless the slot holds it) and
+// again for its cast, written as FP8 (2 + 2 + 1 bytes an element, 3 with the amax known); the
+// combined backward casts dy once into both layouts (2 + 2 + 2), x^T and w^T with their amax
+// kept from the forward. The casts cost the same per token at any width, so a wider model's
+// linears spend a smaller share of their time casting.
+TEST(StepModel, Fp8CastsArePricedByTheirBytes) {
+  OpCostTable t = replaced(OpCostTable::builtin(), "linear_fp8_",
+                           {{"linear_fp8_forward", 0, 1200, true}, {"linear_fp8_backward", 0, 1000, true},
+                            {"linear_fp8_backward_input", 0, 1100, true}, {"linear_fp8_backward_weight", 0, 900, true}},
+                           true);
+  t = replaced(t, kFp8CastOp, {{kFp8CastOp, 1024, 2.0, true}, {kFp8CastOp, 8192, 3.5, true}});
+  double share[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    const std::string preset = k == 0 ? "qwen3-1.7b" : "qwen3-8b";
+    SCOPED_TRACE(preset);
+    testing::PlanCase in = big_input(preset, ParallelMode::kDdp, 1);
+    in.parallel.fp8 = Fp8Recipe::kTensorwise;
+    in.data.micro_batch = 2;  // 4,096 rows: the cast rate halfway between 1,024's and 8,192's in log rows
+    const ModelConfig& c = in.model;
+    const double M = 4096, C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size),
+                 Q = static_cast<double>(c.qkv_dim()), O = static_cast<double>(c.q_dim());
+    const std::vector<StepItem> program = step_program(in.run());
+    auto label = [&](const char* op, double n, double k) { return cat(op, " 4096x", n, "x", k); };
+    const OpCall& qkv = first_op(program, label("linear_fp8_forward", Q, C));
+    const OpCall& o = first_op(program, label("linear_fp8_forward", C, O));
+    const OpCall& down_dx = first_op(program, label("linear_fp8_backward_input", C, I));
+    const OpCall& down_dw = first_op(program, label("linear_fp8_backward_weight", C, I));
+    const OpCall& gate_up = first_op(program, label("linear_fp8_backward", 2 * I, C));
+    EXPECT_DOUBLE_EQ(qkv.cast_bytes, 3 * M * C + 5 * Q * C) << "x's amax from the norm";
+    EXPECT_DOUBLE_EQ(o.cast_bytes, 5 * M * O + 5 * C * O) << "attention's output: no amax kept";
+    EXPECT_DOUBLE_EQ(down_dx.cast_bytes, 5 * M * C + 3 * C * I);
+    EXPECT_DOUBLE_EQ(down_dw.cast_bytes, 5 * M * C + 3 * M * I);
+    EXPECT_DOUBLE_EQ(gate_up.cast_bytes, 6 * M * 2 * I + 3 * M * C + 3 * 2 * I * C);
+    const double cast_rate = 3.0e12;  // 2.0 and 3.5 TB/s at 1,024 and 8,192 rows, 4,096 two thirds of the way
+    const std::map<std::string, double> gemm_rate = {{"linear_fp8_forward", 1200},
+                                                     {"linear_fp8_backward", 1000},
+                                                     {"linear_fp8_backward_input", 1100},
+                                                     {"linear_fp8_backward_weight", 900}};
+    for (const OpCall* op : {&qkv, &o, &down_dx, &down_dw, &gate_up}) {
+      const double gemm = op->flops / (gemm_rate.at(op->op) * 1e12);
+      EXPECT_NEAR(t.seconds(*op, h200()), gemm + op->cast_bytes / cast_rate, 1e-9 * gemm) << op->label();
+    }
+    double cast_s = 0, all_s = 0;
+    for (const StepItem& it : program)
+      if (it.kind == StepItem::Kind::kOp && it.op.cast_bytes > 0) {
+        cast_s += it.op.cast_bytes / cast_rate;
+        all_s += t.seconds(it.op, h200());
+      }
+    share[k] = cast_s / all_s;
+  }
+  EXPECT_LT(share[1], 0.75 * share[0]) << "the 8B's linears cast for a smaller share of their time";
 }
 
 // ddp: every unit all-reduced once a step on the wire; fsdp: bf16 weights gathered for the
@@ -341,6 +461,35 @@ TEST(StepModel, FitRecoversTheRatesOfTheTimes) {
       const double want = both.per_op_us * 1e-6 + slower * base.seconds(it.op, h200());
       EXPECT_NEAR(both.seconds(it.op, h200()), want, 1e-9 * want) << it.op.label();
     }
+}
+
+// The FP8 linears' times separate into GEMM and cast time: from a step's op times made with
+// known GEMM rates and a known cast rate, the fit finds each again (the shapes of one row
+// count differ in cast bytes per FLOP), and so prices every FP8 call as those times did.
+TEST(StepModel, FitSeparatesFp8GemmsFromTheirCasts) {
+  OpCostTable truth = replaced(OpCostTable::builtin(), "linear_fp8_",
+                               {{"linear_fp8_forward", 2048, 1300, true}, {"linear_fp8_backward", 2048, 1100, true},
+                                {"linear_fp8_backward_input", 2048, 1250, true},
+                                {"linear_fp8_backward_weight", 2048, 1000, true}},
+                               true);
+  truth = replaced(truth, kFp8CastOp, {{kFp8CastOp, 2048, 3.2, true}});
+  testing::PlanCase in = big_input("qwen3-1.7b", ParallelMode::kDdp, 1);
+  in.parallel.fp8 = Fp8Recipe::kTensorwise;
+  const std::vector<StepItem> program = step_program(in.run());
+  double ms = 0, calls = 0;
+  const std::vector<Runtime::OpTime> measured = times_at(program, truth, 1, &ms, &calls);
+  const OpCostTable fit = fit_op_table(program, measured, ms, h200(), "test");
+  for (const OpRate& want : truth.rates) {
+    if (want.op.rfind("linear_fp8_", 0) != 0 && want.op != kFp8CastOp) continue;
+    const auto got = std::find_if(fit.rates.begin(), fit.rates.end(),
+                                  [&](const OpRate& r) { return r.op == want.op && r.size == want.size; });
+    ASSERT_NE(got, fit.rates.end()) << want.op;
+    EXPECT_NEAR(got->rate, want.rate, 1e-6 * want.rate) << want.op;
+  }
+  for (const StepItem& it : program)
+    if (it.kind == StepItem::Kind::kOp && it.op.cast_bytes > 0)
+      EXPECT_NEAR(fit.seconds(it.op, h200()), truth.seconds(it.op, h200()), 1e-9 * truth.seconds(it.op, h200()))
+          << it.op.label();
 }
 
 // A call too small to be timed by its work (the loss sum's 4-byte zeroing, measured at a

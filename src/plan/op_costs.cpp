@@ -1,10 +1,12 @@
 // The op-cost table and the GPUs' datasheet figures (plan/op_costs.h).
 #include "plan/op_costs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace anvil {
 
@@ -35,21 +37,23 @@ const GpuSpec kGpus[] = {
     {"4090", 165.2, 0, 1.008, "PCIe gen4", 20},
     {"A10", 125.0, 0, 0.6, "PCIe gen4", 20}};
 
-double log_distance(int64_t a, int64_t b) {
-  const double x = static_cast<double>(std::max<int64_t>(a, 1)), y = static_cast<double>(std::max<int64_t>(b, 1));
-  return std::fabs(std::log(x / y));
-}
-
-// The rate of the entry for `op` measured nearest to `size`; sized entries before "any size".
-const OpRate* nearest_rate(const std::vector<OpRate>& rates, const std::string& op, int64_t size) {
-  const OpRate* best = nullptr;
+// The rate of `op` at `size` (0: the table has none): between the two sizes measured around
+// it, linear in log(size); past the smallest or largest, that size's rate; an entry of any
+// size (0) only where no size was measured.
+double rate_at(const std::vector<OpRate>& rates, const std::string& op, int64_t size) {
+  const OpRate *below = nullptr, *above = nullptr, *any = nullptr;
   for (const OpRate& r : rates) {
     if (r.op != op) continue;
-    if (!best || (best->size == 0 && r.size != 0) ||
-        (r.size != 0 && log_distance(r.size, size) < log_distance(best->size, size)))
-      best = &r;
+    if (r.size == 0) any = &r;
+    else if (r.size <= size && (!below || r.size > below->size)) below = &r;
+    else if (r.size > size && (!above || r.size < above->size)) above = &r;
   }
-  return best;
+  if (below && above) {
+    const double f = std::log(static_cast<double>(size) / static_cast<double>(below->size)) /
+                     std::log(static_cast<double>(above->size) / static_cast<double>(below->size));
+    return below->rate + f * (above->rate - below->rate);
+  }
+  return below ? below->rate : above ? above->rate : any ? any->rate : 0;
 }
 
 }  // namespace
@@ -142,18 +146,25 @@ Json OpCostTable::to_json() const {
 
 std::string OpCostTable::why_not_fp8(const GpuSpec& g) const {
   if (g.peak_fp8_tflops <= 0) return cat("the ", g.key, " has no FP8 tensor cores");
-  for (const OpRate& r : rates)
-    if (r.op.rfind("linear_fp8_", 0) == 0) return "";
-  return cat("the op-cost table of ", gpu, " has no FP8 linear rates (measure them with anvil bench step --fp8 "
-             "tensorwise --op-times --write-op-table FILE)");
+  bool linears = false, casts = false;
+  for (const OpRate& r : rates) {
+    linears = linears || r.op.rfind("linear_fp8_", 0) == 0;
+    casts = casts || r.op == kFp8CastOp;
+  }
+  if (linears && casts) return "";
+  return cat("the op-cost table of ", gpu, " has no FP8 ", linears ? "cast" : "linear",
+             " rates (measure them with anvil bench step --fp8 tensorwise --op-times --write-op-table FILE)");
 }
 
 double OpCostTable::seconds(const OpCall& c, const GpuSpec& g) const {
-  const OpRate* r = nearest_rate(rates, c.op, c.size);
-  ANVIL_ENSURE(r, kInvalidInput, "the op-cost table of ", gpu, " has no rate for ", c.op,
-               " (measure one with anvil bench step --op-times --write-op-table FILE)");
-  const double s = op_priced_by_flops(c.op) ? c.flops / (r->rate * 1e12 * g.peak_tflops / peak_tflops)
-                                            : c.bytes / (r->rate * 1e12 * g.hbm_tbps / hbm_tbps);
+  auto rate = [&](const std::string& op) {
+    const double r = rate_at(rates, op, c.size);
+    ANVIL_ENSURE(r > 0, kInvalidInput, "the op-cost table of ", gpu, " has no rate for ", op,
+                 " (measure one with anvil bench step --op-times --write-op-table FILE)");
+    return r * 1e12 * (op_priced_by_flops(op) ? g.peak_tflops / peak_tflops : g.hbm_tbps / hbm_tbps);
+  };
+  double s = op_priced_by_flops(c.op) ? c.flops / rate(c.op) : c.bytes / rate(c.op);
+  if (c.cast_bytes > 0) s += c.cast_bytes / rate(kFp8CastOp);
   return std::max(0.0, s + per_op_us * 1e-6);  // a fitted per_op_us may be negative (the events' cost)
 }
 
@@ -162,24 +173,111 @@ double OpCostTable::seconds(const OpCall& c, const GpuSpec& g) const {
 // them thousands of times too slow. Such calls are left to per_op_us.
 constexpr double kMinRatedBytes = 1 << 20, kMinRatedFlops = 1e8;
 
+namespace {
+
+// One label of the FP8 linears of one row count: its op, its calls' FLOPs and cast bytes, their seconds.
+struct Fp8Label {
+  std::string op;
+  double flops = 0, cast_bytes = 0, s = 0;
+};
+
+// x solving a x = b (n x n, row-major) by Gaussian elimination with partial pivoting; false
+// when a is singular.
+bool solve(std::vector<double> a, std::vector<double> b, std::vector<double>* x) {
+  const size_t n = b.size();
+  for (size_t c = 0; c < n; ++c) {
+    size_t p = c;
+    for (size_t r = c + 1; r < n; ++r)
+      if (std::fabs(a[r * n + c]) > std::fabs(a[p * n + c])) p = r;
+    if (std::fabs(a[p * n + c]) < 1e-9) return false;  // the columns are scaled to unit length
+    for (size_t k = 0; k < n; ++k) std::swap(a[c * n + k], a[p * n + k]);
+    std::swap(b[c], b[p]);
+    for (size_t r = c + 1; r < n; ++r) {
+      const double f = a[r * n + c] / a[c * n + c];
+      for (size_t k = c; k < n; ++k) a[r * n + k] -= f * a[c * n + k];
+      b[r] -= f * b[c];
+    }
+  }
+  x->assign(n, 0);
+  for (size_t c = n; c-- > 0;) {
+    double v = b[c];
+    for (size_t k = c + 1; k < n; ++k) v -= a[c * n + k] * (*x)[k];
+    (*x)[c] = v / a[c * n + c];
+  }
+  return true;
+}
+
+// The FP8 linears of `rows` rows: seconds = FLOPs / (the op's GEMM rate) + cast bytes / (the
+// casts' rate), one GEMM rate per op and one cast rate, fitted to the labels' seconds by least
+// squares (the labels' shapes differ in cast bytes per FLOP: weights cast whatever the rows).
+// Nothing is added where they do not separate (one shape, or a rate that comes out negative).
+void fit_fp8_linears(int64_t rows, const std::vector<Fp8Label>& labels, OpCostTable* t) {
+  std::vector<std::string> ops;
+  for (const Fp8Label& l : labels)
+    if (std::find(ops.begin(), ops.end(), l.op) == ops.end()) ops.push_back(l.op);
+  const size_t n = ops.size() + 1;  // each op's seconds per FLOP, then the casts' per byte
+  std::vector<std::vector<double>> cols(n, std::vector<double>(labels.size(), 0));
+  for (size_t i = 0; i < labels.size(); ++i) {
+    cols[static_cast<size_t>(std::find(ops.begin(), ops.end(), labels[i].op) - ops.begin())][i] = labels[i].flops;
+    cols[n - 1][i] = labels[i].cast_bytes;
+  }
+  std::vector<double> scale(n, 0), ata(n * n, 0), atb(n, 0), x;
+  for (size_t c = 0; c < n; ++c) {
+    for (double v : cols[c]) scale[c] += v * v;
+    scale[c] = std::sqrt(scale[c]);
+  }
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t i = 0; i < labels.size(); ++i) atb[r] += cols[r][i] / scale[r] * labels[i].s;
+    for (size_t c = 0; c < n; ++c)
+      for (size_t i = 0; i < labels.size(); ++i) ata[r * n + c] += cols[r][i] / scale[r] * cols[c][i] / scale[c];
+  }
+  bool ok = labels.size() >= n && solve(ata, atb, &x);
+  for (size_t c = 0; ok && c < n; ++c) ok = x[c] > 0;
+  if (!ok) {
+    log_warn("op-cost fit: the FP8 linears' times at ", rows, " rows do not separate into GEMM and cast time (",
+             labels.size(), " shapes); no FP8 rates at that size");
+    return;
+  }
+  for (size_t c = 0; c + 1 < n; ++c) t->rates.push_back({ops[c], rows, scale[c] / x[c] / 1e12, true});
+  t->rates.push_back({kFp8CastOp, rows, scale[n - 1] / x[n - 1] / 1e12, true});
+}
+
+}  // namespace
+
 OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Runtime::OpTime>& measured,
                          double step_ms, const GpuSpec& gpu, const std::string& source) {
-  std::map<std::string, const OpCall*> by_label;
-  for (const StepItem& it : program)
-    if (it.kind == StepItem::Kind::kOp) by_label.emplace(it.op.label(), &it.op);
+  // Each label's call, its work the mean of the step's calls of it (an FP8 linear's casts
+  // differ between MLP tiles of one shape: the first takes the weight's amax).
+  std::map<std::string, std::pair<OpCall, double>> by_label;
+  for (const StepItem& it : program) {
+    if (it.kind != StepItem::Kind::kOp) continue;
+    auto [e, fresh] = by_label.emplace(it.op.label(), std::pair{it.op, 1.0});
+    if (fresh) continue;
+    OpCall& c = e->second.first;
+    const double n = ++e->second.second;
+    c.flops += (it.op.flops - c.flops) / n;
+    c.bytes += (it.op.bytes - c.bytes) / n;
+    c.cast_bytes += (it.op.cast_bytes - c.cast_bytes) / n;
+  }
   struct Sum {
     double work = 0, ms = 0;
   };
   std::map<std::pair<std::string, int64_t>, Sum> sums;
+  std::map<int64_t, std::vector<Fp8Label>> fp8;  // by rows
   double ops_ms = 0, calls = 0;
   for (const Runtime::OpTime& m : measured) {
     ops_ms += m.device_ms;
     calls += static_cast<double>(m.calls);
     auto it = by_label.find(m.op);
     if (it == by_label.end()) continue;  // not an op of the model's step (none expected)
-    const OpCall& c = *it->second;
+    const OpCall& c = it->second.first;
     const double work = op_priced_by_flops(c.op) ? c.flops : c.bytes;
     if (work < (op_priced_by_flops(c.op) ? kMinRatedFlops : kMinRatedBytes)) continue;
+    const double n = static_cast<double>(m.calls);
+    if (c.cast_bytes > 0) {
+      fp8[c.size].push_back({c.op, n * c.flops, n * c.cast_bytes, m.device_ms * 1e-3});
+      continue;
+    }
     Sum& s = sums[{c.op, c.size}];
     s.work += static_cast<double>(m.calls) * work;
     s.ms += m.device_ms;
@@ -194,6 +292,7 @@ OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector
   t.per_op_calls = calls;
   for (const auto& [key, s] : sums)
     if (s.ms > 0 && s.work > 0) t.rates.push_back({key.first, key.second, s.work / (s.ms * 1e-3) / 1e12, true});
+  for (const auto& [rows, labels] : fp8) fit_fp8_linears(rows, labels, &t);
   return t;
 }
 

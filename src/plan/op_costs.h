@@ -1,14 +1,16 @@
 // What an op costs on a GPU: the op-cost table the step model (plan/step_model.h) prices a
 // step with, and the GPUs it knows.
 //
-// The table is per op kind and size class: a matrix product or attention is priced by its
-// FLOPs at a rate (TFLOP/s), every other op by the bytes it moves at a rate (TB/s); each
-// rate belongs to a size (tokens of a per-token op, attention's included, elements of the
-// optimizer's ops) and a call takes the rate of the nearest measured size (by ratio), so
-// shapes and models that were not measured are predicted from those that were. A fixed
-// cost per op call (per_op_us) is added. The table names its GPU's dense bf16 peak and HBM
-// bandwidth; another GPU's rates are scaled by its peak (FLOP-priced ops) or bandwidth
-// (byte-priced ops).
+// The table is per op kind and size: a matrix product or attention is priced by its FLOPs
+// at a rate (TFLOP/s), every other op by the bytes it moves at a rate (TB/s), an FP8 linear
+// by both: its GEMM's FLOPs at the op's rate and its operands' casts' bytes at fp8_cast's.
+// Each rate belongs to a size (rows of a per-token op and of a linear, the sequence length
+// of attention, elements of the optimizer's ops) and a call takes the rate at its size
+// interpolated between the measured sizes around it (linear in log size; past the ends,
+// the end's), so shapes and models that were not measured are predicted from those that
+// were. A fixed cost per op call (per_op_us) is added. The table names its GPU's dense bf16
+// peak and HBM bandwidth; another GPU's rates are scaled by its peak (FLOP-priced ops) or
+// bandwidth (byte-priced ops).
 //
 // The H200 table ships inside the binary (src/plan/h200_op_costs.json, embedded at build
 // time by CMake, so `anvil plan` needs no file beside the binary and cannot find a stale
@@ -48,6 +50,8 @@ double topology_bus_gbps(const Topology& t, std::string* why);
 
 // FLOP-priced ops: the matrix products, attention, the fused cross-entropy.
 bool op_priced_by_flops(const std::string& op);
+// The rate entry of the FP8 linears' operand casts (OpCall::cast_bytes), by the linear's rows.
+inline constexpr const char* kFp8CastOp = "fp8_cast";
 
 struct OpRate {
   std::string op;
@@ -72,18 +76,20 @@ struct OpCostTable {
   static OpCostTable from_json(const Json& j, const std::string& what);
   Json to_json() const;
   // Seconds of one call of `c` on `gpu`, at least 0; throws kInvalidInput when the table has no
-  // rate for the op. The FP8 linears (linear_fp8_*, the casts inside) scale to another GPU by
-  // the bf16 peaks too: every GPU here with FP8 tensor cores has twice its bf16 rate in FP8.
+  // rate for the op. The FP8 linears' GEMMs scale to another GPU by the bf16 peaks too (every
+  // GPU here with FP8 tensor cores has twice its bf16 rate in FP8), their casts by bandwidth.
   double seconds(const OpCall& c, const GpuSpec& gpu) const;
   // Why a step with --fp8 cannot be priced on `gpu` (no FP8 tensor cores, or no FP8 linear
-  // rates in the table), or "".
+  // or cast rates in the table), or "".
   std::string why_not_fp8(const GpuSpec& gpu) const;
 };
 
 // A table fitted from one measured step: `program` is the step's op list (step_program),
 // `measured` the same step's op times (Runtime::take_op_times, per step), `step_ms` the step's
 // time untimed. Each (op, size) gets the rate sum of work / sum of device time of its
-// labels; per_op_us is what the untimed step differs from the ops' sum, per call (the
+// labels, except the FP8 linears: at each row count one GEMM rate per op and one cast rate,
+// fitted by least squares over their shapes (none where they do not separate, with a
+// warning); per_op_us is what the untimed step differs from the ops' sum, per call (the
 // timing events' cost shows as a negative figure). Only the step's ops have rates, and only
 // from calls of at least 1 MiB or 0.1 GFLOP (smaller ones measure their launch).
 OpCostTable fit_op_table(const std::vector<StepItem>& program, const std::vector<Runtime::OpTime>& measured,

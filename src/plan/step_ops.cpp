@@ -36,10 +36,10 @@ class StepWalk {
 
  private:
   // ---- what is issued
-  void op(const char* name, std::string shape, int64_t size, double flops, double bytes) {
+  void op(const char* name, std::string shape, int64_t size, double flops, double bytes, double cast_bytes = 0) {
     StepItem it;
     it.phase = phase_;
-    it.op = OpCall{name, std::move(shape), size, flops, bytes};
+    it.op = OpCall{name, std::move(shape), size, flops, bytes, cast_bytes};
     items_.push_back(std::move(it));
   }
   int collective(BenchCollective kind, int64_t bytes) {
@@ -64,32 +64,48 @@ class StepWalk {
     op("convert", cat(dtype_name(from), "->", dtype_name(to), " ", n), n, 0,
        static_cast<double>(n * static_cast<int64_t>(dtype_size(from) + dtype_size(to))));
   }
-  // A block linear's product (model/block_linears.h: BlockLinears::forward, backward_input,
-  // backward_weight): name is the bf16 op's, linear_fp8_* in its place with --fp8.
-  void linear(const char* name, int64_t M, int64_t N, int64_t K) {
-    const std::string op_name = fp8_ ? "linear_fp8_" + std::string(name + std::strlen("linear_")) : name;
-    op(op_name.c_str(), cat(M, "x", N, "x", K), M, 2.0 * M * N * K,
-       cb_ * static_cast<double>(M * K + N * K + M * N));
+  // A block linear's product of M rows, N outputs and K inputs (model/block_linears.h:
+  // BlockLinears::forward, backward_input, backward_weight): name is the bf16 op's,
+  // linear_fp8_* in its place with --fp8. x_known, w_known: the forward's or dw's x, the
+  // forward's w, have their amax in the linear's slot (model/block.cpp's flags; dx's w always has).
+  void linear(const char* name, int64_t M, int64_t N, int64_t K, bool x_known = false, bool w_known = false) {
+    const std::string kind = name + std::strlen("linear_");
+    const std::string op_name = fp8_ ? "linear_fp8_" + kind : name;
+    const double x = static_cast<double>(M * K), w = static_cast<double>(N * K), dy = static_cast<double>(M * N);
+    const double casts = kind == "forward"        ? cast(x, x_known) + cast(w, w_known)
+                         : kind == "backward_input" ? cast(dy, false) + cast(w, true)
+                                                    : cast(dy, false) + cast(x, x_known);
+    op(op_name.c_str(), cat(M, "x", N, "x", K), M, 2.0 * M * N * K, cb_ * (x + w + dy), fp8_ ? casts : 0);
   }
   // Both backward products of a block linear (BlockLinears::backward): dw then dx,
-  // one op with --fp8 (dy cast once for both), named by dw's shape.
+  // one op with --fp8 (dy's amax taken once and dy cast into both layouts in one read; x's
+  // and w's amax kept from the forward), named by dw's shape.
   void linear_backward(int64_t M, int64_t N, int64_t K) {
     if (!fp8_) {
       linear("linear_backward_weight", M, N, K);
       linear("linear_backward_input", M, N, K);
       return;
     }
-    op("linear_fp8_backward", cat(M, "x", N, "x", K), M, 4.0 * M * N * K,
-       2 * cb_ * static_cast<double>(M * K + N * K + M * N));
+    const double x = static_cast<double>(M * K), w = static_cast<double>(N * K), dy = static_cast<double>(M * N);
+    op("linear_fp8_backward", cat(M, "x", N, "x", K), M, 4.0 * M * N * K, 2 * cb_ * (x + w + dy),
+       (cb_ + cb_ + 2) * dy + cast(x, true) + cast(w, true));
   }
+  // The bytes of one bf16 operand of n elements cast to FP8 (ops/cuda/fp8_cast.h): its amax
+  // read first unless known, then read and written as FP8 (one byte an element).
+  double cast(double n, bool amax_known) const { return (amax_known ? 0 : cb_) * n + (cb_ + 1) * n; }
   void per_token(const char* name, int64_t C, double bytes_per_element, int64_t rows = 0) {
     if (rows == 0) rows = N_;
     op(name, cat(rows, "x", C), rows, 0, bytes_per_element * cb_ * static_cast<double>(rows * C));
   }
+  // Causal attention over sequences of T (bench step's wrapped batches: one document each):
+  // the forward's two products (Q K^T and P V) over the causal triangle, 2 x 2 x T^2/2 x
+  // head_dim FLOPs a head and sequence; `times` that for the backward. Its rate is the
+  // table's at length T: the kernels' efficiency follows the length (tiles, the triangle's
+  // edge, cuDNN's backward past its dP bound), not the tokens of the batch.
   void attention(const char* name, double times) {
     const int64_t B = run_.data.micro_batch, T = run_.data.seq_len, H = c_.num_heads;
     op(name, cat(B, "x", T, "x", H, "/", c_.num_kv_heads, "x", c_.head_dim),
-       N_, times * 2.0 * static_cast<double>(B * H * T * T * c_.head_dim),
+       T, times * 2.0 * static_cast<double>(B * H * T * T * c_.head_dim),
        cb_ * static_cast<double>(N_ * (c_.qkv_dim() + c_.q_dim())) * times);
   }
   void qk_norm_rope(const char* name, double bytes_per_element) {
@@ -182,12 +198,12 @@ void StepWalk::forward_backward() {
 void StepWalk::block_forward(bool to_output) {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
   per_token("rmsnorm_forward", C, 2);
-  linear("linear_forward", N_, Q, C);
+  linear("linear_forward", N_, Q, C, true);
   qk_norm_rope("qk_norm_rope_forward", 2);
   attention("attention_forward", 1.0);
   linear("linear_forward", N_, C, c_.q_dim());
   per_token("add_rmsnorm_forward", C, 4);
-  if (tile_ == N_) linear("linear_forward", N_, 2 * I, C);
+  if (tile_ == N_) linear("linear_forward", N_, 2 * I, C, true);
   if (!to_output) return;
   mlp_forward();
   op("add", cat(dtype_name(run_.compute_dtype), " ", N_ * C), N_ * C, 0,
@@ -199,9 +215,9 @@ void StepWalk::mlp_forward() {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size;
   for (int64_t r0 = 0; r0 < N_; r0 += tile_) {
     const int64_t rows = std::min(N_, r0 + tile_) - r0;
-    if (tile_ < N_) linear("linear_forward", rows, 2 * I, C);
+    if (tile_ < N_) linear("linear_forward", rows, 2 * I, C, false, r0 > 0);
     per_token("swiglu_forward", I, 3, rows);
-    linear("linear_forward", rows, C, I);
+    linear("linear_forward", rows, C, I, tile_ == N_, tile_ < N_ && r0 > 0);
   }
 }
 
@@ -210,7 +226,7 @@ void StepWalk::mlp_backward_tiled() {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size;
   for (int64_t r0 = 0; r0 < N_; r0 += tile_) {
     const int64_t rows = std::min(N_, r0 + tile_) - r0;
-    linear("linear_forward", rows, 2 * I, C);
+    linear("linear_forward", rows, 2 * I, C, false, true);
     linear("linear_backward_input", rows, C, I);
     per_token("swiglu_backward", I, 6, rows);
     linear("linear_backward_weight", rows, C, I);
@@ -231,7 +247,7 @@ void StepWalk::block_backward() {
   } else {
     linear("linear_backward_input", N_, C, I);
     per_token("swiglu_backward", I, 6);
-    linear("linear_backward_weight", N_, C, I);
+    linear("linear_backward_weight", N_, C, I, true);
     linear_backward(N_, 2 * I, C);
   }
   per_token("rmsnorm_backward", C, 3);

@@ -21,13 +21,17 @@
 namespace anvil {
 
 // One op call: its name and shape as the op front labels it, the key the cost table looks
-// up its size class by, and the work it is priced by (FLOPs for the matrix products and
-// attention, bytes moved to and from memory for the rest).
+// up its rate by, and the work it is priced by (FLOPs for the matrix products and
+// attention, bytes moved to and from memory for the rest). An FP8 linear is priced by both:
+// its GEMM's FLOPs, and the bytes its operands' casts move (cast_bytes, at the table's
+// fp8_cast rate for its rows).
 struct OpCall {
   std::string op;     // "linear_forward"
   std::string shape;  // "2048x4096x2048"
-  int64_t size = 0;   // rows (tokens) of a per-token op (attention: B x T), elements of the optimizer's
+  int64_t size = 0;   // rows (tokens) of a per-token op; attention: the sequence length T it
+                      // attends over; elements of the optimizer's
   double flops = 0, bytes = 0;
+  double cast_bytes = 0;  // an FP8 linear's casts: amax passes, the casts' reads and FP8 writes
   std::string label() const { return op + " " + shape; }
 };
 
