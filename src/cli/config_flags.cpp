@@ -236,4 +236,17 @@ Args& bind_packing(Args& a, Packing* out) {
                      parse_packing, packing_name);
 }
 
+void bind_objective(Args& a, Objective* objective, DpoSection& d) {
+  enum_choice(a, "--objective", objective, {"sft", "dpo"},
+              "what is trained: sft, next-token cross-entropy; dpo, TRL's DPO on preference rows (prompt, chosen, "
+              "rejected) against the reference's log-probs",
+              parse_objective, objective_name)
+      .opt("--beta", &d.beta, "B", "dpo: the deviation from the reference (TRL's beta; ipo: its tau)");
+  enum_choice(a, "--dpo-loss", &d.loss, {"sigmoid", "ipo", "robust"},
+              "dpo: TRL's loss_type: sigmoid (DPO), ipo (per completion token), robust (label-smoothed sigmoid)",
+              parse_dpo_loss, dpo_loss_name)
+      .opt("--label-smoothing", &d.label_smoothing, "E",
+           "dpo --dpo-loss robust: the probability that a preference is flipped, in [0, 0.5)");
+}
+
 }  // namespace anvil

@@ -16,6 +16,7 @@
 #include "data/blocks.h"
 #include "optim/schedule.h"
 #include "plan/parallel_section.h"
+#include "train/dpo.h"
 
 namespace anvil {
 
@@ -81,6 +82,7 @@ struct TrainConfig {
   EvalSection eval;
   LogSection log;
   ExportSection export_;
+  DpoSection dpo;  // --objective dpo (data.objective): its loss and reference (train/dpo.h)
   int64_t steps = 40;  // optimizer steps (the schedule's length)
   int64_t seed = 0;    // of the data order and of fresh weights
   bool operator==(const TrainConfig&) const = default;
