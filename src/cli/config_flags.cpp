@@ -117,6 +117,9 @@ void bind_train_flags(Args& a, TrainConfig& c) {
   bind_model(a, c.model);
   bind_device(a, c.model);
   bind_data(a, c.data);
+  bind_objective(a, &c.data.objective, c.dpo);
+  a.opt("--ref-model", &c.dpo.ref_model, "DIR|ID",
+        "dpo: the reference model whose log-probs are computed once before training [default: the start model]");
   bind_eval(a, c.eval);
   bind_shapes(a, c.data);
   bind_steps(a, &c.steps);

@@ -33,6 +33,8 @@ std::string data_cache_dir(const DataSection& d) {
 BlockSource::BlockSource(const DataSection& d, const std::string& source, const std::string& split,
                          const std::string& model_dir, const PrepareTurn& turn, const RowHoldout& holdout) {
   if (data_kind(source) == DataKind::kSafetensors) {
+    ANVIL_ENSURE(d.objective != Objective::kDpo, kInvalidInput, source,
+                 ": --objective dpo trains on preference rows (JSONL, Parquet, a hub dataset), not input_ids");
     open_safetensors(source);
     return;
   }
@@ -78,6 +80,16 @@ void BlockSource::open_safetensors(const std::string& source) {
 int64_t BlockSource::pairs() const {
   if (!packed_ || !packed_->preference()) return 0;
   return packed_->header().value("documents", int64_t{0}) / 2;
+}
+
+std::string BlockSource::prepared_file() const {
+  ANVIL_ENSURE(packed_ != nullptr, kInternal, "safetensors blocks have no prepared file");
+  return packed_->path();
+}
+
+std::string BlockSource::prepared_key() const {
+  ANVIL_ENSURE(packed_ != nullptr, kInternal, "safetensors blocks have no prepared file");
+  return packed_->header().value("key", "");
 }
 
 std::string BlockSource::summary() const {

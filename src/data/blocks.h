@@ -92,6 +92,10 @@ class BlockSource {
   Packing packing() const { return packed_ ? packed_->packing() : Packing::kWrapped; }
   // Preference pairs (DPO): how many the blocks hold in all (0: not preference data).
   int64_t pairs() const;
+  // The prepared block file (packed.bin) and its cache key (what it was made from); rows and
+  // prepared folders only.
+  std::string prepared_file() const;
+  std::string prepared_key() const;
   // One line on how the blocks were packed (packing_summary; safetensors: the blocks' shape).
   std::string summary() const;
   // Appends block `block`'s ids; labels and positions when the blocks have them (bfd: always).

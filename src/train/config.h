@@ -96,5 +96,8 @@ Json train_record(const TrainConfig& c, int world);
 // each as "name old -> new"; empty when none changed (keys missing from `was`, written by an
 // older anvil, are not compared). One list, in train/config.cpp, makes both.
 std::vector<std::string> continuation_changes(const Json& was, const Json& now);
+// The recorded settings a resume may not change (the objective and DPO's loss, beta and
+// reference: the run would train another objective), as continuation_changes names them.
+std::vector<std::string> refused_changes(const Json& was, const Json& now);
 
 }  // namespace anvil

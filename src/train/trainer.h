@@ -73,6 +73,7 @@ class Trainer {
   // Forward only: the completion log-probs of each pair of one micro-batch, in its order (the
   // reference pass, evaluation); nothing else is touched.
   std::vector<PairLogps> pair_logps(const TokenBatch& batch);
+  DpoSums global_sums(const DpoSums& mine);  // summed over the ranks (every rank calls it)
 
   // The memory plan of this rank (checked against the GPU's memory before any allocation).
   const MemoryPlan& plan() const { return plan_; }
@@ -110,7 +111,6 @@ class Trainer {
   // One uploaded micro-batch's forward and backward under DPO: the pairs' losses (of the mean
   // over `pairs` pairs) weigh the head's tokens (train/dpo.h); their sums are added to `sums`.
   void dpo_forward_backward(const TokenBatch& b, int64_t pairs, DpoSums& sums);
-  DpoSums global_sums(const DpoSums& mine);  // summed over the ranks
 
   ModelConfig config_;
   ResolvedConfig settings_;
