@@ -423,8 +423,9 @@ TEST(CheckpointSettings, ARecordedSettingIsComparedUnlessItOnlySplitsTheBatch) {
   const Json was = train_record(c, 4);
   std::vector<std::string> keys;
   for (const auto& [key, value] : was.items()) keys.push_back(key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"assistant_only_loss", "beta1", "beta2", "data", "eps", "fp8", "global_batch",
-                                            "grad_accum", "lr", "lr_min", "max_grad_norm", "micro_batch", "schedule",
+  EXPECT_EQ(keys, (std::vector<std::string>{"assistant_only_loss", "beta", "beta1", "beta2", "data", "dpo_loss", "eps",
+                                            "fp8", "global_batch", "grad_accum", "label_smoothing", "lr", "lr_min",
+                                            "max_grad_norm", "micro_batch", "objective", "ref_model", "schedule",
                                             "seed", "seq_len", "shuffle", "steps", "warmup", "weight_decay"}));
   EXPECT_EQ(was["global_batch"], 8);
 

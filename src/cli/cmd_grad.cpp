@@ -1,4 +1,4 @@
-// anvil grad --model DIR --tokens FILE.safetensors --out OUT.safetensors [--device cpu|cuda]
+// anvil grad --model DIR --tokens FILE.safetensors --out OUT.safetensors [--device cpu|cuda] [--objective dpo ...]
 #include <cstdio>
 
 #include "cli/args.h"
@@ -22,7 +22,9 @@ int cmd_grad(int argc, char** argv) {
   bind_device(a, &o.device);
   bind_mlp_tile(a, &o.mlp_tile);
   bind_fp8(a, &o.fp8);
+  bind_objective(a, &o.objective, o.dpo);
   if (!a.parse(argc, argv)) return 0;
+  if (o.objective == Objective::kDpo) check_dpo(o.dpo);
   o.device = device_or_default(o.device, "grad");
   const double loss = run_grad(o);
   std::printf("loss %.9g\nwrote %s\n", loss, o.out.c_str());

@@ -117,6 +117,9 @@ void bind_train_flags(Args& a, TrainConfig& c) {
   bind_model(a, c.model);
   bind_device(a, c.model);
   bind_data(a, c.data);
+  bind_objective(a, &c.data.objective, c.dpo);
+  a.opt("--ref-model", &c.dpo.ref_model, "DIR|ID",
+        "dpo: the reference model whose log-probs are computed once before training [default: the start model]");
   bind_eval(a, c.eval);
   bind_shapes(a, c.data);
   bind_steps(a, &c.steps);
@@ -234,6 +237,19 @@ Args& bind_packing(Args& a, Packing* out) {
                      "cut every --seq-len tokens. bfd packings: each row's tokens attend only within it, positions "
                      "restart at 0, the rest of a sequence is padding no loss counts",
                      parse_packing, packing_name);
+}
+
+void bind_objective(Args& a, Objective* objective, DpoSection& d) {
+  enum_choice(a, "--objective", objective, {"sft", "dpo"},
+              "what is trained: sft, next-token cross-entropy; dpo, TRL's DPO on preference rows (prompt, chosen, "
+              "rejected) against the reference's log-probs",
+              parse_objective, objective_name)
+      .opt("--beta", &d.beta, "B", "dpo: the deviation from the reference (TRL's beta; ipo: its tau)");
+  enum_choice(a, "--dpo-loss", &d.loss, {"sigmoid", "ipo", "robust"},
+              "dpo: TRL's loss_type: sigmoid (DPO), ipo (per completion token), robust (label-smoothed sigmoid)",
+              parse_dpo_loss, dpo_loss_name)
+      .opt("--label-smoothing", &d.label_smoothing, "E",
+           "dpo --dpo-loss robust: the probability that a preference is flipped, in [0, 0.5)");
 }
 
 }  // namespace anvil

@@ -42,5 +42,7 @@ void bind_step_model(Args& a, std::string* op_table, double* bus_gbps);
 Args& bind_fp8(Args& a, Fp8Recipe* out);
 Args& bind_mlp_tile(Args& a, int64_t* out);
 Args& bind_packing(Args& a, Packing* out);
+// --objective and DPO's --beta, --dpo-loss, --label-smoothing (train/dpo.h).
+void bind_objective(Args& a, Objective* objective, DpoSection& d);
 
 }  // namespace anvil

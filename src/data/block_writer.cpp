@@ -50,6 +50,8 @@ BinWriter::BinWriter(int fd, const std::string& path, int64_t seq_len, bool with
 
 void BinWriter::append(const TokenizedRow& row) {
   window_ids_.push_back(row.ids);
+  window_splits_.push_back(row.pair_split);
+  ANVIL_ENSURE(row.pair_split == 0 || row.ids.size() <= seq_, kInternal, "a preference pair longer than a block");
   if (with_labels_) window_labels_.push_back(row.labels);
   if (static_cast<int64_t>(window_ids_.size()) == kBinWindowRows) pack_window();
 }
@@ -72,6 +74,7 @@ void BinWriter::pack_window() {
   for (const Bin& bin : pack_best_fit(lengths, seq, split_)) write_bin(bin);
   window_ids_.clear();
   window_labels_.clear();
+  window_splits_.clear();
 }
 
 void BinWriter::write_bin(const Bin& bin) {
@@ -86,9 +89,11 @@ void BinWriter::write_bin(const Bin& bin) {
       const auto& row_labels = window_labels_[static_cast<size_t>(p.row)];
       labels_.insert(labels_.end(), row_labels.begin() + b, row_labels.begin() + e);
     }
-    lengths_.push_back(static_cast<int32_t>(p.length));
+    const int64_t split = window_splits_[static_cast<size_t>(p.row)];
+    if (split > 0) lengths_.push_back(static_cast<int32_t>(split));  // the pair's chosen, then its rejected
+    lengths_.push_back(static_cast<int32_t>(p.length - split));
+    stats_.documents += split > 0 ? 2 : 1;
   }
-  stats_.documents += static_cast<int64_t>(bin.size());
   stats_.real_tokens += static_cast<int64_t>(ids_.size());
   ids_.resize(seq_, pad_id_);
   if (with_labels_) labels_.resize(seq_, kIgnoreIndex);

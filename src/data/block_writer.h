@@ -5,7 +5,9 @@
 // left waits for the next row; the end's remainder is dropped). BinWriter: best-fit-decreasing
 // bins of each window of kBinWindowRows rows (data/bin_packing.h); each bin is one block, its
 // documents (rows, or pieces of rows) then padding up to seq_len: ids pad_id, labels -100. It
-// keeps each block's document lengths, written after the blocks by finish().
+// keeps each block's document lengths, written after the blocks by finish(). A preference pair
+// (TokenizedRow::pair_split) is packed as one row, never split or cut (the caller checks it fits),
+// and recorded as its two documents.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +82,7 @@ class BinWriter : public BlockSink {
   bool split_;
   int32_t pad_id_;
   std::vector<std::vector<int32_t>> window_ids_, window_labels_;
+  std::vector<int64_t> window_splits_;  // each row's TokenizedRow::pair_split (a pair: two documents)
   std::vector<int32_t> ids_, labels_;
   std::vector<int64_t> first_document_;  // per block, then one past the last: index into lengths_
   std::vector<int32_t> lengths_;         // every document's length, block after block

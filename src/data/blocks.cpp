@@ -10,6 +10,14 @@
 
 namespace anvil {
 
+Objective parse_objective(const std::string& name) {
+  if (name == "sft") return Objective::kSft;
+  if (name == "dpo") return Objective::kDpo;
+  raise(ErrorKind::kUsage, "unknown objective '", name, "' (sft or dpo)");
+}
+
+const char* objective_name(Objective o) { return o == Objective::kDpo ? "dpo" : "sft"; }
+
 DataKind data_kind(const std::string& source) {
   if (source.size() > 12 && source.compare(source.size() - 12, 12, ".safetensors") == 0) return DataKind::kSafetensors;
   if (is_packed_dataset(source)) return DataKind::kPacked;
@@ -25,6 +33,8 @@ std::string data_cache_dir(const DataSection& d) {
 BlockSource::BlockSource(const DataSection& d, const std::string& source, const std::string& split,
                          const std::string& model_dir, const PrepareTurn& turn, const RowHoldout& holdout) {
   if (data_kind(source) == DataKind::kSafetensors) {
+    ANVIL_ENSURE(d.objective != Objective::kDpo, kInvalidInput, source,
+                 ": --objective dpo trains on preference rows (JSONL, Parquet, a hub dataset), not input_ids");
     open_safetensors(source);
     return;
   }
@@ -41,6 +51,7 @@ BlockSource::BlockSource(const DataSection& d, const std::string& source, const 
     p.columns = d.columns;
     p.holdout = holdout;
     p.skip_bad_rows = d.skip_bad_rows;
+    p.preference = d.objective == Objective::kDpo;
     const std::string cache = data_cache_dir(d);
     // The first process prepares; the others open what it wrote.
     if (turn.first) packed_ = std::make_unique<PackedDataset>(prepare_cached(p, cache));
@@ -49,6 +60,9 @@ BlockSource::BlockSource(const DataSection& d, const std::string& source, const 
   }
   n_ = packed_->num_blocks();
   t_ = packed_->seq_len();
+  ANVIL_ENSURE(packed_->preference() == (d.objective == Objective::kDpo), kInvalidInput, source,
+               packed_->preference() ? ": holds preference pairs, which train with --objective dpo"
+                                     : ": --objective dpo trains on preference pairs, and these blocks hold none");
   ANVIL_ENSURE(n_ >= 1, kInvalidInput, source, ": no complete block of ", t_, " tokens");
 }
 
@@ -61,6 +75,21 @@ void BlockSource::open_safetensors(const std::string& source) {
   ids_ = read_as_i64(*ids);
   n_ = ids->shape[0];
   t_ = ids->shape[1];
+}
+
+int64_t BlockSource::pairs() const {
+  if (!packed_ || !packed_->preference()) return 0;
+  return packed_->header().value("documents", int64_t{0}) / 2;
+}
+
+std::string BlockSource::prepared_file() const {
+  ANVIL_ENSURE(packed_ != nullptr, kInternal, "safetensors blocks have no prepared file");
+  return packed_->path();
+}
+
+std::string BlockSource::prepared_key() const {
+  ANVIL_ENSURE(packed_ != nullptr, kInternal, "safetensors blocks have no prepared file");
+  return packed_->header().value("key", "");
 }
 
 std::string BlockSource::summary() const {
@@ -81,9 +110,14 @@ void BlockSource::append(int64_t block, TokenBatch& b) const {
     return;
   }
   int64_t real = 0;
-  for (const int32_t n : packed_->documents(block)) {
-    for (int64_t k = 0; k < n; ++k) b.positions.push_back(k);
-    real += n;
+  const std::span<const int32_t> docs = packed_->documents(block);
+  const int64_t at = static_cast<int64_t>(b.ids.size()) - t_;  // the block's first token in the batch
+  for (size_t d = 0; d < docs.size(); ++d) {
+    if (packed_->preference() && d % 2 == 0)  // pair d / 2 of the block: documents d (chosen) and d + 1 (rejected)
+      b.pairs.push_back({(packed_->first_document(block) + static_cast<int64_t>(d)) / 2, at + real, docs[d],
+                         at + real + docs[d], docs[d + 1]});
+    for (int64_t k = 0; k < docs[d]; ++k) b.positions.push_back(k);
+    real += docs[d];
   }
   for (int64_t k = 0; k < t_ - real; ++k) b.positions.push_back(k);
   b.labels.insert(b.labels.end(), lab, lab + real);

@@ -19,6 +19,12 @@
 
 namespace anvil {
 
+// What the steps train: next-token cross-entropy (sft) or a preference objective on pairs of
+// chosen and rejected sequences (dpo: train/dpo.h), whose rows are preference pairs.
+enum class Objective { kSft, kDpo };
+Objective parse_objective(const std::string& name);  // "sft" | "dpo"; kUsage otherwise
+const char* objective_name(Objective o);
+
 // The data section: what the steps read, how rows are packed and how much each step takes.
 struct DataSection {
   std::string source;           // --data: safetensors, a prepared block file/folder, or rows
@@ -35,6 +41,7 @@ struct DataSection {
   std::string columns;               // renamed columns: messages=conversations,... (data/row_shapes.h)
   bool skip_bad_rows = false;
   bool reset_position = false;  // a resumed run reads the blocks from the start (--reset-data-position)
+  Objective objective = Objective::kSft;  // dpo: the rows are preference pairs
   bool operator==(const DataSection&) const = default;
 };
 
@@ -49,10 +56,17 @@ std::string data_cache_dir(const DataSection& d);
 // position in its document, 0 at a document's first token; a block's padding after its last
 // document counts as one more document (positions 0, 1, ..., ids the pad id, labels -100).
 // padding: how many of the ids are padding; the rest are real tokens.
+// pairs (preference data, DPO): each pair's chosen and rejected documents, as offsets into
+// ids, and the pair's index among the data's pairs (its reference log-probs' row).
+struct PreferencePair {
+  int64_t index = 0;
+  int64_t chosen_begin = 0, chosen_length = 0, rejected_begin = 0, rejected_length = 0;
+};
 struct TokenBatch {
   std::vector<int64_t> ids;
   std::vector<int64_t> labels;
   std::vector<int64_t> positions;
+  std::vector<PreferencePair> pairs;
   int64_t padding = 0;
   int64_t real_tokens() const { return static_cast<int64_t>(ids.size()) - padding; }
 };
@@ -76,6 +90,12 @@ class BlockSource {
   int64_t seq_len() const { return t_; }
   // The packing of the blocks (a prepared file's own; safetensors blocks are wrapped).
   Packing packing() const { return packed_ ? packed_->packing() : Packing::kWrapped; }
+  // Preference pairs (DPO): how many the blocks hold in all (0: not preference data).
+  int64_t pairs() const;
+  // The prepared block file (packed.bin) and its cache key (what it was made from); rows and
+  // prepared folders only.
+  std::string prepared_file() const;
+  std::string prepared_key() const;
   // One line on how the blocks were packed (packing_summary; safetensors: the blocks' shape).
   std::string summary() const;
   // Appends block `block`'s ids; labels and positions when the blocks have them (bfd: always).

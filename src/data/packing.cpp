@@ -79,6 +79,7 @@ PackedDataset PackedDataset::open(const std::string& path) {
                file, ": size ", size, " does not match its header (truncated file?)");
   d.blocks_ = reinterpret_cast<const int32_t*>(bytes + offset);
   if (format == kFormatBins) d.open_documents(size);
+  d.preference_ = d.header_.value("preference", false);
   return d;
 }
 
@@ -107,6 +108,8 @@ void PackedDataset::open_documents(size_t size) {
     }
     ANVIL_ENSURE(tokens <= seq_len_, kInvalidInput, path_, ": block ", b, "'s documents hold ", tokens,
                  " tokens, more than its ", seq_len_);
+    ANVIL_ENSURE(!header_.value("preference", false) || (first_document_[b] % 2 == 0 && documents(b).size() % 2 == 0),
+                 kInvalidInput, path_, ": block ", b, " splits a preference pair");
   }
 }
 
@@ -127,6 +130,7 @@ PackedDataset& PackedDataset::operator=(PackedDataset&& o) noexcept {
     stride_ = o.stride_;
     has_labels_ = o.has_labels_;
     packing_ = o.packing_;
+    preference_ = o.preference_;
   }
   return *this;
 }
@@ -143,6 +147,12 @@ const int32_t* PackedDataset::input_ids(int64_t block) const {
 
 const int32_t* PackedDataset::labels(int64_t block) const {
   return has_labels_ ? input_ids(block) + seq_len_ : input_ids(block);
+}
+
+int64_t PackedDataset::first_document(int64_t block) const {
+  ANVIL_ENSURE(first_document_ && block >= 0 && block < num_blocks_, kInvalidInput, path_, ": block ", block,
+               " has no document table entry");
+  return first_document_[block];
 }
 
 std::span<const int32_t> PackedDataset::documents(int64_t block) const {
@@ -178,6 +188,7 @@ std::string key_and_data_hashes(const PrepareOptions& o, std::vector<std::string
   if (o.packing != Packing::kWrapped) h.update(cat(";packing=", packing_name(o.packing), ";window=", kBinWindowRows));
   if (!o.completion_only_loss) h.update(";completion_only_loss=0");
   if (!o.columns.empty()) h.update(";columns=" + o.columns);
+  if (o.preference) h.update(";preference=1");
   const RowHoldout& k = o.holdout;
   if (k.any()) h.update(cat(";holdout=", k.fraction, ",", k.rows, ",", k.seed, ",", k.held_out));
   return h.hex();
@@ -238,6 +249,10 @@ PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& da
           ++file_bad;
           continue;
         }
+        ANVIL_ENSURE(results[k].pair_split == 0 || static_cast<int64_t>(results[k].ids.size()) <= o.seq_len, kInvalidInput,
+                     batch->where(k), ": the preference pair's chosen and rejected sequences hold ",
+                     results[k].pair_split, " + ", results[k].ids.size() - static_cast<size_t>(results[k].pair_split),
+                     " tokens, more than --seq-len ", o.seq_len, " (a pair trains in one sequence: a longer --seq-len)");
         ++file_rows;
         if (!results[k].labels.empty() && !has_target(results[k]) && tally.rows_without_targets++ == 0)
           tally.first_without_targets = batch->where(k);
@@ -284,7 +299,8 @@ RowOptions row_options(const PrepareOptions& o, const ChatTemplate* tmpl) {
   r.assistant_only_loss = o.assistant_only_loss;
   r.completion_only_loss = o.completion_only_loss;
   r.columns = ColumnMap::parse(o.columns);
-  r.labels = o.assistant_only_loss || (o.completion_only_loss && prompt_rows_first(o.data, r.columns));
+  r.preference = o.preference;
+  r.labels = o.assistant_only_loss || o.preference || (o.completion_only_loss && prompt_rows_first(o.data, r.columns));
   r.eos_token = tmpl ? tmpl->eos_token() : std::string();
   return r;
 }
@@ -326,6 +342,7 @@ void add_bin_fields(Json& h, const PackedHeaderInputs& in) {
   h["dropped_rows"] = st.dropped_rows;
   h["dropped_tokens"] = st.dropped_tokens;
   h["empty_rows"] = st.empty_rows;
+  if (in.o.preference) h["preference"] = true;
 }
 
 Json packed_header(const PackedHeaderInputs& in) {
@@ -392,6 +409,8 @@ std::string prepare_key(const PrepareOptions& o) {
 Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
   ANVIL_ENSURE(o.seq_len >= 2, kUsage, "prepare: --seq-len must be at least 2, got ", o.seq_len);
   ANVIL_ENSURE(!o.data.empty(), kUsage, "prepare: no --data files");
+  ANVIL_ENSURE(!o.preference || o.packing != Packing::kWrapped, kUsage,
+               "prepare: preference pairs are packed as documents (--packing bfd or bfd-split), not wrapped");
   std::vector<std::string> data_hashes;
   const std::string key = key_and_data_hashes(o, &data_hashes);
   const Tokenizer tokenizer = Tokenizer::load(o.tokenizer);

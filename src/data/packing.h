@@ -22,7 +22,8 @@
 // anvil-packed-v2 (bfd, bfd-split) adds each block's documents after the blocks, at
 // documents_offset (a multiple of 8): int64 first_document[num_blocks + 1] (block b's documents
 // are [first_document[b], first_document[b + 1])), then int32 length[num_documents]; a block's
-// tokens after its documents are padding.
+// tokens after its documents are padding. A file of preference pairs (header "preference": true)
+// holds each pair as two documents of one block, chosen then rejected.
 // The file is written under a temporary name and renamed: a reader never sees half of one.
 #pragma once
 
@@ -47,6 +48,9 @@ struct TokenizedRow {
   std::vector<int32_t> ids;
   std::vector<int32_t> labels;  // filled only when RowOptions::labels
   std::string rendered;         // the chat rendering (messages rows only)
+  // A preference pair (RowOptions::preference): ids are the chosen sequence's, then the
+  // rejected's; the first pair_split of them are the chosen's. 0: not a pair.
+  int64_t pair_split = 0;
 };
 
 // How rows become tokens and labels.
@@ -56,13 +60,19 @@ struct RowOptions {
   bool labels = false;    // labels are kept: with assistant_only_loss, or prompt-completion data (prompt_rows_first)
   std::string eos_token;  // appended to a plain completion that does not end with it (as TRL)
   ColumnMap columns;
+  bool preference = false;  // DPO: every row a preference pair (and only those)
 };
 
 // Turns one row (a JSONL line, or a RowBatch's row) into tokens: a chat, a text, or a prompt
 // and its completion (data/row_shapes.h). A prompt-completion row is tokenized as TRL's
 // SFTTrainer does: the prompt alone (a chat's with the generation prompt) and the prompt
 // followed by its completion (a plain completion ending with the eos token); the completion
-// starts where the two ids part. A malformed row throws kInvalidInput saying what is wrong
+// starts where the two ids part. A preference pair (options.preference) is tokenized as TRL's
+// DPOTrainer does (its _prepare_dataset): an implicit prompt split off, the eos token appended
+// to plain chosen and rejected texts that lack it, then prompt, prompt + chosen and prompt +
+// rejected tokenized (chats rendered, the prompt with the generation prompt); the completions
+// start where the prompt's ids and the nearer of the two part, and only their tokens have
+// labels. A malformed row throws kInvalidInput saying what is wrong
 // (the caller adds where it is). Thread-safe.
 class RowEncoder {
  public:
@@ -77,6 +87,7 @@ class RowEncoder {
   void encode_chat(const OrderedJson& messages, TokenizedRow& out) const;
   void encode_text(const std::string& text, TokenizedRow& out) const;
   void encode_prompt_completion(const ShapedRow& row, TokenizedRow& out) const;
+  void encode_preference(const ShapedRow& row, TokenizedRow& out) const;
   const ChatTemplate& need_template(const char* what) const;
 
   const Tokenizer& tokenizer_;
@@ -111,6 +122,11 @@ class PackedDataset {
   const int32_t* labels(int64_t block) const;     // (seq_len,): the ids themselves when !has_labels()
   // bfd, bfd-split: the lengths of the block's documents, in order (the rest is padding); wrapped: empty.
   std::span<const int32_t> documents(int64_t block) const;
+  // bfd, bfd-split: the index of the block's first document among all the file's documents.
+  int64_t first_document(int64_t block) const;
+  // Preference pairs (DPO): documents 2k and 2k + 1 are pair k's chosen and rejected sequences,
+  // always in one block.
+  bool preference() const { return preference_; }
   const Json& header() const { return header_; }
   const std::string& path() const { return path_; }
 
@@ -125,6 +141,7 @@ class PackedDataset {
   const int32_t* document_lengths_ = nullptr;
   int64_t num_blocks_ = 0, seq_len_ = 0, stride_ = 0;
   bool has_labels_ = false;
+  bool preference_ = false;
   Packing packing_ = Packing::kWrapped;
 
   void open_documents(size_t size);
@@ -140,6 +157,7 @@ struct PrepareOptions {
   std::string columns;               // --columns renames (data/row_shapes.h)
   RowHoldout holdout;                // rows held out for evaluation: this side's (data/holdout.h)
   bool skip_bad_rows = false;        // count and skip malformed rows instead of failing
+  bool preference = false;           // DPO: preference pairs, each pair's two sequences in one block
 };
 
 // Tokenizes and packs o.data into out_dir/packed.bin on every core; returns its header.

@@ -37,8 +37,14 @@ void RowEncoder::encode_row(const OrderedJson& row, TokenizedRow& out) const {
   out.ids.clear();
   out.labels.clear();
   out.rendered.clear();
+  out.pair_split = 0;
   const ShapedRow s = shape_row(row, o_.columns);
-  if (s.shape == RowShape::kMessages) encode_chat(s.messages, out);
+  ANVIL_ENSURE((s.shape == RowShape::kPreference) == o_.preference, kInvalidInput,
+               o_.preference ? "--objective dpo trains on preference rows ({\"prompt\", \"chosen\", \"rejected\"}, "
+                               "or chosen and rejected conversations alone), this row is of another shape"
+                             : "a preference row ({\"chosen\", \"rejected\"}) trains with --objective dpo");
+  if (s.shape == RowShape::kPreference) encode_preference(s, out);
+  else if (s.shape == RowShape::kMessages) encode_chat(s.messages, out);
   else if (s.shape == RowShape::kText) encode_text(s.text, out);
   else encode_prompt_completion(s, out);
 }
@@ -102,6 +108,38 @@ void RowEncoder::encode_prompt_completion(const ShapedRow& row, TokenizedRow& ou
   }
   for (size_t k = 0; k < out.labels.size(); ++k)  // assistant-only too: both masks
     if (on_completion[k] == kIgnoreIndex) out.labels[k] = kIgnoreIndex;
+}
+
+void RowEncoder::encode_preference(const ShapedRow& row, TokenizedRow& out) const {
+  std::vector<int32_t> prompt_ids, chosen_ids, rejected_ids;
+  if (row.conversational) {
+    const ChatTemplate& t = need_template("a conversational preference row");
+    auto render = [&](const OrderedJson& completion, std::vector<int32_t>& ids) {
+      OrderedJson messages = row.prompt;
+      for (const OrderedJson& m : completion) messages.push_back(m);
+      tokenizer_.encode_append(t.render(messages, false), ids);
+    };
+    tokenizer_.encode_append(t.render(row.prompt, true), prompt_ids);
+    render(row.chosen, chosen_ids);
+    render(row.rejected, rejected_ids);
+  } else {
+    const std::string& prompt = row.prompt.get_ref<const std::string&>();
+    const std::string& eos = o_.eos_token;
+    auto with_eos = [&](std::string text) {
+      if (text.size() < eos.size() || text.compare(text.size() - eos.size(), eos.size(), eos) != 0) text += eos;
+      return text;
+    };
+    tokenizer_.encode_append(prompt, prompt_ids);
+    tokenizer_.encode_append(prompt + with_eos(row.chosen.get<std::string>()), chosen_ids);
+    tokenizer_.encode_append(prompt + with_eos(row.rejected.get<std::string>()), rejected_ids);
+  }
+  const size_t prompt_len = std::min(common_prefix(prompt_ids, chosen_ids), common_prefix(prompt_ids, rejected_ids));
+  out.labels = labels_from(chosen_ids, prompt_len);
+  const std::vector<int32_t> rejected_labels = labels_from(rejected_ids, prompt_len);
+  out.labels.insert(out.labels.end(), rejected_labels.begin(), rejected_labels.end());
+  out.ids = std::move(chosen_ids);
+  out.pair_split = static_cast<int64_t>(out.ids.size());
+  out.ids.insert(out.ids.end(), rejected_ids.begin(), rejected_ids.end());
 }
 
 std::vector<int32_t> span_labels(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,

@@ -1,6 +1,8 @@
 // Row shapes: --columns renames, ShareGPT messages, prompt-completion rows (see row_shapes.h).
 #include "data/row_shapes.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/json.h"
 
@@ -9,8 +11,8 @@ namespace {
 
 constexpr const char* kShapes =
     "{\"messages\": [{\"role\": ..., \"content\": ...}, ...]}, {\"conversations\": [{\"from\": ..., \"value\": ...}, "
-    "...]}, {\"text\": \"...\"} or {\"prompt\": ..., \"completion\": ...} (other column names: --columns "
-    "messages=NAME)";
+    "...]}, {\"text\": \"...\"}, {\"prompt\": ..., \"completion\": ...} or {\"prompt\": ..., \"chosen\": ..., "
+    "\"rejected\": ...} (other column names: --columns messages=NAME)";
 
 // ShareGPT's speakers as chat templates name them.
 std::string role_of(const std::string& from) {
@@ -47,6 +49,62 @@ void shape_prompt_completion(const OrderedJson& prompt, const OrderedJson& compl
   s.completion = chat_messages(completion, columns.key("completion"));
 }
 
+// The prompt chosen and rejected share at their start (TRL's extract_prompt, quirks and all:
+// the first index where they differ, a space before it left to the completions; when one is a
+// prefix of the other, all but the shorter's last element).
+void extract_prompt(const OrderedJson& chosen, const OrderedJson& rejected, ShapedRow& s) {
+  const bool text = chosen.is_string();
+  const std::string c = text ? chosen.get<std::string>() : std::string(), r = text ? rejected.get<std::string>() : "";
+  const size_t n = text ? std::min(c.size(), r.size()) : std::min(chosen.size(), rejected.size());
+  ANVIL_ENSURE(n > 0, kInvalidInput, "an implicit-prompt preference row needs non-empty \"chosen\" and \"rejected\"");
+  size_t idx = 0;
+  for (idx = 0; idx < n; ++idx)
+    if (text ? c[idx] != r[idx] : chosen[idx] != rejected[idx]) break;
+  if (idx == n) idx = n - 1;  // Python's loop variable after a loop that never broke
+  else if (text && idx > 0 && c[idx - 1] == ' ') --idx;
+  if (text) {
+    s.prompt = c.substr(0, idx);
+    s.chosen = c.substr(idx);
+    s.rejected = r.substr(idx);
+    return;
+  }
+  s.prompt = OrderedJson::array();
+  s.chosen = OrderedJson::array();
+  s.rejected = OrderedJson::array();
+  for (size_t i = 0; i < chosen.size(); ++i) (i < idx ? s.prompt : s.chosen).push_back(chosen[i]);
+  for (size_t i = idx; i < rejected.size(); ++i) s.rejected.push_back(rejected[i]);
+}
+
+// A preference row: prompt (or none: implicit), chosen and rejected, all strings or all lists of messages.
+void shape_preference(const OrderedJson* prompt, const OrderedJson& chosen, const OrderedJson& rejected,
+                      const ColumnMap& columns, ShapedRow& s) {
+  s.shape = RowShape::kPreference;
+  const bool text = chosen.is_string() && rejected.is_string() && (!prompt || prompt->is_string());
+  const bool lists = chosen.is_array() && rejected.is_array() && (!prompt || prompt->is_array());
+  ANVIL_ENSURE(text || lists, kInvalidInput, "\"", columns.key("chosen"), "\" and \"", columns.key("rejected"), "\"",
+               prompt ? cat(" and \"", columns.key("prompt"), "\"") : std::string(),
+               " must all be strings or all be lists of messages");
+  s.conversational = lists;
+  if (lists) {
+    const OrderedJson c = chat_messages(chosen, columns.key("chosen")), r = chat_messages(rejected, columns.key("rejected"));
+    if (prompt) {
+      s.prompt = chat_messages(*prompt, columns.key("prompt"));
+      s.chosen = c;
+      s.rejected = r;
+    } else {
+      extract_prompt(c, r, s);
+    }
+    return;
+  }
+  if (prompt) {
+    s.prompt = *prompt;
+    s.chosen = chosen;
+    s.rejected = rejected;
+  } else {
+    extract_prompt(chosen, rejected, s);
+  }
+}
+
 }  // namespace
 
 OrderedJson parse_row(std::string_view line) {
@@ -68,8 +126,9 @@ ColumnMap ColumnMap::parse(const std::string& spec) {
     const std::string name = eq == std::string::npos ? item : item.substr(0, eq);
     ANVIL_ENSURE(eq != std::string::npos && eq + 1 < item.size(), kUsage, "--columns: '", item,
                  "' is not FIELD=COLUMN (e.g. --columns messages=conversations)");
-    ANVIL_ENSURE(name == "messages" || name == "text" || name == "prompt" || name == "completion", kUsage,
-                 "--columns: unknown field '", name, "' (messages, text, prompt or completion)");
+    ANVIL_ENSURE(name == "messages" || name == "text" || name == "prompt" || name == "completion" ||
+                     name == "chosen" || name == "rejected",
+                 kUsage, "--columns: unknown field '", name, "' (messages, text, prompt, completion, chosen or rejected)");
     m.renames_.emplace_back(name, item.substr(eq + 1));
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -120,6 +179,14 @@ ShapedRow shape_row(const OrderedJson& row, const ColumnMap& columns) {
     return s;
   }
   const OrderedJson* prompt = field(row, columns.key("prompt"));
+  const OrderedJson* chosen = field(row, columns.key("chosen"));
+  const OrderedJson* rejected = field(row, columns.key("rejected"));
+  if (chosen || rejected) {
+    ANVIL_ENSURE(chosen && rejected, kInvalidInput, "a preference row needs both \"", columns.key("chosen"),
+                 "\" and \"", columns.key("rejected"), "\"");
+    shape_preference(prompt, *chosen, *rejected, columns, s);
+    return s;
+  }
   const OrderedJson* completion = field(row, columns.key("completion"));
   if (prompt || completion) {
     ANVIL_ENSURE(prompt && completion, kInvalidInput, "a prompt-completion row needs both \"", columns.key("prompt"),

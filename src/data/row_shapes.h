@@ -1,6 +1,9 @@
-// The shapes of rows users bring, turned into one of three: a chat ({"messages": [...]}), a
-// text ({"text": "..."}) or a prompt and its completion (TRL's prompt-completion format:
-// {"prompt": ..., "completion": ...}, both strings or both lists of messages).
+// The shapes of rows users bring, turned into one of four: a chat ({"messages": [...]}), a
+// text ({"text": "..."}), a prompt and its completion (TRL's prompt-completion format:
+// {"prompt": ..., "completion": ...}, both strings or both lists of messages), or a preference
+// pair (TRL's preference format: {"prompt": ..., "chosen": ..., "rejected": ...}, strings or
+// lists of messages; without "prompt", the implicit-prompt form: the prompt is what chosen and
+// rejected share at their start, split off as TRL's extract_prompt does).
 //
 // Columns are found under their own names or renamed with --columns (messages=conversations,
 // text=body: the canonical name, then the row's); a "conversations" column is a chat, as TRL
@@ -18,7 +21,7 @@
 
 namespace anvil {
 
-// --columns: canonical field (messages, text, prompt, completion) -> the row's key.
+// --columns: canonical field (messages, text, prompt, completion, chosen, rejected) -> the row's key.
 class ColumnMap {
  public:
   ColumnMap() = default;
@@ -32,13 +35,14 @@ class ColumnMap {
   std::vector<std::pair<std::string, std::string>> renames_;
 };
 
-enum class RowShape { kMessages, kText, kPromptCompletion };
+enum class RowShape { kMessages, kText, kPromptCompletion, kPreference };
 
 struct ShapedRow {
   RowShape shape = RowShape::kText;
   bool conversational = false;  // messages, or prompt and completion as lists of messages
   OrderedJson messages;         // kMessages: {role, content} messages
   OrderedJson prompt, completion;  // kPromptCompletion: strings, or lists of {role, content}
+  OrderedJson chosen, rejected;    // kPreference (with prompt): strings, or lists of {role, content}
   std::string text;             // kText
 };
 

@@ -73,7 +73,7 @@ void Transformer::forward_blocks(UnitSource& src, Tensor ids, const Documents& d
 }
 
 void Transformer::forward_loss(UnitSource& src, Tensor ids, Tensor targets, Tensor loss_sum,
-                               const Documents& documents) {
+                               const Documents& documents, Tensor token_losses) {
   using enum Activation;
   ANVIL_ENSURE(targets.numel() == N_, kInternal, "forward_loss: ", targets.numel(), " targets for ", N_, " tokens");
   const int norm = table_.norm_unit(), head = table_.lm_head_unit();
@@ -84,13 +84,14 @@ void Transformer::forward_loss(UnitSource& src, Tensor ids, Tensor targets, Tens
                        static_cast<float>(c_.rms_norm_eps));
   const Tensor wh = table_.unit_tensor(head, src.weights(head));
   // No dh, no dw: the op computes the loss and skips both gradient GEMMs.
-  ops_.cross_entropy_forward_backward(loss_sum, Tensor(), Tensor(), one()[kHFinal], wh, targets, 1.0f, Tensor());
+  ops_.cross_entropy_forward_backward(loss_sum, Tensor(), Tensor(), one()[kHFinal], wh, targets, 1.0f, Tensor(), true,
+                                      Tensor(), token_losses);
   src.release(head);
   src.release(norm);
 }
 
 void Transformer::head_forward_backward(UnitSource& src, Tensor targets, float loss_scale, Tensor loss_sum,
-                                        Tensor logits) {
+                                        Tensor logits, const TokenWeighting* weighting) {
   using enum Activation;
   const int embed = table_.embed_unit(), norm = table_.norm_unit(), head = table_.lm_head_unit();
   const Tensor wn = table_.unit_tensor(norm, src.weights(norm));
@@ -103,8 +104,14 @@ void Transformer::head_forward_backward(UnitSource& src, Tensor targets, float l
   // Each part of a unit has one writer per micro-batch, but the tied embedding has two: the
   // output projection's (first) and the lookup's.
   const bool head_acc = !src.overwrite_grads(head);
-  ops_.cross_entropy_forward_backward(loss_sum, a[kDh], table_.unit_tensor(head, src.grads(head)), a[kHFinal], wh,
-                                      targets, loss_scale, logits, head_acc);
+  if (weighting) {  // the token losses first, then their weights (TokenWeighting)
+    ops_.cross_entropy_forward_backward(loss_sum, Tensor(), Tensor(), a[kHFinal], wh, targets, 1.0f, logits, true,
+                                        Tensor(), weighting->token_losses);
+    weighting->weigh();
+  }
+  ops_.cross_entropy_forward_backward(weighting ? weighting->weighted_sum : loss_sum, a[kDh],
+                                      table_.unit_tensor(head, src.grads(head)), a[kHFinal], wh, targets, loss_scale,
+                                      logits, head_acc, weighting ? weighting->weights : Tensor());
   src.release(head);
   if (head != embed) src.grads_ready(head);
   ops_.rmsnorm_backward(a[kDx], table_.unit_tensor(norm, src.grads(norm)), a[kDh], x_last, wn, a[kRstdFinal], false,
@@ -132,12 +139,12 @@ void Transformer::backward_blocks(UnitSource& src) {
 }
 
 void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
-                                   Tensor logits, const Documents& documents) {
+                                   Tensor logits, const Documents& documents, const TokenWeighting* weighting) {
   ANVIL_ENSURE(targets.numel() == N_, kInternal, "forward_backward: ", targets.numel(), " targets for ", N_,
                " tokens");
   const int embed = table_.embed_unit(), head = table_.lm_head_unit();
   forward_blocks(src, ids, documents);
-  head_forward_backward(src, targets, loss_scale, loss_sum, logits);
+  head_forward_backward(src, targets, loss_scale, loss_sum, logits, weighting);
   backward_blocks(src);
   ops_.embedding_backward(table_.unit_tensor(embed, src.grads(embed)), ids, one()[Activation::kDx],
                           head == embed || !src.overwrite_grads(embed));

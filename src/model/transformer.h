@@ -58,6 +58,18 @@ class UnitSource {
   virtual void prefetch(int unit) { (void)unit; }
 };
 
+// An objective whose per-token weights come from the forward's per-token losses (DPO,
+// train/dpo.h: a sequence's coefficient is known once its log-probs are summed). The head runs
+// the loss forward-only into token_losses (N) F32 (each token's -log p of its target, 0 where
+// none; the forward's loss_sum += their sum), calls weigh(), which writes weights (N) F32 on the
+// device, then the loss's forward and backward with those weights (weighted_sum (1) F32 += the
+// weighted losses; the gradients are of that sum times loss_scale). The logits are computed
+// twice, in chunks, and never held.
+struct TokenWeighting {
+  Tensor token_losses, weights, weighted_sum;
+  std::function<void()> weigh;
+};
+
 // The policies a Transformer applies (besides its shapes).
 struct ModelPolicies {
   Recompute recompute = Recompute::kNone;  // resolved: not kAuto
@@ -87,13 +99,17 @@ class Transformer {
   // position in its document (ops.h's attention_forward) and their lengths: RoPE takes those
   // positions and attention stays within each document. Empty: each sequence is one
   // document (positions 0..T-1).
+  // weighting, when given: the loss's tokens weighted by what the forward's token losses
+  // decide (TokenWeighting).
   void forward_backward(UnitSource& source, Tensor ids, Tensor targets, float loss_scale, Tensor loss_sum,
-                        Tensor logits = Tensor(), const Documents& documents = Documents());
+                        Tensor logits = Tensor(), const Documents& documents = Documents(),
+                        const TokenWeighting* weighting = nullptr);
 
-  // The forward and the loss only (evaluation): loss_sum (1) F32 += the summed token losses.
-  // Reads weights from `source` as forward_backward does and touches no gradient.
+  // The forward and the loss only (evaluation): loss_sum (1) F32 += the summed token losses;
+  // token_losses (N) F32, when given, receives each token's. Reads weights from `source` as
+  // forward_backward does and touches no gradient.
   void forward_loss(UnitSource& source, Tensor ids, Tensor targets, Tensor loss_sum,
-                    const Documents& documents = Documents());
+                    const Documents& documents = Documents(), Tensor token_losses = Tensor());
 
   // Called between the forward (through the final norm) and the loss and backward: the
   // step benchmark's phase clock.
@@ -109,7 +125,8 @@ class Transformer {
   // The embedding and the blocks, into resid_[0..L], attending within `documents`.
   void forward_blocks(UnitSource& source, Tensor ids, const Documents& documents);
   // The final norm, the output projection and loss, and their backward: dx = d loss / d x_L.
-  void head_forward_backward(UnitSource& source, Tensor targets, float loss_scale, Tensor loss_sum, Tensor logits);
+  void head_forward_backward(UnitSource& source, Tensor targets, float loss_scale, Tensor loss_sum, Tensor logits,
+                             const TokenWeighting* weighting);
   // The blocks' backward, last to first, each recomputed first as recompute_ says: dx = d loss / d x_0.
   void backward_blocks(UnitSource& source);
   const Activations& one() const { return sets_[0]; }  // the buffers the model has one of

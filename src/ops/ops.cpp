@@ -332,7 +332,8 @@ void Ops::add(Tensor out, Tensor a, Tensor b) {
 
 // ---- output projection + cross-entropy
 void Ops::cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h, Tensor w, Tensor targets,
-                                         float loss_scale, Tensor logits, bool accumulate_dw) {
+                                         float loss_scale, Tensor logits, bool accumulate_dw, Tensor row_weights,
+                                         Tensor row_losses) {
   const OpChecks c = checks_of(*this, "cross_entropy_forward_backward");
   const int64_t N = h.rows(), C = h.cols(), V = w.dim(0);
   const bool grads = dh.data != nullptr;
@@ -340,9 +341,11 @@ void Ops::cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, 
   c.compute("h", h).compute("w", w).ensure(w.cols() == C, "shapes h ", h.shape.str(), " w ", w.shape.str(),
                                            " are not (N, C), (V, C)");
   c.f32("loss_sum", loss_sum, 1).i32("targets", targets, N).optional("logits", logits, DType::kF32, N * V);
+  c.optional("row_weights", row_weights, DType::kF32, N).optional("row_losses", row_losses, DType::kF32, N);
   if (grads) c.compute("dh", dh, N * C).f32("dw", dw, V * C);
   const Runtime::OpScope scope(runtime(), grads ? c.op() : "cross_entropy_forward", [&] { return cat(N, "x", V, "x", C); });
-  cross_entropy_forward_backward_impl(loss_sum, dh, dw, h, w, targets, loss_scale, logits, accumulate_dw);
+  cross_entropy_forward_backward_impl(loss_sum, dh, dw, h, w, targets, loss_scale, logits, accumulate_dw, row_weights,
+                                      row_losses);
 }
 
 // ---- optimizer

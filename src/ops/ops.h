@@ -81,7 +81,8 @@ struct AdamWHyper {
   VIRTUAL void swiglu_backward_impl(Tensor dgate_up, Tensor dout, Tensor gate_up, Tensor act) TAIL;           \
   VIRTUAL void add_impl(Tensor out, Tensor a, Tensor b) TAIL;                                                 \
   VIRTUAL void cross_entropy_forward_backward_impl(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h, Tensor w, \
-      Tensor targets, float loss_scale, Tensor logits, bool accumulate_dw) TAIL;                              \
+      Tensor targets, float loss_scale, Tensor logits, bool accumulate_dw, Tensor row_weights,                \
+      Tensor row_losses) TAIL;                                                                                \
   VIRTUAL void adamw_step_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWHyper& h,            \
       float grad_scale, Tensor copy, bool zero_grad) TAIL;                                                    \
   VIRTUAL void adamw_step_split_impl(Tensor hi, Tensor lo, Tensor grad, Tensor m, Tensor v,                   \
@@ -206,9 +207,14 @@ class Ops {
   // dh and dw absent (both): the loss only, no gradient work (evaluation).
   // logits (N,V) F32: written when given (the parity tool), else left untouched.
   // accumulate_dw false: dw = instead of +=.
+  // row_weights (N) F32, when given: row r's loss and its gradient count row_weights[r] times
+  // (loss_sum += sum of w_r * loss_r; dh, dw of loss_scale * that): an objective whose
+  // per-token coefficients come from a forward pass (DPO, train/dpo.h).
+  // row_losses (N) F32, when given: row r's own loss written (unweighted; 0 where ignored).
   void cross_entropy_forward_backward(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h,
                                       Tensor w, Tensor targets, float loss_scale,
-                                      Tensor logits, bool accumulate_dw = true);
+                                      Tensor logits, bool accumulate_dw = true,
+                                      Tensor row_weights = Tensor(), Tensor row_losses = Tensor());
 
   // ---- optimizer on flat F32 buffers: grad is multiplied by grad_scale (the clipping
   // coefficient) as it is read; param, m and v are updated in place as PyTorch's AdamW.

@@ -16,6 +16,7 @@ struct RecordedSetting {
   const char* key;
   bool compared;
   Json (*value)(const TrainConfig& c, int world);
+  bool refused = false;  // a resume that changes it is refused: the run would train another objective
 };
 
 constexpr RecordedSetting kRecorded[] = {
@@ -41,6 +42,11 @@ constexpr RecordedSetting kRecorded[] = {
     {"eps", true, [](const TrainConfig& c, int) { return Json(c.optim.adamw.eps); }},
     {"max_grad_norm", true, [](const TrainConfig& c, int) { return Json(c.optim.adamw.max_grad_norm); }},
     {"fp8", true, [](const TrainConfig& c, int) { return Json(fp8_recipe_name(c.parallel.fp8)); }},
+    {"objective", true, [](const TrainConfig& c, int) { return Json(objective_name(c.data.objective)); }, true},
+    {"beta", true, [](const TrainConfig& c, int) { return Json(c.dpo.beta); }, true},
+    {"dpo_loss", true, [](const TrainConfig& c, int) { return Json(dpo_loss_name(c.dpo.loss)); }, true},
+    {"label_smoothing", true, [](const TrainConfig& c, int) { return Json(c.dpo.label_smoothing); }, true},
+    {"ref_model", true, [](const TrainConfig& c, int) { return Json(c.dpo.ref_model); }, true},
 };
 
 }  // namespace
@@ -51,11 +57,24 @@ Json train_record(const TrainConfig& c, int world) {
   return record;
 }
 
+std::vector<std::string> refused_changes(const Json& was, const Json& now) {
+  std::vector<std::string> out;
+  for (const RecordedSetting& s : kRecorded) {
+    if (!s.refused || !now.contains(s.key)) continue;
+    if (std::string(s.key) != "objective" && now.value("objective", Json()) != "dpo") continue;  // dpo's own
+    // A checkpoint from before objectives trained sft.
+    const Json before = was.contains(s.key) ? was[s.key] : std::string(s.key) == "objective" ? Json("sft") : Json();
+    if (before.is_null() || before == now[s.key]) continue;
+    out.push_back(cat(s.key, " ", before.dump(), " -> ", now[s.key].dump()));
+  }
+  return out;
+}
+
 std::vector<std::string> continuation_changes(const Json& was, const Json& now) {
   std::vector<std::string> out;
   for (const RecordedSetting& s : kRecorded) {
     const std::string key = s.key;
-    if (!s.compared || !was.contains(key) || !now.contains(key) || was[key] == now[key]) continue;
+    if (!s.compared || s.refused || !was.contains(key) || !now.contains(key) || was[key] == now[key]) continue;
     // The step count shapes only a cosine schedule.
     // `was` is a checkpoint's record, its value of any JSON type.
     if (key == "steps" && was.value("schedule", Json()) == "constant" && now.value("schedule", Json()) == "constant")

@@ -16,6 +16,7 @@
 #include "data/blocks.h"
 #include "optim/schedule.h"
 #include "plan/parallel_section.h"
+#include "train/dpo.h"
 
 namespace anvil {
 
@@ -81,6 +82,7 @@ struct TrainConfig {
   EvalSection eval;
   LogSection log;
   ExportSection export_;
+  DpoSection dpo;  // --objective dpo (data.objective): its loss and reference (train/dpo.h)
   int64_t steps = 40;  // optimizer steps (the schedule's length)
   int64_t seed = 0;    // of the data order and of fresh weights
   bool operator==(const TrainConfig&) const = default;
@@ -94,5 +96,8 @@ Json train_record(const TrainConfig& c, int world);
 // each as "name old -> new"; empty when none changed (keys missing from `was`, written by an
 // older anvil, are not compared). One list, in train/config.cpp, makes both.
 std::vector<std::string> continuation_changes(const Json& was, const Json& now);
+// The recorded settings a resume may not change (the objective and DPO's loss, beta and
+// reference: the run would train another objective), as continuation_changes names them.
+std::vector<std::string> refused_changes(const Json& was, const Json& now);
 
 }  // namespace anvil

@@ -10,13 +10,15 @@
 
 #include "comm/comm.h"
 #include "train/config.h"
+#include "train/dpo_reference.h"
 #include "train/trainer.h"
 
 namespace anvil {
 
 struct EvalResult {
-  double loss = 0;      // global summed token loss / global count of target tokens
-  int64_t tokens = 0;   // target tokens, all ranks
+  double loss = 0;      // global summed token loss / global count of target tokens (dpo: the mean pair loss)
+  int64_t tokens = 0;   // target tokens, all ranks (dpo: pairs)
+  DpoSums dpo;          // dpo: the sums over the eval set's pairs (TRL's metrics)
   int64_t blocks = 0;   // the eval set's size
   double seconds = 0;
 };
@@ -27,10 +29,11 @@ struct EvalResult {
 // padding blocks with no target. The sums add micro-batches in order, then ranks in rank
 // order: the result is the same on every rank and repeats bit for bit.
 // on_progress (optional) sees the blocks done so far (this rank's share times the ranks)
-// after each round.
+// after each round. reference (--objective dpo): the eval set's reference log-probs; the
+// pairs' DPO loss and metrics are evaluated (Trainer::pair_logps) instead of token losses.
 EvalResult evaluate(Trainer& trainer, Comm* comm, int64_t blocks, int64_t micro_batch, int64_t seq_len,
                     const std::function<void(int64_t, TokenBatch&)>& append,
-                    const std::function<void(int64_t)>& on_progress = {});
+                    const std::function<void(int64_t)>& on_progress = {}, const ReferenceLogps* reference = nullptr);
 
 // The blocks an evaluation reads of a set of `size`: all, or the first --eval-max-blocks.
 int64_t eval_blocks(const EvalSection& e, int64_t size);

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <string>
 
+#include "data/blocks.h"
 #include "ops/fp8_recipe.h"
+#include "train/dpo.h"
 
 namespace anvil {
 
@@ -16,9 +18,16 @@ struct GradOptions {
   std::string device = "cpu";
   int64_t mlp_tile = 0;  // tokens per MLP tile (model/activations.h); 0: auto
   Fp8Recipe fp8 = Fp8Recipe::kOff;  // the blocks' linear layers in FP8 (ops/fp8_recipe.h)
+  Objective objective = Objective::kSft;
+  DpoSection dpo;  // --objective dpo's loss
 };
 
 // Returns the loss. Writes loss F32 [1], logits F32 [B, T, V], grad.<name> F32.
+// --objective dpo: the tokens file also holds labels I64 [B, T] (-100 outside the
+// completions), position_ids (row k: pair k's chosen sequence, then its rejected one, then
+// padding, each a document) and ref_chosen_logps, ref_rejected_logps F64 [B]; written: loss
+// (the mean pair loss), logps_chosen and logps_rejected F64 [B] (the model's, by the forward
+// the reference pass runs) and grad.<name>, no logits.
 double run_grad(const GradOptions& o);
 
 }  // namespace anvil

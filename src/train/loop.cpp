@@ -30,13 +30,15 @@ EvalResult evaluate_and_log(TrainRun& run, int64_t step) {
     log_info("step ", step, "/", c.steps, "  evaluating ", blocks, " blocks",
              blocks < ev_data.size() ? cat(" of ", ev_data.size(), " (--eval-max-blocks)") : std::string());
   EvalProgressLog progress(run.base.rank == 0, blocks);
+  const bool dpo = run.reference.size() > 1;  // the eval set's reference log-probs
   const EvalResult ev = evaluate(*run.trainer, run.base.comm.get(), blocks, c.data.micro_batch, ev_data.seq_len(),
                                  [&](int64_t block, TokenBatch& b) { ev_data.append(block, b); },
-                                 [&](int64_t done) { progress.update(done); });
+                                 [&](int64_t done) { progress.update(done); }, dpo ? &run.reference[1] : nullptr);
   char line[200];
-  std::snprintf(line, sizeof line, "step %lld/%lld  eval loss %.4f  (%lld blocks, %lld tokens, %.1f s)",
+  std::snprintf(line, sizeof line, "step %lld/%lld  eval loss %.4f  (%lld blocks, %lld %s, %.1f s)",
                 static_cast<long long>(step), static_cast<long long>(c.steps), ev.loss,
-                static_cast<long long>(ev.blocks), static_cast<long long>(ev.tokens), ev.seconds);
+                static_cast<long long>(ev.blocks), static_cast<long long>(ev.tokens), dpo ? "pairs" : "tokens",
+                ev.seconds);
   log_info(line);
   return ev;
 }
@@ -106,10 +108,12 @@ TrainSummary train_loop(TrainRun& run) {
     const int64_t tokens = step_real_tokens(run, micro);
     summary.losses.push_back(st.loss);
     Json eval_loss = nullptr;
+    std::vector<std::pair<std::string, double>> eval_metrics;
     if (run.eval_data && eval_due(c, step)) {
       progress.clear();
       const EvalResult ev = evaluate_and_log(run, step);
       eval_loss = ev.loss;
+      if (ev.dpo.pairs > 0) eval_metrics = ev.dpo.means();
       summary.eval_losses.push_back(ev.loss);
       eval_s += ev.seconds;
       last_eval_s = ev.seconds;
@@ -119,7 +123,7 @@ TrainSummary train_loop(TrainRun& run) {
     const double eta = (elapsed - eval_s) / static_cast<double>(step - start) * static_cast<double>(c.steps - step) +
                        static_cast<double>(evals_after(c, step)) * last_eval_s;
     progress.clear();
-    log_step(run, step, st, tokens, dt, elapsed, eta, eval_loss);
+    log_step(run, step, st, tokens, dt, elapsed, eta, eval_loss, eval_metrics);
     save_if_due(run, step, eval_loss);
     if (run.copies) run.copies->report_finished();
     if (const int sig = agreed_stop(run); sig != 0) {

@@ -28,7 +28,7 @@ double peak_mem_gib(const TrainRun& run) {
 
 // The step's record into --metrics and its scalars into --tensorboard.
 void write_metrics(TrainRun& run, int64_t step, const StepStats& st, double tps, double elapsed,
-                   const Json& eval_loss) {
+                   const Json& eval_loss, const std::vector<std::pair<std::string, double>>& eval_metrics) {
   // The plan of the device's memory; on the CPU, whose memory is not planned, none.
   const Json planned = run.base.device == "cuda"
                            ? Json(static_cast<double>(run.trainer->plan().total()) / (1ll << 30)) : Json(nullptr);
@@ -37,11 +37,16 @@ void write_metrics(TrainRun& run, int64_t step, const StepStats& st, double tps,
             {"mfu", mfu_of(run, tps)}, {"peak_mem_gib", peak_mem_gib(run)},
             {"planned_mem_gib", planned}, {"elapsed_s", elapsed}, {"run_id", run.run_id}};
   if (!eval_loss.is_null()) m["eval_loss"] = eval_loss;
+  std::vector<std::pair<std::string, double>> extra;  // dpo: TRL's metrics of the step and of the evaluation
+  if (st.dpo.pairs > 0) extra = st.dpo.means();
+  for (const auto& [name, value] : eval_metrics) extra.emplace_back("eval_" + name, value);
+  for (const auto& [name, value] : extra) m[name] = value;
   if (run.metrics) run.metrics->write(m);
   if (!run.tensorboard) return;
   std::vector<std::pair<std::string, double>> scalars;
   for (const char* key : {"loss", "eval_loss", "lr", "grad_norm", "tokens_per_s", "mfu", "peak_mem_gib"})
     if (m.contains(key) && m[key].is_number()) scalars.emplace_back(key, m[key].get<double>());
+  scalars.insert(scalars.end(), extra.begin(), extra.end());
   run.tensorboard->scalars(step, scalars);
 }
 
@@ -74,7 +79,7 @@ double peak_rss_gib() {
 }
 
 void log_step(TrainRun& run, int64_t step, const StepStats& st, int64_t tokens, double seconds, double elapsed,
-              double eta, const Json& eval_loss) {
+              double eta, const Json& eval_loss, const std::vector<std::pair<std::string, double>>& eval_metrics) {
   const TrainConfig& c = run.config();
   run.throughput.add(step, tokens, seconds);
   if (run.base.rank != 0 || !(step % c.log.every == 0 || step == c.steps || step == 1 || !eval_loss.is_null())) return;
@@ -83,8 +88,15 @@ void log_step(TrainRun& run, int64_t step, const StepStats& st, int64_t tokens, 
   std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  grad_norm %.3f  lr %.3g  %.0f %s  ETA %s",
                 static_cast<long long>(step), static_cast<long long>(c.steps), st.loss, st.grad_norm, st.lr, tps,
                 run.data->packing() == Packing::kWrapped ? "tok/s" : "real tok/s", format_hms(eta).c_str());
-  log_info(line);
-  if (run.metrics || run.tensorboard) write_metrics(run, step, st, tps, elapsed, eval_loss);
+  std::string dpo;  // TRL's reward metrics, after the loss
+  for (const auto& [name, value] : st.dpo.means()) {
+    if (st.dpo.pairs == 0 || name.rfind("rewards/", 0) != 0) continue;
+    char part[64];
+    std::snprintf(part, sizeof part, "  %s %.4f", name.c_str(), value);
+    dpo += part;
+  }
+  log_info(line, dpo);
+  if (run.metrics || run.tensorboard) write_metrics(run, step, st, tps, elapsed, eval_loss, eval_metrics);
 }
 
 void log_done(const TrainRun& run, const TrainSummary& summary) {

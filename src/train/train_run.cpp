@@ -156,6 +156,11 @@ void open_outputs(TrainRun& run, bool resumed) {
     run.tensorboard = std::make_unique<TensorBoardWriter>(c.log.tensorboard);
   save.config_toml = run.command.config_toml;
   if (resumed) {
+    std::string refused;
+    for (const std::string& ch : refused_changes(run.point.meta.value("train", Json::object()), save.train))
+      refused += (refused.empty() ? "" : ", ") + ch;
+    ANVIL_ENSURE(refused.empty(), kUsage, "the checkpoint was trained with ", refused,
+                 ": resuming it would train another objective (start a new run from its export instead)");
     std::string changed;
     for (const std::string& ch : continuation_changes(run.point.meta.value("train", Json::object()), save.train))
       changed += (changed.empty() ? "" : ", ") + ch;
@@ -173,7 +178,14 @@ void open_train(const TrainConfig& c, TrainRun& run) {
   name_run(c, run, resume);
   open_data(c, run);
   check_snapshot_memory(c.checkpoint, *run.base.table, run.base.comm.get());  // before any weight is read
+  if (c.data.objective == Objective::kDpo) {  // the reference's pass, before the policy is loaded
+    check_dpo(c.dpo);
+    std::vector<const BlockSource*> sources = {run.data.get()};
+    if (run.eval_data) sources.push_back(run.eval_data.get());
+    run.reference = reference_logps(c, run.base, sources);
+  }
   open_trainer(c, run, resume);
+  if (!run.reference.empty()) run.trainer->set_reference(run.reference[0].chosen, run.reference[0].rejected);
   log_start(run);
   open_outputs(run, !resume.path().empty());
 }

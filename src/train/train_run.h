@@ -17,6 +17,7 @@
 #include "train/checkpoint_load.h"
 #include "train/checkpoint_save.h"
 #include "train/config.h"
+#include "train/dpo_reference.h"
 #include "train/metrics_file.h"
 #include "train/open_run.h"
 #include "train/save_copies.h"
@@ -40,6 +41,7 @@ struct TrainRun {
   OpenRun base;
   std::unique_ptr<BlockSource> data;
   std::unique_ptr<BlockSource> eval_data;  // --eval-data, packed as the training data
+  std::vector<ReferenceLogps> reference;   // --objective dpo: the data's, then the eval data's
   ResumePoint point;  // step 0 on a fresh start
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<BatchOrder> order;

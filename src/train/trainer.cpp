@@ -1,7 +1,9 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/bf16.h"
 #include "core/error.h"
@@ -76,6 +78,8 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   store_->set_reduce_dtype(p.reduce_dtype);
   store_->load(weights);
   const int64_t cp = p.context_parallel;
+  ANVIL_ENSURE(!dpo() || cp == 1, kUsage, "--objective dpo sums each completion's log-probs on one rank: "
+               "--context-parallel is not supported with it yet");
   ANVIL_ENSURE(cp == 1 || (comm_ && comm_->world() == cp), kInternal, "context parallel ", cp, " on ",
                comm_ ? comm_->world() : 1, " ranks (resolve_config refuses it)");
   slice_ = {cp == 1 ? 0 : comm_->rank() * d.seq_len / cp, cp == 1 ? d.seq_len : (comm_->rank() + 1) * d.seq_len / cp};
@@ -97,6 +101,11 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   targets_ = make({n / cp}, DType::kI32);
   positions_ = make({n}, DType::kI32);
   loss_sum_ = make({1}, DType::kF32);
+  if (dpo()) {
+    token_losses_ = make({n}, DType::kF32);
+    token_weights_ = make({n}, DType::kF32);
+    weighted_sum_ = make({1}, DType::kF32);
+  }
   // FSDP and zero2 across ranks: the norm's squares are summed over the ranks, and the
   // update zeroes the owned shards (the next reduce-scatters add into them).
   const bool sharded = store_->sharded();
@@ -151,28 +160,74 @@ Documents Trainer::documents_of(const TokenBatch& b) const {
   return Documents();
 }
 
+int64_t Trainer::step_count_of(const std::vector<TokenBatch>& micro_batches) {
+  int64_t total = 0;
+  for (const TokenBatch& b : micro_batches) total += dpo() ? static_cast<int64_t>(b.pairs.size()) : slice_targets(b);
+  total = global_sum(total, dpo() ? "pairs" : "target tokens");
+  ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1,
+               dpo() ? " has no preference pair" : " has no target tokens (every label is -100)");
+  return total;
+}
+
+void Trainer::dpo_forward_backward(const TokenBatch& b, int64_t pairs, DpoSums& sums) {
+  const size_t n = b.ids.size();
+  std::vector<float> losses(n), weights(n);
+  const DpoSection& d = settings_.config.dpo;
+  const TokenWeighting weighting{token_losses_, token_weights_, weighted_sum_, [&] {
+    ops_->runtime().download(losses.data(), token_losses_);
+    std::fill(weights.begin(), weights.end(), 0.0f);
+    for (const PreferencePair& pair : b.pairs) {
+      ANVIL_ENSURE(pair.index >= 0 && static_cast<size_t>(pair.index) < ref_chosen_.size(), kInternal, "pair ",
+                   pair.index, " has no reference log-probs (", ref_chosen_.size(), " pairs)");
+      const auto k = static_cast<size_t>(pair.index);
+      const PairLogps lp = anvil::pair_logps(losses, b, pair, ref_chosen_[k], ref_rejected_[k]);
+      const PairLoss l = dpo_pair_loss(d, lp);
+      sums.add(d, lp, l.loss);
+      // Token t's loss is -log p of token t + 1: the document's tokens but its last.
+      for (const auto& [begin, length, dlogp] : {std::tuple{pair.chosen_begin, pair.chosen_length, l.d_chosen},
+                                                 std::tuple{pair.rejected_begin, pair.rejected_length, l.d_rejected}})
+        std::fill(weights.begin() + static_cast<std::ptrdiff_t>(begin),
+                  weights.begin() + static_cast<std::ptrdiff_t>(begin + length - 1),
+                  static_cast<float>(-dlogp / static_cast<double>(pairs)));
+    }
+    ops_->runtime().upload(token_weights_, weights.data());
+  }};
+  model_->forward_backward(*store_, ids_, targets_, 1.0f, loss_sum_, Tensor(), documents_of(b), &weighting);
+}
+
+DpoSums Trainer::global_sums(const DpoSums& mine) {
+  if (!comm_) return mine;
+  std::vector<double> v = mine.values();
+  for (double& x : v) x = comm_->host_sum(x, "dpo metrics");
+  DpoSums all;
+  all.loss = v[0], all.rewards_chosen = v[1], all.rewards_rejected = v[2], all.accuracies = v[3], all.margins = v[4];
+  all.logps_chosen = v[5], all.logps_rejected = v[6], all.pairs = static_cast<int64_t>(v[7]);
+  return all;
+}
+
 StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
   const TrainConfig& c = settings_.config;
   ANVIL_ENSURE(static_cast<int64_t>(micro_batches.size()) == c.data.grad_accum, kInternal, "a step of ",
                micro_batches.size(), " micro-batches; the trainer was set up for ", c.data.grad_accum);
-  // The loss is normalised by the step's whole count of target tokens, so accumulation
-  // gives the gradient of the mean over the step, not a mean of means.
-  int64_t total = 0;
-  for (const TokenBatch& b : micro_batches) total += slice_targets(b);
+  // The loss is normalised by the step's whole count of target tokens (dpo: pairs), so
+  // accumulation gives the gradient of the mean over the step, not a mean of means.
   if (comm_) comm_->set_step(step_ + 1);  // named by any collective's error from here on
-  total = global_sum(total, "target tokens");
-  ANVIL_ENSURE(total > 0, kInvalidInput, "step ", step_ + 1, " has no target tokens (every label is -100)");
+  const int64_t total = step_count_of(micro_batches);
   ops_->runtime().zero(loss_sum_);
   if (timing_) {
     timing_result_ = StepTiming{};
     lap();
   }
+  DpoSums sums;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     upload_batch(micro_batches[i]);
     store_->set_sync(i + 1 == micro_batches.size());  // DDP: no_sync before the last
     if (timing_) lap();  // the upload is not the model's time
-    model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(total), loss_sum_, Tensor(),
-                             documents_of(micro_batches[i]));
+    if (dpo())
+      dpo_forward_backward(micro_batches[i], total, sums);
+    else
+      model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(total), loss_sum_, Tensor(),
+                               documents_of(micro_batches[i]));
     if (timing_) timing_result_.backward += lap();
   }
   if (timing_) {
@@ -180,10 +235,15 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     if (comm_) comm_->synchronize();
     timing_result_.communication = lap();
   }
-  float loss_sum = 0;
-  ops_->runtime().download(&loss_sum, loss_sum_);
   StepStats s;
-  s.loss = (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(total);
+  if (dpo()) {
+    s.dpo = global_sums(sums);
+    s.loss = s.dpo.loss / static_cast<double>(total);
+  } else {
+    float loss_sum = 0;
+    ops_->runtime().download(&loss_sum, loss_sum_);
+    s.loss = (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(total);
+  }
   s.target_tokens = total;
   ANVIL_ENSURE(std::isfinite(s.loss), kNumerics, "loss is ", s.loss, " at step ", step_ + 1,
                ": stopping before the update");
@@ -220,28 +280,58 @@ int64_t Trainer::global_sum(int64_t local, const char* what) {
   return comm_ ? comm_->host_sum(local, what) : local;
 }
 
-double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logits) {
+double Trainer::loss_and_grads(const TokenBatch& batch, std::vector<float>* logits, DpoSums* sums) {
   store_->zero_grads();
   ops_->runtime().zero(loss_sum_);
   upload_batch(batch);
-  const int64_t count = global_sum(slice_targets(batch), "target tokens");
-  ANVIL_ENSURE(count > 0, kInvalidInput, "the batch has no target tokens");
+  const int64_t count = step_count_of({batch});
   Tensor lg;
   void* lg_buf = nullptr;
   if (logits) {
     lg = Tensor(nullptr, DType::kF32, {ids_.numel(), config_.vocab_size}, ops_->runtime().device());
     lg_buf = lg.data = ops_->runtime().alloc(lg.bytes());
   }
-  model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(count), loss_sum_, lg,
-                           documents_of(batch));
+  DpoSums mine;
+  if (dpo()) {
+    ANVIL_ENSURE(!logits, kInternal, "dpo: no logits are kept");
+    dpo_forward_backward(batch, count, mine);
+  } else {
+    model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(count), loss_sum_, lg,
+                             documents_of(batch));
+  }
   if (logits) {
     logits->resize(static_cast<size_t>(lg.numel()));
     ops_->runtime().download(logits->data(), lg);
     ops_->runtime().release(lg_buf);
   }
+  if (dpo()) {
+    const DpoSums all = global_sums(mine);
+    if (sums) *sums = all;
+    return all.loss / static_cast<double>(count);
+  }
   float loss_sum = 0;
   ops_->runtime().download(&loss_sum, loss_sum_);
   return (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(count);
+}
+
+void Trainer::set_reference(std::vector<double> chosen, std::vector<double> rejected) {
+  ANVIL_ENSURE(chosen.size() == rejected.size(), kInternal, "reference log-probs of ", chosen.size(),
+               " chosen and ", rejected.size(), " rejected completions");
+  ref_chosen_ = std::move(chosen);
+  ref_rejected_ = std::move(rejected);
+}
+
+std::vector<PairLogps> Trainer::pair_logps(const TokenBatch& batch) {
+  ANVIL_ENSURE(dpo(), kInternal, "pair log-probs need --objective dpo");
+  upload_batch(batch);
+  ops_->runtime().zero(loss_sum_);
+  model_->forward_loss(*store_, ids_, targets_, loss_sum_, documents_of(batch), token_losses_);
+  store_->drop_kept_unit();  // no backward follows
+  std::vector<float> losses(batch.ids.size());
+  ops_->runtime().download(losses.data(), token_losses_);
+  std::vector<PairLogps> out;
+  for (const PreferencePair& pair : batch.pairs) out.push_back(anvil::pair_logps(losses, batch, pair, 0, 0));
+  return out;
 }
 
 Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {

@@ -26,6 +26,7 @@
 #include "optim/optimizer.h"
 #include "parallel/param_store.h"
 #include "plan/memory_plan.h"
+#include "train/dpo.h"
 #include "train/resolve.h"
 
 namespace anvil {
@@ -37,10 +38,11 @@ struct StepTiming {
 };
 
 struct StepStats {
-  double loss = 0;       // mean over the step's target tokens
+  double loss = 0;       // mean over the step's target tokens (dpo: over its pairs)
   double grad_norm = 0;  // before clipping
   double lr = 0;
-  int64_t target_tokens = 0;
+  int64_t target_tokens = 0;  // dpo: the step's pairs
+  DpoSums dpo;                // dpo: the step's sums over its pairs, all ranks (TRL's metrics)
 };
 
 class Trainer {
@@ -62,7 +64,16 @@ class Trainer {
   };
   LossSum forward_loss(const TokenBatch& batch);
   // Loss, gradients (left in the store) and optionally logits of one micro-batch, no update.
-  double loss_and_grads(const TokenBatch& batch, std::vector<float>* logits);
+  // dpo: the mean pair loss, and the sums over the batch's pairs in *sums when given.
+  double loss_and_grads(const TokenBatch& batch, std::vector<float>* logits, DpoSums* sums = nullptr);
+
+  // DPO (train/dpo.h): the reference's log-probs of every pair of the data, by pair index
+  // (PreferencePair::index).
+  void set_reference(std::vector<double> chosen, std::vector<double> rejected);
+  // Forward only: the completion log-probs of each pair of one micro-batch, in its order (the
+  // reference pass, evaluation); nothing else is touched.
+  std::vector<PairLogps> pair_logps(const TokenBatch& batch);
+  DpoSums global_sums(const DpoSums& mine);  // summed over the ranks (every rank calls it)
 
   // The memory plan of this rank (checked against the GPU's memory before any allocation).
   const MemoryPlan& plan() const { return plan_; }
@@ -94,6 +105,12 @@ class Trainer {
   Documents documents_of(const TokenBatch& b) const;  // positions_ and lengths where a sequence holds documents
   int64_t global_sum(int64_t local, const char* what);
   int64_t slice_targets(const TokenBatch& b) const;  // the target tokens of this rank's slice
+  bool dpo() const { return settings_.config.data.objective == Objective::kDpo; }
+  // The step's count the loss is normalised by, all ranks: target tokens, or (dpo) pairs.
+  int64_t step_count_of(const std::vector<TokenBatch>& micro_batches);
+  // One uploaded micro-batch's forward and backward under DPO: the pairs' losses (of the mean
+  // over `pairs` pairs) weigh the head's tokens (train/dpo.h); their sums are added to `sums`.
+  void dpo_forward_backward(const TokenBatch& b, int64_t pairs, DpoSums& sums);
 
   ModelConfig config_;
   ResolvedConfig settings_;
@@ -105,7 +122,9 @@ class Trainer {
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Optimizer> optimizer_;  // on store_'s owned units
   std::unique_ptr<Transformer> model_;
-  Tensor ids_, targets_, positions_, loss_sum_;  // ids_, targets_: this rank's slice; positions_: all
+  Tensor ids_, targets_, positions_, loss_sum_;
+  Tensor token_losses_, token_weights_, weighted_sum_;  // dpo: TokenWeighting's buffers
+  std::vector<double> ref_chosen_, ref_rejected_;       // dpo: by pair index  // ids_, targets_: this rank's slice; positions_: all
   struct {
     int64_t begin = 0, end = 0;
   } slice_;  // this rank's positions of each sequence

@@ -16,13 +16,16 @@ namespace anvil {
 using namespace cpu;  // the typed views and shared loops of cpu_math.h
 
 void CpuOps::cross_entropy_forward_backward_impl(Tensor loss_sum, Tensor dh, Tensor dw, Tensor h, Tensor w,
-                                                 Tensor targets, float loss_scale, Tensor logits, bool accumulate_dw) {
+                                                 Tensor targets, float loss_scale, Tensor logits, bool accumulate_dw,
+                                                 Tensor row_weights, Tensor row_losses) {
   const int64_t N = h.rows(), C = h.cols(), V = w.dim(0);
   const float *H = f32(h), *W = f32(w);
   const int32_t* Y = i32(targets);
   const bool grads = present(dh);
   float *DH = grads ? f32(dh) : nullptr, *DW = grads ? f32(dw) : nullptr;
   float* LOG = present(logits) ? f32(logits) : nullptr;
+  const float* RW = present(row_weights) ? f32(row_weights) : nullptr;
+  float* RL = present(row_losses) ? f32(row_losses) : nullptr;
   if (grads && !accumulate_dw) std::fill(DW, DW + dw.numel(), 0.0f);
   constexpr int64_t kRows = 32;  // rows per chunk: the chunk's logits are kRows x V
   std::vector<float> z(static_cast<size_t>(kRows * V));
@@ -37,6 +40,7 @@ void CpuOps::cross_entropy_forward_backward_impl(Tensor loss_sum, Tensor dh, Ten
         for (int64_t v = 0; v < V; ++v) zr[v] = dot(hr, W + v * C, C);
         if (LOG) std::memcpy(LOG + (r0 + r) * V, zr, static_cast<size_t>(V) * 4);
         const int32_t y = Y[r0 + r];
+        if (RL) RL[r0 + r] = 0.0f;
         if (y < 0) {  // ignored: no loss, no gradient
           std::fill(zr, zr + V, 0.0f);
           continue;
@@ -47,10 +51,12 @@ void CpuOps::cross_entropy_forward_backward_impl(Tensor loss_sum, Tensor dh, Ten
         double sum = 0;
         for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(zr[v] - mx));
         const double lse = mx + std::log(sum);
-        row_loss[static_cast<size_t>(r)] = lse - zr[y];
-        for (int64_t v = 0; v < V; ++v)
-          zr[v] = static_cast<float>(std::exp(static_cast<double>(zr[v]) - lse)) * loss_scale;
-        zr[y] -= loss_scale;
+        const double loss = lse - zr[y], weight = RW ? RW[r0 + r] : 1.0;
+        if (RL) RL[r0 + r] = static_cast<float>(loss);
+        row_loss[static_cast<size_t>(r)] = weight * loss;
+        const float scale = static_cast<float>(weight * loss_scale);
+        for (int64_t v = 0; v < V; ++v) zr[v] = static_cast<float>(std::exp(static_cast<double>(zr[v]) - lse)) * scale;
+        zr[y] -= scale;
       }
     });
     for (double l : row_loss) total += l;

@@ -8,7 +8,8 @@
 //      block's dw GEMM has beta 0 when the caller overwrites dw)
 // so dw is read and written once per block, and the dh GEMM has the block's rows, not a
 // chunk's. Per-row losses go to a vector and are summed at the end in a fixed order
-// (deterministic). The loss alone (no dh, no dw) skips the dlogits and both GEMMs.
+// (deterministic). With row weights, a row's loss in that vector and its dlogits are scaled by
+// its weight; with row_losses, its unweighted loss is written there too. The loss alone (no dh, no dw) skips the dlogits and both GEMMs.
 #include "core/cuda/check.h"
 #include "core/error.h"
 #include "ops/cross_entropy_chunks.h"
@@ -36,7 +37,7 @@ __device__ __forceinline__ void online_add(float x, float& m, float& s) {
 template <int VEC>
 static __global__ void ce_softmax_grad_kernel(const float* logits, __nv_bfloat16* grad, int64_t grad_ld,
                                               float* row_loss, const int32_t* targets, int64_t vocab,
-                                              float loss_scale) {
+                                              float loss_scale, const float* row_weights, float* row_losses) {
   const float* row = logits + blockIdx.x * vocab;
   const int32_t tgt = targets[blockIdx.x];
   const bool valid = tgt >= 0 && tgt < vocab;
@@ -56,9 +57,14 @@ static __global__ void ce_softmax_grad_kernel(const float* logits, __nv_bfloat16
   const float row_max = block_max(m);
   s = m == -INFINITY ? 0.0f : s * expf(m - row_max);
   const float lse = row_max + logf(block_sum(s));
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = valid ? lse - target_logit : 0.0f;
+  const float weight = row_weights ? row_weights[blockIdx.x] : 1.0f;
+  const float loss = valid ? lse - target_logit : 0.0f;
+  if (threadIdx.x == 0) {
+    row_loss[blockIdx.x] = row_weights ? weight * loss : loss;
+    if (row_losses) row_losses[blockIdx.x] = loss;
+  }
   if (!grad) return;
-  const float scale = valid ? loss_scale : 0.0f;
+  const float scale = valid ? (row_weights ? weight * loss_scale : loss_scale) : 0.0f;
   __nv_bfloat16* g = grad + blockIdx.x * grad_ld;
   for (int64_t j = threadIdx.x * VEC; j < vocab; j += static_cast<int64_t>(blockDim.x) * VEC) {
     if constexpr (VEC == 4) {
@@ -99,7 +105,8 @@ void cross_entropy_forward_backward(const CrossEntropyArgs& a, void* scratch, Ge
       auto kernel = vec ? ce_softmax_grad_kernel<4> : ce_softmax_grad_kernel<1>;
       kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
           logits, a.dh ? dlogits + (r0 - b0) * c.grad_ld : nullptr, c.grad_ld, row_loss + r0, a.targets + r0,
-          a.vocab, a.loss_scale);
+          a.vocab, a.loss_scale, a.row_weights ? a.row_weights + r0 : nullptr,
+          a.row_losses ? a.row_losses + r0 : nullptr);
       CUDA_CHECK_LAUNCH();
     }
     if (!a.dh) continue;  // the loss only (evaluation)

@@ -20,6 +20,8 @@ struct CrossEntropyArgs {
   const __nv_bfloat16* w;         // (vocab, cols)
   const int32_t* targets;         // (n); outside [0, vocab) (PyTorch's -100): ignored
   float* logits;                  // (n, vocab) written when not null
+  const float* row_weights;       // (n): each row's loss and gradient scaled by its weight; null: 1
+  float* row_losses;              // (n): each row's unweighted loss written when not null
   int64_t n, vocab, cols;
   float loss_scale;
   bool accumulate_dw;
