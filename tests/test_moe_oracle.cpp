@@ -4,7 +4,8 @@
 // coefficient, the per-expert and the fused expert layouts of save_pretrained), for several
 // seeds. On each: `anvil grad --device cpu` against transformers' float64 loss, logits and
 // every gradient (model_golden.h's bars: loss rel 1e-6, logits rel L2 1e-5, gradients rel L2
-// 1e-4; the CPU reference computes in fp32), and `anvil generate`'s greedy continuations
+// 1e-4; the CPU reference computes in fp32), the same with --router-aux-loss where the config
+// has no auxiliary loss (transformers' forward with output_router_logits), and `anvil generate`'s greedy continuations
 // against transformers' generate, token for token while the top-2 margin allows. Selective and
 // full recomputation give the same bits as keeping everything. A trained MoE model exported in
 // fp32 and bf16, and `anvil init` of a MoE config, load in transformers with no missing or
@@ -95,10 +96,16 @@ TEST_P(MoeOracle, LossLogitsGradientsAndGreedyDecoding) {
   std::printf("%s", made.out.c_str());
   Worst worst;
   int64_t compared = 0, total = 0;
+  int flagged = 0;
   for (int k = 0; k < kCases; ++k) {
     const std::string c = dir + "/" + std::to_string(k);
     expect_golden(anvil_grad(c, "tokens.safetensors", "anvil.safetensors"), c + "/golden.safetensors",
                   "case " + std::to_string(k), worst);
+    if (path_exists(c + "/golden_aux.safetensors")) {  // the config has no auxiliary loss: the flag adds it
+      expect_golden(anvil_grad(c, "tokens.safetensors", "anvil_aux.safetensors", {"--router-aux-loss"}),
+                    c + "/golden_aux.safetensors", "case " + std::to_string(k) + " --router-aux-loss", worst);
+      ++flagged;
+    }
     compared += expect_greedy(c, &total);
     double none_loss = 0, loss = 0;
     const HostUnits none = grads_under(c, Recompute::kNone, &none_loss);
@@ -109,8 +116,8 @@ TEST_P(MoeOracle, LossLogitsGradientsAndGreedyDecoding) {
   }
   EXPECT_GE(compared, total * 3 / 4) << "too few greedy tokens above the margin to mean anything";
   std::printf("seed %s, %d random MoE configs: worst loss rel error %.2e, logits rel L2 %.2e, gradient rel L2 %.2e "
-              "(%s); greedy: %lld of %lld tokens compared and equal\n",
-              GetParam(), kCases, worst.loss, worst.logits, worst.grad, worst.grad_name.c_str(),
+              "(%s); %d with --router-aux-loss; greedy: %lld of %lld tokens compared and equal\n",
+              GetParam(), kCases, worst.loss, worst.logits, worst.grad, worst.grad_name.c_str(), flagged,
               static_cast<long long>(compared), static_cast<long long>(total));
 }
 

@@ -22,6 +22,9 @@ int cmd_grad(int argc, char** argv) {
   bind_device(a, &o.device);
   bind_mlp_tile(a, &o.mlp_tile);
   bind_fp8(a, &o.fp8);
+  a.flag("--router-aux-loss", &o.router_aux_loss,
+         "a mixture-of-experts model: add the load-balancing loss even where config.json's output_router_logits "
+         "is false");
   if (!a.parse(argc, argv)) return 0;
   o.device = device_or_default(o.device, "grad");
   const double loss = run_grad(o);

@@ -6,7 +6,9 @@ For case k it writes OUT_DIR/k/ with a Hugging Face model folder (config.json,
 model.safetensors in float32: the per-expert layout save_pretrained writes by default, or in
 some cases transformers 5's fused layout, save_original_format=False), tokens.safetensors
 (input_ids I64 [B, T]) and golden.safetensors (loss F64 [1], logits F64 [B, T, V], grad.<name>
-F64 under the per-expert names: the fused experts' gradients split per expert), and prints
+F64 under the per-expert names: the fused experts' gradients split per expert; for a config
+without the auxiliary loss, golden_aux.safetensors too: the same with output_router_logits
+passed to the forward, which `anvil grad --router-aux-loss` must give), and prints
 one line per case: its config, and the smallest gap between a token's k-th and (k+1)-th
 router logit; tokens are redrawn until it is at least 1e-4 (routing decided by float32's
 rounding would be no fair test).
@@ -125,6 +127,17 @@ def routing_gap(m64, ids, top_k):
     return least
 
 
+def write_golden(out, ids, path, **kwargs):
+    """transformers' float64 loss, logits and gradients of the folder `out` on `ids`."""
+    m64 = load64(out)
+    o = m64(input_ids=ids, labels=ids, **kwargs)
+    o.loss.backward()
+    gold = {"loss": o.loss.detach().reshape(1), "logits": o.logits.detach()}
+    for n, p in m64.named_parameters():
+        gold.update({"grad." + k: v for k, v in per_expert(n, p.grad.detach()).items()})
+    save_file({k: v.contiguous() for k, v in gold.items()}, path)
+
+
 def make_case(cfg, r, out):
     fused = r.random() < 0.3
     make_model(cfg, r, out, fused)
@@ -140,12 +153,9 @@ def make_case(cfg, r, out):
     else:
         sys.exit(f"{out}: no tokens in {kDraws} draws route with a gap of {kMinGap} (smallest {gap:.1e})")
     save_file({"input_ids": ids}, f"{out}/tokens.safetensors")
-    o = m64(input_ids=ids, labels=ids)
-    o.loss.backward()
-    gold = {"loss": o.loss.detach().reshape(1), "logits": o.logits.detach()}
-    for n, p in m64.named_parameters():
-        gold.update({"grad." + k: v for k, v in per_expert(n, p.grad.detach()).items()})
-    save_file({k: v.contiguous() for k, v in gold.items()}, f"{out}/golden.safetensors")
+    write_golden(out, ids, f"{out}/golden.safetensors")
+    if not cfg["output_router_logits"]:  # what anvil grad --router-aux-loss must give
+        write_golden(out, ids, f"{out}/golden_aux.safetensors", output_router_logits=True)
     write_generate(m64, cfg, r, out)
     return batch, seq, fused, gap
 
