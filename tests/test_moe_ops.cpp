@@ -101,7 +101,8 @@ TEST(MoeInit, NumLayersMakesAShallowerCopy) {
                     {"num_key_value_heads", 1}, {"head_dim", 16}, {"num_experts", 4}, {"num_experts_per_tok", 2},
                     {"moe_intermediate_size", 8}, {"mlp_only_layers", {0}}};
   json_write_file(dir + "/config.json", cfg);
-  const auto r = testing::run_anvil({"init", "--config", dir + "/config.json", "--num-layers", "2", "--out", dir + "/m"});
+  const auto r =
+      testing::run_anvil({"init", "--config", dir + "/config.json", "--num-layers", "2", "--out", dir + "/m"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(json_read_file(dir + "/m/config.json")["num_hidden_layers"], 2);
   // 2 layers: a dense one and a sparse one, every expert named as the hub names them.

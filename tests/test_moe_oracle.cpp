@@ -139,17 +139,17 @@ TEST(MoeExport, TrainedExportsAndInitLoadInTransformersWithEqualLogits) {
   const auto made = testing::run_oracle("moe_oracle.py", {"1", "77", dir});
   ASSERT_EQ(made.exit_code, 0) << made.out;
   const std::string start = dir + "/0";
-  Json cfg = json_read_file(start + "/config.json");
-  const int64_t vocab = cfg["vocab_size"].get<int64_t>();
+  const int64_t vocab = json_read_file(start + "/config.json")["vocab_size"].get<int64_t>();
   write_tokens(dir + "/train.safetensors", 8, 19, vocab, 1);
   write_tokens(dir + "/eval.safetensors", 2, 13, vocab, 2);
   for (const char* dtype : {"fp32", "bf16"}) {
-    const auto r = testing::run_anvil({"train", "--device", "cpu", "--model", start, "--data", dir + "/train.safetensors",
-                                       "--seq-len", "19", "--micro-batch", "2", "--steps", "3", "--lr", "1e-3",
-                                       "--export", dir + "/" + dtype, "--export-dtype", dtype});
+    const auto r = testing::run_anvil({"train", "--device", "cpu", "--model", start, "--data",
+                                       dir + "/train.safetensors", "--seq-len", "19", "--micro-batch", "2", "--steps",
+                                       "3", "--lr", "1e-3", "--export", dir + "/" + dtype, "--export-dtype", dtype});
     ASSERT_EQ(r.exit_code, 0) << r.out;
   }
-  const auto init = testing::run_anvil({"init", "--config", start + "/config.json", "--out", dir + "/init", "--seed", "3"});
+  const auto init =
+      testing::run_anvil({"init", "--config", start + "/config.json", "--out", dir + "/init", "--seed", "3"});
   ASSERT_EQ(init.exit_code, 0) << init.out;
   const std::vector<std::string> folders = {dir + "/fp32", dir + "/bf16", dir + "/init"};
   std::vector<std::string> args = {dir + "/eval.safetensors"};

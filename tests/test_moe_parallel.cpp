@@ -24,7 +24,8 @@ struct TrainRun {
   std::map<std::string, std::vector<double>> params;
 };
 
-TrainRun train(const std::string& dir, const std::string& tag, const std::string& mode, int nproc, int micro, int accum) {
+TrainRun train(const std::string& dir, const std::string& tag, const std::string& mode, int nproc, int micro,
+               int accum) {
   const std::string out = dir + "/" + tag;
   std::vector<std::string> args = {"train", "--device", "cpu", "--model", dir + "/model", "--data",
                                    dir + "/blocks.safetensors", "--mode", mode, "--steps", "5", "--micro-batch",
@@ -54,7 +55,8 @@ TEST(MoeParallel, SameGlobalBatchSameResultInEveryLayout) {
                     {"moe_intermediate_size", 24}, {"norm_topk_prob", true}, {"mlp_only_layers", {1}},
                     {"initializer_range", 0.2}};
   json_write_file(dir + "/config.json", cfg);
-  const auto init = testing::run_anvil({"init", "--config", dir + "/config.json", "--out", dir + "/model", "--seed", "9"});
+  const auto init =
+      testing::run_anvil({"init", "--config", dir + "/config.json", "--out", dir + "/model", "--seed", "9"});
   ASSERT_EQ(init.exit_code, 0) << init.out;
   std::mt19937 rng(7);
   std::vector<int64_t> ids(40 * 37);

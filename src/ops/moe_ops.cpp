@@ -7,7 +7,9 @@
 namespace anvil {
 namespace {
 
-OpChecks moe_checks(const Ops& ops, const char* op) { return OpChecks(op, ops.runtime().device(), ops.compute_dtype()); }
+OpChecks moe_checks(const Ops& ops, const char* op) {
+  return OpChecks(op, ops.runtime().device(), ops.compute_dtype());
+}
 
 // The routing's tensors: topk_idx (N,K) I32 and topk_w (N,K) F32 of probs (N,E) F32.
 void check_routing(const OpChecks& c, const Tensor& probs, const Tensor& topk_idx, const Tensor& topk_w) {
@@ -30,7 +32,8 @@ void Ops::moe_router_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tenso
   const OpChecks c = moe_checks(*this, "moe_router_forward");
   check_routing(c, probs, topk_idx, topk_w);
   c.compute("logits", logits, probs.numel()).optional("stats", stats, DType::kF32, 2 * probs.dim(1));
-  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(probs.dim(0), "x", probs.dim(1), " top ", topk_idx.cols()); });
+  const Runtime::OpScope scope(runtime(), c.op(),
+                               [&] { return cat(probs.dim(0), "x", probs.dim(1), " top ", topk_idx.cols()); });
   moe_router_forward_impl(probs, topk_idx, topk_w, stats, logits, norm_topk_prob);
 }
 
@@ -46,8 +49,9 @@ void Ops::moe_router_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tens
 
 void Ops::moe_aux_loss(Tensor loss_sum, Tensor aux_grad, Tensor stats, int64_t tokens, float coef, float loss_weight) {
   const OpChecks c = moe_checks(*this, "moe_aux_loss");
-  c.f32("stats", stats).ensure(stats.shape.ndim == 3 && stats.dim(1) == 2 && stats.dim(0) >= 1,
-                               "stats ", stats.shape.str(), " is not (sparse layers, 2, experts)");
+  c.f32("stats", stats)
+      .ensure(stats.shape.ndim == 3 && stats.dim(1) == 2 && stats.dim(0) >= 1, "stats ", stats.shape.str(),
+              " is not (sparse layers, 2, experts)");
   c.f32("loss_sum", loss_sum, 1).f32("aux_grad", aux_grad, stats.dim(2)).ensure(tokens >= 1, "tokens ", tokens);
   const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(stats.dim(0), "x", stats.dim(2)); });
   moe_aux_loss_impl(loss_sum, aux_grad, stats, tokens, coef, loss_weight);
@@ -83,7 +87,8 @@ void Ops::moe_linear_forward(Tensor y, Tensor x, Tensor w, Tensor offsets) {
   const OpChecks c = moe_checks(*this, "moe_linear_forward");
   check_experts(c, w, offsets, x.rows());
   c.compute("x", x, x.rows() * w.dim(2)).compute("y", y, x.rows() * w.dim(1));
-  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(x.rows(), "x", w.dim(1), "x", w.dim(2), " in ", w.dim(0)); });
+  const Runtime::OpScope scope(runtime(), c.op(),
+                               [&] { return cat(x.rows(), "x", w.dim(1), "x", w.dim(2), " in ", w.dim(0)); });
   moe_linear_forward_impl(y, x, w, offsets);
 }
 
@@ -91,7 +96,8 @@ void Ops::moe_linear_backward_input(Tensor dx, Tensor dy, Tensor w, Tensor offse
   const OpChecks c = moe_checks(*this, "moe_linear_backward_input");
   check_experts(c, w, offsets, dy.rows());
   c.compute("dy", dy, dy.rows() * w.dim(1)).compute("dx", dx, dy.rows() * w.dim(2));
-  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(dy.rows(), "x", w.dim(1), "x", w.dim(2), " in ", w.dim(0)); });
+  const Runtime::OpScope scope(runtime(), c.op(),
+                               [&] { return cat(dy.rows(), "x", w.dim(1), "x", w.dim(2), " in ", w.dim(0)); });
   moe_linear_backward_input_impl(dx, dy, w, offsets);
 }
 
@@ -100,7 +106,8 @@ void Ops::moe_linear_backward_weight(Tensor dw, Tensor dy, Tensor x, Tensor offs
   c.grad("dw", dw, accumulate).ensure(dw.shape.ndim == 3, "dw ", dw.shape.str(), " is not (experts, out, in)");
   c.i32("offsets", offsets, dw.dim(0) + 1);
   c.compute("dy", dy, dy.rows() * dw.dim(1)).compute("x", x, dy.rows() * dw.dim(2));
-  const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(dy.rows(), "x", dw.dim(1), "x", dw.dim(2), " in ", dw.dim(0)); });
+  const Runtime::OpScope scope(runtime(), c.op(),
+                               [&] { return cat(dy.rows(), "x", dw.dim(1), "x", dw.dim(2), " in ", dw.dim(0)); });
   moe_linear_backward_weight_impl(dw, dy, x, offsets, accumulate);
 }
 
@@ -117,7 +124,9 @@ void Ops::moe_combine_backward(Tensor dys, Tensor dtopk_w, Tensor dout, Tensor y
   const OpChecks c = moe_checks(*this, "moe_combine_backward");
   const int64_t N = dout.rows(), C = dout.cols();
   c.compute("dout", dout).f32("topk_w", topk_w).i32("rows", rows, topk_w.numel());
-  c.compute("ys", ys, topk_w.numel() * C).compute("dys", dys, topk_w.numel() * C).f32("dtopk_w", dtopk_w, topk_w.numel());
+  c.compute("ys", ys, topk_w.numel() * C)
+      .compute("dys", dys, topk_w.numel() * C)
+      .f32("dtopk_w", dtopk_w, topk_w.numel());
   c.ensure(topk_w.rows() == N, "topk_w ", topk_w.shape.str(), " for ", N, " tokens");
   const Runtime::OpScope scope(runtime(), c.op(), [&] { return cat(topk_w.numel(), "x", C); });
   moe_combine_backward_impl(dys, dtopk_w, dout, ys, rows, topk_w);

@@ -144,7 +144,8 @@ TEST(CudaMoe, DecisiveTopTwoMatchesTheCpuReference) {
     const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(C) + cfg.rms_norm_eps);
     std::vector<double> logits(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e)
-      for (int64_t c = 0; c < C; ++c) logits[static_cast<size_t>(e)] += router[e * C + c] * emb[t * C + c] * rstd * norm[c];
+      for (int64_t c = 0; c < C; ++c)
+        logits[static_cast<size_t>(e)] += router[e * C + c] * emb[t * C + c] * rstd * norm[c];
     std::sort(logits.begin(), logits.end(), std::greater<>());
     if (logits[static_cast<size_t>(K - 1)] - logits[static_cast<size_t>(K)] >= kMinGap) decisive.push_back(t);
   }

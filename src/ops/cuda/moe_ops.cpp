@@ -103,8 +103,8 @@ void CudaOps::moe_linear_backward_weight_impl(Tensor dw, Tensor dy, Tensor x, Te
 }
 
 void CudaOps::moe_combine_forward_impl(Tensor out, Tensor ys, Tensor rows, Tensor topk_w) {
-  cuda::moe_combine_forward(p<nv_bf16>(out), p<nv_bf16>(ys), p<int32_t>(rows), p<float>(topk_w), out.rows(),
-                            out.cols(), topk_w.cols(), queue());
+  cuda::moe_combine_forward(p<nv_bf16>(out), p<nv_bf16>(ys), p<int32_t>(rows), p<float>(topk_w), out.rows(), out.cols(),
+                            topk_w.cols(), queue());
 }
 
 void CudaOps::moe_combine_backward_impl(Tensor dys, Tensor dtopk_w, Tensor dout, Tensor ys, Tensor rows,
