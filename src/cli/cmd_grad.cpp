@@ -23,6 +23,9 @@ int cmd_grad(int argc, char** argv) {
   bind_mlp_tile(a, &o.mlp_tile);
   bind_fp8(a, &o.fp8);
   bind_objective(a, &o.objective, o.dpo);
+  a.flag("--router-aux-loss", &o.router_aux_loss,
+         "a mixture-of-experts model: add the load-balancing loss even where config.json's output_router_logits "
+         "is false");
   if (!a.parse(argc, argv)) return 0;
   if (o.objective == Objective::kDpo) check_dpo(o.dpo);
   o.device = device_or_default(o.device, "grad");

@@ -143,7 +143,7 @@ Activations Decoder::rows_of(int64_t rows) const {
   for (size_t k = 0; k < kActivationKinds; ++k) {
     const Tensor& t = acts_[static_cast<Activation>(k)];
     Shape shape = t.shape;
-    shape.dims[0] = rows;
+    if (rows_first(static_cast<Activation>(k))) shape.dims[0] = rows;
     if (t.data) a[static_cast<Activation>(k)] = Tensor(t.data, t.dtype, shape, t.device);
   }
   a[Activation::kH2] = a[Activation::kH1];
@@ -199,9 +199,9 @@ void Decoder::run(const Buffers& b, int64_t R, int64_t n, bool greedy) {
     // The stream in place: block l + 1's attention norm is fused with block l's last add.
     NormFusion fusion{l > 0, Tensor()};
     const Tensor next = l + 1 < L ? weights_.weights(table_.block_unit(l + 1)) : Tensor();
-    if (next.data) fusion.next_norm = table_.block_weights(next).attn_norm;
+    if (next.data) fusion.next_norm = table_.block_weights(l + 1, next).attn_norm;
     attention.set_layer(l);
-    block_.forward(table_.block_weights(w), attention, a, x, x, fusion);
+    block_.forward(table_.block_weights(l, w), attention, a, x, x, fusion);
     weights_.release(table_.block_unit(l));
     w = next;
   }
@@ -249,7 +249,8 @@ void Decoder::compute(const DecodeRows& rows, bool greedy) {
   const Buffers b = upload(rows);
   // A shape seen before is recorded on its second call and replayed from then on: the
   // decode step of a batch. (The views of b depend only on R and n, so they are the same.)
-  const bool can = recording_ && ops_.runtime().can_record();
+  // Not a MoE model: its experts' GEMMs read their row counts on the host (ops/cuda/moe_ops.cpp).
+  const bool can = recording_ && ops_.runtime().can_record() && c_.sparse_layers() == 0;
   const auto key = std::make_tuple(R, n, greedy);
   auto it = seen_.find(key);
   if (!can || it == seen_.end()) {

@@ -19,7 +19,24 @@ constexpr EnumName<Recompute> kRecomputeNames[] = {
 struct Dims {
   int64_t B, T, N, C, I, H, KV, hd, rope_T, M;
   DType cd;
+  int64_t E = 0, K = 0, Im = 0, Ls = 0;  // Qwen3-MoE: experts, per token, their size, sparse layers
 };
+
+Dims moe_dims(Dims d, const ModelConfig& c) {
+  d.E = c.moe.num_experts;
+  d.K = c.moe.top_k;
+  d.Im = c.moe.intermediate;
+  d.Ls = c.sparse_layers();
+  return d;
+}
+
+bool moe_block_activation(Activation a) { return a >= Activation::kRouterProbs && a <= Activation::kMoeY; }
+
+// A dense layer's MLP buffers (the untiled gate_up, and the one-of-each of the dense MLP).
+bool dense_mlp_activation(Activation a) {
+  using enum Activation;
+  return a == kGateUp || a == kAct || a == kDAct || a == kDGateUp || a == kGateUpTile || a == kMlpDw;
+}
 
 // The element-wise outputs that kSelective recomputes, into one shared set.
 bool recomputed_by_selective(Activation a) {
@@ -41,6 +58,31 @@ std::vector<ActivationBuffer> block_set(const Dims& d, int64_t set) {
       {Activation::kH2, "h2", set, {d.N, d.C}, d.cd},
       {Activation::kRstd2, "rstd2", set, {d.N}, F},
       {Activation::kGateUp, "gate_up", set, {d.N, 2 * d.I}, d.cd},
+      {Activation::kRouterProbs, "router_probs", set, {d.N, d.E}, F},
+      {Activation::kTopkIdx, "topk_idx", set, {d.N, d.K}, DType::kI32},
+      {Activation::kTopkW, "topk_w", set, {d.N, d.K}, F},
+      {Activation::kMoeOrder, "moe_order", set, {d.N, d.K}, DType::kI32},
+      {Activation::kMoeRows, "moe_rows", set, {d.N, d.K}, DType::kI32},
+      {Activation::kMoeOffsets, "moe_offsets", set, {d.E + 1}, DType::kI32},
+      {Activation::kMoeGateUp, "moe_gate_up", set, {d.N, d.K, 2 * d.Im}, d.cd},
+      {Activation::kMoeY, "moe_y", set, {d.N, d.K, d.C}, d.cd},
+  };
+}
+
+// The sparse layers' buffers the model has one of.
+std::vector<ActivationBuffer> moe_one_of_each(const Dims& d) {
+  const DType F = DType::kF32;
+  return {
+      {Activation::kRouterLogits, "router_logits", 0, {d.N, d.E}, d.cd},
+      {Activation::kDRouterLogits, "d_router_logits", 0, {d.N, d.E}, d.cd},
+      {Activation::kDTopkW, "d_topk_w", 0, {d.N, d.K}, F},
+      {Activation::kMoeX, "moe_x", 0, {d.N, d.K, d.C}, d.cd},
+      {Activation::kMoeAct, "moe_act", 0, {d.N, d.K, d.Im}, d.cd},
+      {Activation::kMoeDAct, "moe_d_act", 0, {d.N, d.K, d.Im}, d.cd},
+      {Activation::kMoeDGateUp, "moe_d_gate_up", 0, {d.N, d.K, 2 * d.Im}, d.cd},
+      {Activation::kMoeDY, "moe_d_y", 0, {d.N, d.K, d.C}, d.cd},
+      {Activation::kMoeStats, "moe_stats", 0, {d.Ls, 2, d.E}, F},
+      {Activation::kMoeAuxGrad, "moe_aux_grad", 0, {d.E}, F},
   };
 }
 
@@ -72,7 +114,11 @@ Recompute parse_recompute(const std::string& name) { return parse_enum(kRecomput
 
 const char* recompute_name(Recompute r) { return enum_name(kRecomputeNames, r); }
 
-bool is_block_activation(Activation a) { return a >= Activation::kH1 && a <= Activation::kGateUp; }
+bool is_block_activation(Activation a) { return a >= Activation::kH1 && a <= Activation::kMoeY; }
+
+bool rows_first(Activation a) {
+  return a != Activation::kMoeOffsets && a != Activation::kMoeStats && a != Activation::kMoeAuxGrad;
+}
 
 int64_t block_sets(const ModelConfig& c, Recompute r) { return r == Recompute::kFull ? 1 : c.num_layers; }
 
@@ -108,10 +154,20 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
   ANVIL_ENSURE(P >= 1 && seq_len % P == 0 && c.num_kv_heads % P == 0 && c.num_heads % P == 0, kInternal,
                "activation sizes: context parallel ", P, " does not divide sequence ", seq_len, " and the heads");
   const int64_t N = micro_batch * T, M = effective_mlp_tile(c, N, compute_dtype, mlp_tile);
-  const Dims d{micro_batch, T, N, c.hidden_size, c.intermediate_size,
-               c.num_heads, c.num_kv_heads, c.head_dim, seq_len, M, compute_dtype};
+  const Dims d = moe_dims({micro_batch, T, N, c.hidden_size, c.intermediate_size,
+                           c.num_heads, c.num_kv_heads, c.head_dim, seq_len, M, compute_dtype}, c);
   const bool selective = r == Recompute::kSelective, tiled = M < N;
+  // A set's buffers: a dense layer's or a sparse layer's (set: its layer), or both kinds
+  // where one set serves every layer (kFull) and the model has both.
+  auto for_set = [&](Activation a, int64_t set) {
+    const bool any = set == kEveryBlockSet || r == Recompute::kFull;
+    const bool sparse = !any && c.sparse_layer(set);
+    if (moe_block_activation(a)) return any ? c.sparse_layers() > 0 : sparse;
+    if (a == Activation::kGateUp) return any ? c.has_dense_mlp() : !sparse;
+    return true;
+  };
   auto wanted = [&](Activation a) {
+    if (dense_mlp_activation(a) && !c.has_dense_mlp()) return false;
     if (a == Activation::kGateUp) return !tiled;
     if (a == Activation::kGateUpTile) return tiled;
     if (a == Activation::kMlpDw) return tiled && grad_dtype != DType::kF32;
@@ -130,9 +186,11 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
       if (recomputed_by_selective(b.what)) v.push_back(b);
   for (int64_t s = 0; s < block_sets(c, r); ++s)
     for (const ActivationBuffer& b : block_set(d, s))
-      if ((!selective || !recomputed_by_selective(b.what)) && wanted(b.what)) v.push_back(b);
+      if ((!selective || !recomputed_by_selective(b.what)) && wanted(b.what) && for_set(b.what, s)) v.push_back(b);
   for (const ActivationBuffer& b : one_of_each(d, L))
     if (wanted(b.what)) v.push_back(b);
+  if (c.sparse_layers() > 0)
+    for (const ActivationBuffer& b : moe_one_of_each(d)) v.push_back(b);
   if (P > 1) {
     v.push_back({Activation::kCpSend, "cp_send", 0, {d.N, d.H + 2 * d.KV, d.hd}, d.cd});
     v.push_back({Activation::kCpRecv, "cp_recv", 0, {d.N, d.H + 2 * d.KV, d.hd}, d.cd});
@@ -141,13 +199,20 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
 }
 
 std::vector<ActivationBuffer> decode_buffers(const ModelConfig& c, int64_t rows, DType compute_dtype) {
-  const Dims d{rows, 1, rows, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim, 1, rows,
-               compute_dtype};
+  const Dims d = moe_dims({rows, 1, rows, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim,
+                           1, rows, compute_dtype}, c);
+  const bool moe = c.sparse_layers() > 0, dense = c.has_dense_mlp();
   std::vector<ActivationBuffer> v = {{Activation::kResidual, "x", 0, {d.N, d.C}, d.cd}};
   for (const ActivationBuffer& b : block_set(d, 0))
-    if (b.what != Activation::kLse && b.what != Activation::kH2 && b.what != Activation::kRstd2) v.push_back(b);
+    if (b.what != Activation::kLse && b.what != Activation::kH2 && b.what != Activation::kRstd2 &&
+        (b.what != Activation::kGateUp || dense) && (!moe_block_activation(b.what) || moe))
+      v.push_back(b);
   for (const ActivationBuffer& b : one_of_each(d, c.num_layers))
-    if (b.what == Activation::kAct) v.push_back(b);
+    if (b.what == Activation::kAct && dense) v.push_back(b);
+  if (moe)
+    for (const ActivationBuffer& b : moe_one_of_each(d))
+      if (b.what == Activation::kRouterLogits || b.what == Activation::kMoeX || b.what == Activation::kMoeAct)
+        v.push_back(b);
   return v;
 }
 

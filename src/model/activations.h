@@ -26,6 +26,19 @@
 //   h2         (N, C) cd        the MLP RMSNorm's output           [kSelective: one shared set]
 //   rstd2      (N) F32          its reciprocal RMS
 //   gate_up    (N, 2I) cd       the gate/up projection             [not with the MLP tiled]
+// A sparse layer's (Qwen3-MoE; E experts, K of them per token, Im each expert's intermediate
+// size) in place of gate_up: the routing and what the experts' backward reads. A row of the
+// experts' buffers is one (token, choice) assignment, sorted by expert.
+//   router_probs (N, E) F32     the router's softmax
+//   topk_idx   (N, K) I32       each token's experts, most probable first (ties: lower index)
+//   topk_w     (N, K) F32       their routing weights (renormalised: norm_topk_prob)
+//   moe_order  (N, K) I32       sorted row -> its assignment (token * K + choice)
+//   moe_rows   (N, K) I32       assignment -> its sorted row
+//   moe_offsets (E + 1) I32     expert e's rows: [offsets[e], offsets[e + 1])
+//   moe_gate_up (N, K, 2Im) cd  the experts' gate/up projections of their rows
+//   moe_y      (N, K, C) cd     the experts' outputs, before the routing weights
+// Under kFull the one set holds a dense layer's and a sparse layer's buffers where the model
+// has both kinds; else each set those of its layer's kind.
 // kSelective recomputes the shared three (and their statistics, the same bits) before each
 // block's backward; the shared set comes before the per-block ones.
 // One of each, under every policy (M: the MLP's tile of tokens, or N untiled):
@@ -44,6 +57,17 @@
 //   rope_cos, rope_sin (T, hd/2) F32  the RoPE tables
 //   fp8_amax   (L, 4, 2) F32    tensorwise FP8 only: each block linear's x and w amax
 //                               (model/fp8_slots.h)
+// Sparse layers (Qwen3-MoE), one of each (the dense MLP's act, d_act and d_gate_up only where
+// the model has a dense layer):
+//   router_logits, d_router_logits (N, E) cd
+//   d_topk_w   (N, K) F32       d loss / d the routing weights
+//   moe_x      (N, K, C) cd     the experts' input rows (h2 gathered in expert order)
+//   moe_act, moe_d_act (N, K, Im) cd  the experts' SwiGLU output and its gradient
+//   moe_d_gate_up (N, K, 2Im) cd
+//   moe_d_y    (N, K, C) cd     d loss / d moe_y, then d loss / d moe_x
+//   moe_stats  (Ls, 2, E) F32   per sparse layer: top-k assignments and the sum of probabilities
+//                               per expert (the auxiliary loss's, model/block.h)
+//   moe_aux_grad (E) F32        the auxiliary loss's gradient per probability of each expert
 // Context parallel over P ranks (model/context_parallel.h): T is the sequence, each rank holds
 // N = B x T/P tokens, and the attention section's buffers (qkv_raw, qkv, rstd_qk, att, lse
 // and their gradients) hold the same number of elements as all T tokens of (H+2KV)/P
@@ -72,11 +96,16 @@ const char* recompute_name(Recompute r);
 enum class Activation {
   kResidual, kResidualRing,
   kH1, kRstd1, kQkvRaw, kQkv, kRstdQk, kAtt, kLse, kXMid, kH2, kRstd2, kGateUp,
+  kRouterProbs, kTopkIdx, kTopkW, kMoeOrder, kMoeRows, kMoeOffsets, kMoeGateUp, kMoeY,
   kAct, kDAct, kDGateUp, kGateUpTile, kMlpDw, kDAtt, kDQkv, kDQkvRaw, kDx, kDh, kHFinal, kRstdFinal, kRopeCos, kRopeSin,
   kFp8Amax, kCpSend, kCpRecv,
+  kRouterLogits, kDRouterLogits, kDTopkW, kMoeX, kMoeAct, kMoeDAct, kMoeDGateUp, kMoeDY, kMoeStats, kMoeAuxGrad,
 };
-constexpr size_t kActivationKinds = static_cast<size_t>(Activation::kCpRecv) + 1;
-bool is_block_activation(Activation a);  // kH1 .. kGateUp: one per set of block buffers
+constexpr size_t kActivationKinds = static_cast<size_t>(Activation::kMoeAuxGrad) + 1;
+bool is_block_activation(Activation a);  // kH1 .. kMoeY: one per set of block buffers
+// Whether the buffer's first dimension is the tokens (the decoder views fewer rows of it):
+// all but the per-expert ones (moe_offsets, moe_stats, moe_aux_grad).
+bool rows_first(Activation a);
 
 // The tensors a block's pass reads and writes, one per kind, indexed by it: one set of block
 // buffers with the buffers the model has one of (the residuals are the model's, not in it;
@@ -136,7 +165,8 @@ std::vector<ActivationBuffer> activation_buffers(const ModelConfig& c, int64_t m
                                                  bool offload = false, Fp8Recipe fp8 = Fp8Recipe::kOff);
 // The decoder's buffers (infer/decoder.h) for up to `rows` tokens of any sequences: x (the
 // residual stream, run in place) and one set of block buffers of (rows, 1) sequences without
-// lse, h2 and rstd2 (the decoder's h2 and rstd2 are h1's and rstd1's), and act.
+// lse, h2 and rstd2 (the decoder's h2 and rstd2 are h1's and rstd1's), and act; a MoE
+// model's routing and experts' forward buffers besides.
 std::vector<ActivationBuffer> decode_buffers(const ModelConfig& c, int64_t rows, DType compute_dtype);
 int64_t activation_bytes(const std::vector<ActivationBuffer>& buffers);       // the device's
 int64_t host_activation_bytes(const std::vector<ActivationBuffer>& buffers);  // the offloaded

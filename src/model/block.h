@@ -1,7 +1,9 @@
 // One transformer block, written once for training, evaluation and decoding (as llm.c has one
 // forward): the attention RMSNorm, the fused qkv projection, attention (passed in: over whole
 // sequences, or against a KV cache), the o projection, the residual add fused with the MLP
-// RMSNorm, the SwiGLU MLP (untiled, or in tiles: model/mlp_tiles.h), the residual add; and
+// RMSNorm, the SwiGLU MLP (untiled, or in tiles: model/mlp_tiles.h) or, in a sparse layer
+// (Qwen3-MoE), the router and experts (tokens routed per token, in training and decoding
+// alike), the residual add; and
 // the backward of all of it, and the recomputation of its element-wise outputs. The weights
 // are the unit's views (model/params.h's BlockWeights); the tensors read and written are
 // one set of the activation table's buffers (model/activations.h), for any number of rows.
@@ -42,8 +44,11 @@ class Block {
   Block(const ModelConfig& c, Ops& ops, BlockLinears& linears, MlpTiles& tiles)
       : c_(c), ops_(ops), linears_(linears), tiles_(tiles) {}
 
-  // x_in -> x_out (x_out may be x_in). x_out empty: stops after gate_up, all the backward
-  // reads (the forward again before a block's backward).
+  // The layer the next calls run: where a sparse layer writes its routing statistics (the
+  // auxiliary loss's, a[kMoeStats]'s row of the layer, when the buffers have it).
+  void set_layer(int64_t layer) { layer_ = layer; }
+  // x_in -> x_out (x_out may be x_in). x_out empty: stops after gate_up (a sparse layer: after
+  // the experts' outputs), all the backward reads (the forward again before a block's backward).
   void forward(const BlockWeights& w, BlockAttention& attention, const Activations& a, Tensor x_in, Tensor x_out,
                const NormFusion& fusion = {});
   // The element-wise outputs again, the same ops on the same inputs (the same bits): both
@@ -58,11 +63,17 @@ class Block {
  private:
   void mlp_forward(const BlockWeights& w, const Activations& a, Tensor x_out);
   void mlp_backward(const BlockWeights& w, const BlockWeights& g, bool accumulate, const Activations& a);
+  // A sparse layer's router and experts on a[kH2], up to the experts' outputs a[kMoeY].
+  void moe_forward(const BlockWeights& w, const Activations& a);
+  // Its backward: a[kDx] (d loss / d the MoE's output) -> a[kDh] and the router's and experts'
+  // weight gradients; the auxiliary loss's gradient (a[kMoeAuxGrad]) when the config adds it.
+  void moe_backward(const BlockWeights& w, const BlockWeights& g, bool accumulate, const Activations& a);
 
   const ModelConfig& c_;
   Ops& ops_;
   BlockLinears& linears_;
   MlpTiles& tiles_;
+  int64_t layer_ = 0;
 };
 
 }  // namespace anvil

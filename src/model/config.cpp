@@ -21,10 +21,13 @@ constexpr double kMaxParameters = 17592186044416.0;  // 2^44
 template <class T>
 T count_parameters(const ModelConfig& m) {
   const T c = T(m.hidden_size), q = T(m.num_heads) * T(m.head_dim), kv = T(m.num_kv_heads) * T(m.head_dim);
-  T block = c * (q + 2 * kv) + q * c + 3 * c * T(m.intermediate_size) + 2 * c;
+  T block = c * (q + 2 * kv) + q * c + 2 * c;
   if (m.qkv_bias) block += q + 2 * kv;
   if (m.qk_norm) block += 2 * T(m.head_dim);
-  T n = T(m.vocab_size) * c + T(m.num_layers) * block + c;
+  const T sparse = T(m.sparse_layers()), experts = T(m.moe.num_experts);
+  const T mlps = (T(m.num_layers) - sparse) * 3 * c * T(m.intermediate_size) +
+                 sparse * (experts * c + experts * 3 * c * T(m.moe.intermediate));
+  T n = T(m.vocab_size) * c + T(m.num_layers) * block + mlps + c;
   if (!m.tie_word_embeddings) n += T(m.vocab_size) * c;
   return n;
 }
@@ -140,6 +143,7 @@ void read_architecture(const Json& j, const std::string& source, ModelConfig& c)
   }
   if (arch.empty()) {
     if (c.model_type == "qwen3") arch = "Qwen3ForCausalLM";
+    else if (c.model_type == "qwen3_moe") arch = "Qwen3MoeForCausalLM";
     else if (c.model_type == "qwen2") arch = "Qwen2ForCausalLM";
     else if (c.model_type == "llama") arch = "LlamaForCausalLM";
   }
@@ -152,18 +156,23 @@ void read_architecture(const Json& j, const std::string& source, ModelConfig& c)
     c.qkv_bias = true;
   } else if (arch == "LlamaForCausalLM") {
     c.arch = Arch::kLlama;
+  } else if (arch == "Qwen3MoeForCausalLM") {
+    c.arch = Arch::kQwen3Moe;
+    c.qk_norm = true;
   } else {
     raise(ErrorKind::kUnsupported, source, ": architecture \"", arch.empty() ? c.model_type : arch,
-          "\" is not supported (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)");
+          "\" is not supported (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, "
+          "Qwen3MoeForCausalLM)");
   }
 }
 
 // A config that names anything this block does not compute is refused, with the setting.
 void refuse_unsupported(const Json& j, const std::string& source, const ModelConfig& c) {
   for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"}) {
+    if (c.arch == Arch::kQwen3Moe && std::string(moe) != "n_routed_experts") continue;  // read_moe's
     int64_t experts = get_or<int64_t>(source, j, moe, 0);
     ANVIL_ENSURE(experts == 0, kUnsupported, source, ": mixture of experts (\"", moe, "\": ", experts,
-                 ") is not supported");
+                 ") is not supported for ", c.architecture, " (only Qwen3MoeForCausalLM's)");
   }
   ANVIL_ENSURE(!get_or<bool>(source, j, "use_sliding_window", false), kUnsupported, source,
                ": sliding-window attention (\"use_sliding_window\": true) is not supported");
@@ -179,6 +188,38 @@ void refuse_unsupported(const Json& j, const std::string& source, const ModelCon
   ANVIL_ENSURE(!get_or<bool>(source, j, "mlp_bias", false), kUnsupported, source, ": \"mlp_bias\": true is not supported");
   ANVIL_ENSURE(get_or<int64_t>(source, j, "pretraining_tp", 1) == 1, kUnsupported, source,
                ": \"pretraining_tp\" other than 1 is not supported");
+}
+
+// Qwen3-MoE's experts, with Qwen3MoeConfig's defaults; num_hidden_layers read first.
+void read_moe(const Json& j, const std::string& source, ModelConfig& c) {
+  MoeConfig& m = c.moe;
+  // The hub's config.json says num_experts; transformers 5 writes num_local_experts (its
+  // attribute_map's name for it).
+  m.num_experts = get_or<int64_t>(source, j, "num_experts", get_or<int64_t>(source, j, "num_local_experts", 128));
+  m.top_k = get_or<int64_t>(source, j, "num_experts_per_tok", 8);
+  m.intermediate = get_or<int64_t>(source, j, "moe_intermediate_size", 768);
+  m.norm_topk_prob = get_or<bool>(source, j, "norm_topk_prob", false);
+  m.sparse_step = get_or<int64_t>(source, j, "decoder_sparse_step", 1);
+  m.router_aux_loss_coef = get_or<double>(source, j, "router_aux_loss_coef", 0.001);
+  m.output_router_logits = get_or<bool>(source, j, "output_router_logits", false);
+  ANVIL_ENSURE(m.num_experts >= 1 && m.intermediate >= 1, kInvalidInput, source,
+               ": \"num_experts\" and \"moe_intermediate_size\" must be positive, got ", m.num_experts, " and ",
+               m.intermediate);
+  ANVIL_ENSURE(m.top_k >= 1 && m.top_k <= m.num_experts, kInvalidInput, source, ": \"num_experts_per_tok\" ",
+               m.top_k, " must be between 1 and num_experts (", m.num_experts, ")");
+  ANVIL_ENSURE(m.sparse_step >= 1, kInvalidInput, source, ": \"decoder_sparse_step\" must be positive, got ",
+               m.sparse_step);
+  m.mlp_only_layers.clear();
+  if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+    ANVIL_ENSURE(it->is_array(), kInvalidInput, source, ": \"mlp_only_layers\" must list layer indices, got ",
+                 it->dump());
+    for (const Json& l : *it) {
+      ANVIL_ENSURE(l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < c.num_layers,
+                   kInvalidInput, source, ": \"mlp_only_layers\" entry ", l.dump(), " is not a layer (0..",
+                   c.num_layers - 1, ")");
+      m.mlp_only_layers.push_back(l.get<int64_t>());
+    }
+  }
 }
 
 // The sizes, and the numerics with transformers' defaults.
@@ -205,6 +246,7 @@ void read_sizes(const Json& j, const std::string& source, ModelConfig& c) {
   c.rms_norm_eps = get_or<double>(source, j, "rms_norm_eps", 1e-6);
   c.initializer_range = get_or<double>(source, j, "initializer_range", 0.02);
   c.tie_word_embeddings = get_or<bool>(source, j, "tie_word_embeddings", false);
+  if (c.arch == Arch::kQwen3Moe) read_moe(j, source, c);
   // Sizes no machine holds are refused before anything is sized by them (the parameter
   // table, RoPE's table) and before int64 arithmetic on them could overflow.
   ANVIL_ENSURE(c.num_layers <= kMaxLayers, kUnsupported, source, ": num_hidden_layers ", c.num_layers,
@@ -217,6 +259,26 @@ void read_sizes(const Json& j, const std::string& source, ModelConfig& c) {
 }  // namespace
 
 int64_t ModelConfig::num_parameters() const { return count_parameters<int64_t>(*this); }
+
+bool ModelConfig::sparse_layer(int64_t l) const {
+  if (moe.num_experts == 0) return false;
+  for (int64_t d : moe.mlp_only_layers)
+    if (d == l) return false;
+  return (l + 1) % moe.sparse_step == 0;
+}
+
+int64_t ModelConfig::sparse_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_layers; ++l) n += sparse_layer(l) ? 1 : 0;
+  return n;
+}
+
+int64_t ModelConfig::sparse_index(int64_t l) const {
+  ANVIL_ASSERT(sparse_layer(l));
+  int64_t n = 0;
+  for (int64_t k = 0; k < l; ++k) n += sparse_layer(k) ? 1 : 0;
+  return n;
+}
 
 ModelConfig config_from_json(const Json& j, const std::string& source) {
   ANVIL_ENSURE(j.is_object(), kInvalidInput, source, ": expected a JSON object");
@@ -275,19 +337,32 @@ Json config_to_json(const ModelConfig& c) {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
   }
+  if (c.arch == Arch::kQwen3Moe) {
+    const MoeConfig& m = c.moe;
+    j["num_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["moe_intermediate_size"] = m.intermediate;
+    j["norm_topk_prob"] = m.norm_topk_prob;
+    j["decoder_sparse_step"] = m.sparse_step;
+    j["mlp_only_layers"] = m.mlp_only_layers;
+    j["router_aux_loss_coef"] = m.router_aux_loss_coef;
+    j["output_router_logits"] = m.output_router_logits;
+  }
   return j;
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"};
+  return {"tiny",     "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b",       "qwen3-8b",
+          "qwen3-14b", "qwen3-32b",  "qwen3-30b-a3b", "qwen3-235b-a22b"};
 }
 
-ModelConfig preset_config(const std::string& name) {
+ModelConfig preset_config(const std::string& name, int64_t num_layers) {
   struct Preset {
     const char* name;
     int64_t vocab, hidden, inter, layers, heads, kv, head_dim;
     bool tie;
     int64_t max_pos;
+    int64_t experts = 0, top_k = 0, moe_inter = 0;  // the MoE models' (config.json on the hub)
   };
   // Shapes of the published Qwen3 models; "tiny" is the tests' size: a Qwen3 block small
   // enough to train on a CPU in a minute, with the vocabulary of the demo's byte-level
@@ -301,18 +376,28 @@ ModelConfig preset_config(const std::string& name) {
       {"qwen3-8b", 151936, 4096, 12288, 36, 32, 8, 128, false, 40960},
       {"qwen3-14b", 151936, 5120, 17408, 40, 40, 8, 128, false, 40960},
       {"qwen3-32b", 151936, 5120, 25600, 64, 64, 8, 128, false, 40960},
+      {"qwen3-30b-a3b", 151936, 2048, 6144, 48, 32, 4, 128, false, 40960, 128, 8, 768},
+      {"qwen3-235b-a22b", 151936, 4096, 12288, 94, 64, 4, 128, false, 40960, 128, 8, 1536},
   };
   for (const Preset& p : kPresets) {
     if (name != p.name) continue;
+    ANVIL_ENSURE(num_layers >= 0 && num_layers <= p.layers, kUsage, "--num-layers ", num_layers, ": preset ", name,
+                 " has ", p.layers, " layers (give 1 to ", p.layers, ", or 0 for all)");
     ModelConfig c;
-    c.arch = Arch::kQwen3;
-    c.architecture = "Qwen3ForCausalLM";
-    c.model_type = "qwen3";
+    c.arch = p.experts ? Arch::kQwen3Moe : Arch::kQwen3;
+    c.architecture = p.experts ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM";
+    c.model_type = p.experts ? "qwen3_moe" : "qwen3";
     c.qk_norm = true;
     c.vocab_size = p.vocab;
     c.hidden_size = p.hidden;
     c.intermediate_size = p.inter;
-    c.num_layers = p.layers;
+    c.num_layers = num_layers > 0 ? num_layers : p.layers;
+    if (p.experts) {
+      c.moe.num_experts = p.experts;
+      c.moe.top_k = p.top_k;
+      c.moe.intermediate = p.moe_inter;
+      c.moe.norm_topk_prob = true;
+    }
     c.num_heads = p.heads;
     c.num_kv_heads = p.kv;
     c.head_dim = p.head_dim;

@@ -12,7 +12,15 @@ namespace anvil {
 
 void run_init(const InitOptions& o) {
   ANVIL_ENSURE(o.config.empty() != o.preset.empty(), kUsage, "anvil init: give exactly one of --config and --preset");
-  ModelConfig cfg = o.config.empty() ? preset_config(o.preset) : config_from_json(json_read_file(o.config), o.config);
+  ModelConfig cfg;
+  if (o.config.empty()) {
+    cfg = preset_config(o.preset, o.num_layers);
+  } else {
+    Json j = json_read_file(o.config);
+    ANVIL_ENSURE(o.num_layers >= 0, kUsage, "--num-layers ", o.num_layers, " must be positive (or 0: the config's)");
+    if (o.num_layers > 0 && j.is_object()) j["num_hidden_layers"] = o.num_layers;
+    cfg = config_from_json(j, o.config);
+  }
   make_directories(o.out);
   ParamTable table(cfg, 1);
   HostUnits units = make_host_units(table);

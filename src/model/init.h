@@ -12,6 +12,7 @@ struct InitOptions {
   std::string out;
   uint64_t seed = 0;
   std::string dtype = "fp32";  // fp32 | bf16
+  int64_t num_layers = 0;      // > 0: the first num_layers layers only (a shallower copy)
 };
 
 void run_init(const InitOptions& o);

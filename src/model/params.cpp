@@ -45,6 +45,23 @@ ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size
     return off;
   };
 
+  // A sparse layer's router and experts: every expert's gate and up rows, then every expert's
+  // down projection, so that each group is one (E, rows, cols) tensor (FusedExperts).
+  const int64_t E = c.moe.num_experts, Im = c.moe.intermediate;
+  auto add_experts = [&](BlockLayout& b, int unit, const std::string& p) {
+    b.router_w = Part{add(unit, p + "mlp.gate.weight", {E, C}), {E, C}};
+    const std::string x = p + "mlp.experts.";
+    b.experts_gate_up = Part{units_[static_cast<size_t>(unit)].numel, {E, 2 * Im, C}};
+    for (int64_t e = 0; e < E; ++e) {
+      add(unit, x + std::to_string(e) + ".gate_proj.weight", {Im, C});
+      add(unit, x + std::to_string(e) + ".up_proj.weight", {Im, C});
+    }
+    b.experts_down = Part{units_[static_cast<size_t>(unit)].numel, {E, C, Im}};
+    for (int64_t e = 0; e < E; ++e) add(unit, x + std::to_string(e) + ".down_proj.weight", {C, Im});
+    fused_.push_back({x + "gate_up_proj", x + "0.gate_proj.weight", unit, b.experts_gate_up.offset, {E, 2 * Im, C}});
+    fused_.push_back({x + "down_proj", x + "0.down_proj.weight", unit, b.experts_down.offset, {E, C, Im}});
+  };
+
   int u = add_unit("embed");
   add(u, "model.embed_tokens.weight", {c.vocab_size, C});
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -60,9 +77,15 @@ ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size
     add(u, p + "self_attn.k_proj.weight", {c.kv_dim(), C});
     add(u, p + "self_attn.v_proj.weight", {c.kv_dim(), C});
     b.o_w = part("self_attn.o_proj.weight", {C, c.q_dim()}, {C, c.q_dim()});
-    b.gate_up_w = part("mlp.gate_proj.weight", {I, C}, {2 * I, C});
-    add(u, p + "mlp.up_proj.weight", {I, C});
-    b.down_w = part("mlp.down_proj.weight", {C, I}, {C, I});
+    const bool sparse = c.sparse_layer(l);
+    sparse_.push_back(sparse);
+    if (sparse) {
+      add_experts(b, u, p);
+    } else {
+      b.gate_up_w = part("mlp.gate_proj.weight", {I, C}, {2 * I, C});
+      add(u, p + "mlp.up_proj.weight", {I, C});
+      b.down_w = part("mlp.down_proj.weight", {C, I}, {C, I});
+    }
     if (c.qkv_bias) {
       b.qkv_b = part("self_attn.q_proj.bias", {c.q_dim()}, {c.qkv_dim()});
       add(u, p + "self_attn.k_proj.bias", {c.kv_dim()});
@@ -74,7 +97,7 @@ ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size
       b.q_norm = part("self_attn.q_norm.weight", {hd}, {hd});
       b.k_norm = part("self_attn.k_norm.weight", {hd}, {hd});
     }
-    block_ = b;
+    (sparse ? moe_ : dense_) = b;
   }
   u = add_unit("norm");
   add(u, "model.norm.weight", {C});
@@ -91,11 +114,13 @@ Tensor tensor_at(const Tensor& flat, int64_t offset, Shape shape) {
                 shape, flat.device);
 }
 
-BlockWeights ParamTable::block_weights(const Tensor& unit) const {
+BlockWeights ParamTable::block_weights(int64_t layer, const Tensor& unit) const {
+  ANVIL_ASSERT(layer >= 0 && layer < num_layers_);
   auto view = [&](const Part& part) { return part.offset < 0 ? Tensor() : tensor_at(unit, part.offset, part.shape); };
-  const BlockLayout& b = block_;
-  return {view(b.attn_norm), view(b.qkv_w),    view(b.qkv_b),     view(b.q_norm), view(b.k_norm),
-          view(b.o_w),       view(b.mlp_norm), view(b.gate_up_w), view(b.down_w)};
+  const BlockLayout& b = sparse_[static_cast<size_t>(layer)] ? moe_ : dense_;
+  return {view(b.attn_norm), view(b.qkv_w),    view(b.qkv_b),     view(b.q_norm),          view(b.k_norm),
+          view(b.o_w),       view(b.mlp_norm), view(b.gate_up_w), view(b.down_w),          view(b.router_w),
+          view(b.experts_gate_up), view(b.experts_down)};
 }
 
 Tensor ParamTable::unit_tensor(int unit, const Tensor& data) const {

@@ -57,9 +57,25 @@ Tensor tensor_at(const Tensor& flat, int64_t offset, Shape shape);
 // A block unit's tensors, each a view of the unit (its weights, or its gradients) shaped as the
 // table holds it: q/k/v, gate/up and the q/k/v biases as the fused groups the GEMMs run
 // ((H+2KV)*hd x C, 2I x C, (H+2KV)*hd). Absent (qkv_b without biases, q_norm and k_norm
-// without qk-norm): empty.
+// without qk-norm): empty. A sparse layer (Qwen3-MoE) has router_w (E x C), experts_gate_up
+// (E x 2Im x C: each expert's gate then up rows) and experts_down (E x C x Im) in place of
+// gate_up_w and down_w: the per-expert tensors laid back to back, which is also the layout of
+// transformers' fused mlp.experts.gate_up_proj and down_proj.
 struct BlockWeights {
   Tensor attn_norm, qkv_w, qkv_b, q_norm, k_norm, o_w, mlp_norm, gate_up_w, down_w;
+  Tensor router_w, experts_gate_up, experts_down;
+  bool sparse() const { return router_w.data != nullptr; }
+};
+
+// A sparse layer's experts as one tensor (transformers 5's layout with save_original_format
+// false): `name` ("model.layers.3.mlp.experts.gate_up_proj", (E, 2Im, C), or down_proj, (E, C,
+// Im)) holds the per-expert entries from `first` on, which lie back to back in the unit.
+struct FusedExperts {
+  std::string name;
+  std::string first;  // the first per-expert entry's name
+  int unit = 0;
+  int64_t offset = 0;
+  Shape shape;
 };
 
 class ParamTable {
@@ -71,8 +87,10 @@ class ParamTable {
   const std::vector<UnitInfo>& units() const { return units_; }
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry* find(const std::string& name) const;
-  // The views of a block unit's tensors in `unit`, a block's flat weights or gradients.
-  BlockWeights block_weights(const Tensor& unit) const;
+  // The views of layer `layer`'s tensors in `unit`, that block's flat weights or gradients.
+  BlockWeights block_weights(int64_t layer, const Tensor& unit) const;
+  // The sparse layers' experts, each group as one tensor (FusedExperts).
+  const std::vector<FusedExperts>& fused_experts() const { return fused_; }
   // The tensor of a unit that holds one (the embedding, the final norm, the output layer),
   // viewed in `data`, the unit's flat weights or gradients.
   Tensor unit_tensor(int unit, const Tensor& data) const;
@@ -100,8 +118,13 @@ class ParamTable {
   };
   struct BlockLayout {
     Part attn_norm, qkv_w, qkv_b, q_norm, k_norm, o_w, mlp_norm, gate_up_w, down_w;
+    Part router_w, experts_gate_up, experts_down;
   };
-  BlockLayout block_;
+  // The dense layers' layout and the sparse layers' (Qwen3-MoE), each the same in every such
+  // block; sparse_[l]: layer l is sparse.
+  BlockLayout dense_, moe_;
+  std::vector<bool> sparse_;
+  std::vector<FusedExperts> fused_;
 };
 
 }  // namespace anvil

@@ -65,7 +65,8 @@ void Transformer::forward_blocks(UnitSource& src, Tensor ids, const Documents& d
     src.prefetch(l + 1 < L ? table_.block_unit(l + 1) : norm);
     offload_.before_write(l + 1);
     fp8_slots_.set_layer(l);
-    block_.forward(table_.block_weights(w), attention_, sets_[recompute_.set(l)], resid_[static_cast<size_t>(l)],
+    block_.set_layer(l);
+    block_.forward(table_.block_weights(l, w), attention_, sets_[recompute_.set(l)], resid_[static_cast<size_t>(l)],
                    resid_[static_cast<size_t>(l + 1)]);
     offload_.after_write(l + 1);
     src.release(u);
@@ -123,15 +124,16 @@ void Transformer::head_forward_backward(UnitSource& src, Tensor targets, float l
 void Transformer::backward_blocks(UnitSource& src) {
   for (int64_t l = c_.num_layers - 1; l >= 0; --l) {
     const int u = table_.block_unit(l);
-    const BlockWeights w = table_.block_weights(src.weights(u));
+    const BlockWeights w = table_.block_weights(l, src.weights(u));
     if (l > 0) src.prefetch(table_.block_unit(l - 1));
     offload_.prefetch(l - 1);
     offload_.before_read(l);
     const Activations& a = sets_[recompute_.set(l)];
     const Tensor x_in = resid_[static_cast<size_t>(l)];
     fp8_slots_.set_layer(l);
+    block_.set_layer(l);
     recompute_.before_backward(block_, w, attention_, a, x_in);
-    const BlockWeights g = table_.block_weights(src.grads(u));
+    const BlockWeights g = table_.block_weights(l, src.grads(u));
     block_.backward(w, g, !src.overwrite_grads(u), attention_, a, x_in);
     src.release(u);
     src.grads_ready(u);
@@ -144,6 +146,11 @@ void Transformer::forward_backward(UnitSource& src, Tensor ids, Tensor targets, 
                " tokens");
   const int embed = table_.embed_unit(), head = table_.lm_head_unit();
   forward_blocks(src, ids, documents);
+  // Qwen3-MoE's load-balancing loss (config output_router_logits), added as transformers adds
+  // it to the mean loss: coef * aux, so loss_sum takes coef * aux / loss_scale.
+  if (c_.sparse_layers() > 0 && c_.moe.output_router_logits)
+    ops_.moe_aux_loss(loss_sum, one()[Activation::kMoeAuxGrad], one()[Activation::kMoeStats], N_,
+                      static_cast<float>(c_.moe.router_aux_loss_coef), 1.0f / loss_scale);
   head_forward_backward(src, targets, loss_scale, loss_sum, logits, weighting);
   backward_blocks(src);
   ops_.embedding_backward(table_.unit_tensor(embed, src.grads(embed)), ids, one()[Activation::kDx],

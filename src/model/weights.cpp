@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 #include <random>
+#include <set>
 
 #include "core/bf16.h"
 #include "core/error.h"
@@ -29,12 +30,42 @@ UnitReader host_units_reader(const HostUnits& units) {
 }
 
 namespace {
-void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const ParamTable& table) {
+
+// One tensor of the folder and where it goes.
+struct TensorRead {
+  std::string name;
+  int unit = 0;
+  int64_t offset = 0;
+  Shape shape;
+  int64_t numel() const { return shape.numel(); }
+};
+
+// The tensors to read, in the table's order: its entries, except where the folder holds a
+// sparse layer's experts as one tensor (transformers 5's fused layout, FusedExperts) and not
+// per expert: that tensor then, in place of the per-expert entries it covers.
+std::vector<TensorRead> tensor_reads(const SafetensorsSet& set, const ParamTable& table) {
+  std::vector<const FusedExperts*> fused;
+  for (const FusedExperts& f : table.fused_experts())
+    if (!set.find(f.first) && set.find(f.name)) fused.push_back(&f);
+  std::vector<TensorRead> reads;
+  for (const ParamEntry& e : table.entries()) {
+    const FusedExperts* in = nullptr;
+    for (const FusedExperts* f : fused)
+      if (f->unit == e.unit && e.offset >= f->offset && e.offset < f->offset + f->shape.numel()) in = f;
+    if (!in) reads.push_back({e.name, e.unit, e.offset, e.shape});
+    else if (e.offset == in->offset) reads.push_back({in->name, in->unit, in->offset, in->shape});
+  }
+  return reads;
+}
+
+void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const std::vector<TensorRead>& reads) {
+  std::set<std::string> used;
+  for (const TensorRead& r : reads) used.insert(r.name);
   std::string unused;
   int n_unused = 0;
   for (auto& name : set.names()) {
-    if (table.find(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
-    if (name == "lm_head.weight" && !table.find(name)) continue;  // tied: transformers ignores it too
+    if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    if (name == "lm_head.weight") continue;  // tied: transformers ignores it too
     if (n_unused++ < 3) unused += (unused.empty() ? "" : ", ") + name;
   }
   if (n_unused > 0)
@@ -44,11 +75,12 @@ void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const 
 
 UnitReader hf_weights_reader(const std::string& model_dir, const ParamTable& table) {
   auto set = std::make_shared<SafetensorsSet>(model_dir);
-  warn_unused(model_dir, *set, table);
-  return [set, &table](int unit, int64_t begin, int64_t end, float* out) {
+  auto reads = std::make_shared<std::vector<TensorRead>>(tensor_reads(*set, table));
+  warn_unused(model_dir, *set, *reads);
+  return [set, reads](int unit, int64_t begin, int64_t end, float* out) {
     std::fill(out, out + (end - begin), 0.0f);
     std::vector<float> whole;  // one tensor, when only part of it is wanted
-    for (const ParamEntry& e : table.entries()) {
+    for (const TensorRead& e : *reads) {
       if (e.unit != unit || e.offset >= end || e.offset + e.numel() <= begin) continue;
       const int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel());
       if (lo == e.offset && hi == e.offset + e.numel()) {
@@ -65,9 +97,9 @@ UnitReader hf_weights_reader(const std::string& model_dir, const ParamTable& tab
 
 void load_hf_weights(const std::string& model_dir, const ParamTable& table, HostUnits& units) {
   SafetensorsSet set(model_dir);
-  for (auto& e : table.entries())
-    set.read_f32(e.name, e.shape, units[static_cast<size_t>(e.unit)].data() + e.offset);
-  warn_unused(model_dir, set, table);
+  const std::vector<TensorRead> reads = tensor_reads(set, table);
+  for (const TensorRead& e : reads) set.read_f32(e.name, e.shape, units[static_cast<size_t>(e.unit)].data() + e.offset);
+  warn_unused(model_dir, set, reads);
 }
 void init_weights(const ModelConfig& config, const ParamTable& table, uint64_t seed, HostUnits& units) {
   // Each tensor is cut into fixed chunks with their own generator, seeded from (seed,

@@ -87,7 +87,23 @@ struct AdamWHyper {
       float grad_scale, Tensor copy, bool zero_grad) TAIL;                                                    \
   VIRTUAL void adamw_step_split_impl(Tensor hi, Tensor lo, Tensor grad, Tensor m, Tensor v,                   \
       const AdamWHyper& h, float grad_scale) TAIL;                                                            \
-  VIRTUAL void sum_squares_impl(Tensor out, Tensor x) TAIL;
+  VIRTUAL void sum_squares_impl(Tensor out, Tensor x) TAIL;                                                  \
+  VIRTUAL void moe_router_forward_impl(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor stats,            \
+      Tensor logits, bool norm_topk_prob) TAIL;                                                               \
+  VIRTUAL void moe_router_backward_impl(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx,        \
+      Tensor topk_w, Tensor aux_grad, bool norm_topk_prob) TAIL;                                              \
+  VIRTUAL void moe_aux_loss_impl(Tensor loss_sum, Tensor aux_grad, Tensor stats, int64_t tokens, float coef,  \
+      float loss_weight) TAIL;                                                                                \
+  VIRTUAL void moe_sort_impl(Tensor order, Tensor rows, Tensor offsets, Tensor topk_idx) TAIL;                \
+  VIRTUAL void moe_gather_impl(Tensor xs, Tensor x, Tensor order, int top_k) TAIL;                            \
+  VIRTUAL void moe_gather_backward_impl(Tensor dx, Tensor dxs, Tensor rows, bool accumulate) TAIL;            \
+  VIRTUAL void moe_linear_forward_impl(Tensor y, Tensor x, Tensor w, Tensor offsets) TAIL;                    \
+  VIRTUAL void moe_linear_backward_input_impl(Tensor dx, Tensor dy, Tensor w, Tensor offsets) TAIL;           \
+  VIRTUAL void moe_linear_backward_weight_impl(Tensor dw, Tensor dy, Tensor x, Tensor offsets,                \
+      bool accumulate) TAIL;                                                                                  \
+  VIRTUAL void moe_combine_forward_impl(Tensor out, Tensor ys, Tensor rows, Tensor topk_w) TAIL;              \
+  VIRTUAL void moe_combine_backward_impl(Tensor dys, Tensor dtopk_w, Tensor dout, Tensor ys, Tensor rows,     \
+      Tensor topk_w) TAIL;
 
 class Ops {
  public:
@@ -228,6 +244,44 @@ class Ops {
                         float grad_scale);
   // out (1) F32 += sum of x^2 (x F32, or BF16 on a BF16 backend)
   void sum_squares(Tensor out, Tensor x);
+
+  // ---- mixture of experts (Qwen3-MoE's sparse MLP: model/block.h). N tokens, E experts, K
+  // experts per token; an assignment is (token t, choice j), numbered t * K + j; the experts'
+  // rows are the N * K assignments sorted by expert (ties by assignment number, so the order
+  // is deterministic).
+  // The router: probs (N,E) F32 = softmax of logits (N,E) compute, in fp32; topk_idx (N,K)
+  // I32 its K largest, largest first, ties broken by the lower expert index; topk_w (N,K)
+  // F32 their probabilities, divided by their sum when norm_topk_prob, rounded to the compute
+  // dtype (transformers casts them back). stats (2,E) F32, when given: the count of
+  // assignments per expert and the sum of probs per expert over the tokens (written).
+  void moe_router_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor stats, Tensor logits,
+                          bool norm_topk_prob);
+  // dlogits (N,E) compute (written) from dtopk_w (N,K) F32 through the renormalisation and
+  // the softmax; aux_grad (E) F32, when given, is added to d loss / d probs of every token.
+  void moe_router_backward(Tensor dlogits, Tensor dtopk_w, Tensor probs, Tensor topk_idx, Tensor topk_w,
+                           Tensor aux_grad, bool norm_topk_prob);
+  // The load-balancing loss of transformers' load_balancing_loss_func over the sparse layers'
+  // stats (Ls,2,E) of `tokens` tokens each: aux = E * sum_e (count_e / (Ls N)) (prob_e / (Ls N)),
+  // counts and probs summed over the layers. loss_sum (1) F32 += coef * aux * loss_weight;
+  // aux_grad (E) F32 = d (coef * aux) / d a token's prob of expert e = coef E count_e / (Ls N)^2.
+  void moe_aux_loss(Tensor loss_sum, Tensor aux_grad, Tensor stats, int64_t tokens, float coef, float loss_weight);
+  // The dispatch: order (N*K) I32, sorted row -> assignment; rows (N*K) I32, assignment ->
+  // sorted row; offsets (E+1) I32, expert e's rows [offsets[e], offsets[e+1]).
+  void moe_sort(Tensor order, Tensor rows, Tensor offsets, Tensor topk_idx);
+  // xs (N*K, C) row r = x (N, C) row order[r] / top_k; its backward: dx (N,C) = (+=) the sum
+  // over each token's K rows of dxs.
+  void moe_gather(Tensor xs, Tensor x, Tensor order, int top_k);
+  void moe_gather_backward(Tensor dx, Tensor dxs, Tensor rows, bool accumulate);
+  // The experts' linear layers: y (R, Nout) rows of expert e = x's rows . w[e]^T, w (E, Nout,
+  // Kin) compute; offsets as moe_sort's (R = offsets[E]). dx (R, Kin) written; dw (E, Nout,
+  // Kin) F32 += (= when not accumulate; an expert without rows gets 0).
+  void moe_linear_forward(Tensor y, Tensor x, Tensor w, Tensor offsets);
+  void moe_linear_backward_input(Tensor dx, Tensor dy, Tensor w, Tensor offsets);
+  void moe_linear_backward_weight(Tensor dw, Tensor dy, Tensor x, Tensor offsets, bool accumulate);
+  // The combine: out (N,C) row t = sum over j of topk_w[t,j] * ys[rows[t*K+j]] (written), in
+  // order of j. Its backward: dys (N*K, C) and dtopk_w (N,K) F32, both written.
+  void moe_combine_forward(Tensor out, Tensor ys, Tensor rows, Tensor topk_w);
+  void moe_combine_backward(Tensor dys, Tensor dtopk_w, Tensor dout, Tensor ys, Tensor rows, Tensor topk_w);
 
  protected:
   explicit Ops(std::unique_ptr<Runtime> runtime) : runtime_(std::move(runtime)) {}

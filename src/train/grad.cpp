@@ -38,7 +38,12 @@ void read_pairs(const SafetensorsFile& tokens, const std::string& file, int64_t 
 
 double run_grad(const GradOptions& o) {
   const std::string dir = resolve_model_dir(o.model);
-  const ModelConfig cfg = load_config(dir);
+  ModelConfig cfg = load_config(dir);
+  if (o.router_aux_loss) {
+    ANVIL_ENSURE(cfg.sparse_layers() > 0, kUsage, "--router-aux-loss: ", cfg.architecture,
+                 " has no experts (the load-balancing loss is a mixture-of-experts model's)");
+    cfg.moe.output_router_logits = true;
+  }
   SafetensorsFile tokens(o.tokens);
   const SafeTensorInfo* ids = tokens.find("input_ids");
   ANVIL_ENSURE(ids, kNotFound, o.tokens, ": no tensor input_ids");

@@ -19,7 +19,8 @@ struct GradOptions {
   int64_t mlp_tile = 0;  // tokens per MLP tile (model/activations.h); 0: auto
   Fp8Recipe fp8 = Fp8Recipe::kOff;  // the blocks' linear layers in FP8 (ops/fp8_recipe.h)
   Objective objective = Objective::kSft;
-  DpoSection dpo;  // --objective dpo's loss
+  DpoSection dpo;                   // --objective dpo's loss
+  bool router_aux_loss = false;     // Qwen3-MoE: the load-balancing loss whatever config.json says
 };
 
 // Returns the loss. Writes loss F32 [1], logits F32 [B, T, V], grad.<name> F32.
