@@ -15,10 +15,12 @@
 // gradient (DDP: a bf16 gradient receives the fp32 sum rounded once) or added to the owned
 // F32 shard (FSDP). One reduction in flight at a time (every reduce-scatter, and the DDP
 // all-reduces of copies): the previous one is finished (converted back or accumulated)
-// before the next starts, so it overlaps the next unit's backward and the copies stay
-// two. In-place DDP all-reduces may be in flight together. All of it is on the main queue;
-// finish() makes the compute stream wait for every collective of the step, before the
-// optimizer reads the gradients for the norm.
+// before the next starts (and before its copy is made), so it overlaps the next unit's
+// backward and one pooled copy exists at a time. In-place DDP all-reduces may be in flight
+// together. All of it is on the main queue; finish() makes the compute stream wait for every
+// collective of the step, before the optimizer reads the gradients for the norm. The memory
+// plan replays these pooled copies (parallel/pool_replay.h; tests/test_plan.cpp holds the
+// two equal to the byte).
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@ class StepPool {
         run_(run),
         sharded_(shards_state(run.mode)),
         gathers_(run.mode == ParallelMode::kFsdp),
-        keep_unit_(gathers_ && table.norm_unit() > 1 ? table.norm_unit() - 1 : -1) {}
+        keep_unit_(kept_unit(table, run.mode)) {}
 
   // One step; whether it added a buffer.
   bool step() {
@@ -139,6 +139,10 @@ class StepPool {
 };
 
 }  // namespace
+
+int kept_unit(const ParamTable& table, ParallelMode mode) {
+  return mode == ParallelMode::kFsdp && table.norm_unit() > 1 ? table.norm_unit() - 1 : -1;
+}
 
 PooledBytes replay_pool(const ParamTable& table, const PoolRun& run) {
   if (table.world() == 1) return {};

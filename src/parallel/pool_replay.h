@@ -45,4 +45,8 @@ struct PooledBytes {
 // Across the table's world (one rank: nothing is pooled).
 PooledBytes replay_pool(const ParamTable& table, const PoolRun& run);
 
+// The unit FSDP keeps gathered from its forward to its backward (the last block; -1: none),
+// for ShardedStore and the replay alike.
+int kept_unit(const ParamTable& table, ParallelMode mode);
+
 }  // namespace anvil

@@ -5,13 +5,14 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "parallel/pool_replay.h"
 
 namespace anvil {
 
 ShardedStore::ShardedStore(const ParamTable& table, Ops& ops, Comm& comm, ParallelMode mode, DType grad_dtype)
-    : ParamStore(table, ops, &comm, mode, grad_dtype, true), zero2_(mode == ParallelMode::kZero2) {
-  if (table.norm_unit() > 1 && !zero2_) keep_unit_ = table.norm_unit() - 1;  // the last block
-}
+    : ParamStore(table, ops, &comm, mode, grad_dtype, true),
+      zero2_(mode == ParallelMode::kZero2),
+      keep_unit_(kept_unit(table, mode)) {}
 
 ShardedStore::~ShardedStore() {
   if (!zero2_)

@@ -16,6 +16,8 @@
 // compute weights are held whole (whole_weights_), the owned slice of them updated in place,
 // and a unit is gathered (in place) at its first use after an update or a load, so once a
 // step, in the next forward, unit by unit after its update; release(u) keeps it.
+// The memory plan replays what this store pools and when (parallel/pool_replay.h;
+// tests/test_plan.cpp holds the two equal to the byte).
 #pragma once
 
 #include <map>
@@ -52,7 +54,7 @@ class ShardedStore final : public ParamStore {
 
   const bool zero2_;
   bool defer_sync_ = false;
-  int keep_unit_ = -1;  // the last block, kept gathered from forward to backward
+  const int keep_unit_;  // the last block, kept gathered from forward to backward (parallel/pool_replay.h)
   // keep_unit_ between its forward release and its backward acquire (kHeld), then in use
   // by its backward (kInUse), whose release frees it.
   enum class Keep { kNone, kHeld, kInUse } keep_ = Keep::kNone;
