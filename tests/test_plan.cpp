@@ -12,6 +12,7 @@
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "ops/ops.h"
+#include "parallel/store_pool.h"
 #include "plan/memory_plan.h"
 #include "plan_case.h"
 #include "train/open_run.h"
@@ -290,10 +291,31 @@ TEST(Plan, TrainingStepAllocatesWhatThePlanCounts) {
   }
 }
 
+// The pool's rule (parallel/store_pool.h): the smallest free buffer that holds a request, and
+// a buffer keeps its size when it comes back, so a smaller request does not shrink it for the
+// larger ones after it.
+TEST(Plan, PoolTakesTheSmallestFreeBufferAndKeepsItsSize) {
+  PoolSizes pool;
+  EXPECT_TRUE(pool.take(100).added);
+  const PoolSizes::Taken small = pool.take(40);
+  EXPECT_TRUE(small.added);
+  pool.give(0);
+  pool.give(small.buffer);
+  EXPECT_EQ(pool.take(30).buffer, small.buffer) << "the smallest that holds it";
+  const PoolSizes::Taken sixty = pool.take(60);
+  EXPECT_EQ(sixty.buffer, 0);
+  EXPECT_FALSE(sixty.added);
+  pool.give(sixty.buffer);
+  const PoolSizes::Taken again = pool.take(100);
+  EXPECT_EQ(again.buffer, 0) << "the buffer of 100 held 60 and is still 100";
+  EXPECT_FALSE(again.added);
+  EXPECT_EQ(pool.total(), 140);
+}
+
 // The same on CPU ranks (threads, each its own backend and counters): the most each rank
 // held at once is the plan's total for its rank, byte for byte, in every mode, on either
 // wire, with the store's pooled buffers (gathered units, full-unit gradients, wire copies)
-// replayed as the store takes them (parallel/pool_replay.h); with two micro-batches, and
+// replayed as the store takes them (parallel/store_pool.h); with two micro-batches, and
 // with the sync deferred, too. Tied (Qwen3) and untied (Llama 3) fixtures.
 struct RanksCase {
   int ranks = 2;
@@ -345,7 +367,8 @@ TEST(Plan, TrainingStepOnRanksAllocatesWhatThePlanCounts) {
         for (DType wire : {DType::kF32, DType::kBF16}) {
           expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 1, false});
           if (ranks == 2) expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 2, false});
-          if (ranks == 2 && mode != ParallelMode::kDdp) expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 2, true});
+          if (ranks == 2 && mode != ParallelMode::kDdp)
+            expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 2, true});
         }
 }
 

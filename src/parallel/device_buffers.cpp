@@ -5,23 +5,10 @@
 
 namespace anvil {
 
-PoolSizes::Taken PoolSizes::take(int64_t bytes) {
-  auto it = free_.lower_bound(bytes);
-  if (it != free_.end()) {
-    const int buffer = it->second;
-    free_.erase(it);
-    return {buffer, false};
-  }
-  sizes_.push_back(bytes);
-  total_ += bytes;
-  return {static_cast<int>(sizes_.size()) - 1, true};
-}
-
-void PoolSizes::give(int buffer) { free_.emplace(size(buffer), buffer); }
-
 DeviceBuffers::~DeviceBuffers() {
   for (void* p : persistent_) rt_.release(p);
-  for (void* p : pooled_) rt_.release(p);
+  for (void* p : pooled_)
+    if (p) rt_.release(p);
 }
 
 Tensor DeviceBuffers::make(int64_t n, DType dtype) {
@@ -32,21 +19,15 @@ Tensor DeviceBuffers::make(int64_t n, DType dtype) {
   return t;
 }
 
-Tensor DeviceBuffers::pooled(int64_t n, DType dtype) {
+Tensor DeviceBuffers::pooled(int buffer, int64_t bytes, int64_t n, DType dtype) {
   Tensor t(nullptr, dtype, {n}, rt_.device());
-  const PoolSizes::Taken got = pool_.take(static_cast<int64_t>(t.bytes()));
-  if (got.added) {
-    pooled_.push_back(rt_.alloc(t.bytes()));
-    pooled_at_[pooled_.back()] = got.buffer;
-  }
-  t.data = pooled_[static_cast<size_t>(got.buffer)];
+  ANVIL_ENSURE(buffer >= 0 && static_cast<int64_t>(t.bytes()) <= bytes, kInternal, "pooled buffer ", buffer, " of ",
+               bytes, " bytes for ", t.bytes());
+  const size_t b = static_cast<size_t>(buffer);
+  if (b >= pooled_.size()) pooled_.resize(b + 1, nullptr);
+  if (!pooled_[b]) pooled_[b] = rt_.alloc(static_cast<size_t>(bytes));
+  t.data = pooled_[b];
   return t;
-}
-
-void DeviceBuffers::unpool(const Tensor& t) {
-  auto it = pooled_at_.find(t.data);
-  ANVIL_ENSURE(it != pooled_at_.end(), kInternal, "a buffer returned to the pool that it did not give");
-  pool_.give(it->second);
 }
 
 }  // namespace anvil

@@ -9,7 +9,7 @@
 #include "core/units.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
-#include "parallel/pool_replay.h"
+#include "parallel/store_pool.h"
 
 namespace anvil {
 namespace {
@@ -46,7 +46,7 @@ namespace {
 // Masters take 4 bytes per element, whole or split (their bf16 high halves are the compute
 // weights: DDP holds no other copy, FSDP gathers them, zero2 holds them whole and owns a
 // slice of them: cd bytes per element whole, 4 - cd per owned element). Across ranks the
-// store's pool (parallel/pool_replay.h: FSDP's gathers in weights; the full-unit gradients
+// store's pool (parallel/store_pool.h: FSDP's gathers in weights; the full-unit gradients
 // and wire copies in grads) and, sharded, the reduce-scatter's outputs (parallel/grad_reducer.h:
 // the largest shard in F32, and in BF16 on a bf16 wire).
 void plan_model_states(const PlannedRun& run, MemoryPlan& p) {

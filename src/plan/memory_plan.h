@@ -44,7 +44,7 @@ struct MemoryPlan {
   int64_t params = 0;       // masters, 4 bytes each (owned: whole units or one shard; DDP: also the compute weights;
                             // zero2: the compute weights whole, the rest of the masters one shard)
   int64_t grads = 0;        // gradients (owned), the reduce-scatter's outputs, and the store's pooled full-unit
-                            // gradients and wire copies (parallel/pool_replay.h)
+                            // gradients and wire copies (parallel/store_pool.h)
   int64_t optimizer = 0;    // AdamW m and v
   int64_t weights = 0;      // the store's pooled buffers first taken by FSDP's gathers (zero2's whole weights are in params)
   int64_t activations = 0;  // saved activations, scratch, gradients of activations

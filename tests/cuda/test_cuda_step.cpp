@@ -153,7 +153,7 @@ TEST(GpuStep, PlanPredictsThePeak) {
 // held at once is the plan's total for its rank, byte for byte, in ddp, zero2 and fsdp, on
 // an fp32 and a bf16 wire, with one micro-batch (the blocks' gradients in bf16) and two
 // (fp32, accumulated): the store's pooled gathers, full-unit gradients and wire copies as
-// the plan replays them (parallel/pool_replay.h), on the GPU's split masters.
+// the plan replays them (parallel/store_pool.h), on the GPU's split masters.
 TEST(GpuStep, PlanCountsEveryByteOnTwoHostStagedRanks) {
   REQUIRE_GPU();
   const std::vector<Model> all = models();
