@@ -12,6 +12,7 @@
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "ops/ops.h"
+#include "parallel/store_pool.h"
 #include "plan/memory_plan.h"
 #include "plan_case.h"
 #include "train/open_run.h"
@@ -43,22 +44,23 @@ TEST(Plan, ModelStatesFollowTheUnits) {
   EXPECT_LT(plan_memory(in.run()).activations, f.activations / 4);
 }
 
+// DDP's wire copies (parallel/grad_reducer.h): one reduction in flight, finished before the
+// next copy is made, so the pool holds a copy of each size that no free one holds, in the
+// order the backward reaches them: the final norm, a block, the (tied) embedding.
 TEST(Plan, Bf16ReductionBuffers) {
   testing::PlanCase in(preset_config("qwen3-1.7b"));
   in.world = 2;
-  int64_t largest = 0;
   const ParamTable table(in.model, 2);
-  for (const UnitInfo& u : table.units()) largest = std::max(largest, u.padded);
+  auto padded = [&](int unit) { return table.units()[static_cast<size_t>(unit)].padded; };
+  ASSERT_EQ(table.lm_head_unit(), table.embed_unit());
+  ASSERT_LT(padded(table.norm_unit()), padded(table.block_unit(0)));
+  ASSERT_LT(padded(table.block_unit(0)), padded(table.embed_unit()));
   const MemoryPlan d32 = plan_memory(in.run());
   in.parallel.reduce_dtype = DType::kBF16;
-  EXPECT_EQ(plan_memory(in.run()).grads, d32.grads + 2 * 2 * largest) << "ddp: two bf16 unit copies";
-  in.parallel.mode = ParallelMode::kFsdp;
-  const MemoryPlan f16 = plan_memory(in.run());
-  in.parallel.reduce_dtype = DType::kF32;
-  EXPECT_LT(f16.grads, plan_memory(in.run()).grads) << "fsdp: a bf16 copy replaces the F32 unit being reduced";
+  EXPECT_EQ(plan_memory(in.run()).grads,
+            d32.grads + 2 * (padded(table.norm_unit()) + padded(table.block_unit(0)) + padded(table.embed_unit())))
+      << "ddp: a bf16 copy of each size";
   in.world = 1;
-  in.parallel.mode = ParallelMode::kDdp;
-  in.parallel.reduce_dtype = DType::kBF16;
   testing::PlanCase one(in.model);
   EXPECT_EQ(plan_memory(in.run()).grads, plan_memory(one.run()).grads) << "one rank reduces nothing";
 }
@@ -87,29 +89,28 @@ TEST(Plan, Bf16GradientsOfTheBlocks) {
       EXPECT_EQ(b16.grads, f32.grads - 2 * once) << preset << " " << parallel_mode_name(mode);
       EXPECT_EQ(b16.total(), f32.total() - 2 * once) << preset;
     }
-    // Two ranks: DDP holds the blocks' gradients in bf16 too, and widens each block on its
-    // way to the fp32 wire (one copy in flight, the next being made); FSDP's owned shards
-    // stay fp32, and its largest full-unit gradient is the fp32 embedding's.
+    // Two ranks: DDP holds the blocks' gradients in bf16 too, and widens each block and the
+    // final norm on its way to the fp32 wire through one pooled copy, reused (one reduction
+    // in flight); on a bf16 wire the embedding and an untied output layer, fp32, are the
+    // ones copied, the largest first (untied: the output layer, whose buffer the
+    // embedding's copy reuses).
     testing::PlanCase two = in;
     two.world = 2;
     const ParamTable table2(in.model, 2);
-    int64_t once2 = 0, block = table2.units()[static_cast<size_t>(table2.block_unit(0))].padded;
-    for (size_t u = 0; u < table2.units().size(); ++u)
+    int64_t once2 = 0, largest = 0;
+    for (size_t u = 0; u < table2.units().size(); ++u) {
       if (table2.grads_written_once(static_cast<int>(u))) once2 += table2.units()[u].padded;
+      largest = std::max(largest, table2.units()[u].padded);
+    }
+    const int64_t block = table2.units()[static_cast<size_t>(table2.block_unit(0))].padded;
+    const int64_t norm = table2.units()[static_cast<size_t>(table2.norm_unit())].padded;
     two.parallel.mode = ParallelMode::kDdp;
     two.parallel.grad_dtype = GradDType::kF32;
     const MemoryPlan d32 = plan_memory(two.run());
     two.parallel.grad_dtype = GradDType::kBF16;
-    EXPECT_EQ(plan_memory(two.run()).grads, d32.grads - 2 * once2 + 2 * 4 * block) << preset;
+    EXPECT_EQ(plan_memory(two.run()).grads, d32.grads - 2 * once2 + 4 * (norm + block)) << preset;
     two.parallel.reduce_dtype = DType::kBF16;
-    int64_t largest = 0;
-    for (const UnitInfo& u : table2.units()) largest = std::max(largest, u.padded);
-    EXPECT_EQ(plan_memory(two.run()).grads, d32.grads - 2 * once2 + 2 * 2 * largest) << preset << ": bf16 wire";
-    two.parallel.mode = ParallelMode::kFsdp;
-    two.parallel.reduce_dtype = DType::kF32;
-    const MemoryPlan f16 = plan_memory(two.run());
-    two.parallel.grad_dtype = GradDType::kF32;
-    EXPECT_EQ(f16.grads, plan_memory(two.run()).grads) << preset;
+    EXPECT_EQ(plan_memory(two.run()).grads, d32.grads - 2 * once2 + 2 * largest) << preset << ": bf16 wire";
   }
   EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 1), DType::kBF16);
   EXPECT_EQ(resolve_grad_dtype(GradDType::kAuto, DType::kBF16, 2), DType::kF32) << "micro-batches sum in fp32";
@@ -290,46 +291,85 @@ TEST(Plan, TrainingStepAllocatesWhatThePlanCounts) {
   }
 }
 
-// The same on two CPU ranks (threads, each its own backend and counters): the most each
-// rank held at once is the plan's total for its rank, byte for byte, in every mode that
-// splits or replicates the state, with the pooled buffers (gathered units, full-unit
-// gradients, wire copies) as the store allocates them.
-// DISABLED (issue 38, not done): the plan does not yet replay the store's pool. Measured
-// peak against planned, tiny-qwen3, 2 x 24 tokens, either rank: ddp fp32 wire equal; ddp
-// bf16 wire 5,122,312 / 5,132,808; zero2 fp32 4,290,312 / 4,332,808, bf16 4,471,816 /
-// 4,268,808; fsdp fp32 5,046,792 / 4,364,808, bf16 5,110,792 / 4,300,808. Enable it with
-// the plan's fix (plan/memory_plan.cpp's fsdp_transient_grads and the gathered units).
-TEST(Plan, DISABLED_TrainingStepOnTwoRanksAllocatesWhatThePlanCounts) {
-  const std::string dir = testing::fixture_dir("tiny-qwen3");
+// The pool's rule (parallel/store_pool.h): the smallest free buffer that holds a request, and
+// a buffer keeps its size when it comes back, so a smaller request does not shrink it for the
+// larger ones after it.
+TEST(Plan, PoolTakesTheSmallestFreeBufferAndKeepsItsSize) {
+  PoolSizes pool;
+  EXPECT_TRUE(pool.take(100).added);
+  const PoolSizes::Taken small = pool.take(40);
+  EXPECT_TRUE(small.added);
+  pool.give(0);
+  pool.give(small.buffer);
+  EXPECT_EQ(pool.take(30).buffer, small.buffer) << "the smallest that holds it";
+  const PoolSizes::Taken sixty = pool.take(60);
+  EXPECT_EQ(sixty.buffer, 0);
+  EXPECT_FALSE(sixty.added);
+  pool.give(sixty.buffer);
+  const PoolSizes::Taken again = pool.take(100);
+  EXPECT_EQ(again.buffer, 0) << "the buffer of 100 held 60 and is still 100";
+  EXPECT_FALSE(again.added);
+  EXPECT_EQ(pool.total(), 140);
+}
+
+// The same on CPU ranks (threads, each its own backend and counters): the most each rank
+// held at once is the plan's total for its rank, byte for byte, in every mode, on either
+// wire, with the store's pooled buffers (gathered units, full-unit gradients, wire copies)
+// replayed as the store takes them (parallel/store_pool.h); with two micro-batches, and
+// with the sync deferred, too. Tied (Qwen3) and untied (Llama 3) fixtures.
+struct RanksCase {
+  int ranks = 2;
+  ParallelMode mode = ParallelMode::kDdp;
+  DType wire = DType::kF32;
+  int64_t micro_batches = 1;
+  bool defer_sync = false;
+};
+
+void expect_ranks_allocate_the_plan(const std::string& fixture, const RanksCase& k) {
+  const std::string dir = testing::fixture_dir(fixture);
   const ModelConfig cfg = load_config(dir);
   const ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);
   load_hf_weights(dir, table, w);
-  for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp})
-    for (DType wire : {DType::kF32, DType::kBF16}) {
-      std::vector<int64_t> peak(2), planned(2);
-      const std::vector<std::string> errors = testing::run_comm_ranks(2, [&](Comm& comm) {
-        TrainConfig c;
-        c.model.device = "cpu";
-        c.parallel.mode = mode;
-        c.parallel.reduce_dtype = wire;
-        c.data.micro_batch = 2;
-        c.data.seq_len = 24;
-        c.parallel.recompute = Recompute::kNone;
-        c.steps = 2;
-        const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, &comm, 0);
-        TokenBatch batch;
-        for (int64_t i = 0; i < 2 * 24; ++i) batch.ids.push_back((i * 7 + 3 + comm.rank()) % cfg.vocab_size);
-        for (int i = 0; i < 2; ++i) t->step({batch});
-        peak[static_cast<size_t>(comm.rank())] = t->ops().runtime().memory_stats().peak;
-        planned[static_cast<size_t>(comm.rank())] = t->plan().total();
-      });
-      for (int r = 0; r < 2; ++r) {
-        EXPECT_EQ(errors[static_cast<size_t>(r)], "");
-        EXPECT_EQ(peak[static_cast<size_t>(r)], planned[static_cast<size_t>(r)])
-            << parallel_mode_name(mode) << " wire " << dtype_name(wire) << " rank " << r;
-      }
-    }
+  std::vector<int64_t> peak(static_cast<size_t>(k.ranks)), planned(static_cast<size_t>(k.ranks));
+  const std::vector<std::string> errors = testing::run_comm_ranks(k.ranks, [&](Comm& comm) {
+    TrainConfig c;
+    c.model.device = "cpu";
+    c.parallel.mode = k.mode;
+    c.parallel.reduce_dtype = k.wire;
+    c.parallel.fsdp_defer_sync = k.defer_sync;
+    c.data.micro_batch = 2;
+    c.data.seq_len = 24;
+    c.data.grad_accum = k.micro_batches;
+    c.parallel.recompute = Recompute::kNone;
+    c.steps = 3;
+    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, &comm, 0);
+    std::vector<TokenBatch> micro(static_cast<size_t>(k.micro_batches));
+    for (size_t m = 0; m < micro.size(); ++m)
+      for (int64_t i = 0; i < 2 * 24; ++i)
+        micro[m].ids.push_back((i * 7 + 3 + comm.rank() + 5 * static_cast<int64_t>(m)) % cfg.vocab_size);
+    for (int i = 0; i < 3; ++i) t->step(micro);
+    peak[static_cast<size_t>(comm.rank())] = t->ops().runtime().memory_stats().peak;
+    planned[static_cast<size_t>(comm.rank())] = t->plan().total();
+  });
+  for (size_t r = 0; r < peak.size(); ++r) {
+    EXPECT_EQ(errors[r], "");
+    EXPECT_EQ(peak[r], planned[r]) << fixture << " " << parallel_mode_name(k.mode) << " on " << k.ranks
+                                   << " ranks, wire " << dtype_name(k.wire) << ", " << k.micro_batches
+                                   << " micro-batches" << (k.defer_sync ? ", sync deferred" : "") << ", rank " << r;
+  }
+}
+
+TEST(Plan, TrainingStepOnRanksAllocatesWhatThePlanCounts) {
+  for (const char* fixture : {"tiny-qwen3", "tiny-llama3"})
+    for (int ranks : {2, 4})
+      for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp})
+        for (DType wire : {DType::kF32, DType::kBF16}) {
+          expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 1, false});
+          if (ranks == 2) expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 2, false});
+          if (ranks == 2 && mode != ParallelMode::kDdp)
+            expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 2, true});
+        }
 }
 
 TEST(Plan, AdviceFollowsTheRule) {

@@ -19,9 +19,11 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
       comm_(comm),
       grad_dtype_(grad_dtype),
       buffers_(ops.runtime()),
+      pool_(table, mode, ops.compute_dtype(), grad_dtype),
       owned_(allocate(grad_dtype, sharded, sharded && mode == ParallelMode::kZero2)),
-      reducer_(comm && comm->world() > 1 ? std::make_unique<GradReducer>(table, ops, *comm, buffers_, sharded)
-                                         : nullptr),
+      reducer_(comm && comm->world() > 1
+                   ? std::make_unique<GradReducer>(table, ops, *comm, buffers_, pool_, sharded)
+                   : nullptr),
       mode_(mode),
       sharded_(sharded) {
   stale_.assign(table.units().size(), 0);
@@ -67,6 +69,7 @@ OwnedUnits ParamStore::allocate(DType grad_dtype, bool sharded, bool whole_weigh
 
 void ParamStore::set_reduce_dtype(DType dtype) {
   ANVIL_ENSURE(dtype == DType::kF32 || dtype == DType::kBF16, kInternal, "gradient reduction in ", dtype_name(dtype));
+  pool_.set_wire(dtype);
   if (reducer_) reducer_->set_dtype(dtype);
 }
 

@@ -41,6 +41,7 @@
 #include "parallel/device_buffers.h"
 #include "parallel/grad_reducer.h"
 #include "parallel/mode.h"
+#include "parallel/store_pool.h"
 
 namespace anvil {
 
@@ -63,14 +64,17 @@ class ParamStore : public UnitSource {
   void set_sync(bool sync) { sync_ = sync; }
   // FSDP, zero2: keep the full-unit gradients across micro-batches and reduce-scatter once, on the
   // last (parallel/sharded_store.h); a replicated store has nothing to defer.
-  virtual void set_defer_sync(bool defer) { (void)defer; }
+  void set_defer_sync(bool defer) { pool_.set_defer_sync(defer); }
   void set_reduce_dtype(DType dtype);  // F32 (default) or BF16 (parallel/grad_reducer.h)
   void zero_grads();
   // Makes the compute stream wait for every gradient collective of this step and adds the
   // last reduce-scatter in (complete_grads does it too; the step benchmark times it).
   void finish_collectives();
-  // FSDP: frees the last block if it is still kept gathered (parallel/sharded_store.h).
-  virtual void drop_kept_unit() {}
+  // FSDP: frees the last block if it is still kept gathered from a forward whose backward
+  // did not come (a forward-only pass, evaluation; parallel/sharded_store.h). The Trainer
+  // calls it after each forward-only pass; complete_grads calls it before the update, so a
+  // kept copy never outlives the weights it was gathered from.
+  void drop_kept_unit() { pool_.drop_kept(); }
 
   // The optimizer's step on owned() goes between these two. complete_grads: every gradient
   // of the step complete on the main queue (collectives finished, the kept unit dropped, no
@@ -127,6 +131,7 @@ class ParamStore : public UnitSource {
   DType grad_dtype_;
   bool sync_ = true;
   DeviceBuffers buffers_;
+  StorePool pool_;  // which pooled buffer each call takes and gives back (parallel/store_pool.h)
   // zero2 (else empty): every unit's compute weights, whole; filled by allocate, with owned_.
   std::vector<Tensor> whole_weights_;
   OwnedUnits owned_;

@@ -21,9 +21,11 @@ Tensor ReplicatedStore::grads(int unit) {
 }
 
 void ReplicatedStore::grads_ready(int unit) {
-  stale_[static_cast<size_t>(unit)] = 0;
-  if (!reducer_ || !sync_) return;
-  reducer_->all_reduce(unit, owned_.grads[static_cast<size_t>(unit)]);
+  const size_t u = static_cast<size_t>(unit);
+  stale_[u] = 0;
+  if (!reducer_) return;
+  const StorePool::Ready r = pool_.grads_ready(unit, sync_);  // no_sync before the last micro-batch
+  if (r.reduce) reducer_->reduce(unit, r, owned_.grads[u], owned_.grads[u]);
 }
 
 }  // namespace anvil

@@ -9,15 +9,7 @@
 namespace anvil {
 
 ShardedStore::ShardedStore(const ParamTable& table, Ops& ops, Comm& comm, ParallelMode mode, DType grad_dtype)
-    : ParamStore(table, ops, &comm, mode, grad_dtype, true), zero2_(mode == ParallelMode::kZero2) {
-  if (table.norm_unit() > 1 && !zero2_) keep_unit_ = table.norm_unit() - 1;  // the last block
-}
-
-ShardedStore::~ShardedStore() {
-  if (!zero2_)
-    for (auto& [u, t] : gathered_) buffers_.unpool(t);
-  for (auto& [u, t] : full_grads_) buffers_.unpool(t);
-}
+    : ParamStore(table, ops, &comm, mode, grad_dtype, true), zero2_(mode == ParallelMode::kZero2) {}
 
 // The owned parts of every rank, gathered whole: fp32 masters, or both halves of split ones
 // (joined on the host).
@@ -25,11 +17,13 @@ void ShardedStore::download_master(int unit, float* out) {
   const size_t u = static_cast<size_t>(unit);
   const int64_t n = table_.units()[u].padded;
   auto gather = [&](Tensor owned, void* host) {
-    Tensor full = buffers_.pooled(n, owned.dtype);
+    const int64_t bytes = n * static_cast<int64_t>(dtype_size(owned.dtype));
+    const int buffer = pool_.take(bytes);
+    Tensor full = buffers_.pooled(buffer, pool_.size(buffer), n, owned.dtype);
     comm_->wait(comm_->all_gather(full, owned, "masters"));
     comm_->synchronize();
     ops_.runtime().download(host, full);
-    buffers_.unpool(full);
+    pool_.give(buffer);
   };
   if (!owned_.split()) return gather(owned_.master[u], out);
   std::vector<uint16_t> hi(static_cast<size_t>(n));
@@ -39,79 +33,80 @@ void ShardedStore::download_master(int unit, float* out) {
   for (size_t i = 0; i < hi.size(); ++i) out[i] = join_master(hi[i], lo[i]);
 }
 
-void ShardedStore::prefetch(int unit) {
-  if (gathered_.count(unit)) return;
+Tensor ShardedStore::gathered(int unit, int buffer) {
+  return buffers_.pooled(buffer, pool_.size(buffer), table_.units()[static_cast<size_t>(unit)].padded,
+                         ops_.compute_dtype());
+}
+
+void ShardedStore::start_gather(int unit, Tensor full) {
   await_update(unit);
   const size_t u = static_cast<size_t>(unit);
   const UnitInfo& info = table_.units()[u];
-  Tensor full = zero2_ ? whole_weights_[u] : buffers_.pooled(info.padded, ops_.compute_dtype());
   Tensor mine = owned_.split() ? owned_.hi[u] : full.slice_rows(owned_offset(unit), owned_offset(unit) + info.shard());
   if (!owned_.split() && !zero2_) ops_.runtime().convert(mine, owned_.master[u]);  // fp32 compute: a copy
   // Ordered after the compute queued so far (an event), so a pooled buffer that earlier
   // kernels still read is not overwritten; the compute stream waits for it in weights().
   in_flight_[unit] = comm_->all_gather(full, mine, info.name);
-  gathered_[unit] = full;
+}
+
+void ShardedStore::prefetch(int unit) {
+  if (zero2_) {  // in place, once after each update
+    if (current_.insert(unit).second) start_gather(unit, whole_weights_[static_cast<size_t>(unit)]);
+    return;
+  }
+  const StorePool::Use g = pool_.prefetch(unit);
+  if (g.fresh) start_gather(unit, gathered(unit, g.buffer));
 }
 
 Tensor ShardedStore::weights(int unit) {
   await_update(unit);
-  if (unit == keep_unit_ && keep_ == Keep::kHeld) {  // gathered since its forward
-    keep_ = Keep::kInUse;
-    return gathered_.at(unit);
+  Tensor full;
+  if (zero2_) {
+    prefetch(unit);
+    full = whole_weights_[static_cast<size_t>(unit)];
+  } else {
+    const StorePool::Use g = pool_.weights(unit);  // kept since its forward, prefetched, or fresh
+    full = gathered(unit, g.buffer);
+    if (g.kept) return full;
+    if (g.fresh) start_gather(unit, full);
   }
-  prefetch(unit);
   auto it = in_flight_.find(unit);
-  if (zero2_ && it == in_flight_.end()) return gathered_.at(unit);  // gathered since the last update
-  ANVIL_ENSURE(it != in_flight_.end(), kInternal, "unit ", unit, " acquired twice");
+  if (it == in_flight_.end()) {
+    ANVIL_ENSURE(zero2_, kInternal, "unit ", unit, " acquired twice");
+    return full;  // zero2: gathered since the last update
+  }
   comm_->wait(it->second);
   in_flight_.erase(it);
-  return gathered_.at(unit);
+  return full;
 }
 
 void ShardedStore::release(int unit) {
-  auto it = gathered_.find(unit);
-  ANVIL_ENSURE(it != gathered_.end() && !in_flight_.count(unit), kInternal, "unit ", unit,
+  ANVIL_ENSURE(!in_flight_.count(unit) && (!zero2_ || current_.count(unit)), kInternal, "unit ", unit,
                " released but not acquired");
-  if (zero2_) return;  // whole until the next update
-  if (unit == keep_unit_) {
-    keep_ = keep_ == Keep::kNone ? Keep::kHeld : Keep::kNone;
-    if (keep_ == Keep::kHeld) return;  // after its forward: its backward comes next
-  }
-  buffers_.unpool(it->second);
-  gathered_.erase(it);
+  pool_.release(unit);  // zero2: whole until the next update
 }
 
 Tensor ShardedStore::grads(int unit) {
   await_update(unit);  // the update reads the owned gradient
-  auto it = full_grads_.find(unit);
-  if (it != full_grads_.end()) return it->second;
+  const StorePool::Use g = pool_.grads(unit);
   const DType dtype = unit_grad_dtype(unit);
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
-  Tensor full = buffers_.pooled(info.padded, dtype);
+  Tensor full = buffers_.pooled(g.buffer, pool_.size(g.buffer), info.padded, dtype);
+  if (!g.fresh) return full;
   if (dtype == DType::kF32)
     ops_.runtime().zero(full);  // summed into
   else if (info.padded > info.numel)  // bf16 is overwritten (param_store.h), all but the padding
     ops_.runtime().zero(full.slice_rows(info.numel, info.padded));
-  full_grads_[unit] = full;
   return full;
 }
 
 void ShardedStore::grads_ready(int unit) {
-  stale_[static_cast<size_t>(unit)] = 0;
-  if (defer_sync_ && !sync_) return;  // the full buffer accumulates the next micro-batch too
-  auto it = full_grads_.find(unit);
-  ANVIL_ENSURE(it != full_grads_.end(), kInternal, "unit ", unit, " has no gradient buffer");
-  reducer_->reduce_scatter(unit, it->second, owned_.grads[static_cast<size_t>(unit)]);
-  full_grads_.erase(it);
-}
-
-void ShardedStore::drop_kept_unit() {
-  if (keep_ == Keep::kNone) return;
-  ANVIL_ENSURE(keep_ == Keep::kHeld, kInternal, "unit ", keep_unit_, " dropped while its backward uses it");
-  auto it = gathered_.find(keep_unit_);
-  buffers_.unpool(it->second);
-  gathered_.erase(it);
-  keep_ = Keep::kNone;
+  const size_t u = static_cast<size_t>(unit);
+  stale_[u] = 0;
+  const StorePool::Ready r = pool_.grads_ready(unit, sync_);
+  if (!r.reduce) return;  // deferred: the full buffer accumulates the next micro-batch too
+  const Tensor full = buffers_.pooled(r.full, pool_.size(r.full), table_.units()[u].padded, unit_grad_dtype(unit));
+  reducer_->reduce(unit, r, full, owned_.grads[u]);
 }
 
 // zero2: every unit is gathered again at its next use. Its gathers were all waited for
@@ -119,7 +114,7 @@ void ShardedStore::drop_kept_unit() {
 void ShardedStore::masters_changed() {
   if (!zero2_) return;
   ANVIL_ENSURE(in_flight_.empty(), kInternal, "a gather in flight across an update");
-  gathered_.clear();
+  current_.clear();
 }
 
 }  // namespace anvil

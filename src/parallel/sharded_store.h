@@ -7,7 +7,8 @@
 // the next unit's gather while the current unit computes. grads(u) is a pooled full-unit
 // buffer (BF16 for the units written once with bf16 gradients, else F32); grads_ready(u)
 // reduce-scatters it into the owned F32 gradient shard (parallel/grad_reducer.h), every
-// micro-batch (or, with set_defer_sync, once on the last).
+// micro-batch (or, with ParamStore::set_defer_sync, once on the last: fewer collectives, the
+// whole model's fp32 gradient in memory; PyTorch's set_requires_gradient_sync(False)).
 // The last block stays gathered from its forward to its backward (FSDP2's
 // reshard_after_forward=False for the unit that is needed again first); it is freed before
 // the update (it would hold the old weights). With the overlapped optimizer, the first use
@@ -16,9 +17,12 @@
 // compute weights are held whole (whole_weights_), the owned slice of them updated in place,
 // and a unit is gathered (in place) at its first use after an update or a load, so once a
 // step, in the next forward, unit by unit after its update; release(u) keeps it.
+// Which pooled buffer each call takes and gives back is StorePool's (parallel/store_pool.h),
+// which the memory plan replays.
 #pragma once
 
 #include <map>
+#include <set>
 
 #include "parallel/param_store.h"
 
@@ -27,7 +31,6 @@ namespace anvil {
 class ShardedStore final : public ParamStore {
  public:
   ShardedStore(const ParamTable& table, Ops& ops, Comm& comm, ParallelMode mode, DType grad_dtype);
-  ~ShardedStore() override;
 
   // UnitSource
   Tensor weights(int unit) override;
@@ -36,28 +39,15 @@ class ShardedStore final : public ParamStore {
   void grads_ready(int unit) override;
   void prefetch(int unit) override;
 
-  // Keep the full-unit gradients across micro-batches and reduce-scatter once, on the last
-  // (PyTorch's set_requires_gradient_sync(False)): fewer collectives, the whole model's
-  // fp32 gradient in memory.
-  void set_defer_sync(bool defer) override { defer_sync_ = defer; }
-  // Frees the last block if it is still kept gathered from a forward whose backward did not
-  // come (a forward-only pass, evaluation). The Trainer calls it after each forward-only
-  // pass; complete_grads calls it before the update, so a kept copy never outlives the
-  // weights it was gathered from.
-  void drop_kept_unit() override;
-
  private:
   void download_master(int unit, float* out) override;
   void masters_changed() override;
+  Tensor gathered(int unit, int buffer);      // fsdp: the pool's buffer of a unit's gather
+  void start_gather(int unit, Tensor full);  // the unit all-gathered into full, in flight
 
   const bool zero2_;
-  bool defer_sync_ = false;
-  int keep_unit_ = -1;  // the last block, kept gathered from forward to backward
-  // keep_unit_ between its forward release and its backward acquire (kHeld), then in use
-  // by its backward (kInUse), whose release frees it.
-  enum class Keep { kNone, kHeld, kInUse } keep_ = Keep::kNone;
-  std::map<int, Tensor> gathered_, full_grads_;  // live pooled buffers (zero2: gathered_ are whole_weights_)
-  std::map<int, CommWork> in_flight_;            // gathers not yet waited for
+  std::set<int> current_;             // zero2: the units gathered since the last update
+  std::map<int, CommWork> in_flight_;  // gathers not yet waited for
 };
 
 }  // namespace anvil

@@ -9,43 +9,11 @@
 #include "core/units.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
+#include "parallel/store_pool.h"
 
 namespace anvil {
 namespace {
 
-
-// The largest unit, whole and as one shard.
-struct LargestUnit {
-  int64_t padded = 0, shard = 0;
-};
-
-// FSDP's transient gradient buffers, beyond the owned shards. Live at once: the embedding's
-// full gradient (written by the output layer when tied, read at the end of backward), one
-// unit's full gradient being written (F32, or BF16 for a block with bf16 gradients), one
-// being reduce-scattered in the wire dtype (the gradient itself, or its wire copy: the
-// full buffer it was converted from is freed at once), and the reduce-scatter's output
-// shard (F32, plus a BF16 one on a bf16 wire). With the sync deferred every unit's F32
-// gradient is kept (bf16 gradients need one micro-batch: never deferred).
-int64_t fsdp_transient_grads(const ParallelSection& p, const ParamTable& table, int64_t written, LargestUnit largest) {
-  const int64_t embed = table.units()[static_cast<size_t>(table.embed_unit())].padded;
-  const bool bf16 = p.reduce_dtype == DType::kBF16;
-  const int64_t wire = bf16 ? 2 : 4;
-  if (p.fsdp_defer_sync)
-    return 4 * table.total_padded() + 4 * largest.shard + (bf16 ? 2 * largest.padded + 2 * largest.shard : 0);
-  return 4 * embed + written + wire * largest.padded + 4 * largest.shard + (bf16 ? 2 * largest.shard : 0);
-}
-
-// DDP's wire copies (parallel/grad_reducer.h): gradients not in the wire dtype are reduced
-// through a pooled copy, one in flight and the next one being made.
-int64_t ddp_wire_copies(const ParallelSection& p, const ParamTable& table) {
-  int64_t largest = 0;
-  for (size_t i = 0; i < table.units().size(); ++i) {
-    const bool once = table.grads_written_once(static_cast<int>(i));
-    const DType g = once ? blocks_grad_dtype(p) : DType::kF32;
-    if (g != p.reduce_dtype) largest = std::max(largest, table.units()[i].padded);
-  }
-  return 2 * static_cast<int64_t>(dtype_size(p.reduce_dtype)) * largest;
-}
 
 // When neither mode fits: whether --recompute full with --offload-activations would.
 std::string offload_advice(const PlannedRun& run, int64_t gpu_bytes) {
@@ -77,14 +45,16 @@ namespace {
 // params, grads, optimizer and weights: the units as parallel/param_store.cpp holds them.
 // Masters take 4 bytes per element, whole or split (their bf16 high halves are the compute
 // weights: DDP holds no other copy, FSDP gathers them, zero2 holds them whole and owns a
-// slice of them: cd bytes per element whole, 4 - cd per owned element).
+// slice of them: cd bytes per element whole, 4 - cd per owned element). Across ranks the
+// store's pool (parallel/store_pool.h: FSDP's gathers in weights; the full-unit gradients
+// and wire copies in grads) and, sharded, the reduce-scatter's outputs (parallel/grad_reducer.h:
+// the largest shard in F32, and in BF16 on a bf16 wire).
 void plan_model_states(const PlannedRun& run, MemoryPlan& p) {
   const bool sharded = shards_state(run.parallel.mode) && run.world > 1;
   const bool zero2 = sharded && run.parallel.mode == ParallelMode::kZero2;
   ParamTable table(run.model, run.world);
   const int64_t cd = static_cast<int64_t>(dtype_size(run.compute_dtype));
-  int64_t owned = 0, grad_bytes = 0, written = 0;
-  LargestUnit largest;
+  int64_t owned = 0, grad_bytes = 0, largest_shard = 0;
   for (size_t i = 0; i < table.units().size(); ++i) {
     const UnitInfo& u = table.units()[i];
     const int64_t mine = sharded ? u.shard() : u.padded;
@@ -92,22 +62,18 @@ void plan_model_states(const PlannedRun& run, MemoryPlan& p) {
     const int64_t g = static_cast<int64_t>(dtype_size(once ? blocks_grad_dtype(run.parallel) : DType::kF32));
     owned += mine;
     grad_bytes += mine * (sharded ? 4 : g);  // sharded: F32 owned shards
-    written = std::max(written, g * u.padded);
-    largest.padded = std::max(largest.padded, u.padded);
-    largest.shard = std::max(largest.shard, u.shard());
+    largest_shard = std::max(largest_shard, u.shard());
   }
   p.params = zero2 ? cd * table.total_padded() + (4 - cd) * owned : 4 * owned;
   p.optimizer = 8 * owned;
   p.grads = grad_bytes;
-  p.weights = 0;
   p.host_snapshot = host_snapshot_bytes(table);
-  if (run.world == 1) return;
-  if (sharded) {
-    p.grads += fsdp_transient_grads(run.parallel, table, written, largest);
-    if (!zero2) p.weights = cd * 2 * largest.padded;  // two gathered units: the one in use and the next
-  } else {
-    p.grads += ddp_wire_copies(run.parallel, table);
-  }
+  const ParallelSection& par = run.parallel;
+  const PooledBytes pooled = replay_pool(table, {par.mode, run.compute_dtype, blocks_grad_dtype(par), par.reduce_dtype,
+                                                 par.fsdp_defer_sync, run.data.grad_accum});
+  p.weights = pooled.gathers;
+  p.grads += pooled.grads;
+  if (sharded) p.grads += largest_shard * (4 + (par.reduce_dtype == DType::kBF16 ? 2 : 0));
 }
 
 // The backend's workspace table for the plan's micro-batch (ops/workspace.h: the CPU's F32

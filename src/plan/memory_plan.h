@@ -43,9 +43,10 @@ struct MemoryPlan {
   int64_t mlp_tile = 0;     // tokens per MLP tile, resolved (the micro-batch's tokens: untiled)
   int64_t params = 0;       // masters, 4 bytes each (owned: whole units or one shard; DDP: also the compute weights;
                             // zero2: the compute weights whole, the rest of the masters one shard)
-  int64_t grads = 0;        // gradients (owned) + transient full-unit buffers and wire copies
+  int64_t grads = 0;        // gradients (owned), the reduce-scatter's outputs, and the store's pooled full-unit
+                            // gradients and wire copies (parallel/store_pool.h)
   int64_t optimizer = 0;    // AdamW m and v
-  int64_t weights = 0;      // FSDP's gathered units (zero2's whole weights are in params)
+  int64_t weights = 0;      // the store's pooled buffers first taken by FSDP's gathers (zero2's whole weights are in params)
   int64_t activations = 0;  // saved activations, scratch, gradients of activations
   int64_t workspace = 0;    // the backend's workspace table (ops/workspace.h), the trainer's ids and scalars
   int64_t total() const { return params + grads + optimizer + weights + activations + workspace; }
