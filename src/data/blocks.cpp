@@ -10,14 +10,6 @@
 
 namespace anvil {
 
-Objective parse_objective(const std::string& name) {
-  if (name == "sft") return Objective::kSft;
-  if (name == "dpo") return Objective::kDpo;
-  raise(ErrorKind::kUsage, "unknown objective '", name, "' (sft or dpo)");
-}
-
-const char* objective_name(Objective o) { return o == Objective::kDpo ? "dpo" : "sft"; }
-
 DataKind data_kind(const std::string& source) {
   if (source.size() > 12 && source.compare(source.size() - 12, 12, ".safetensors") == 0) return DataKind::kSafetensors;
   if (is_packed_dataset(source)) return DataKind::kPacked;

@@ -13,17 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "data/objective.h"
 #include "data/packing.h"
 #include "data/sampler.h"
 #include "io/safetensors.h"
 
 namespace anvil {
-
-// What the steps train: next-token cross-entropy (sft) or a preference objective on pairs of
-// chosen and rejected sequences (dpo: train/dpo.h), whose rows are preference pairs.
-enum class Objective { kSft, kDpo };
-Objective parse_objective(const std::string& name);  // "sft" | "dpo"; kUsage otherwise
-const char* objective_name(Objective o);
 
 // The data section: what the steps read, how rows are packed and how much each step takes.
 struct DataSection {
