@@ -48,15 +48,13 @@ void bind_eval(Args& a, EvalSection& e) {
   a.opt("--eval-data", &e.data, "SOURCE",
         "held-out data (what --data takes, packed the same way): its token-weighted mean loss, all ranks, no "
         "gradients, every --eval-every steps and at the end")
-      .opt("--eval-split", &e.split, "NAME",
-           "the split of a hub dataset id given to --eval-data [default: its validation or test split]")
+      .opt("--eval-split", &e.split, "NAME", "--eval-data's hub split [default: validation or test]")
       .opt("--eval-every", &e.every, "N", "evaluate every N steps (0: only at the end)")
       .choice("--eval-packing", &e.packing, {"same", "bfd-split", "bfd", "wrapped"},
               "how --eval-data rows are packed (same: as --packing)")
       .opt("--eval-max-blocks", &e.max_blocks, "N", "evaluate the first N blocks of the eval set (0: all)")
-      .opt("--eval-fraction", &e.fraction, "F",
-           "hold out this fraction of the training rows as the eval set (chosen by --seed; instead of --eval-data)")
-      .opt("--eval-rows", &e.rows, "N", "hold out N of the training rows as the eval set (as --eval-fraction)");
+      .opt("--eval-fraction", &e.fraction, "F", "hold out this fraction of the rows (by --seed) to evaluate")
+      .opt("--eval-rows", &e.rows, "N", "hold out N rows to evaluate (as --eval-fraction)");
 }
 
 void bind_optim(Args& a, OptimSection& o) {
@@ -70,7 +68,7 @@ void bind_optim(Args& a, OptimSection& o) {
       .opt("--max-grad-norm", &w.max_grad_norm, "X", "clip the global gradient norm to X (0: off)")
       .opt("--warmup", &s.warmup_steps, "N", "linear warm-up steps")
       .choice("--schedule", &s.decay, {"constant", "cosine"}, "learning-rate schedule after warm-up")
-      .opt("--lr-min", &s.lr_min, "LR", "cosine: the learning rate reached at the last step (in [0, --lr])");
+      .opt("--lr-min", &s.lr_min, "LR", "cosine: the last step's learning rate (0 to --lr)");
 }
 
 void bind_log(Args& a, LogSection& l) {
@@ -104,9 +102,7 @@ void bind_checkpoint(Args& a, CheckpointSection& k) {
       .opt("--on-save", &k.on_save, "CMD",
            "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "
            "machine); --keep-last keeps what a copy still needs")
-      .flag("--sync-save", &k.sync_save,
-            "write checkpoints in the foreground (training waits) instead of from a snapshot in host memory "
-            "in the background")
+      .flag("--sync-save", &k.sync_save, "save in the foreground, not from a snapshot in the background")
       .flag("--save-skip-busy", &k.skip_busy,
             "skip a checkpoint due while the last one is still being written (default: wait for it)");
 }
@@ -118,8 +114,7 @@ void bind_train_flags(Args& a, TrainConfig& c) {
   bind_device(a, c.model);
   bind_data(a, c.data);
   bind_objective(a, &c.data.objective, c.dpo);
-  a.opt("--ref-model", &c.dpo.ref_model, "DIR|ID",
-        "dpo: the reference model whose log-probs are computed once before training [default: the start model]");
+  a.opt("--ref-model", &c.dpo.ref_model, "DIR|ID", "dpo: the reference model [default: the start model]");
   bind_eval(a, c.eval);
   bind_shapes(a, c.data);
   bind_steps(a, &c.steps);
@@ -194,7 +189,7 @@ void bind_parallel(Args& a, ParallelSection& p) {
          "with --recompute full (auto resolves to it): keep the blocks' checkpoints (the residual stream between "
          "blocks) in pinned host memory, copied beside the compute, two on the GPU (the same results)")
       .flag_off("--no-overlap-optimizer", &p.overlap_optimizer,
-                "run the optimizer after the backward, not beside the next forward (the same results)");
+                "run the optimizer after the backward (the same results)");
 }
 
 void bind_shared_sections(Args& a, TrainConfig& c) {
@@ -241,15 +236,13 @@ Args& bind_packing(Args& a, Packing* out) {
 
 void bind_objective(Args& a, Objective* objective, DpoSection& d) {
   enum_choice(a, "--objective", objective, {"sft", "dpo"},
-              "what is trained: sft, next-token cross-entropy; dpo, TRL's DPO on preference rows (prompt, chosen, "
-              "rejected) against the reference's log-probs",
+              "sft: next-token loss; dpo: TRL's DPO on prompt, chosen and rejected rows",
               parse_objective, objective_name)
-      .opt("--beta", &d.beta, "B", "dpo: the deviation from the reference (TRL's beta; ipo: its tau)");
+      .opt("--beta", &d.beta, "B", "dpo: TRL's beta (ipo: its tau)");
   enum_choice(a, "--dpo-loss", &d.loss, {"sigmoid", "ipo", "robust"},
-              "dpo: TRL's loss_type: sigmoid (DPO), ipo (per completion token), robust (label-smoothed sigmoid)",
+              "dpo: TRL's loss_type (robust: sigmoid, label-smoothed)",
               parse_dpo_loss, dpo_loss_name)
-      .opt("--label-smoothing", &d.label_smoothing, "E",
-           "dpo --dpo-loss robust: the probability that a preference is flipped, in [0, 0.5)");
+      .opt("--label-smoothing", &d.label_smoothing, "E", "dpo robust: a preference's flip chance, [0, 0.5)");
 }
 
 }  // namespace anvil
