@@ -291,6 +291,30 @@ TEST(Plan, TrainingStepAllocatesWhatThePlanCounts) {
   }
 }
 
+// --objective dpo: the trainer's per-token losses and weights and their weighted sum (train/dpo.h)
+// are what a DPO trainer allocates beyond an SFT one, and what the plan counts beyond it.
+TEST(Plan, DpoBuffersAreCounted) {
+  const std::string dir = testing::fixture_dir("tiny-qwen3");
+  const ModelConfig cfg = load_config(dir);
+  const ParamTable table(cfg, 1);
+  HostUnits w = make_host_units(table);
+  load_hf_weights(dir, table, w);
+  int64_t allocated[2] = {0, 0}, planned[2] = {0, 0};
+  for (Objective o : {Objective::kSft, Objective::kDpo}) {
+    TrainConfig c;
+    c.model.device = "cpu";
+    c.data.micro_batch = 2;
+    c.data.seq_len = 24;
+    c.data.objective = o;
+    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, nullptr, 0);
+    const int k = o == Objective::kDpo;
+    allocated[k] = t->ops().runtime().memory_stats().allocated;
+    planned[k] = t->plan().total();
+  }
+  EXPECT_EQ(allocated[1] - allocated[0], 2 * 4 * 2 * 24 + 4);
+  EXPECT_EQ(planned[1] - planned[0], allocated[1] - allocated[0]);
+}
+
 // The pool's rule (parallel/store_pool.h): the smallest free buffer that holds a request, and
 // a buffer keeps its size when it comes back, so a smaller request does not shrink it for the
 // larger ones after it.

@@ -78,15 +78,17 @@ void plan_model_states(const PlannedRun& run, MemoryPlan& p) {
 
 // The backend's workspace table for the plan's micro-batch (ops/workspace.h: the CPU's F32
 // compute, CUDA's BF16), and three I32 per token and two F32 (the trainer's ids, targets and
-// positions, its loss sum and the gradient norm's scalar). Context parallel over P: a rank's
-// ids and targets cover its n / P tokens.
+// positions, its loss sum and the gradient norm's scalar); with --objective dpo two F32 per
+// token and one more (the per-token losses and weights, their weighted sum). Context parallel
+// over P: a rank's ids and targets cover its n / P tokens.
 int64_t workspace_bytes(const PlannedRun& run) {
   const DataSection& d = run.data;
   const int64_t n = d.micro_batch * d.seq_len, P = run.parallel.context_parallel;
   const Device backend = run.compute_dtype == DType::kF32 ? Device::kCPU : Device::kCUDA;
   const int64_t table = workspace_total(
       workspace_table(backend, workspace_shape(run.model, d.micro_batch, d.seq_len, P, run.parallel.fp8)));
-  return table + 4 * (2 * n / P + n) + 2 * 4;
+  const int64_t dpo = d.objective == Objective::kDpo ? 4 * (2 * n + 1) : 0;
+  return table + 4 * (2 * n / P + n) + 2 * 4 + dpo;
 }
 
 // The workspace's attention part, when its bound is the kernel's (ops/attention_scratch.h).
