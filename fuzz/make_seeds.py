@@ -195,6 +195,16 @@ def jsonl_seeds():
         {"text": 5},
     ]
     put("jsonl_rows", "shapes.jsonl", "\n".join(json.dumps(s, ensure_ascii=False) for s in shapes) + "\n\n  \r\n{bad\n")
+    # TRL's preference shapes (--objective dpo): strings, conversations, the implicit prompt.
+    pairs = [
+        {"prompt": "What is 2 + 2?", "chosen": "4", "rejected": "5"},
+        {"prompt": [{"role": "user", "content": "Name a colour."}],
+         "chosen": [{"role": "assistant", "content": "Blue."}], "rejected": [{"role": "assistant", "content": "Seven."}]},
+        {"chosen": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}],
+         "rejected": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Go away."}]},
+        {"prompt": "x", "chosen": "", "rejected": "y<|im_end|>"},
+    ]
+    put("jsonl_rows", "preference.jsonl", "\n".join(json.dumps(s, ensure_ascii=False) for s in pairs) + "\n")
 
 
 def config_seeds():
