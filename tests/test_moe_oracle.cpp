@@ -154,12 +154,12 @@ TEST(MoeExport, TrainedExportsAndInitLoadInTransformersWithEqualLogits) {
   const std::vector<std::string> folders = {dir + "/fp32", dir + "/bf16", dir + "/init"};
   std::vector<std::string> args = {dir + "/eval.safetensors"};
   args.insert(args.end(), folders.begin(), folders.end());
-  const auto o = testing::run_oracle("moe_export_oracle.py", args);
+  const auto o = testing::run_oracle("export_oracle.py", args);
   ASSERT_EQ(o.exit_code, 0) << o.out;
   std::printf("%s", o.out.c_str());
   size_t line = 0, at = 0;
   for (size_t e; (e = o.out.find('\n', at)) != std::string::npos; at = e + 1, ++line)
-    EXPECT_TRUE(json_parse(o.out.substr(at, e - at), "moe_export_oracle output")["loading"].empty()) << o.out;
+    EXPECT_TRUE(json_parse(o.out.substr(at, e - at), "export_oracle output")["loading"].empty()) << o.out;
   EXPECT_EQ(line, folders.size());
   double worst = 0;
   for (const std::string& f : folders) {

@@ -7,6 +7,8 @@ For each folder: AutoModelForCausalLM.from_pretrained (no dtype given: the weigh
 must report no missing, unexpected or mismatched tensors; then the logits of input_ids from
 TOKENS with the weights cast to float64 and to float32, written to FOLDER/oracle.safetensors
 (logits64, logits32). Prints one JSON line per folder: {"folder", "dtype", "loading": {...}}.
+A mixture-of-experts folder (Qwen3-MoE) runs its experts by transformers' eager loop: its
+default grouped_mm takes no float64.
 """
 import json
 import os
@@ -17,14 +19,17 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
 
 def main():
     torch.set_num_threads(1)
     ids = load_file(sys.argv[1])["input_ids"]
     for folder in sys.argv[2:]:
-        model, info = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", output_loading_info=True)
+        moe = AutoConfig.from_pretrained(folder).model_type == "qwen3_moe"
+        experts = {"experts_implementation": "eager"} if moe else {}
+        model, info = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", output_loading_info=True,
+                                                           **experts)
         dtype = str(next(model.parameters()).dtype)
         out = {}
         with torch.no_grad():
