@@ -170,26 +170,6 @@ void write_tensor_data(const std::vector<ShardTensor>& tensors, const ShardFill&
   if (pending.valid()) pending.get();
 }
 
-// What is wrong with the checksums of a shard file of its recorded size (`shard`: its record
-// in meta.json); empty when they match. Its chunks', where recorded, else the whole file's.
-std::string checksum_error(const std::string& path, const Json& shard) {
-  if (!shard.contains("chunk_xxh64") || shard.value("chunk_bytes", uint64_t{0}) != kFileChunk) {
-    const std::string sum = hash_file_parallel(path), want = shard["xxh64"].get<std::string>();
-    return sum == want ? "" : cat(path, ": checksum ", sum, " differs from ", want,
-                                  " recorded in meta.json (the file is corrupt)");
-  }
-  const std::vector<std::string> sums = hash_file_chunks(path);
-  const Json& want = shard["chunk_xxh64"];
-  if (want.size() != sums.size())
-    return cat(path, ": ", sums.size(), " chunks of ", kFileChunk, " bytes, meta.json records ", want.size());
-  for (size_t i = 0; i < sums.size(); ++i)
-    if (sums[i] != want[i].get<std::string>())
-      return cat(path, ": checksum ", sums[i], " of bytes [", i * kFileChunk, ", ",
-                 std::min<uint64_t>((i + 1) * kFileChunk, shard["bytes"].get<uint64_t>()), ") differs from ",
-                 want[i].get<std::string>(), " recorded in meta.json (the file is corrupt)");
-  return "";
-}
-
 // meta.json is read as the readers use it (validate_checkpoint, check_model, CheckpointReader,
 // resume, export): a checkpoint may come from elsewhere, so every field they read is checked
 // for its kind and range here, and a wrong one refused naming it, before it is used as an
@@ -270,6 +250,24 @@ void check_shards(const Json& meta, const std::string& path) {
 }
 
 }  // namespace
+
+std::string checksum_error(const std::string& path, const Json& shard) {
+  if (!shard.contains("chunk_xxh64") || shard.value("chunk_bytes", uint64_t{0}) != kFileChunk) {
+    const std::string sum = hash_file_parallel(path), want = shard["xxh64"].get<std::string>();
+    return sum == want ? "" : cat(path, ": checksum ", sum, " differs from ", want,
+                                  " recorded in meta.json (the file is corrupt)");
+  }
+  const std::vector<std::string> sums = hash_file_chunks(path);
+  const Json& want = shard["chunk_xxh64"];
+  if (want.size() != sums.size())
+    return cat(path, ": ", sums.size(), " chunks of ", kFileChunk, " bytes, meta.json records ", want.size());
+  for (size_t i = 0; i < sums.size(); ++i)
+    if (sums[i] != want[i].get<std::string>())
+      return cat(path, ": checksum ", sums[i], " of bytes [", i * kFileChunk, ", ",
+                 std::min<uint64_t>((i + 1) * kFileChunk, shard["bytes"].get<uint64_t>()), ") differs from ",
+                 want[i].get<std::string>(), " recorded in meta.json (the file is corrupt)");
+  return "";
+}
 
 std::string shard_file_name(int rank) {
   char s[40];

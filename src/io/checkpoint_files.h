@@ -80,6 +80,9 @@ void write_checkpoint_meta(const std::string& ckpt, const Json& meta);  // atomi
 // chunks', each on its own on several threads (the whole file's where meta.json records no
 // chunks'). The error names the file and what is wrong (for a chunk, its bytes).
 Status validate_checkpoint(const std::string& ckpt, bool verify_checksums = true);
+// What is wrong with the checksums of a shard file of its recorded size (`shard`: its record
+// in meta.json); empty when they match. Its chunks', where recorded, else the whole file's.
+std::string checksum_error(const std::string& path, const Json& shard);
 
 // Complete checkpoints (step-<N> folders with a meta.json) in a folder, newest first.
 std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);

@@ -39,6 +39,8 @@ class SafetensorsFile {
   const SafeTensorInfo* find(const std::string& name) const;
   const SafeTensorInfo& get(const std::string& name) const;  // throws kNotFound naming the file
   const Json& metadata() const { return metadata_; }
+  const void* bytes() const { return map_; }  // the whole file, mapped read-only
+  size_t size() const { return size_; }
 
  private:
   std::string path_;

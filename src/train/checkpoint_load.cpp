@@ -32,12 +32,16 @@ std::string shared_verdict(Comm* comm, const ResumeChoice& choice, const std::st
         first_error(comm, rank == 0 ? checkpoint_refusal(choice.path(), failed) : "", "checkpoint refusal"));
 }
 
-// Every rank, once the state is read: rank 0's checksum verdict, shared (point.failed, or the
-// refusal thrown on every rank) before the first step.
+// Every rank, once the state is read: the checksum verdict (rank 0's pass over every chunk;
+// each other rank's of the chunks it read), shared (point.failed, or the refusal thrown on
+// every rank) before the first step.
 void await_checksums(ResumePoint& point, const ResumeChoice& choice) {
   const int rank = point.comm ? point.comm->rank() : 0;
   ChecksumVerdict v;
-  if (rank == 0) v = point.checksums.get();
+  if (rank == 0)
+    v = point.checksums.get();
+  else
+    v.error = point.reader->checksum_error();
   point.failed = shared_verdict(point.comm, choice, v.error);
   if (!point.failed.empty() || rank != 0) return;
   uint64_t bytes = 0;
@@ -100,8 +104,8 @@ ResumePoint open_checkpoint(const ResumeChoice& choice, const ParamTable& table,
   ResumePoint p;
   p.path = choice.path();
   p.comm = comm;
-  // Rank 0 checks every file's size now and its checksum while the state is read (the
-  // verdict is awaited before the first step: await_checksums); its verdict goes to every
+  // Rank 0 checks every file's size now and its checksums while the state is read (the
+  // verdict is awaited before the first step: await_checksums); the verdict goes to every
   // rank, so that every rank falls back or stops alike.
   std::string why;
   if (rank == 0) why = validate_checkpoint(p.path, false).message();
@@ -112,7 +116,7 @@ ResumePoint open_checkpoint(const ResumeChoice& choice, const ParamTable& table,
   // Every rank maps every shard file; a header that does not hold the tensors meta.json
   // names fails the checkpoint on every rank.
   try {
-    p.reader = std::make_shared<CheckpointReader>(p.path, p.meta);
+    p.reader = std::make_shared<CheckpointReader>(p.path, p.meta, true);
   } catch (const Error& e) {
     why = e.what();
   }
@@ -122,11 +126,13 @@ ResumePoint open_checkpoint(const ResumeChoice& choice, const ParamTable& table,
   p.position.epoch = p.meta["data"].value("epoch", int64_t{0});
   p.position.samples_in_epoch = p.meta["data"].value("samples_in_epoch", int64_t{0});
   p.position.packing = p.meta["data"].value("packing", "wrapped");
+  // The chunks the reads touch are hashed as they are read; rank 0 hashes the others beside
+  // them, so each byte comes from the disk once (io/shard_checks.h).
   if (rank == 0)
-    p.checksums = std::async(std::launch::async, [path = p.path] {
+    p.checksums = std::async(std::launch::async, [reader = p.reader] {
       const auto t0 = Clock::now();
-      const Status st = validate_checkpoint(path);
-      return ChecksumVerdict{st.message(), seconds_since(t0)};
+      std::string error = reader->check_rest();
+      return ChecksumVerdict{std::move(error), seconds_since(t0)};
     });
   return p;
 }
@@ -155,8 +161,8 @@ void restore_optimizer(ResumePoint& point, const ResumeChoice& choice, Trainer& 
   store.load_optimizer_state(kind(1), kind(2));
   trainer.set_step_count(point.step);
   point.read_seconds += seconds_since(t0);
-  point.reader.reset();
   await_checksums(point, choice);
+  point.reader.reset();
   if (!point.failed.empty()) return;
   char line[320];
   std::snprintf(line, sizeof line,

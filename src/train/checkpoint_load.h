@@ -52,7 +52,8 @@ class ResumeChoice {
   std::vector<std::string> failed_;
 };
 
-// Rank 0's checksum pass over a checkpoint: what failed (empty: every file matches) and its seconds.
+// A checkpoint's checksum verdict: what failed (empty: every chunk matches) and, on rank 0, the
+// seconds until every chunk was checked.
 struct ChecksumVerdict {
   std::string error;
   double seconds = 0;
@@ -74,9 +75,10 @@ struct ResumePoint {
 
 // Checks choice.path() (rank 0 checks every file's size and every rank reads the shards'
 // headers; the verdict is shared, so every rank decides alike) and against `table`'s model,
-// and starts rank 0's checksum pass, which reads the files beside the state's reads (the page
-// cache serves the second); restore_optimizer waits for its verdict, so a corrupt checkpoint
-// never trains. A failure is point.failed when the choice can fall back, else the refusal
+// and starts the checksum checks: every rank's reads hash each chunk they touch first, and
+// rank 0's pass beside them hashes the chunks no read touched, so each byte comes from the
+// disk once (io/shard_checks.h); restore_optimizer waits for the verdict, so a corrupt
+// checkpoint never trains. A failure is point.failed when the choice can fall back, else the refusal
 // (thrown on every rank, naming the file and the newest older complete checkpoint); another
 // model is always refused. Every rank calls it.
 ResumePoint open_checkpoint(const ResumeChoice& choice, const ParamTable& table, Comm* comm);

@@ -43,10 +43,16 @@ void check_model(const std::string& ckpt, const Json& meta, const ParamTable& ta
     refuse(ckpt, cat(file, ": the checkpoint has ", saved.begin()->first, ", the model being trained does not (another model)"));
 }
 
-CheckpointReader::CheckpointReader(const std::string& ckpt, const Json& meta) {
+CheckpointReader::CheckpointReader(const std::string& ckpt, const Json& meta, bool verify) : shards_(meta["shards"]) {
   world_ = meta["world"].get<int>();
   for (const Json& u : meta["units"]) padded_.push_back(u["padded"].get<int64_t>());
-  for (const Json& s : meta["shards"]) files_.push_back(std::make_unique<SafetensorsFile>(path_join(ckpt, s["file"].get<std::string>())));
+  for (const Json& s : shards_) {
+    files_.push_back(std::make_unique<SafetensorsFile>(path_join(ckpt, s["file"].get<std::string>())));
+    const SafetensorsFile& f = *files_.back();
+    checks_.push_back(verify && ShardChecks::recorded(s)
+                          ? std::make_unique<ShardChecks>(f.path(), f.bytes(), f.size(), s)
+                          : nullptr);
+  }
   for (const Json& t : meta["tensors"])
     place_[t["name"].get<std::string>()] = {t["unit"].get<int>(), t["offset"].get<int64_t>()};
   // Every file holds its slice of every unit of every kind (so that a header damaged past
@@ -69,6 +75,11 @@ void CheckpointReader::copy(int kind, int unit, int64_t offset, int64_t n, float
     const int64_t in = offset - r * shard, take = std::min(n, shard - in);
     const SafeTensorInfo& t = files_[static_cast<size_t>(r)]->get(cat(kStateKinds[kind], ".", unit));
     const float* src = reinterpret_cast<const float*>(t.data) + in;
+    if (ShardChecks* c = checks_[static_cast<size_t>(r)].get()) {
+      const uint64_t at = static_cast<uint64_t>(reinterpret_cast<const char*>(src) -
+                                                static_cast<const char*>(files_[static_cast<size_t>(r)]->bytes()));
+      c->check(at, at + static_cast<uint64_t>(take) * 4);
+    }
     read_ahead(src, static_cast<size_t>(take) * 4);
     std::memcpy(out, src, static_cast<size_t>(take) * 4);
     release_mapped_pages(src, static_cast<size_t>(take) * 4);
@@ -98,6 +109,21 @@ void CheckpointReader::read_range(int kind, const ParamTable& table, int unit, i
       copy(kind, u, off + (p.lo - p.entry->offset), p.hi - p.lo, out + (p.lo - begin));
     }
   });
+}
+
+std::string CheckpointReader::checksum_error() const {
+  for (const auto& c : checks_)
+    if (c && !c->error().empty()) return c->error();
+  return "";
+}
+
+std::string CheckpointReader::check_rest() const {
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const std::string why = checks_[i] ? checks_[i]->check_rest(kFileThreads)
+                                       : anvil::checksum_error(files_[i]->path(), shards_[i]);
+    if (!why.empty()) return why;
+  }
+  return "";
 }
 
 HostUnits CheckpointReader::read(int kind, const ParamTable& table) const {
