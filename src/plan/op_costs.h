@@ -4,8 +4,9 @@
 // The table is per op kind and size: a matrix product or attention is priced by its FLOPs
 // at a rate (TFLOP/s), every other op by the bytes it moves at a rate (TB/s), an FP8 linear
 // by both: its GEMM's FLOPs at the op's rate and its operands' casts' bytes at fp8_cast's.
-// Each rate belongs to a size (rows of a per-token op and of a linear, the sequence length
-// of attention, elements of the optimizer's ops) and a call takes the rate at its size
+// Each rate belongs to a size (rows of a per-token op and of an FP8 linear, MFLOP per call of
+// a bf16 linear and of the fused cross-entropy, the sequence length of attention, elements of
+// the optimizer's ops: plan/step_ops.h) and a call takes the rate at its size
 // interpolated between the measured sizes around it (linear in log size; past the ends,
 // the end's), so shapes and models that were not measured are predicted from those that
 // were. A fixed cost per op call (per_op_us) is added. The table names its GPU's dense bf16

@@ -3,6 +3,7 @@
 #include "plan/step_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -75,7 +76,8 @@ class StepWalk {
     const double casts = kind == "forward"        ? cast(x, x_known) + cast(w, w_known)
                          : kind == "backward_input" ? cast(dy, false) + cast(w, true)
                                                     : cast(dy, false) + cast(x, x_known);
-    op(op_name.c_str(), cat(M, "x", N, "x", K), M, 2.0 * M * N * K, cb_ * (x + w + dy), fp8_ ? casts : 0);
+    const double flops = 2.0 * M * N * K;
+    op(op_name.c_str(), cat(M, "x", N, "x", K), fp8_ ? M : gemm_size(flops), flops, cb_ * (x + w + dy), fp8_ ? casts : 0);
   }
   // Both backward products of a block linear (BlockLinears::backward): dw then dx,
   // one op with --fp8 (dy's amax taken once and dy cast into both layouts in one read; x's
@@ -90,6 +92,11 @@ class StepWalk {
     op("linear_fp8_backward", cat(M, "x", N, "x", K), M, 4.0 * M * N * K, 2 * cb_ * (x + w + dy),
        (cb_ + cb_ + 2) * dy + cast(x, true) + cast(w, true));
   }
+  // A bf16 GEMM's key in the cost table: its MFLOP per call. A product's efficiency follows
+  // its size, whatever mix of rows and widths makes it (the 0.6B's 1,024-row GEMMs are half the
+  // 1.7B's and run slower); the FP8 linears keep their rows, the size their GEMM and cast
+  // rates are fitted apart at (op_costs.h).
+  static int64_t gemm_size(double flops) { return std::max<int64_t>(1, std::llround(flops / 1e6)); }
   // The bytes of one bf16 operand of n elements cast to FP8 (ops/cuda/fp8_cast.h): its amax
   // read first unless known, then read and written as FP8 (one byte an element).
   double cast(double n, bool amax_known) const { return (amax_known ? 0 : cb_) * n + (cb_ + 1) * n; }
@@ -269,7 +276,8 @@ void StepWalk::head_forward_backward() {
   phase_ = StepPhase::kBackward;
   weights(head);
   grads(head);
-  op("cross_entropy_forward_backward", cat(N_, "x", V, "x", C), N_, 6.0 * static_cast<double>(N_ * V * C),
+  op("cross_entropy_forward_backward", cat(N_, "x", V, "x", C), gemm_size(6.0 * static_cast<double>(N_ * V * C)),
+     6.0 * static_cast<double>(N_ * V * C),
      cb_ * static_cast<double>(2 * N_ * C + V * C) + 8.0 * static_cast<double>(V * C));
   release(head);
   if (head != embed) grads_ready(head);

@@ -28,8 +28,9 @@ namespace anvil {
 struct OpCall {
   std::string op;     // "linear_forward"
   std::string shape;  // "2048x4096x2048"
-  int64_t size = 0;   // rows (tokens) of a per-token op; attention: the sequence length T it
-                      // attends over; elements of the optimizer's
+  int64_t size = 0;   // rows (tokens) of a per-token op and an FP8 linear; a bf16 linear's and
+                      // the fused cross-entropy's MFLOP per call; attention: the sequence
+                      // length T it attends over; elements of the optimizer's
   double flops = 0, bytes = 0;
   double cast_bytes = 0;  // an FP8 linear's casts: amax passes, the casts' reads and FP8 writes
   std::string label() const { return op + " " + shape; }
