@@ -134,8 +134,25 @@ void Gemm::run(void* out, cudaDataType_t out_type, int64_t ldo, GemmOperand a, G
 // The column-major form of each problem is run()'s (the file's comment): cuBLAS's A is our B,
 // its B our A, (m, n) swapped. The workspace is the cuBLASLt plans' one: both run on stream_
 // only, one after the other.
+namespace {
+
+// cuBLAS's rule for the addresses of a bf16 grouped GEMM of inner size k: 16-byte aligned where
+// k * 2 bytes is a multiple of 16, 4-byte where it is a multiple of 4 (ideally 16 always).
+bool grouped_aligned(const GemmProblem& q) {
+  const int need = (q.k * 2) % 16 == 0 ? 16 : (q.k * 2) % 4 == 0 ? 4 : 2;
+  return alignment_of(q.a.ptr) >= need && alignment_of(q.b.ptr) >= need && alignment_of(q.out) >= need;
+}
+
+}  // namespace
+
 void Gemm::run_grouped(const std::vector<GemmProblem>& problems, float beta, void* pointers) {
   if (problems.empty()) return;
+  // Rows of an odd width can break cuBLAS's alignment rule: such a set runs through run(),
+  // whose cuBLASLt plans take any alignment.
+  if (!std::all_of(problems.begin(), problems.end(), grouped_aligned)) {
+    for (const GemmProblem& q : problems) run(q.out, CUDA_R_16BF, q.ldo, q.a, q.b, q.m, q.n, q.k, beta, nullptr);
+    return;
+  }
   if (!blas_) {
     CUBLAS_CHECK(cublasCreate(&blas_));
     CUBLAS_CHECK(cublasSetStream(blas_, stream_));
