@@ -36,7 +36,8 @@ TEST(MoeBench, FlopsCountTheActiveParameters) {
 
 // The JSON line of `anvil bench step` on the CPU: 1 sequence of 32 tokens, 2 steps.
 Json bench_step(const std::vector<std::string>& model) {
-  std::vector<std::string> args = {"bench", "step", "--device", "cpu", "--seq-len", "32", "--steps", "2", "--warmup", "1"};
+  std::vector<std::string> args = {"bench", "step", "--device", "cpu", "--seq-len", "32",
+                                   "--steps", "2", "--warmup", "1"};
   args.insert(args.end(), model.begin(), model.end());
   const testing::RunResult r = testing::run_anvil(args);
   EXPECT_EQ(r.exit_code, 0) << r.out;

@@ -282,7 +282,8 @@ TEST(CudaMoe, GroupedGemmsMatchAPerExpertLoop) {
     const std::vector<double> got = dw.got();
     for (int64_t e = 0; e < E; ++e)
       if (k.rows[static_cast<size_t>(e)] == 0)
-        EXPECT_TRUE(std::all_of(got.begin() + e * N * K, got.begin() + (e + 1) * N * K, [](double v) { return v == 0; }))
+        EXPECT_TRUE(std::all_of(got.begin() + e * N * K, got.begin() + (e + 1) * N * K,
+                                [](double v) { return v == 0; }))
             << shape << "expert " << e << " has no rows: its weight gradient is zero";
   }
   gpu().runtime().release(workspace);

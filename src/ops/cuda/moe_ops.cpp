@@ -109,8 +109,8 @@ void CudaOps::moe_linear_backward_weight_impl(Tensor dw, Tensor dy, Tensor x, Te
       if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dw_e, 0, out.bytes(Nout * Kin), queue()));
       continue;
     }
-    const cuda::GemmProblem q{dw_e, Kin, {p<nv_bf16>(dy) + r0 * Nout, Nout, true}, {p<nv_bf16>(x) + r0 * Kin, Kin, false},
-                              Nout, Kin, m};
+    const cuda::GemmProblem q{
+        dw_e, Kin, {p<nv_bf16>(dy) + r0 * Nout, Nout, true}, {p<nv_bf16>(x) + r0 * Kin, Kin, false}, Nout, Kin, m};
     if (out.bf16)
       problems.push_back(q);
     else
