@@ -226,7 +226,8 @@ void expect_same_products(const std::string& what, Buf& got, Buf& want) {
 
 // The three experts' ops (moe_linear_forward, _backward_input, _backward_weight in bf16 and
 // F32, written and added) against cuda::Gemm::run once per expert with rows, the loop the
-// grouped GEMM replaced; outputs the ops write start as NaN, so an unwritten row fails.
+// grouped GEMM replaced; outputs the ops write start as NaN, so an unwritten row fails. A second
+// run of the same problems gives the same bits.
 TEST(CudaMoe, GroupedGemmsMatchAPerExpertLoop) {
   REQUIRE_GPU();
   cudaStream_t stream = nullptr;
@@ -279,6 +280,12 @@ TEST(CudaMoe, GroupedGemmsMatchAPerExpertLoop) {
     expect_same_products(shape + "backward input", dx, dx_loop);
     expect_same_products(shape + "backward weight bf16", dw, dw_loop);
     expect_same_products(shape + "backward weight F32 +=", dw32, dw32_loop);
+    // The same problem set again: the same bits.
+    Buf y2({R, N}, DType::kBF16, nans(R * N)), dw2({E, N, K}, DType::kBF16, nans(E * N * K));
+    gpu().moe_linear_forward(y2.g(), x.g(), w.g(), offsets.g());
+    gpu().moe_linear_backward_weight(dw2.g(), dy.g(), x.g(), offsets.g(), false);
+    EXPECT_TRUE(y2.got() == y.got()) << shape << "forward: a second run differs";
+    EXPECT_TRUE(dw2.got() == dw.got()) << shape << "backward weight: a second run differs";
     const std::vector<double> got = dw.got();
     for (int64_t e = 0; e < E; ++e)
       if (k.rows[static_cast<size_t>(e)] == 0)
