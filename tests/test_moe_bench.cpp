@@ -68,6 +68,12 @@ TEST(MoeBench, NumLayersShortensAPresetOrAFolder) {
   EXPECT_EQ(moe["params"], three.num_parameters());
   EXPECT_EQ(moe["flops_per_token"].get<double>(), model_flops_per_token(three, 32));
   EXPECT_GT(moe["tokens_per_s"].get<double>(), 0);
+  // The first layer alone: mlp_only_layers loses its entry 1 (transformers reads it as a list of
+  // layers to keep dense; anvil refuses an entry past the last layer).
+  const ModelConfig one = init_config(dir + "/config.json", "", 1);
+  EXPECT_EQ(one.sparse_layers(), 1);
+  const Json first = bench_step({"--model", dir, "--num-layers", "1"});
+  EXPECT_EQ(first.value("params", int64_t{0}), one.num_parameters());
 
   // More layers than the model has, or a negative count: refused, naming the flag.
   for (const auto& bad : {std::vector<std::string>{"--preset", "tiny", "--num-layers", "5"},

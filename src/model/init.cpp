@@ -21,6 +21,13 @@ ModelConfig init_config(const std::string& config, const std::string& preset, in
     ANVIL_ENSURE(num_layers <= layers, kUsage, "--num-layers ", num_layers, ": ", config, " has ", layers,
                  " layers (num_hidden_layers; give 1 to ", layers, ", or 0 for all)");
     j["num_hidden_layers"] = num_layers;
+    // The dense layers among the first num_layers keep their place; the others are gone.
+    if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array()) {
+      Json kept = Json::array();
+      for (const Json& l : j["mlp_only_layers"])
+        if (!l.is_number_integer() || l.get<int64_t>() < num_layers) kept.push_back(l);  // else config_from_json says
+      j["mlp_only_layers"] = kept;
+    }
   }
   return config_from_json(j, config);
 }
