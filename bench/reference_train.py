@@ -93,19 +93,22 @@ def preset_config(name):
 
 def build_model(args):
     """--model's config (a preset's or a folder's): random weights (torch.manual_seed(0)) for a preset
-    or with --num-layers, else the folder's weights."""
+    or with --num-layers, else the folder's weights; a MoE model's experts as --experts-implementation."""
     preset = preset_config(args.model)
     config = preset if preset is not None else AutoConfig.from_pretrained(args.model, use_cache=False)
-    kw = {"experts_implementation": args.experts_implementation} if is_moe(config) else {}
     if preset is None and not args.num_layers:
-        return AutoModelForCausalLM.from_pretrained(args.model, config=config, dtype=torch.float32, **kw)
-    if args.num_layers:
-        if not 0 < args.num_layers <= config.num_hidden_layers:
-            raise SystemExit("reference_train.py: --num-layers %d: %s has %d layers" % (
-                args.num_layers, args.model, config.num_hidden_layers))
-        config.num_hidden_layers = args.num_layers
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, **kw)
+        model = AutoModelForCausalLM.from_pretrained(args.model, config=config, dtype=torch.float32)
+    else:
+        if args.num_layers:
+            if not 0 < args.num_layers <= config.num_hidden_layers:
+                raise SystemExit("reference_train.py: --num-layers %d: %s has %d layers" % (
+                    args.num_layers, args.model, config.num_hidden_layers))
+            config.num_hidden_layers = args.num_layers
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if is_moe(config):
+        model.set_experts_implementation(args.experts_implementation)
+    return model
 
 
 def is_moe(config):
@@ -178,6 +181,7 @@ def main():
     sampler = DistributedSampler(data, shuffle=not args.no_shuffle, seed=0)
     batches = endless(DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True), sampler)
     params = sum(p.numel() for p in model.parameters())
+    config = model.config  # the model's, before DistributedDataParallel wraps it
     if not args.no_recompute:
         model.gradient_checkpointing_enable()
     model, autocast = distribute(model, args.mode, device, local_rank)
@@ -187,8 +191,8 @@ def main():
     if dist.get_rank() == 0:
         result = dict(mode=args.mode, model=args.model, world=world, seq_len=data.shape[1], batch=args.batch,
                       recompute=not args.no_recompute, fused_adam=args.fused_adam, compile=args.compile,
-                      num_layers=model.config.num_hidden_layers,
-                      experts_implementation=getattr(model.config, "_experts_implementation", None),
+                      num_layers=config.num_hidden_layers,
+                      experts_implementation=getattr(config, "_experts_implementation", None),
                       params=params, tokens_per_s=tokens_per_s,
                       peak_allocated_gib=torch.cuda.max_memory_allocated(device) / 2**30,
                       peak_reserved_gib=torch.cuda.max_memory_reserved(device) / 2**30,
