@@ -9,7 +9,11 @@ Both: gradient checkpointing unless --no-recompute, AdamW without weight decay (
 loss of the whole block (labels = input_ids), optional torch.compile of the model.
 
 The model is a preset's config with random weights (--model qwen3-1.7b; torch.manual_seed(0))
-or a local Hugging Face folder. The data are random blocks (4,096 of --seq-len tokens from a
+or a local Hugging Face folder; --num-layers N keeps the first N layers of either, with random
+weights (anvil bench step --num-layers). The MoE presets (qwen3-30b-a3b, qwen3-235b-a22b) are
+transformers' Qwen3MoeConfig with the hub's values; their experts run as
+--experts-implementation says (transformers 5's experts_implementation: grouped_mm, its
+default, eager or batched_mm). The data are random blocks (4,096 of --seq-len tokens from a
 fixed seed) or --data FILE.safetensors holding input_ids [N, T], shuffled by
 DistributedSampler (seed 0) unless --no-shuffle, which reads them in file order so that another
 trainer sees the same batches. Steps after the 10th are timed. The result is one JSON line on
@@ -30,7 +34,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
-from transformers import AutoModelForCausalLM, Qwen3Config
+from transformers import AutoConfig, AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
 
 # Qwen3 shapes: hidden, intermediate, layers, attention heads, key/value heads, tied embeddings.
 PRESETS = {
@@ -39,13 +43,23 @@ PRESETS = {
     "qwen3-4b": (2560, 9728, 36, 32, 8, True),
     "qwen3-8b": (4096, 12288, 36, 32, 8, False),
 }
+# Qwen3-MoE shapes (config.json on the hub): hidden, intermediate (of dense layers), layers,
+# attention heads, key/value heads, experts, experts per token, each expert's intermediate.
+MOE_PRESETS = {
+    "qwen3-30b-a3b": (2048, 6144, 48, 32, 4, 128, 8, 768),
+    "qwen3-235b-a22b": (4096, 12288, 94, 64, 4, 128, 8, 1536),
+}
 UNTIMED_STEPS = 10
 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", choices=["ddp", "fsdp"], default="fsdp")
-    ap.add_argument("--model", default="qwen3-1.7b", help="a preset (%s) or a model folder" % ", ".join(PRESETS))
+    ap.add_argument("--model", default="qwen3-1.7b",
+                    help="a preset (%s) or a model folder" % ", ".join(list(PRESETS) + list(MOE_PRESETS)))
+    ap.add_argument("--num-layers", type=int, default=0, help="the first N layers only, random weights (0: all)")
+    ap.add_argument("--experts-implementation", choices=["grouped_mm", "eager", "batched_mm"], default="grouped_mm",
+                    help="a MoE model's experts (transformers' experts_implementation)")
     ap.add_argument("--seq-len", type=int, default=2048, help="tokens per block of random data")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--lr", type=float, default=1e-5)
@@ -59,15 +73,46 @@ def parse_args():
     return ap.parse_args()
 
 
-def build_model(name):
-    if name not in PRESETS:
-        return AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32, use_cache=False)
-    hidden, inter, layers, heads, kv, tie = PRESETS[name]
-    config = Qwen3Config(vocab_size=151936, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv, head_dim=128, tie_word_embeddings=tie,
-                         rope_theta=1000000.0, rms_norm_eps=1e-6, max_position_embeddings=40960, use_cache=False)
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+def preset_config(name):
+    """The config of a preset (None for a model folder)."""
+    common = dict(vocab_size=151936, head_dim=128, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                  max_position_embeddings=40960, use_cache=False)
+    if name in PRESETS:
+        hidden, inter, layers, heads, kv, tie = PRESETS[name]
+        return Qwen3Config(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                           num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tie, **common)
+    if name in MOE_PRESETS:
+        hidden, inter, layers, heads, kv, experts, top_k, moe_inter = MOE_PRESETS[name]
+        return Qwen3MoeConfig(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                              num_attention_heads=heads, num_key_value_heads=kv, num_experts=experts,
+                              num_experts_per_tok=top_k, moe_intermediate_size=moe_inter, norm_topk_prob=True,
+                              decoder_sparse_step=1, mlp_only_layers=[], router_aux_loss_coef=0.001,
+                              output_router_logits=False, tie_word_embeddings=False, **common)
+    return None
+
+
+def build_model(args):
+    """--model's config (a preset's or a folder's): random weights (torch.manual_seed(0)) for a preset
+    or with --num-layers, else the folder's weights; a MoE model's experts as --experts-implementation."""
+    preset = preset_config(args.model)
+    config = preset if preset is not None else AutoConfig.from_pretrained(args.model, use_cache=False)
+    if preset is None and not args.num_layers:
+        model = AutoModelForCausalLM.from_pretrained(args.model, config=config, dtype=torch.float32)
+    else:
+        if args.num_layers:
+            if not 0 < args.num_layers <= config.num_hidden_layers:
+                raise SystemExit("reference_train.py: --num-layers %d: %s has %d layers" % (
+                    args.num_layers, args.model, config.num_hidden_layers))
+            config.num_hidden_layers = args.num_layers
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if is_moe(config):
+        model.set_experts_implementation(args.experts_implementation)
+    return model
+
+
+def is_moe(config):
+    return getattr(config, "num_experts", 0) > 0 or getattr(config, "num_local_experts", 0) > 0
 
 
 def blocks(args, vocab):
@@ -131,11 +176,12 @@ def main():
     dist.init_process_group(backend="nccl", device_id=device)
     world = dist.get_world_size()
 
-    model = build_model(args.model)
+    model = build_model(args)
     data = blocks(args, model.config.vocab_size)
     sampler = DistributedSampler(data, shuffle=not args.no_shuffle, seed=0)
     batches = endless(DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True), sampler)
     params = sum(p.numel() for p in model.parameters())
+    config = model.config  # the model's, before DistributedDataParallel wraps it
     if not args.no_recompute:
         model.gradient_checkpointing_enable()
     model, autocast = distribute(model, args.mode, device, local_rank)
@@ -145,6 +191,8 @@ def main():
     if dist.get_rank() == 0:
         result = dict(mode=args.mode, model=args.model, world=world, seq_len=data.shape[1], batch=args.batch,
                       recompute=not args.no_recompute, fused_adam=args.fused_adam, compile=args.compile,
+                      num_layers=config.num_hidden_layers,
+                      experts_implementation=getattr(config, "_experts_implementation", None),
                       params=params, tokens_per_s=tokens_per_s,
                       peak_allocated_gib=torch.cuda.max_memory_allocated(device) / 2**30,
                       peak_reserved_gib=torch.cuda.max_memory_reserved(device) / 2**30,

@@ -10,17 +10,30 @@
 
 namespace anvil {
 
-void run_init(const InitOptions& o) {
-  ANVIL_ENSURE(o.config.empty() != o.preset.empty(), kUsage, "anvil init: give exactly one of --config and --preset");
-  ModelConfig cfg;
-  if (o.config.empty()) {
-    cfg = preset_config(o.preset, o.num_layers);
-  } else {
-    Json j = json_read_file(o.config);
-    ANVIL_ENSURE(o.num_layers >= 0, kUsage, "--num-layers ", o.num_layers, " must be positive (or 0: the config's)");
-    if (o.num_layers > 0 && j.is_object()) j["num_hidden_layers"] = o.num_layers;
-    cfg = config_from_json(j, o.config);
+ModelConfig init_config(const std::string& config, const std::string& preset, int64_t num_layers) {
+  ANVIL_ENSURE(config.empty() != preset.empty(), kUsage, "anvil init: give exactly one of --config and --preset");
+  if (config.empty()) return preset_config(preset, num_layers);
+  Json j = json_read_file(config);
+  ANVIL_ENSURE(num_layers >= 0, kUsage, "--num-layers ", num_layers, " must be positive (or 0: the config's)");
+  if (num_layers > 0 && j.is_object()) {
+    const Json& have = j.contains("num_hidden_layers") ? j["num_hidden_layers"] : Json(num_layers);
+    const int64_t layers = have.is_number_integer() ? have.get<int64_t>() : num_layers;  // else config_from_json says
+    ANVIL_ENSURE(num_layers <= layers, kUsage, "--num-layers ", num_layers, ": ", config, " has ", layers,
+                 " layers (num_hidden_layers; give 1 to ", layers, ", or 0 for all)");
+    j["num_hidden_layers"] = num_layers;
+    // The dense layers among the first num_layers keep their place; the others are gone.
+    if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array()) {
+      Json kept = Json::array();
+      for (const Json& l : j["mlp_only_layers"])
+        if (!l.is_number_integer() || l.get<int64_t>() < num_layers) kept.push_back(l);  // else config_from_json says
+      j["mlp_only_layers"] = kept;
+    }
   }
+  return config_from_json(j, config);
+}
+
+void run_init(const InitOptions& o) {
+  const ModelConfig cfg = init_config(o.config, o.preset, o.num_layers);
   make_directories(o.out);
   ParamTable table(cfg, 1);
   HostUnits units = make_host_units(table);

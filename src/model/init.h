@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/config.h"
+
 namespace anvil {
 
 struct InitOptions {
@@ -16,5 +18,10 @@ struct InitOptions {
 };
 
 void run_init(const InitOptions& o);
+// The config anvil init writes, from exactly one of `config` (a config.json file) and `preset`:
+// its first num_layers layers only where num_layers > 0 (at most its own; mlp_only_layers keeps
+// the entries among them). anvil bench step
+// --num-layers builds its shallower model through it too.
+ModelConfig init_config(const std::string& config, const std::string& preset, int64_t num_layers);
 
 }  // namespace anvil

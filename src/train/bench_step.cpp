@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "model/init.h"
 #include "plan/step_model.h"
 #include "train/open_run.h"
 
@@ -14,9 +15,14 @@ namespace anvil {
 
 double model_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   // The input embedding is a lookup, not a product; a tied matrix is used as the output
-  // projection, an untied output layer is a product of its own.
-  const double matmul_params =
-      static_cast<double>(c.num_parameters()) - (c.tie_word_embeddings ? 0.0 : static_cast<double>(c.vocab_size * c.hidden_size));
+  // projection, an untied output layer is a product of its own. A token of a MoE model meets
+  // the router and top_k of the num_experts experts in each sparse layer: the other experts'
+  // gate, up and down projections (3 x hidden x moe_intermediate each) are not its products.
+  const double idle_experts = static_cast<double>(c.sparse_layers()) *
+                              static_cast<double>(c.moe.num_experts - c.moe.top_k) * 3.0 *
+                              static_cast<double>(c.hidden_size * c.moe.intermediate);
+  const double matmul_params = static_cast<double>(c.num_parameters()) - idle_experts -
+                               (c.tie_word_embeddings ? 0.0 : static_cast<double>(c.vocab_size * c.hidden_size));
   return 6.0 * matmul_params + 6.0 * static_cast<double>(c.num_layers * seq_len * c.q_dim());
 }
 
@@ -126,6 +132,7 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
   Json j = {{"bench", "step"},
             {"model", c.model.model.empty() ? c.model.preset : c.model.model},
             {"params", cfg.num_parameters()},
+            {"num_layers", cfg.num_layers},
             {"device", dev_name},
             {"world", run.world},
             {"mode", parallel_mode_name(trainer.mode())},
@@ -240,6 +247,14 @@ Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   return j;
 }
 
+// --num-layers: the first n layers of the preset or of the folder's config, with fresh weights;
+// the config is anvil init --num-layers's (model/init.h).
+void shorten(OpenRun& run, const ModelSection& m, int64_t n) {
+  run.config = init_config(run.model_dir.empty() ? "" : path_join(run.model_dir, "config.json"), m.preset, n);
+  run.table = std::make_unique<ParamTable>(run.config, run.world);
+  run.model_dir.clear();  // initial_weights: fresh ones
+}
+
 }  // namespace
 
 Json run_bench_step(const BenchStepOptions& options) {
@@ -253,6 +268,7 @@ Json run_bench_step(const BenchStepOptions& options) {
                "anvil bench step: give exactly one of --model and --preset");
   c.model.device = resolve_device(c.model.device);
   OpenRun run = open_run(c.model);
+  if (options.num_layers != 0) shorten(run, c.model, options.num_layers);
   ANVIL_ENSURE(options.write_op_table.empty() || run.world == 1, kUsage,
                "anvil bench step: --write-op-table measures one GPU's ops: run it without --nproc-per-node");
   std::unique_ptr<Trainer> trainer;

@@ -6,7 +6,8 @@
 // breakdown (forward, backward, exposed communication, optimizer) from up to 3 more steps
 // with the device synchronised at each phase boundary (so nothing overlaps there), and
 // peak memory measured beside the plan's. It is the figure compared side by side with the
-// reference trainer (bench/reference_train.py). With op_times, "op_times" adds each op's
+// reference trainer (bench/reference_train.py). num_layers shortens the model (a preset or a
+// folder's config) to its first layers with fresh weights, as anvil init --num-layers does. With op_times, "op_times" adds each op's
 // device and host milliseconds per step (main queue, by op and shape) from up to 3 more steps.
 // "predicted" puts the step model's figures (plan/step_model.h) for the same setting beside
 // the measured ones; write_op_table fits an op-cost table to the timed ops (plan/op_costs.h).
@@ -34,10 +35,13 @@ struct BenchStepOptions {
   std::string write_op_table;  // with op_times: the op-cost table fitted to them, written here
   std::string op_table;        // the prediction's op costs [default: the built-in table]
   double bus_gbps = 0;         // the prediction's bus bandwidth [default: the GPU's usual link]
+  int64_t num_layers = 0;      // > 0: the model's first num_layers layers, fresh weights (anvil init's config)
 };
 
 // Model FLOPs per trained token: 6 x (parameters in matrix products) + 6 x layers x
-// seq_len x q_dim (causal attention, forward and backward, no recomputation counted).
+// seq_len x q_dim (causal attention, forward and backward, no recomputation counted). For a
+// MoE model the parameters a token is multiplied by: the router and top_k of the num_experts
+// experts of each sparse layer (MFU on active parameters).
 double model_flops_per_token(const ModelConfig& c, int64_t seq_len);
 // Dense bf16 TFLOP/s of a GPU by its name (H100/H200, A100, ...: plan/op_costs.h); 0 when unknown.
 double gpu_peak_tflops(const std::string& device_name);

@@ -8,17 +8,23 @@
 // expert, the weights renormalised), or one layer whose attention output projection is zero,
 // so that the router reads the token's embedding through the norm alone and the test keeps
 // the tokens whose routing margin, computed here in double, is at least kMinGap.
+// Every gradient's cosine is printed, one line each; the top-4-of-4 model's are printed beside
+// those of the same model made dense (every layer in mlp_only_layers, not asserted), to show
+// where bf16 attention alone sits on these shapes.
+// The experts' grouped GEMMs (cuBLAS's, one call per op) are held to a loop of the same GEMM
+// wrapper, one per expert with rows, on random shapes with experts that have none.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 
+#include "core/cuda/check.h"
 #include "core/json.h"
 #include "model/weights.h"
+#include "ops/cuda/gemm.h"
 #include "train/open_run.h"
-#include "../testing.h"
-#include "require_gpu.h"
+#include "cuda_test_util.h"
 
 namespace anvil {
 namespace {
@@ -77,31 +83,58 @@ Result run(const ModelConfig& cfg, const HostUnits& w, const TokenBatch& batch, 
   return out;
 }
 
-// The GPU against the CPU on `batch`, twice, and under each recompute policy.
-void expect_gpu_matches_cpu(const ModelConfig& cfg, const HostUnits& w, const TokenBatch& batch, int64_t B,
-                            int64_t T, const std::string& what) {
+// The GPU's gradients against the CPU's on `batch`, one line per tensor with its cosine.
+// Where `hold`: the loss within 2e-3 relative, every cosine at least 0.9998, and a gradient the
+// CPU finds all zero (zero o_proj: none reaches q, k, v) all zero on the GPU too; else printed
+// only. The GPU's result.
+Result compare_gradients(const ModelConfig& cfg, const HostUnits& w, const TokenBatch& batch, int64_t B, int64_t T,
+                         const std::string& what, bool hold) {
   const ParamTable table(cfg, 1);
   const Result cpu = run(cfg, w, batch, B, T, "cpu"), gpu = run(cfg, w, batch, B, T, "cuda");
-  EXPECT_NEAR(gpu.loss, cpu.loss, 2e-3 * cpu.loss) << what;
+  if (hold) EXPECT_NEAR(gpu.loss, cpu.loss, 2e-3 * cpu.loss) << what;
   double worst = 1;
   int compared = 0;
   for (const ParamEntry& e : table.entries()) {
     const float* c = cpu.grads[static_cast<size_t>(e.unit)].data() + e.offset;
     const float* g = gpu.grads[static_cast<size_t>(e.unit)].data() + e.offset;
-    if (std::all_of(c, c + e.numel(), [](float v) { return v == 0.0f; })) {  // zero o_proj: no gradient reaches q, k, v
-      EXPECT_TRUE(std::all_of(g, g + e.numel(), [](float v) { return v == 0.0f; })) << what << " grad." << e.name;
+    if (std::all_of(c, c + e.numel(), [](float v) { return v == 0.0f; })) {
+      const bool zero = std::all_of(g, g + e.numel(), [](float v) { return v == 0.0f; });
+      std::printf("%s: grad.%s zero on the CPU, %s on the GPU\n", what.c_str(), e.name.c_str(),
+                  zero ? "zero" : "NOT zero");
+      if (hold) EXPECT_TRUE(zero) << what << " grad." << e.name;
       continue;
     }
     const double cs = cosine(g, c, e.numel());
+    std::printf("%s: grad.%s cosine %.6f\n", what.c_str(), e.name.c_str(), cs);
     worst = std::min(worst, cs);
-    EXPECT_GE(cs, 0.9998) << what << " grad." << e.name;
+    if (hold) EXPECT_GE(cs, 0.9998) << what << " grad." << e.name;
     ++compared;
   }
+  std::printf("%s: loss %.6f (CPU %.6f), %d gradients, worst cosine %.6f\n", what.c_str(), gpu.loss, cpu.loss,
+              compared, worst);
+  return gpu;
+}
+
+// The GPU against the CPU on `batch` (held), twice, and under each recompute policy.
+void expect_gpu_matches_cpu(const ModelConfig& cfg, const HostUnits& w, const TokenBatch& batch, int64_t B,
+                            int64_t T, const std::string& what) {
+  const Result gpu = compare_gradients(cfg, w, batch, B, T, what, true);
   EXPECT_TRUE(run(cfg, w, batch, B, T, "cuda").grads == gpu.grads) << what << ": a second run differs";
   for (Recompute r : {Recompute::kSelective, Recompute::kFull})
     EXPECT_TRUE(run(cfg, w, batch, B, T, "cuda", r).grads == gpu.grads) << what << ": " << recompute_name(r);
-  std::printf("%s: loss %.6f (CPU %.6f), %d gradients, worst cosine %.6f\n", what.c_str(), gpu.loss, cpu.loss,
-              compared, worst);
+}
+
+// `moe`'s weights in the table of `dense`, the same model with every layer dense: each tensor
+// of the same name copied; the dense MLPs where the experts were keep init_weights' (seed).
+HostUnits dense_copy(const ModelConfig& moe, const HostUnits& w, const ModelConfig& dense, uint64_t seed) {
+  const ParamTable from(moe, 1), to(dense, 1);
+  HostUnits out = make_host_units(to);
+  init_weights(dense, to, seed, out);
+  for (const ParamEntry& e : to.entries())
+    if (const ParamEntry* f = from.find(e.name))
+      std::copy_n(w[static_cast<size_t>(f->unit)].data() + f->offset, e.numel(),
+                  out[static_cast<size_t>(e.unit)].data() + e.offset);
+  return out;
 }
 
 // Every token to every expert: two layers, the first dense (mlp_only_layers).
@@ -116,6 +149,9 @@ TEST(CudaMoe, AllExpertsMatchTheCpuReference) {
   std::mt19937_64 rng(3);
   for (int64_t i = 0; i < B * T; ++i) batch.ids.push_back(std::uniform_int_distribution<int64_t>(0, 511)(rng));
   expect_gpu_matches_cpu(cfg, w, batch, B, T, "top-4 of 4 experts");
+  // The same model made dense, printed only: bf16 attention's own floor on these shapes.
+  const ModelConfig dense = moe_config(2, 4, 4, Json::array({0, 1}));
+  compare_gradients(dense, dense_copy(cfg, w, dense, 7), batch, B, T, "the same model dense", false);
 }
 
 // Top-2 of 8 experts in one layer whose attention adds nothing: the router sees
@@ -158,6 +194,107 @@ TEST(CudaMoe, DecisiveTopTwoMatchesTheCpuReference) {
   std::printf("%zu of %lld tokens route by %.2f or more\n", decisive.size(), static_cast<long long>(cfg.vocab_size),
               kMinGap);
   expect_gpu_matches_cpu(cfg, w, batch, B, T, "top-2 of 8 experts");
+}
+
+// The experts of one grouped-GEMM case: each expert's (out, in) weight and its row count.
+struct ExpertsCase {
+  int64_t nout, kin;
+  std::vector<int32_t> rows;
+};
+
+// got against want (both bf16 or both F32 on the GPU): every element finite, cosine >= 1 - 1e-6
+// (the grouped GEMM may sum in another order than the loop's GEMMs; each output is rounded
+// once), printed with how many elements are equal.
+void expect_same_products(const std::string& what, Buf& got, Buf& want) {
+  const std::vector<double> a = got.got(), b = want.got();
+  double ab = 0, aa = 0, bb = 0, max_diff = 0;
+  size_t equal = 0, finite = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    finite += std::isfinite(a[i]) ? 1 : 0;
+    equal += a[i] == b[i] ? 1 : 0;
+    ab += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+    max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
+  }
+  const double cs = ab / std::sqrt(aa * bb);
+  std::printf("[grouped] %-44s cosine 1 - %.2e, %zu of %zu equal, max diff %.2e\n", what.c_str(), 1 - cs, equal,
+              a.size(), max_diff);
+  EXPECT_EQ(finite, a.size()) << what << ": elements not written";
+  EXPECT_GE(cs, 1 - 1e-6) << what;
+}
+
+// The three experts' ops (moe_linear_forward, _backward_input, _backward_weight in bf16 and
+// F32, written and added) against cuda::Gemm::run once per expert with rows, the loop the
+// grouped GEMM replaced; outputs the ops write start as NaN, so an unwritten row fails. A second
+// run of the same problems gives the same bits.
+TEST(CudaMoe, GroupedGemmsMatchAPerExpertLoop) {
+  REQUIRE_GPU();
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  void* workspace = gpu().runtime().alloc(cuda::Gemm::kWorkspaceBytes);
+  cuda::Gemm loop(stream, workspace);
+  uint32_t seed = 1;
+  for (const ExpertsCase& k : {ExpertsCase{96, 64, {5, 0, 17, 1, 0, 33, 8, 0}},
+                               ExpertsCase{40, 24, {0, 3, 0, 0, 7, 2}},  // rows of 80 and 48 bytes
+                               ExpertsCase{20, 12, {3, 8, 0, 5}},  // 40- and 24-byte rows: dw's set through run()
+                               ExpertsCase{1536, 2048, {0, 130, 64, 1, 0, 257, 12, 600}}}) {  // 30B-A3B's gate/up
+    const int64_t E = static_cast<int64_t>(k.rows.size()), N = k.nout, K = k.kin;
+    std::vector<int32_t> off(1, 0);
+    for (int32_t r : k.rows) off.push_back(off.back() + r);
+    const int64_t R = off.back();
+    Ids offsets(off);
+    Buf x({R, K}, DType::kBF16, randn(R * K, seed++)), dy({R, N}, DType::kBF16, randn(R * N, seed++));
+    Buf w({E, N, K}, DType::kBF16, randn(E * N * K, seed++, 0.05f));
+    Buf y({R, N}, DType::kBF16, nans(R * N)), y_loop({R, N}, DType::kBF16, nans(R * N));
+    Buf dx({R, K}, DType::kBF16, nans(R * K)), dx_loop({R, K}, DType::kBF16, nans(R * K));
+    Buf dw({E, N, K}, DType::kBF16, nans(E * N * K)), dw_loop({E, N, K}, DType::kBF16, nans(E * N * K));
+    const std::vector<float> start = randn(E * N * K, seed++);
+    Buf dw32({E, N, K}, DType::kF32, start), dw32_loop({E, N, K}, DType::kF32, start);
+    gpu().moe_linear_forward(y.g(), x.g(), w.g(), offsets.g());
+    gpu().moe_linear_backward_input(dx.g(), dy.g(), w.g(), offsets.g());
+    gpu().moe_linear_backward_weight(dw.g(), dy.g(), x.g(), offsets.g(), false);
+    gpu().moe_linear_backward_weight(dw32.g(), dy.g(), x.g(), offsets.g(), true);
+    gpu().runtime().synchronize();
+    const auto at = [](Buf& b, int64_t elements) {
+      return static_cast<char*>(b.g().data) + elements * static_cast<int64_t>(dtype_size(b.g().dtype));
+    };
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r0 = off[static_cast<size_t>(e)], m = k.rows[static_cast<size_t>(e)];
+      if (m == 0) {
+        CUDA_CHECK(cudaMemsetAsync(at(dw_loop, e * N * K), 0, static_cast<size_t>(N * K) * 2, stream));
+        continue;
+      }
+      loop.run(at(y_loop, r0 * N), CUDA_R_16BF, N, {at(x, r0 * K), K, false}, {at(w, e * N * K), K, true}, m, N, K,
+               0.0f, nullptr);
+      loop.run(at(dx_loop, r0 * K), CUDA_R_16BF, K, {at(dy, r0 * N), N, false}, {at(w, e * N * K), K, false}, m, K, N,
+               0.0f, nullptr);
+      loop.run(at(dw_loop, e * N * K), CUDA_R_16BF, K, {at(dy, r0 * N), N, true}, {at(x, r0 * K), K, false}, N, K, m,
+               0.0f, nullptr);
+      loop.run(at(dw32_loop, e * N * K), CUDA_R_32F, K, {at(dy, r0 * N), N, true}, {at(x, r0 * K), K, false}, N, K,
+               m, 1.0f, nullptr);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::string shape = cat(E, " experts of ", N, "x", K, ", ", R, " rows: ");
+    expect_same_products(shape + "forward", y, y_loop);
+    expect_same_products(shape + "backward input", dx, dx_loop);
+    expect_same_products(shape + "backward weight bf16", dw, dw_loop);
+    expect_same_products(shape + "backward weight F32 +=", dw32, dw32_loop);
+    // The same problem set again: the same bits.
+    Buf y2({R, N}, DType::kBF16, nans(R * N)), dw2({E, N, K}, DType::kBF16, nans(E * N * K));
+    gpu().moe_linear_forward(y2.g(), x.g(), w.g(), offsets.g());
+    gpu().moe_linear_backward_weight(dw2.g(), dy.g(), x.g(), offsets.g(), false);
+    EXPECT_TRUE(y2.got() == y.got()) << shape << "forward: a second run differs";
+    EXPECT_TRUE(dw2.got() == dw.got()) << shape << "backward weight: a second run differs";
+    const std::vector<double> got = dw.got();
+    for (int64_t e = 0; e < E; ++e)
+      if (k.rows[static_cast<size_t>(e)] == 0)
+        EXPECT_TRUE(std::all_of(got.begin() + e * N * K, got.begin() + (e + 1) * N * K,
+                                [](double v) { return v == 0; }))
+            << shape << "expert " << e << " has no rows: its weight gradient is zero";
+  }
+  gpu().runtime().release(workspace);
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "ops/cuda/gemm.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/cuda/check.h"
 #include "core/error.h"
@@ -49,6 +50,7 @@ Gemm::~Gemm() {
     cublasLtMatmulDescDestroy(p.desc);
   }
   cublasLtDestroy(handle_);
+  if (blas_) cublasDestroy(blas_);
 }
 
 const Gemm::Plan& Gemm::plan(const Key& key) {
@@ -127,6 +129,66 @@ void Gemm::run(void* out, cudaDataType_t out_type, int64_t ldo, GemmOperand a, G
   const float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, b.ptr, p.b, a.ptr, p.a, &beta, out, p.d, out, p.d, &p.algo,
                               workspace_, kWorkspaceBytes, stream_));
+}
+
+// The column-major form of each problem is run()'s (the file's comment): cuBLAS's A is our B,
+// its B our A, (m, n) swapped. The workspace is the cuBLASLt plans' one: both run on stream_
+// only, one after the other.
+namespace {
+
+// cuBLAS's rule for the addresses of a bf16 grouped GEMM of inner size k: 16-byte aligned where
+// k * 2 bytes is a multiple of 16, 4-byte where it is a multiple of 4 (ideally 16 always).
+bool grouped_aligned(const GemmProblem& q) {
+  const int need = (q.k * 2) % 16 == 0 ? 16 : (q.k * 2) % 4 == 0 ? 4 : 2;
+  return alignment_of(q.a.ptr) >= need && alignment_of(q.b.ptr) >= need && alignment_of(q.out) >= need;
+}
+
+}  // namespace
+
+void Gemm::run_grouped(const std::vector<GemmProblem>& problems, float beta, void* pointers) {
+  if (problems.empty()) return;
+  // Rows of an odd width can break cuBLAS's alignment rule: such a set runs through run(),
+  // whose cuBLASLt plans take any alignment.
+  if (!std::all_of(problems.begin(), problems.end(), grouped_aligned)) {
+    for (const GemmProblem& q : problems) run(q.out, CUDA_R_16BF, q.ldo, q.a, q.b, q.m, q.n, q.k, beta, nullptr);
+    return;
+  }
+  if (!blas_) {
+    CUBLAS_CHECK(cublasCreate(&blas_));
+    CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    CUBLAS_CHECK(cublasSetWorkspace(blas_, workspace_, kWorkspaceBytes));
+  }
+  const size_t g = problems.size();
+  std::vector<cublasOperation_t> op_a(g), op_b(g);
+  std::vector<int> m(g), n(g), k(g), lda(g), ldb(g), ldc(g), size(g, 1);
+  std::vector<float> alpha(g, 1.0f), betas(g, beta);
+  std::vector<const void*> ptrs(3 * g);  // cuBLAS's A (our B), B (our A), C
+  const auto fits = [](int64_t v) {
+    ANVIL_ENSURE(v >= 0 && v <= INT32_MAX, kInternal, "grouped GEMM size ", v, " over cuBLAS's int");
+    return static_cast<int>(v);
+  };
+  for (size_t i = 0; i < g; ++i) {
+    const GemmProblem& q = problems[i];
+    ANVIL_ENSURE(q.m > 0 && q.n > 0 && q.k > 0, kInternal, "grouped GEMM with an empty problem");
+    op_a[i] = q.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    op_b[i] = q.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    m[i] = fits(q.n);
+    n[i] = fits(q.m);
+    k[i] = fits(q.k);
+    lda[i] = fits(q.b.ld);
+    ldb[i] = fits(q.a.ld);
+    ldc[i] = fits(q.ldo);
+    ptrs[i] = q.b.ptr;
+    ptrs[g + i] = q.a.ptr;
+    ptrs[2 * g + i] = q.out;
+  }
+  // From pageable memory: the copy returns once ptrs is staged, so ptrs may go out of scope.
+  CUDA_CHECK(cudaMemcpyAsync(pointers, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, stream_));
+  const void* const* dev = static_cast<const void* const*>(pointers);
+  CUBLAS_CHECK(cublasGemmGroupedBatchedEx(blas_, op_a.data(), op_b.data(), m.data(), n.data(), k.data(), alpha.data(),
+                                          dev, CUDA_R_16BF, lda.data(), dev + g, CUDA_R_16BF, ldb.data(), betas.data(),
+                                          const_cast<void* const*>(dev + 2 * g), CUDA_R_16BF, ldc.data(),
+                                          static_cast<int>(g), size.data(), CUBLAS_COMPUTE_32F));
 }
 
 }  // namespace anvil::cuda

@@ -7,15 +7,18 @@
 // trans_b. Row strides let the fused cross-entropy address a bf16 matrix that lives inside
 // an fp32 buffer. Plans (descriptors and the heuristic's algorithm) are cached per shape,
 // strides and pointer alignment, so a training step pays the heuristic once per shape.
+// run_grouped runs many such products of different sizes in one call of cuBLAS's grouped GEMM.
 #pragma once
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "ops/workspace.h"
 
@@ -29,6 +32,14 @@ struct GemmOperand {
   const void* ptr = nullptr;
   int64_t ld = 0;
   bool trans = false;
+};
+
+// One product of Gemm::run_grouped, row-major as run()'s: out (m, n) [ldo] = op(A) op(B) (+ beta out).
+struct GemmProblem {
+  void* out = nullptr;
+  int64_t ldo = 0;
+  GemmOperand a, b;
+  int64_t m = 0, n = 0, k = 0;
 };
 
 class Gemm {
@@ -48,6 +59,17 @@ class Gemm {
            int64_t k, float beta, const void* bias);
   // The candidate rank the last run() used (below algo_rank when the shape has fewer).
   int last_rank() const { return last_rank_; }
+  // Every problem (each a group of its own) in one call of cuBLAS's cublasGemmGroupedBatchedEx:
+  // bf16 operands and output (its grouped GEMM has no bf16 -> fp32 form), fp32 compute, alpha
+  // 1 and `beta` (1 adds into out). Sizes and strides are read from the host; the operands'
+  // addresses reach the device through `pointers`, the caller's device memory of 3 pointers per
+  // problem, written here by one copy in stream order and read by the GEMM after it. A set whose
+  // addresses break cuBLAS's alignment rule for their inner sizes (rows whose width is not a
+  // multiple of 8 elements) runs as run() per problem instead. cuBLAS picks its kernels from the
+  // problem set alone, so the same set gives the same bits on every run (its reproducibility
+  // rule: the same GPU architecture and SM count, one stream per workspace, which the shared
+  // workspace below keeps).
+  void run_grouped(const std::vector<GemmProblem>& problems, float beta, void* pointers);
 
  private:
   struct Plan {
@@ -65,6 +87,7 @@ class Gemm {
   cudaStream_t stream_;
   int algo_rank_ = 0, last_rank_ = 0;
   cublasLtHandle_t handle_ = nullptr;
+  cublasHandle_t blas_ = nullptr;  // run_grouped's, made on its first call, on stream_ and workspace_
   void* workspace_ = nullptr;
   std::map<Key, Plan> plans_;
 };

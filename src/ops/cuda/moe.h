@@ -1,7 +1,7 @@
 // The mixture-of-experts kernels of the CUDA backend (ops.h's moe_* ops): the router and its
 // backward, the load-balancing loss, the sort by expert, the gather of the experts' rows, the
 // combine, and their backward. Every sum is in a fixed order (no atomics), so a run repeats
-// bit for bit. The experts' GEMMs are moe_ops.cpp's (cuBLASLt, one per expert).
+// bit for bit. The experts' GEMMs are moe_ops.cpp's (cuBLAS's grouped GEMM, one call per op).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,8 +1,13 @@
 // The mixture-of-experts ops' dispatch (CudaOps, cuda_ops.h) to the kernels of moe.cu, and the
-// experts' linear layers as a loop of cuBLASLt GEMMs, one per expert with rows: the first
-// version. The loop needs the experts' row counts on the host, so each of the three experts'
-// ops downloads the offsets (a wait for the queue; no CUDA graph can hold it: the decoder
-// does not record MoE models). A grouped GEMM whose counts stay on the device replaces it.
+// experts' linear layers as one grouped GEMM per op (cuBLAS's cublasGemmGroupedBatchedEx,
+// through cuda::Gemm::run_grouped): one problem per expert with rows. cuBLAS reads the
+// problems' sizes from the host, so each of the three ops downloads the offsets (a wait for the
+// queue; no CUDA graph can hold it: the decoder does not record MoE models) and builds the
+// operands' addresses from the same host offsets, uploaded by one small copy right after the
+// download, while the queue is empty (a kernel building them on the device would still need
+// the host's sizes). A weight gradient in F32 (cuda::grad_out) runs as a loop of cuBLASLt
+// GEMMs, one per expert with rows: cuBLAS's grouped GEMM writes bf16 from bf16 operands only.
+// The same offsets give the same problem set, so the same kernels and the same bits.
 #include <vector>
 
 #include "core/cuda/check.h"
@@ -22,6 +27,12 @@ std::vector<int32_t> host_offsets(Runtime& rt, const Tensor& offsets) {
   std::vector<int32_t> h(static_cast<size_t>(offsets.numel()));
   rt.download(h.data(), offsets);
   return h;
+}
+
+// Expert e's first row and row count.
+int64_t first_row(const std::vector<int32_t>& off, int64_t e) { return off[static_cast<size_t>(e)]; }
+int64_t rows_of(const std::vector<int32_t>& off, int64_t e) {
+  return off[static_cast<size_t>(e) + 1] - off[static_cast<size_t>(e)];
 }
 
 }  // namespace
@@ -64,42 +75,48 @@ void CudaOps::moe_gather_backward_impl(Tensor dx, Tensor dxs, Tensor rows, bool 
 void CudaOps::moe_linear_forward_impl(Tensor y, Tensor x, Tensor w, Tensor offsets) {
   const int64_t E = w.dim(0), Nout = w.dim(1), Kin = w.dim(2);
   const std::vector<int32_t> off = host_offsets(rt_, offsets);
-  cuda::Gemm& g = gemm("moe_linear_forward");
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = off[static_cast<size_t>(e)], m = off[static_cast<size_t>(e) + 1] - r0;
-    if (m == 0) continue;
-    g.run(p<nv_bf16>(y) + r0 * Nout, CUDA_R_16BF, Nout, {p<nv_bf16>(x) + r0 * Kin, Kin, false},
-          {p<nv_bf16>(w) + e * Nout * Kin, Kin, true}, m, Nout, Kin, 0.0f, nullptr);
-  }
+  std::vector<cuda::GemmProblem> problems;
+  for (int64_t e = 0; e < E; ++e)
+    if (const int64_t r0 = first_row(off, e), m = rows_of(off, e); m > 0)
+      problems.push_back({p<nv_bf16>(y) + r0 * Nout, Nout, {p<nv_bf16>(x) + r0 * Kin, Kin, false},
+                          {p<nv_bf16>(w) + e * Nout * Kin, Kin, true}, m, Nout, Kin});
+  gemm("moe_linear_forward").run_grouped(problems, 0.0f, scratch(3 * sizeof(void*) * static_cast<size_t>(E)));
 }
 
 void CudaOps::moe_linear_backward_input_impl(Tensor dx, Tensor dy, Tensor w, Tensor offsets) {
   const int64_t E = w.dim(0), Nout = w.dim(1), Kin = w.dim(2);
   const std::vector<int32_t> off = host_offsets(rt_, offsets);
-  cuda::Gemm& g = gemm("moe_linear_backward_input");
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = off[static_cast<size_t>(e)], m = off[static_cast<size_t>(e) + 1] - r0;
-    if (m == 0) continue;
-    g.run(p<nv_bf16>(dx) + r0 * Kin, CUDA_R_16BF, Kin, {p<nv_bf16>(dy) + r0 * Nout, Nout, false},
-          {p<nv_bf16>(w) + e * Nout * Kin, Kin, false}, m, Kin, Nout, 0.0f, nullptr);
-  }
+  std::vector<cuda::GemmProblem> problems;
+  for (int64_t e = 0; e < E; ++e)
+    if (const int64_t r0 = first_row(off, e), m = rows_of(off, e); m > 0)
+      problems.push_back({p<nv_bf16>(dx) + r0 * Kin, Kin, {p<nv_bf16>(dy) + r0 * Nout, Nout, false},
+                          {p<nv_bf16>(w) + e * Nout * Kin, Kin, false}, m, Kin, Nout});
+  gemm("moe_linear_backward_input").run_grouped(problems, 0.0f, scratch(3 * sizeof(void*) * static_cast<size_t>(E)));
 }
 
+// dw_e (Nout, Kin) = dy_e^T x_e over expert e's rows; an expert without rows gets zeros (or
+// keeps its sum when accumulating).
 void CudaOps::moe_linear_backward_weight_impl(Tensor dw, Tensor dy, Tensor x, Tensor offsets, bool accumulate) {
   const int64_t E = dw.dim(0), Nout = dw.dim(1), Kin = dw.dim(2);
   const cuda::GradOut out = cuda::grad_out(dw);
   const std::vector<int32_t> off = host_offsets(rt_, offsets);
   cuda::Gemm& g = gemm("moe_linear_backward_weight");
+  std::vector<cuda::GemmProblem> problems;
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = off[static_cast<size_t>(e)], m = off[static_cast<size_t>(e) + 1] - r0;
+    const int64_t r0 = first_row(off, e), m = rows_of(off, e);
     void* dw_e = static_cast<char*>(dw.data) + out.bytes(e * Nout * Kin);
     if (m == 0) {
       if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dw_e, 0, out.bytes(Nout * Kin), queue()));
       continue;
     }
-    g.run(dw_e, out.bf16 ? CUDA_R_16BF : CUDA_R_32F, Kin, {p<nv_bf16>(dy) + r0 * Nout, Nout, true},
-          {p<nv_bf16>(x) + r0 * Kin, Kin, false}, Nout, Kin, m, accumulate ? 1.0f : 0.0f, nullptr);
+    const cuda::GemmProblem q{
+        dw_e, Kin, {p<nv_bf16>(dy) + r0 * Nout, Nout, true}, {p<nv_bf16>(x) + r0 * Kin, Kin, false}, Nout, Kin, m};
+    if (out.bf16)
+      problems.push_back(q);
+    else
+      g.run(q.out, CUDA_R_32F, q.ldo, q.a, q.b, q.m, q.n, q.k, accumulate ? 1.0f : 0.0f, nullptr);
   }
+  g.run_grouped(problems, accumulate ? 1.0f : 0.0f, scratch(3 * sizeof(void*) * static_cast<size_t>(E)));
 }
 
 void CudaOps::moe_combine_forward_impl(Tensor out, Tensor ys, Tensor rows, Tensor topk_w) {
