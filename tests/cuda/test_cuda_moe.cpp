@@ -1,6 +1,7 @@
 // Qwen3-MoE on the GPU against the CPU reference (which tests/test_moe_oracle.cpp holds to
 // transformers in float64): loss within 2e-3 relative and every gradient at cosine 0.9998 or
-// better, the same bits on a second run (routing ties go to the lower expert; every sum runs
+// better (where bf16 attention alone does not reach it, the same model made dense's cosine;
+// AllExpertsMatchTheCpuReference), the same bits on a second run (routing ties go to the lower expert; every sum runs
 // in a fixed order), and the same bits under selective and full recomputation.
 // Routing is discontinuous: a token whose k-th and (k+1)-th router logits lie closer than
 // bf16's error would choose other experts on the GPU than on the CPU, and no tolerance holds
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "core/cuda/check.h"
@@ -83,17 +85,24 @@ Result run(const ModelConfig& cfg, const HostUnits& w, const TokenBatch& batch, 
   return out;
 }
 
+// The bar of each gradient's cosine against the CPU: 0.9998, except where bf16 attention alone
+// does not reach it on these shapes (`floors`: the cosines of the same model made dense, by
+// tensor name; there the dense model's own cosine less 1e-5).
+constexpr double kBar = 0.9998;
+using Floors = std::map<std::string, double>;
+
 // The GPU's gradients against the CPU's on `batch`, one line per tensor with its cosine.
-// Where `hold`: the loss within 2e-3 relative, every cosine at least 0.9998, and a gradient the
+// Where `hold`: the loss within 2e-3 relative, every cosine at its bar, and a gradient the
 // CPU finds all zero (zero o_proj: none reaches q, k, v) all zero on the GPU too; else printed
-// only. The GPU's result.
-Result compare_gradients(const ModelConfig& cfg, const HostUnits& w, const TokenBatch& batch, int64_t B, int64_t T,
-                         const std::string& what, bool hold) {
+// only. Returns the GPU's result and each tensor's cosine.
+std::pair<Result, Floors> compare_gradients(const ModelConfig& cfg, const HostUnits& w, const TokenBatch& batch,
+                                            int64_t B, int64_t T, const std::string& what, bool hold,
+                                            const Floors& floors = {}) {
   const ParamTable table(cfg, 1);
   const Result cpu = run(cfg, w, batch, B, T, "cpu"), gpu = run(cfg, w, batch, B, T, "cuda");
   if (hold) EXPECT_NEAR(gpu.loss, cpu.loss, 2e-3 * cpu.loss) << what;
   double worst = 1;
-  int compared = 0;
+  Floors cosines;
   for (const ParamEntry& e : table.entries()) {
     const float* c = cpu.grads[static_cast<size_t>(e.unit)].data() + e.offset;
     const float* g = gpu.grads[static_cast<size_t>(e.unit)].data() + e.offset;
@@ -105,20 +114,23 @@ Result compare_gradients(const ModelConfig& cfg, const HostUnits& w, const Token
       continue;
     }
     const double cs = cosine(g, c, e.numel());
-    std::printf("%s: grad.%s cosine %.6f\n", what.c_str(), e.name.c_str(), cs);
+    const auto floor = floors.find(e.name);
+    const double bar = floor != floors.end() ? std::min(kBar, floor->second - 1e-5) : kBar;
+    std::printf("%s: grad.%s cosine %.6f%s\n", what.c_str(), e.name.c_str(), cs,
+                bar < kBar ? cat(" (bar ", bar, ": the dense model's ", floor->second, " less 1e-5)").c_str() : "");
     worst = std::min(worst, cs);
-    if (hold) EXPECT_GE(cs, 0.9998) << what << " grad." << e.name;
-    ++compared;
+    if (hold) EXPECT_GE(cs, bar) << what << " grad." << e.name;
+    cosines[e.name] = cs;
   }
-  std::printf("%s: loss %.6f (CPU %.6f), %d gradients, worst cosine %.6f\n", what.c_str(), gpu.loss, cpu.loss,
-              compared, worst);
-  return gpu;
+  std::printf("%s: loss %.6f (CPU %.6f), %zu gradients, worst cosine %.6f\n", what.c_str(), gpu.loss, cpu.loss,
+              cosines.size(), worst);
+  return {gpu, cosines};
 }
 
 // The GPU against the CPU on `batch` (held), twice, and under each recompute policy.
 void expect_gpu_matches_cpu(const ModelConfig& cfg, const HostUnits& w, const TokenBatch& batch, int64_t B,
-                            int64_t T, const std::string& what) {
-  const Result gpu = compare_gradients(cfg, w, batch, B, T, what, true);
+                            int64_t T, const std::string& what, const Floors& floors = {}) {
+  const Result gpu = compare_gradients(cfg, w, batch, B, T, what, true, floors).first;
   EXPECT_TRUE(run(cfg, w, batch, B, T, "cuda").grads == gpu.grads) << what << ": a second run differs";
   for (Recompute r : {Recompute::kSelective, Recompute::kFull})
     EXPECT_TRUE(run(cfg, w, batch, B, T, "cuda", r).grads == gpu.grads) << what << ": " << recompute_name(r);
@@ -137,7 +149,11 @@ HostUnits dense_copy(const ModelConfig& moe, const HostUnits& w, const ModelConf
   return out;
 }
 
-// Every token to every expert: two layers, the first dense (mlp_only_layers).
+// Every token to every expert: two layers, the first dense (mlp_only_layers). bf16 attention
+// does not reach the bar on these shapes by itself: on one H200 the same model made dense
+// (the same attention and embedding weights, every layer dense) gave layer 1's q_proj and
+// k_proj cosines of 0.999791 each, where this model gave 0.999796 and 0.999799. Those tensors
+// are held to the dense model's cosine less 1e-5 (Floors), every other one to 0.9998.
 TEST(CudaMoe, AllExpertsMatchTheCpuReference) {
   REQUIRE_GPU();
   const ModelConfig cfg = moe_config(2, 4, 4, Json::array({0}));
@@ -148,10 +164,12 @@ TEST(CudaMoe, AllExpertsMatchTheCpuReference) {
   TokenBatch batch;
   std::mt19937_64 rng(3);
   for (int64_t i = 0; i < B * T; ++i) batch.ids.push_back(std::uniform_int_distribution<int64_t>(0, 511)(rng));
-  expect_gpu_matches_cpu(cfg, w, batch, B, T, "top-4 of 4 experts");
-  // The same model made dense, printed only: bf16 attention's own floor on these shapes.
   const ModelConfig dense = moe_config(2, 4, 4, Json::array({0, 1}));
-  compare_gradients(dense, dense_copy(cfg, w, dense, 7), batch, B, T, "the same model dense", false);
+  Floors floors;
+  for (const auto& [name, cs] :
+       compare_gradients(dense, dense_copy(cfg, w, dense, 7), batch, B, T, "the same model dense", false).second)
+    if (cs < kBar) floors[name] = cs;
+  expect_gpu_matches_cpu(cfg, w, batch, B, T, "top-4 of 4 experts", floors);
 }
 
 // Top-2 of 8 experts in one layer whose attention adds nothing: the router sees
@@ -202,26 +220,37 @@ struct ExpertsCase {
   std::vector<int32_t> rows;
 };
 
-// got against want (both bf16 or both F32 on the GPU): every element finite, cosine >= 1 - 1e-6
-// (the grouped GEMM may sum in another order than the loop's GEMMs; each output is rounded
-// once), printed with how many elements are equal.
+// One unit in the last place of a bf16 of magnitude v (8 significant bits).
+double bf16_ulp(double v) { return v == 0 ? 0 : std::ldexp(1.0, std::ilogb(v) - 7); }
+
+// got against want (both bf16 or both F32 on the GPU): every element finite and the same sums.
+// The grouped GEMM may add the same products in another order than the loop's GEMMs (another
+// kernel, another split of k), in fp32, each output rounded once: a bf16 output may then lie
+// one bf16 ulp from the loop's (on one H200, 42 of 192 elements of the 20 x 12 backward input
+// did, cosine 1 - 2.1e-6), never more; an F32 output within cosine 1 - 1e-6. Printed with how
+// many elements are equal.
 void expect_same_products(const std::string& what, Buf& got, Buf& want) {
   const std::vector<double> a = got.got(), b = want.got();
+  const bool bf16 = got.g().dtype == DType::kBF16;
   double ab = 0, aa = 0, bb = 0, max_diff = 0;
-  size_t equal = 0, finite = 0;
+  size_t equal = 0, finite = 0, past_ulp = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     finite += std::isfinite(a[i]) ? 1 : 0;
     equal += a[i] == b[i] ? 1 : 0;
+    past_ulp += std::abs(a[i] - b[i]) > bf16_ulp(std::max(std::abs(a[i]), std::abs(b[i]))) ? 1 : 0;
     ab += a[i] * b[i];
     aa += a[i] * a[i];
     bb += b[i] * b[i];
     max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
   }
   const double cs = ab / std::sqrt(aa * bb);
-  std::printf("[grouped] %-44s cosine 1 - %.2e, %zu of %zu equal, max diff %.2e\n", what.c_str(), 1 - cs, equal,
-              a.size(), max_diff);
+  std::printf("[grouped] %-44s cosine 1 - %.2e, %zu of %zu equal, %zu past one bf16 ulp, max diff %.2e\n",
+              what.c_str(), 1 - cs, equal, a.size(), past_ulp, max_diff);
   EXPECT_EQ(finite, a.size()) << what << ": elements not written";
-  EXPECT_GE(cs, 1 - 1e-6) << what;
+  if (bf16)
+    EXPECT_EQ(past_ulp, 0u) << what << ": elements more than one bf16 ulp from the loop's";
+  else
+    EXPECT_GE(cs, 1 - 1e-6) << what;
 }
 
 // The three experts' ops (moe_linear_forward, _backward_input, _backward_weight in bf16 and
