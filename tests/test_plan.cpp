@@ -347,16 +347,20 @@ struct RanksCase {
   DType wire = DType::kF32;
   int64_t micro_batches = 1;
   bool defer_sync = false;
+  Recompute recompute = Recompute::kNone;
 };
 
-void expect_ranks_allocate_the_plan(const std::string& fixture, const RanksCase& k) {
-  const std::string dir = testing::fixture_dir(fixture);
+// `model`: a model folder (a fixture's, or one a test wrote).
+void expect_ranks_allocate_the_plan(const std::string& dir, const RanksCase& k) {
+  const std::string fixture = dir.substr(dir.find_last_of('/') + 1);
   const ModelConfig cfg = load_config(dir);
   const ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);
   load_hf_weights(dir, table, w);
   std::vector<int64_t> peak(static_cast<size_t>(k.ranks)), planned(static_cast<size_t>(k.ranks));
-  const std::vector<std::string> errors = testing::run_comm_ranks(k.ranks, [&](Comm& comm) {
+  // One rank: the single process (no comm); more: CPU ranks.
+  auto rank_step = [&](Comm* comm) {
+    const size_t rank = comm ? static_cast<size_t>(comm->rank()) : 0;
     TrainConfig c;
     c.model.device = "cpu";
     c.parallel.mode = k.mode;
@@ -365,22 +369,28 @@ void expect_ranks_allocate_the_plan(const std::string& fixture, const RanksCase&
     c.data.micro_batch = 2;
     c.data.seq_len = 24;
     c.data.grad_accum = k.micro_batches;
-    c.parallel.recompute = Recompute::kNone;
+    c.parallel.recompute = k.recompute;
     c.steps = 3;
-    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, &comm, 0);
+    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, comm, 0);
     std::vector<TokenBatch> micro(static_cast<size_t>(k.micro_batches));
     for (size_t m = 0; m < micro.size(); ++m)
       for (int64_t i = 0; i < 2 * 24; ++i)
-        micro[m].ids.push_back((i * 7 + 3 + comm.rank() + 5 * static_cast<int64_t>(m)) % cfg.vocab_size);
+        micro[m].ids.push_back((i * 7 + 3 + static_cast<int64_t>(rank + 5 * m)) % cfg.vocab_size);
     for (int i = 0; i < 3; ++i) t->step(micro);
-    peak[static_cast<size_t>(comm.rank())] = t->ops().runtime().memory_stats().peak;
-    planned[static_cast<size_t>(comm.rank())] = t->plan().total();
-  });
+    peak[rank] = t->ops().runtime().memory_stats().peak;
+    planned[rank] = t->plan().total();
+  };
+  std::vector<std::string> errors(1);
+  if (k.ranks == 1)
+    rank_step(nullptr);
+  else
+    errors = testing::run_comm_ranks(k.ranks, [&](Comm& comm) { rank_step(&comm); });
   for (size_t r = 0; r < peak.size(); ++r) {
     EXPECT_EQ(errors[r], "");
     EXPECT_EQ(peak[r], planned[r]) << fixture << " " << parallel_mode_name(k.mode) << " on " << k.ranks
                                    << " ranks, wire " << dtype_name(k.wire) << ", " << k.micro_batches
-                                   << " micro-batches" << (k.defer_sync ? ", sync deferred" : "") << ", rank " << r;
+                                   << " micro-batches" << (k.defer_sync ? ", sync deferred" : "") << ", recompute "
+                                   << recompute_name(k.recompute) << ", rank " << r;
   }
 }
 
@@ -389,11 +399,43 @@ TEST(Plan, TrainingStepOnRanksAllocatesWhatThePlanCounts) {
     for (int ranks : {2, 4})
       for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp})
         for (DType wire : {DType::kF32, DType::kBF16}) {
-          expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 1, false});
-          if (ranks == 2) expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 2, false});
+          const std::string dir = testing::fixture_dir(fixture);
+          expect_ranks_allocate_the_plan(dir, {ranks, mode, wire, 1, false});
+          if (ranks == 2) expect_ranks_allocate_the_plan(dir, {ranks, mode, wire, 2, false});
           if (ranks == 2 && mode != ParallelMode::kDdp)
-            expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 2, true});
+            expect_ranks_allocate_the_plan(dir, {ranks, mode, wire, 2, true});
         }
+}
+
+// A tiny Qwen3-MoE folder (anvil init, fresh weights): 4 layers of 4 experts, 2 per token;
+// `sparsity` its mlp_only_layers or decoder_sparse_step, the auxiliary loss on.
+std::string tiny_moe_dir(const std::string& name, const Json& sparsity) {
+  const std::string dir = testing::temp_dir("plan-" + name);
+  Json cfg = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"vocab_size", 200}, {"hidden_size", 48},
+              {"intermediate_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4},
+              {"num_key_value_heads", 2}, {"head_dim", 16}, {"num_experts", 4}, {"num_experts_per_tok", 2},
+              {"moe_intermediate_size", 24}, {"norm_topk_prob", true}, {"output_router_logits", true},
+              {"initializer_range", 0.2}};
+  cfg.update(sparsity);
+  json_write_file(dir + "/config.json", cfg);
+  const auto init = testing::run_anvil({"init", "--config", dir + "/config.json", "--out", dir + "/" + name});
+  EXPECT_EQ(init.exit_code, 0) << init.out;
+  return dir + "/" + name;
+}
+
+// The same for Qwen3-MoE, whose sparse layers hold the router and experts in their units and
+// the routing's, sort's and experts' buffers in the activation table: dense layers among
+// sparse ones (mlp_only_layers; decoder_sparse_step 2), every mode and recomputation, one
+// process and two ranks. No buffer's size follows the per-expert counts (each token takes
+// exactly K rows), so the routing of the data changes no byte.
+TEST(Plan, MoeTrainingStepOnRanksAllocatesWhatThePlanCounts) {
+  const std::string only = tiny_moe_dir("moe-mlp-only", {{"mlp_only_layers", {1}}});
+  const std::string step2 = tiny_moe_dir("moe-step-2", {{"decoder_sparse_step", 2}});
+  for (const std::string& dir : {only, step2})
+    for (int ranks : {1, 2})
+      for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp})
+        for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
+          expect_ranks_allocate_the_plan(dir, {ranks, mode, DType::kF32, 1, false, r});
 }
 
 TEST(Plan, AdviceFollowsTheRule) {
