@@ -18,6 +18,7 @@
 #include "train/open_run.h"
 #include "comm_ranks.h"
 #include "testing.h"
+#include "tiny_moe.h"
 
 namespace anvil {
 namespace {
@@ -350,7 +351,7 @@ struct RanksCase {
   Recompute recompute = Recompute::kNone;
 };
 
-// `model`: a model folder (a fixture's, or one a test wrote).
+// `dir`: a model folder (a fixture's, or one a test wrote).
 void expect_ranks_allocate_the_plan(const std::string& dir, const RanksCase& k) {
   const std::string fixture = dir.substr(dir.find_last_of('/') + 1);
   const ModelConfig cfg = load_config(dir);
@@ -407,20 +408,14 @@ TEST(Plan, TrainingStepOnRanksAllocatesWhatThePlanCounts) {
         }
 }
 
-// A tiny Qwen3-MoE folder (anvil init, fresh weights): 4 layers of 4 experts, 2 per token;
-// `sparsity` its mlp_only_layers or decoder_sparse_step, the auxiliary loss on.
-std::string tiny_moe_dir(const std::string& name, const Json& sparsity) {
-  const std::string dir = testing::temp_dir("plan-" + name);
-  Json cfg = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"vocab_size", 200}, {"hidden_size", 48},
-              {"intermediate_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4},
-              {"num_key_value_heads", 2}, {"head_dim", 16}, {"num_experts", 4}, {"num_experts_per_tok", 2},
-              {"moe_intermediate_size", 24}, {"norm_topk_prob", true}, {"output_router_logits", true},
-              {"initializer_range", 0.2}};
-  cfg.update(sparsity);
-  json_write_file(dir + "/config.json", cfg);
-  const auto init = testing::run_anvil({"init", "--config", dir + "/config.json", "--out", dir + "/" + name});
-  EXPECT_EQ(init.exit_code, 0) << init.out;
-  return dir + "/" + name;
+// The workspace's block linears (the FP8 operands' copies): a dense MLP's only where the model
+// has a dense layer; the router's and experts' GEMMs run in bf16 under --fp8.
+TEST(Plan, MoeWorkspaceLinearsAreTheFp8Ones) {
+  ModelConfig m = preset_config("qwen3-30b-a3b");
+  ASSERT_FALSE(m.has_dense_mlp());
+  EXPECT_EQ(workspace_shape(m, 1, 2048, 1, Fp8Recipe::kTensorwise).linears.size(), 2u) << "qkv and o";
+  m.moe.mlp_only_layers = {0};
+  EXPECT_EQ(workspace_shape(m, 1, 2048, 1, Fp8Recipe::kTensorwise).linears.size(), 4u) << "and the dense MLP's";
 }
 
 // The same for Qwen3-MoE, whose sparse layers hold the router and experts in their units and
@@ -429,8 +424,8 @@ std::string tiny_moe_dir(const std::string& name, const Json& sparsity) {
 // process and two ranks. No buffer's size follows the per-expert counts (each token takes
 // exactly K rows), so the routing of the data changes no byte.
 TEST(Plan, MoeTrainingStepOnRanksAllocatesWhatThePlanCounts) {
-  const std::string only = tiny_moe_dir("moe-mlp-only", {{"mlp_only_layers", {1}}});
-  const std::string step2 = tiny_moe_dir("moe-step-2", {{"decoder_sparse_step", 2}});
+  const std::string only = testing::tiny_moe_dir("moe-mlp-only", {{"mlp_only_layers", {1}}});
+  const std::string step2 = testing::tiny_moe_dir("moe-step-2", {{"decoder_sparse_step", 2}});
   for (const std::string& dir : {only, step2})
     for (int ranks : {1, 2})
       for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp})
