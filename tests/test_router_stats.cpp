@@ -4,7 +4,8 @@
 // same rows (tests/oracle/router_stats_oracle.py, float64): the experts' shares of each
 // sparse layer's assignments, largest and smallest, are the oracle's counts over the layer's
 // tokens x top-k, and the auxiliary loss is transformers' aux_loss. Two ranks of half the rows
-// each report the same shares (their counts summed); a dense model reports none.
+// each report the same shares (their counts summed); a dense model reports none. And
+// anvil train --router-aux-loss.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -83,6 +84,35 @@ TEST(RouterStats, MetricsHoldTheExpertsSharesAndTheAuxLoss) {
   ASSERT_EQ(dense.exit_code, 0) << dense.out;
   EXPECT_FALSE(metrics_record(dir + "/dense.jsonl", 1).contains("router_fraction_max"));
   EXPECT_EQ(dense.out.find("router share"), std::string::npos) << dense.out;
+}
+
+// anvil train --router-aux-loss: the load-balancing loss added where config.json leaves it
+// off, coef x aux on the first step's loss (the same weights and rows), aux the step's
+// router_aux_loss; a model without experts is refused (exit 2) before any data is read.
+TEST(RouterStats, TrainRouterAuxLossAddsTheLoss) {
+  const std::string model = testing::tiny_moe_dir(
+      "router-aux", {{"decoder_sparse_step", 2}, {"output_router_logits", false}, {"router_aux_loss_coef", 0.5}});
+  const std::string dir = testing::temp_dir("router-aux-run");
+  testing::write_random_blocks(dir + "/blocks.safetensors", 4, 33, 9);
+  Json first[2];
+  for (int on : {0, 1}) {
+    std::vector<std::string> extra = {"--model", model, "--micro-batch", "4",
+                                      "--metrics", dir + "/m" + std::to_string(on) + ".jsonl"};
+    if (on) extra.push_back("--router-aux-loss");
+    const auto r = testing::run_anvil(testing::tiny_train_args(dir + "/blocks.safetensors", 1, extra));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    first[on] = metrics_record(dir + "/m" + std::to_string(on) + ".jsonl", 1);
+  }
+  const double aux = first[1]["router_aux_loss"].get<double>();
+  EXPECT_EQ(aux, first[0]["router_aux_loss"].get<double>()) << "the same routing";
+  EXPECT_NEAR(first[1]["loss"].get<double>() - first[0]["loss"].get<double>(), 0.5 * aux, 1e-5)
+      << first[0].dump() << "\n" << first[1].dump();
+
+  const auto dense = testing::run_anvil(
+      testing::tiny_train_args(dir + "/blocks.safetensors", 1, {"--router-aux-loss"}));
+  EXPECT_EQ(dense.exit_code, 2) << dense.out;
+  EXPECT_NE(dense.out.find("--router-aux-loss: the model "), std::string::npos) << dense.out;
+  EXPECT_NE(dense.out.find("has no experts"), std::string::npos) << dense.out;
 }
 
 }  // namespace

@@ -14,8 +14,8 @@ namespace anvil::testing {
 
 inline std::string tiny_moe_dir(const std::string& name, const Json& sparsity) {
   const std::string dir = temp_dir("moe-" + name);
-  Json cfg = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"vocab_size", 1000}, {"hidden_size", 48},
-              {"intermediate_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4},
+  Json cfg = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"vocab_size", 1000},
+              {"hidden_size", 48}, {"intermediate_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4},
               {"num_key_value_heads", 2}, {"head_dim", 16}, {"num_experts", 4}, {"num_experts_per_tok", 2},
               {"moe_intermediate_size", 24}, {"norm_topk_prob", true}, {"output_router_logits", true},
               {"initializer_range", 0.2}};

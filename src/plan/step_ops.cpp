@@ -119,11 +119,13 @@ class StepWalk {
   }
   const UnitInfo& unit(int u) const { return table_.units()[static_cast<size_t>(u)]; }
 
-  // A sparse layer's ops (Qwen3-MoE) on R = N x K assignments of E experts, each expert's
-  // GEMMs at the balanced count, R / E rows (the op's size, its kin's rate at that size).
+  // A sparse layer's (Qwen3-MoE) memory-bound op of `rows` rows: its bytes, at its kin's rate
+  // where the table has none of its own (OpCall::kin).
   void moe_op(const char* name, std::string shape, int64_t rows, double bytes, const char* kin) {
     op(name, std::move(shape), rows, 0, bytes, 0, kin);
   }
+  // The experts' GEMM over R = N x K assignments of E experts: its FLOPs, at the rate of the
+  // balanced count, R / E rows per expert (the op's size), its linear_* kin's without its own.
   void experts_linear(const char* name, int64_t out, int64_t in) {
     const int64_t R = N_ * c_.moe.top_k, E = c_.moe.num_experts;
     op(name, cat(R, "x", out, "x", in, " in ", E), std::max<int64_t>(1, R / E), 2.0 * R * out * in,
