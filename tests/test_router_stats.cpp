@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -62,6 +64,10 @@ TEST(RouterStats, MetricsHoldTheExpertsSharesAndTheAuxLoss) {
   EXPECT_EQ(one["router_fraction_min"].get<double>(), least) << one.dump();
   const double aux = want["aux_loss"].get<double>();
   EXPECT_NEAR(one["router_aux_loss"].get<double>(), aux, 1e-5 * aux) << one.dump();
+  std::printf("router shares: max %.6f, min %.6f (transformers' counts %s); aux_loss %.9f against %.9f (rel %.2e); "
+              "least routing gap %.2e\n",
+              most, least, want["counts"].dump().c_str(), one["router_aux_loss"].get<double>(), aux,
+              std::fabs(one["router_aux_loss"].get<double>() - aux) / aux, want["min_gap"].get<double>());
   EXPECT_TRUE(metrics_record(dir + "/one.jsonl", 2).contains("router_aux_loss"));
   EXPECT_NE(r.out.find("router share "), std::string::npos) << r.out;
   std::string events;
