@@ -425,9 +425,14 @@ TEST(CheckpointSettings, ARecordedSettingIsComparedUnlessItOnlySplitsTheBatch) {
   for (const auto& [key, value] : was.items()) keys.push_back(key);
   EXPECT_EQ(keys, (std::vector<std::string>{"assistant_only_loss", "beta", "beta1", "beta2", "data", "dpo_loss", "eps",
                                             "fp8", "global_batch", "grad_accum", "label_smoothing", "lr", "lr_min",
-                                            "max_grad_norm", "micro_batch", "objective", "ref_model", "schedule",
-                                            "seed", "seq_len", "shuffle", "steps", "warmup", "weight_decay"}));
+                                            "max_grad_norm", "micro_batch", "objective", "ref_model",
+                                            "router_aux_loss", "schedule", "seed", "seq_len", "shuffle", "steps",
+                                            "warmup", "weight_decay"}));
   EXPECT_EQ(was["global_batch"], 8);
+  TrainConfig aux = c;  // --router-aux-loss: another loss
+  aux.model.router_aux_loss = true;
+  EXPECT_EQ(continuation_changes(was, train_record(aux, 4)),
+            (std::vector<std::string>{"router_aux_loss false -> true"}));
 
   // The same global batch split otherwise: recorded, not a change of the run.
   TrainConfig split = c;

@@ -18,6 +18,7 @@
 #include "train/open_run.h"
 #include "comm_ranks.h"
 #include "testing.h"
+#include "tiny_moe.h"
 
 namespace anvil {
 namespace {
@@ -347,16 +348,20 @@ struct RanksCase {
   DType wire = DType::kF32;
   int64_t micro_batches = 1;
   bool defer_sync = false;
+  Recompute recompute = Recompute::kNone;
 };
 
-void expect_ranks_allocate_the_plan(const std::string& fixture, const RanksCase& k) {
-  const std::string dir = testing::fixture_dir(fixture);
+// `dir`: a model folder (a fixture's, or one a test wrote).
+void expect_ranks_allocate_the_plan(const std::string& dir, const RanksCase& k) {
+  const std::string fixture = dir.substr(dir.find_last_of('/') + 1);
   const ModelConfig cfg = load_config(dir);
   const ParamTable table(cfg, 1);
   HostUnits w = make_host_units(table);
   load_hf_weights(dir, table, w);
   std::vector<int64_t> peak(static_cast<size_t>(k.ranks)), planned(static_cast<size_t>(k.ranks));
-  const std::vector<std::string> errors = testing::run_comm_ranks(k.ranks, [&](Comm& comm) {
+  // One rank: the single process (no comm); more: CPU ranks.
+  auto rank_step = [&](Comm* comm) {
+    const size_t rank = comm ? static_cast<size_t>(comm->rank()) : 0;
     TrainConfig c;
     c.model.device = "cpu";
     c.parallel.mode = k.mode;
@@ -365,22 +370,28 @@ void expect_ranks_allocate_the_plan(const std::string& fixture, const RanksCase&
     c.data.micro_batch = 2;
     c.data.seq_len = 24;
     c.data.grad_accum = k.micro_batches;
-    c.parallel.recompute = Recompute::kNone;
+    c.parallel.recompute = k.recompute;
     c.steps = 3;
-    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, &comm, 0);
+    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, comm, 0);
     std::vector<TokenBatch> micro(static_cast<size_t>(k.micro_batches));
     for (size_t m = 0; m < micro.size(); ++m)
       for (int64_t i = 0; i < 2 * 24; ++i)
-        micro[m].ids.push_back((i * 7 + 3 + comm.rank() + 5 * static_cast<int64_t>(m)) % cfg.vocab_size);
+        micro[m].ids.push_back((i * 7 + 3 + static_cast<int64_t>(rank + 5 * m)) % cfg.vocab_size);
     for (int i = 0; i < 3; ++i) t->step(micro);
-    peak[static_cast<size_t>(comm.rank())] = t->ops().runtime().memory_stats().peak;
-    planned[static_cast<size_t>(comm.rank())] = t->plan().total();
-  });
+    peak[rank] = t->ops().runtime().memory_stats().peak;
+    planned[rank] = t->plan().total();
+  };
+  std::vector<std::string> errors(1);
+  if (k.ranks == 1)
+    rank_step(nullptr);
+  else
+    errors = testing::run_comm_ranks(k.ranks, [&](Comm& comm) { rank_step(&comm); });
   for (size_t r = 0; r < peak.size(); ++r) {
     EXPECT_EQ(errors[r], "");
     EXPECT_EQ(peak[r], planned[r]) << fixture << " " << parallel_mode_name(k.mode) << " on " << k.ranks
                                    << " ranks, wire " << dtype_name(k.wire) << ", " << k.micro_batches
-                                   << " micro-batches" << (k.defer_sync ? ", sync deferred" : "") << ", rank " << r;
+                                   << " micro-batches" << (k.defer_sync ? ", sync deferred" : "") << ", recompute "
+                                   << recompute_name(k.recompute) << ", rank " << r;
   }
 }
 
@@ -389,11 +400,37 @@ TEST(Plan, TrainingStepOnRanksAllocatesWhatThePlanCounts) {
     for (int ranks : {2, 4})
       for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp})
         for (DType wire : {DType::kF32, DType::kBF16}) {
-          expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 1, false});
-          if (ranks == 2) expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 2, false});
+          const std::string dir = testing::fixture_dir(fixture);
+          expect_ranks_allocate_the_plan(dir, {ranks, mode, wire, 1, false});
+          if (ranks == 2) expect_ranks_allocate_the_plan(dir, {ranks, mode, wire, 2, false});
           if (ranks == 2 && mode != ParallelMode::kDdp)
-            expect_ranks_allocate_the_plan(fixture, {ranks, mode, wire, 2, true});
+            expect_ranks_allocate_the_plan(dir, {ranks, mode, wire, 2, true});
         }
+}
+
+// The workspace's block linears (the FP8 operands' copies): a dense MLP's only where the model
+// has a dense layer; the router's and experts' GEMMs run in bf16 under --fp8.
+TEST(Plan, MoeWorkspaceLinearsAreTheFp8Ones) {
+  ModelConfig m = preset_config("qwen3-30b-a3b");
+  ASSERT_FALSE(m.has_dense_mlp());
+  EXPECT_EQ(workspace_shape(m, 1, 2048, 1, Fp8Recipe::kTensorwise).linears.size(), 2u) << "qkv and o";
+  m.moe.mlp_only_layers = {0};
+  EXPECT_EQ(workspace_shape(m, 1, 2048, 1, Fp8Recipe::kTensorwise).linears.size(), 4u) << "and the dense MLP's";
+}
+
+// The same for Qwen3-MoE, whose sparse layers hold the router and experts in their units and
+// the routing's, sort's and experts' buffers in the activation table: dense layers among
+// sparse ones (mlp_only_layers; decoder_sparse_step 2), every mode and recomputation, one
+// process and two ranks. No buffer's size follows the per-expert counts (each token takes
+// exactly K rows), so the routing of the data changes no byte.
+TEST(Plan, MoeTrainingStepOnRanksAllocatesWhatThePlanCounts) {
+  const std::string only = testing::tiny_moe_dir("moe-mlp-only", {{"mlp_only_layers", {1}}});
+  const std::string step2 = testing::tiny_moe_dir("moe-step-2", {{"decoder_sparse_step", 2}});
+  for (const std::string& dir : {only, step2})
+    for (int ranks : {1, 2})
+      for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp})
+        for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
+          expect_ranks_allocate_the_plan(dir, {ranks, mode, DType::kF32, 1, false, r});
 }
 
 TEST(Plan, AdviceFollowsTheRule) {

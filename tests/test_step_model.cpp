@@ -19,6 +19,7 @@
 #include "plan/step_model.h"
 #include "plan_case.h"
 #include "testing.h"
+#include "tiny_moe.h"
 
 namespace anvil {
 namespace {
@@ -34,7 +35,7 @@ std::map<std::string, double> program_ops(const std::vector<StepItem>& program) 
 
 // One case of the op list's test: anvil bench step on the CPU with these flags.
 struct RecordedCase {
-  std::string model;  // a preset, or a folder under the test data
+  std::string model;  // "tiny" (the preset), a fixture's name, or a model folder's path
   ParallelMode mode;
   int world;
   int64_t micro_batch, grad_accum;
@@ -44,8 +45,13 @@ struct RecordedCase {
   Fp8Recipe fp8 = Fp8Recipe::kOff;
 };
 
+// The model folder of a case that is not the preset.
+std::string model_dir(const std::string& model) {
+  return model.find('/') != std::string::npos ? model : testing::fixture_dir(model);
+}
+
 testing::PlanCase input_of(const RecordedCase& k) {
-  testing::PlanCase in(k.model == "tiny" ? preset_config("tiny") : load_config(testing::fixture_dir(k.model)));
+  testing::PlanCase in(k.model == "tiny" ? preset_config("tiny") : load_config(model_dir(k.model)));
   in.parallel.mode = k.mode;
   in.world = k.world;
   in.data.seq_len = 32;
@@ -67,7 +73,7 @@ std::map<std::string, double> recorded_ops(const RecordedCase& k) {
                                    "--mode", parallel_mode_name(k.mode), "--recompute", recompute_name(k.recompute),
                                    "--reduce-dtype", k.reduce_dtype == DType::kBF16 ? "bf16" : "fp32"};
   if (k.model == "tiny") args.insert(args.end(), {"--preset", "tiny"});
-  else args.insert(args.end(), {"--model", testing::fixture_dir(k.model)});
+  else args.insert(args.end(), {"--model", model_dir(k.model)});
   if (k.world > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(k.world)});
   if (k.mlp_tile != kMlpTileAuto) args.insert(args.end(), {"--mlp-tile", std::to_string(k.mlp_tile)});
   if (k.fp8 != Fp8Recipe::kOff) args.insert(args.end(), {"--fp8", fp8_recipe_name(k.fp8)});
@@ -105,6 +111,32 @@ OpCostTable with_fp8_rates(OpCostTable t) {
   return t;
 }
 
+// The step program of case k against the ops anvil bench step recorded, label for label, and
+// its compute priced as the recorded calls.
+void expect_op_list_of_the_cpu_step(const RecordedCase& k, const OpCostTable& table) {
+  SCOPED_TRACE(k.model + " " + parallel_mode_name(k.mode) + " x" + std::to_string(k.world) + " accum " +
+               std::to_string(k.grad_accum) + " " + recompute_name(k.recompute) + " tile " +
+               std::to_string(k.mlp_tile) + " fp8 " + fp8_recipe_name(k.fp8));
+  const std::vector<StepItem> program = step_program(input_of(k).run());
+  const std::map<std::string, double> recorded = recorded_ops(k);
+  EXPECT_EQ(program_ops(program), recorded);
+  // The step's compute is the table's price of the ops the model issued, the recorded calls
+  // of each label at the mean price of the model's (an FP8 linear's casts differ between
+  // MLP tiles of one shape).
+  std::map<std::string, std::pair<double, double>> by_label;  // seconds, calls
+  for (const StepItem& it : program)
+    if (it.kind == StepItem::Kind::kOp) {
+      by_label[it.op.label()].first += table.seconds(it.op, h200());
+      by_label[it.op.label()].second += 1;
+    }
+  double priced = 0;
+  for (const auto& [label, calls] : recorded) {
+    ASSERT_TRUE(by_label.count(label)) << label << " ran but the step model does not issue it";
+    priced += calls * by_label.at(label).first / by_label.at(label).second;
+  }
+  EXPECT_NEAR(compute_seconds(program, table, h200()), priced, 1e-12 * priced);
+}
+
 TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
   const RecordedCase cases[] = {
       {"tiny", ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32},
@@ -125,29 +157,26 @@ TEST(StepModel, OpListIsWhatTheCpuStepIssues) {
       {"tiny", ParallelMode::kFsdp, 2, 1, 1, Recompute::kFull, DType::kF32, 12, Fp8Recipe::kTensorwise},
   };
   const OpCostTable table = with_fp8_rates(OpCostTable::builtin());
-  for (const RecordedCase& k : cases) {
-    SCOPED_TRACE(k.model + " " + parallel_mode_name(k.mode) + " x" + std::to_string(k.world) + " accum " +
-                 std::to_string(k.grad_accum) + " " + recompute_name(k.recompute) + " tile " +
-                 std::to_string(k.mlp_tile) + " fp8 " + fp8_recipe_name(k.fp8));
-    const std::vector<StepItem> program = step_program(input_of(k).run());
-    const std::map<std::string, double> recorded = recorded_ops(k);
-    EXPECT_EQ(program_ops(program), recorded);
-    // The step's compute is the table's price of the ops the model issued, the recorded calls
-    // of each label at the mean price of the model's (an FP8 linear's casts differ between
-    // MLP tiles of one shape).
-    std::map<std::string, std::pair<double, double>> by_label;  // seconds, calls
-    for (const StepItem& it : program)
-      if (it.kind == StepItem::Kind::kOp) {
-        by_label[it.op.label()].first += table.seconds(it.op, h200());
-        by_label[it.op.label()].second += 1;
-      }
-    double priced = 0;
-    for (const auto& [label, calls] : recorded) {
-      ASSERT_TRUE(by_label.count(label)) << label << " ran but the step model does not issue it";
-      priced += calls * by_label.at(label).first / by_label.at(label).second;
-    }
-    EXPECT_NEAR(compute_seconds(program, table, h200()), priced, 1e-12 * priced);
-  }
+  for (const RecordedCase& k : cases) expect_op_list_of_the_cpu_step(k, table);
+}
+
+// Qwen3-MoE: a sparse layer's router, routing, sort, gather, experts and combine and their
+// backward, beside dense layers (mlp_only_layers, decoder_sparse_step 2; the tiled MLP of a
+// dense layer), the auxiliary loss after the forward, in every mode and recomputation.
+TEST(StepModel, MoeOpListIsWhatTheCpuStepIssues) {
+  const std::string only = testing::tiny_moe_dir("step-mlp-only", {{"mlp_only_layers", {1}}});
+  const std::string step2 = testing::tiny_moe_dir("step-2", {{"decoder_sparse_step", 2}});
+  const RecordedCase cases[] = {
+      {only, ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32},
+      {only, ParallelMode::kDdp, 1, 2, 2, Recompute::kSelective, DType::kF32},
+      {only, ParallelMode::kDdp, 1, 1, 1, Recompute::kFull, DType::kF32},
+      {step2, ParallelMode::kDdp, 2, 1, 2, Recompute::kNone, DType::kF32},
+      {step2, ParallelMode::kFsdp, 2, 1, 1, Recompute::kFull, DType::kBF16, 12},
+      {only, ParallelMode::kZero2, 2, 1, 2, Recompute::kSelective, DType::kF32},
+      {only, ParallelMode::kDdp, 1, 1, 1, Recompute::kNone, DType::kF32, kMlpTileAuto, Fp8Recipe::kTensorwise},
+  };
+  const OpCostTable table = with_fp8_rates(OpCostTable::builtin());
+  for (const RecordedCase& k : cases) expect_op_list_of_the_cpu_step(k, table);
 }
 
 testing::PlanCase big_input(const std::string& preset, ParallelMode mode, int world) {
@@ -583,6 +612,47 @@ TEST(StepModel, PlanPrintsEachModesPrediction) {
   const auto bad = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--gpu", "V100"});
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_NE(bad.out.find("unknown GPU 'V100' (--gpu takes one of"), std::string::npos) << bad.out;
+}
+
+// Qwen3-30B-A3B on 8 ranks: `anvil plan` gives every mode its memory and a positive
+// prediction; a whole replica (ddp: the 30.5B parameters' masters, AdamW state and gradients,
+// 14-16 bytes each) is more than an H200 holds, fsdp's shards fit. The step's experts' GEMMs
+// are the sparse layers' FLOPs at the balanced count: 6 x (N K assignments) x 3 Im C per
+// layer (forward, dx, dw), each expert's GEMM of N K / E rows.
+TEST(StepModel, PlanOfQwen3MoeOn8RanksGivesEveryMode) {
+  const auto r = testing::run_anvil({"plan", "--preset", "qwen3-30b-a3b", "--nproc", "8", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Json j = json_parse(r.out, "plan --json");
+  const ModelConfig m = preset_config("qwen3-30b-a3b");
+  ASSERT_EQ(m.num_parameters(), 30532122624);
+  for (const char* mode : {"ddp", "zero2", "fsdp"}) {
+    EXPECT_GT(j.at(mode).at("total").get<int64_t>(), 0) << mode;
+    EXPECT_GT(j.at(mode).at("activations").get<int64_t>(), 0) << mode;
+    EXPECT_GT(j.at("predicted").at(mode).at("tokens_per_s").get<double>(), 0) << mode;
+  }
+  const int64_t ddp = j.at("ddp").at("total").get<int64_t>(), fsdp = j.at("fsdp").at("total").get<int64_t>();
+  EXPECT_GT(j.at("ddp").at("params").get<int64_t>() + j.at("ddp").at("optimizer").get<int64_t>(),
+            12 * m.num_parameters()) << "the masters and AdamW state of every expert";
+  EXPECT_GT(ddp + kPlanReserve, kH200Bytes) << "a replica of 30.5B parameters does not fit an H200";
+  EXPECT_LE(fsdp + kPlanReserve, kH200Bytes) << "fsdp's shards do";
+  EXPECT_EQ(j.at("fsdp").at("params").get<int64_t>(), 4 * ParamTable(m, 8).total_padded() / 8);
+  const auto text = testing::run_anvil({"plan", "--preset", "qwen3-30b-a3b", "--nproc", "8"});
+  for (const char* mode : {"ddp", "zero2", "fsdp"})
+    EXPECT_NE(text.out.find(cat("predicted ", mode, ": ")), std::string::npos) << text.out;
+
+  testing::PlanCase in = big_input("qwen3-30b-a3b", ParallelMode::kFsdp, 8);
+  const int64_t N = 2048, K = m.moe.top_k, E = m.moe.num_experts, Ls = m.sparse_layers();
+  ASSERT_EQ(Ls, 48);
+  double experts_flops = 0;
+  for (const StepItem& it : step_program(in.run()))
+    if (it.kind == StepItem::Kind::kOp && it.op.op.rfind("moe_linear_", 0) == 0) {
+      experts_flops += it.op.flops;
+      // One expert's GEMM at the balanced count (N K / E rows), in MFLOP as a bf16 linear's.
+      const double out_in = it.op.flops / (2.0 * N * K);
+      EXPECT_EQ(it.op.size, std::llround(2.0 * static_cast<double>(N * K / E) * out_in / 1e6)) << it.op.label();
+      EXPECT_GT(OpCostTable::builtin().seconds(it.op, h200()), 0) << it.op.label();
+    }
+  EXPECT_EQ(experts_flops, 6.0 * N * K * 3 * m.moe.intermediate * m.hidden_size * Ls);
 }
 
 // --write-op-table prices ops that ran alone on one GPU: refused otherwise, before a step runs

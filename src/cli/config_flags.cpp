@@ -103,8 +103,7 @@ void bind_checkpoint(Args& a, CheckpointSection& k) {
            "after each complete checkpoint, run CMD <checkpoint folder> in the background (copies off the "
            "machine); --keep-last keeps what a copy still needs")
       .flag("--sync-save", &k.sync_save, "save in the foreground, not from a snapshot in the background")
-      .flag("--save-skip-busy", &k.skip_busy,
-            "skip a checkpoint due while the last one is still being written (default: wait for it)");
+      .flag("--save-skip-busy", &k.skip_busy, "skip a save due while the last is still being written (else wait)");
 }
 
 }  // namespace
@@ -112,6 +111,7 @@ void bind_checkpoint(Args& a, CheckpointSection& k) {
 void bind_train_flags(Args& a, TrainConfig& c) {
   bind_model(a, c.model);
   bind_device(a, c.model);
+  a.flag("--router-aux-loss", &c.model.router_aux_loss, "MoE: add the load-balancing loss though config.json doesn't");
   bind_data(a, c.data);
   bind_objective(a, &c.data.objective, c.dpo);
   a.opt("--ref-model", &c.dpo.ref_model, "DIR|ID", "dpo: the reference model [default: the start model]");

@@ -118,6 +118,9 @@ class Transformer {
   int64_t micro_batch() const { return B_; }
   int64_t seq_len() const { return T_; }
   int64_t mlp_tile() const { return tiles_.tile(); }  // tokens per MLP tile (this rank's tokens: untiled)
+  // Qwen3-MoE: the last forward's routing, moe_stats (sparse layers, 2, experts) F32 (per expert
+  // its top-k assignments and probability sum, model/activations.h); a dense model's is empty.
+  Tensor router_stats() const { return one()[Activation::kMoeStats]; }
 
  private:
   // Allocates one table entry and points the tensor (or tensors) it holds into it.

@@ -108,7 +108,8 @@ std::string attention_note(const PlannedRun& run) {
 }  // namespace
 
 // Context parallel over P: a rank's attention covers every token of its share of the heads,
-// its linear layers and loss its n / P tokens.
+// its linear layers and loss its n / P tokens. The block linears: a dense MLP's only where the
+// model has a dense layer (the router's and the experts' GEMMs are bf16 under --fp8).
 WorkspaceShape workspace_shape(const ModelConfig& c, int64_t micro_batch, int64_t seq_len, int64_t context_parallel,
                                Fp8Recipe fp8) {
   WorkspaceShape s;
@@ -120,7 +121,8 @@ WorkspaceShape workspace_shape(const ModelConfig& c, int64_t micro_batch, int64_
   s.head_dim = c.head_dim;
   s.vocab = c.vocab_size;
   const int64_t C = c.hidden_size, I = c.intermediate_size;
-  s.linears = {{c.qkv_dim(), C}, {C, c.q_dim()}, {2 * I, C}, {C, I}};
+  s.linears = {{c.qkv_dim(), C}, {C, c.q_dim()}};
+  if (c.has_dense_mlp()) s.linears.insert(s.linears.end(), {{2 * I, C}, {C, I}});  // sparse layers' are bf16
   s.fp8 = fp8;
   return s;
 }

@@ -87,7 +87,7 @@ double topology_bus_gbps(const Topology& t, std::string* why) {
 
 bool op_priced_by_flops(const std::string& op) {
   return op == "linear_forward" || op == "linear_backward_input" || op == "linear_backward_weight" ||
-         op.rfind("linear_fp8_", 0) == 0 || op == "attention_forward" || op == "attention_backward" ||
+         op.rfind("linear_fp8_", 0) == 0 || op.rfind("moe_linear_", 0) == 0 || op == "attention_forward" || op == "attention_backward" ||
          op == "cross_entropy_forward_backward";
 }
 
@@ -158,7 +158,8 @@ std::string OpCostTable::why_not_fp8(const GpuSpec& g) const {
 
 double OpCostTable::seconds(const OpCall& c, const GpuSpec& g) const {
   auto rate = [&](const std::string& op) {
-    const double r = rate_at(rates, op, c.size);
+    double r = rate_at(rates, op, c.size);
+    if (r <= 0 && op == c.op && !c.kin.empty()) r = rate_at(rates, c.kin, c.size);  // none of its own: its kin's
     ANVIL_ENSURE(r > 0, kInvalidInput, "the op-cost table of ", gpu, " has no rate for ", op,
                  " (measure one with anvil bench step --op-times --write-op-table FILE)");
     return r * 1e12 * (op_priced_by_flops(op) ? g.peak_tflops / peak_tflops : g.hbm_tbps / hbm_tbps);

@@ -37,10 +37,11 @@ class StepWalk {
 
  private:
   // ---- what is issued
-  void op(const char* name, std::string shape, int64_t size, double flops, double bytes, double cast_bytes = 0) {
+  void op(const char* name, std::string shape, int64_t size, double flops, double bytes, double cast_bytes = 0,
+          const char* kin = "") {
     StepItem it;
     it.phase = phase_;
-    it.op = OpCall{name, std::move(shape), size, flops, bytes, cast_bytes};
+    it.op = OpCall{name, std::move(shape), size, flops, bytes, cast_bytes, kin};
     items_.push_back(std::move(it));
   }
   int collective(BenchCollective kind, int64_t bytes) {
@@ -125,10 +126,33 @@ class StepWalk {
   }
   const UnitInfo& unit(int u) const { return table_.units()[static_cast<size_t>(u)]; }
 
+  // A sparse layer's (Qwen3-MoE) memory-bound op of `rows` rows: its bytes, at its kin's rate
+  // where the table has none of its own (OpCall::kin).
+  void moe_op(const char* name, std::string shape, int64_t rows, double bytes, const char* kin) {
+    op(name, std::move(shape), rows, 0, bytes, 0, kin);
+  }
+  // The experts' GEMM over R = N x K assignments of E experts: its FLOPs, at the rate of one
+  // expert's GEMM at the balanced count, R / E rows (the op's size: that GEMM's MFLOP, as a
+  // bf16 linear's), its linear_* kin's without its own.
+  void experts_linear(const char* name, int64_t out, int64_t in) {
+    const int64_t R = N_ * c_.moe.top_k, E = c_.moe.num_experts;
+    const double per_expert = 2.0 * static_cast<double>(std::max<int64_t>(1, R / E) * out * in);
+    op(name, cat(R, "x", out, "x", in, " in ", E), gemm_size(per_expert), 2.0 * R * out * in,
+       cb_ * static_cast<double>(R * in + E * out * in + R * out), 0, name + std::strlen("moe_"));
+  }
+  // A linear layer's product in bf16 whatever --fp8 says (the router's: ops' linear_*).
+  void plain_linear(const char* name, int64_t M, int64_t N, int64_t K) {
+    op(name, cat(M, "x", N, "x", K), gemm_size(2.0 * M * N * K), 2.0 * M * N * K,
+       cb_ * static_cast<double>(M * K + N * K + M * N));
+  }
+
   void forward_backward();
-  void block_forward(bool to_output);
+  void block_forward(int64_t layer, bool to_output);
   void mlp_forward();
-  void block_backward();
+  void moe_forward();
+  void moe_combine();
+  void block_backward(int64_t layer);
+  void moe_backward();
   void mlp_backward_tiled();
   void head_forward_backward();
   void optimizer_step();
@@ -176,23 +200,26 @@ void StepWalk::forward_backward() {
   for (int64_t l = 0; l < L; ++l) {
     weights(table_.block_unit(l));
     prefetch(l + 1 < L ? table_.block_unit(l + 1) : norm);
-    block_forward(true);
+    block_forward(l, true);
     release(table_.block_unit(l));
   }
+  if (c_.sparse_layers() > 0 && c_.moe.output_router_logits)  // the load-balancing loss and its gradient
+    moe_op("moe_aux_loss", cat(c_.sparse_layers(), "x", c_.moe.num_experts), 1,
+           4.0 * static_cast<double>((2 * c_.sparse_layers() + 1) * c_.moe.num_experts), "rmsnorm_forward");
   head_forward_backward();
   phase_ = StepPhase::kBackward;
   for (int64_t l = L - 1; l >= 0; --l) {
     const int u = table_.block_unit(l);
     weights(u);
     if (l > 0) prefetch(table_.block_unit(l - 1));
-    if (p_.recompute == Recompute::kFull) block_forward(false);
+    if (p_.recompute == Recompute::kFull) block_forward(l, false);
     if (p_.recompute == Recompute::kSelective) {
       per_token("rmsnorm_forward", C, 2);
       qk_norm_rope("qk_norm_rope_forward", 2);
       per_token("rmsnorm_forward", C, 2);
     }
     grads(u);
-    block_backward();
+    block_backward(l);
     release(u);
     grads_ready(u);
   }
@@ -201,8 +228,9 @@ void StepWalk::forward_backward() {
   grads_ready(embed);
 }
 
-// Block::forward (model/block.h; to_output false: full recomputation, up to gate_up).
-void StepWalk::block_forward(bool to_output) {
+// Block::forward (model/block.h; to_output false: full recomputation, up to gate_up, or a
+// sparse layer's experts' outputs).
+void StepWalk::block_forward(int64_t layer, bool to_output) {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
   per_token("rmsnorm_forward", C, 2);
   linear("linear_forward", N_, Q, C, true);
@@ -210,9 +238,12 @@ void StepWalk::block_forward(bool to_output) {
   attention("attention_forward", 1.0);
   linear("linear_forward", N_, C, c_.q_dim());
   per_token("add_rmsnorm_forward", C, 4);
-  if (tile_ == N_) linear("linear_forward", N_, 2 * I, C, true);
+  const bool sparse = c_.sparse_layer(layer);
+  if (sparse) moe_forward();
+  else if (tile_ == N_) linear("linear_forward", N_, 2 * I, C, true);
   if (!to_output) return;
-  mlp_forward();
+  if (sparse) moe_combine();
+  else mlp_forward();
   op("add", cat(dtype_name(run_.compute_dtype), " ", N_ * C), N_ * C, 0,
      3 * cb_ * static_cast<double>(N_ * C));
 }
@@ -226,6 +257,50 @@ void StepWalk::mlp_forward() {
     per_token("swiglu_forward", I, 3, rows);
     linear("linear_forward", rows, C, I, tile_ == N_, tile_ < N_ && r0 > 0);
   }
+}
+
+// Block::moe_forward: the router's linear and routing, the sort, the gather of the experts'
+// rows, their gate/up, SwiGLU and down projection. Bytes: the router's logits read and its
+// probabilities, top-k indices and weights written; the sort's assignment ids read and
+// written nine times over (ops/cuda/moe.cu: the iota, the radix sort's histogram and pass of
+// keys and values, the offsets' and rows' pass); a gathered row read and written.
+void StepWalk::moe_forward() {
+  const int64_t C = c_.hidden_size, E = c_.moe.num_experts, K = c_.moe.top_k, Im = c_.moe.intermediate;
+  const int64_t R = N_ * K;
+  const double n = static_cast<double>(N_), r = static_cast<double>(R);
+  plain_linear("linear_forward", N_, E, C);
+  moe_op("moe_router_forward", cat(N_, "x", E, " top ", K), N_, n * E * (cb_ + 4) + 8 * r, "rmsnorm_forward");
+  moe_op("moe_sort", cat(R, " to ", E), R, 36 * r, "embedding_forward");
+  moe_op("moe_gather", cat(R, "x", C), R, 2 * cb_ * r * C + 4 * r, "embedding_forward");
+  experts_linear("moe_linear_forward", 2 * Im, C);
+  per_token("swiglu_forward", Im, 3, R);
+  experts_linear("moe_linear_forward", C, Im);
+}
+
+// Block::forward's combine: each token's K outputs read, weighted, written once.
+void StepWalk::moe_combine() {
+  const int64_t C = c_.hidden_size, R = N_ * c_.moe.top_k;
+  moe_op("moe_combine_forward", cat(R, "x", C), R,
+         cb_ * static_cast<double>(R * C + N_ * C) + 8.0 * static_cast<double>(R), "embedding_forward");
+}
+
+// Block::moe_backward: the combine's, the experts' (down, SwiGLU, gate/up; the rows gathered
+// again), the gather's and the router's backward, and the router's linear.
+void StepWalk::moe_backward() {
+  const int64_t C = c_.hidden_size, E = c_.moe.num_experts, K = c_.moe.top_k, Im = c_.moe.intermediate;
+  const int64_t R = N_ * K;
+  const double n = static_cast<double>(N_), r = static_cast<double>(R);
+  moe_op("moe_combine_backward", cat(R, "x", C), R, cb_ * (n * C + 2 * r * C) + 12 * r, "embedding_forward");
+  experts_linear("moe_linear_backward_input", C, Im);
+  per_token("swiglu_backward", Im, 6, R);
+  experts_linear("moe_linear_backward_weight", C, Im);
+  moe_op("moe_gather", cat(R, "x", C), R, 2 * cb_ * r * C + 4 * r, "embedding_forward");
+  experts_linear("moe_linear_backward_weight", 2 * Im, C);
+  experts_linear("moe_linear_backward_input", 2 * Im, C);
+  moe_op("moe_gather_backward", cat(R, "x", C), R, cb_ * (r * C + n * C) + 4 * r, "embedding_forward");
+  moe_op("moe_router_backward", cat(N_, "x", E), N_, n * E * (4 + cb_) + 12 * r, "rmsnorm_forward");
+  plain_linear("linear_backward_weight", N_, E, C);
+  plain_linear("linear_backward_input", N_, E, C);
 }
 
 // MlpTiles::backward (model/mlp_tiles.h): gate_up recomputed each tile; bf16 gradients summed in F32.
@@ -247,9 +322,11 @@ void StepWalk::mlp_backward_tiled() {
 }
 
 // Block::backward (its MLP: Block::mlp_backward).
-void StepWalk::block_backward() {
+void StepWalk::block_backward(int64_t layer) {
   const int64_t C = c_.hidden_size, I = c_.intermediate_size, Q = c_.qkv_dim();
-  if (tile_ < N_) {
+  if (c_.sparse_layer(layer)) {
+    moe_backward();
+  } else if (tile_ < N_) {
     mlp_backward_tiled();
   } else {
     linear("linear_backward_input", N_, C, I);

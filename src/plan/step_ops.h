@@ -33,6 +33,10 @@ struct OpCall {
                       // length T it attends over; elements of the optimizer's
   double flops = 0, bytes = 0;
   double cast_bytes = 0;  // an FP8 linear's casts: amax passes, the casts' reads and FP8 writes
+  // The op whose rates price this call where the table has none of its own (a MoE op's
+  // kin: linear_* for the experts' GEMMs, priced by FLOPs; embedding_forward, a gather of
+  // rows by index, or rmsnorm_forward, a reduction per row, for the routing's ops), or "".
+  std::string kin = "";
   std::string label() const { return op + " " + shape; }
 };
 

@@ -63,9 +63,10 @@ void check_data(const TrainConfig& c) {
   check_source(d.source, d.split, "--data", d);
   const bool preset = c.model.model.empty();
   const std::string model_dir = preset ? "" : resolve_model_dir(c.model.model);
-  const ModelConfig cfg = preset ? preset_config(c.model.preset) : load_config(model_dir);
+  ModelConfig cfg = preset ? preset_config(c.model.preset) : load_config(model_dir);
   const std::string model_what = preset ? cat("the preset ", c.model.preset)
                                         : cat("the model ", path_join(model_dir, "config.json"));
+  if (c.model.router_aux_loss) add_router_aux_loss(cfg, model_what);
   int64_t vocab = 0;
   std::string vocab_what;
   const DataKind kind = data_kind(d.source);

@@ -47,6 +47,7 @@ constexpr RecordedSetting kRecorded[] = {
     {"dpo_loss", true, [](const TrainConfig& c, int) { return Json(dpo_loss_name(c.dpo.loss)); }, true},
     {"label_smoothing", true, [](const TrainConfig& c, int) { return Json(c.dpo.label_smoothing); }, true},
     {"ref_model", true, [](const TrainConfig& c, int) { return Json(c.dpo.ref_model); }, true},
+    {"router_aux_loss", true, [](const TrainConfig& c, int) { return Json(c.model.router_aux_loss); }},
 };
 
 }  // namespace

@@ -25,6 +25,7 @@ struct ModelSection {
   std::string model;   // folder or hub id
   std::string preset;  // or a built-in shape with fresh weights (benchmarks, the demo)
   std::string device;  // cpu | cuda; empty: cuda when a GPU is present, else cpu
+  bool router_aux_loss = false;  // Qwen3-MoE: the load-balancing loss whatever config.json says (train/open_run.h)
   bool operator==(const ModelSection&) const = default;
 };
 

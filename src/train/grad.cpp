@@ -39,11 +39,7 @@ void read_pairs(const SafetensorsFile& tokens, const std::string& file, int64_t 
 double run_grad(const GradOptions& o) {
   const std::string dir = resolve_model_dir(o.model);
   ModelConfig cfg = load_config(dir);
-  if (o.router_aux_loss) {
-    ANVIL_ENSURE(cfg.sparse_layers() > 0, kUsage, "--router-aux-loss: ", cfg.architecture,
-                 " has no experts (the load-balancing loss is a mixture-of-experts model's)");
-    cfg.moe.output_router_logits = true;
-  }
+  if (o.router_aux_loss) add_router_aux_loss(cfg, dir);
   SafetensorsFile tokens(o.tokens);
   const SafeTensorInfo* ids = tokens.find("input_ids");
   ANVIL_ENSURE(ids, kNotFound, o.tokens, ": no tensor input_ids");

@@ -15,6 +15,12 @@ std::string resolve_device(const std::string& device) {
   return d;
 }
 
+void add_router_aux_loss(ModelConfig& c, const std::string& what) {
+  ANVIL_ENSURE(c.sparse_layers() > 0, kUsage, "--router-aux-loss: ", what, " (", c.architecture,
+               ") has no experts (the load-balancing loss is a mixture-of-experts model's)");
+  c.moe.output_router_logits = true;
+}
+
 OpenRun open_run(const ModelSection& m) {
   OpenRun run;
   run.device = m.device;
@@ -29,6 +35,7 @@ OpenRun open_run(const ModelSection& m) {
   } else {
     run.config = preset_config(m.preset);
   }
+  if (m.router_aux_loss) add_router_aux_loss(run.config, m.model.empty() ? "the preset " + m.preset : m.model);
   run.table = std::make_unique<ParamTable>(run.config, run.world);
   return run;
 }

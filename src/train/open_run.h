@@ -35,8 +35,14 @@ struct OpenRun {
   std::unique_ptr<ParamTable> table;
 };
 
+// --router-aux-loss (anvil train, anvil grad): Qwen3-MoE's load-balancing loss added whatever
+// config.json's output_router_logits says (it is set); kUsage naming `what` (the model) where
+// the model has no experts.
+void add_router_aux_loss(ModelConfig& c, const std::string& what);
+
 // On m.device (resolved: cpu or cuda), the process group (a worker of a launcher joins from
-// RANK etc.), the model's config and name table. No weight is read.
+// RANK etc.), the model's config (with m.router_aux_loss: add_router_aux_loss) and name table.
+// No weight is read.
 OpenRun open_run(const ModelSection& m);
 // The starting weights as the Trainer reads them, unit by unit and each rank only what it
 // owns: the model folder's safetensors (mapped; pages dropped after use), or for a preset

@@ -39,6 +39,7 @@ void write_metrics(TrainRun& run, int64_t step, const StepStats& st, double tps,
   if (!eval_loss.is_null()) m["eval_loss"] = eval_loss;
   std::vector<std::pair<std::string, double>> extra;  // dpo: TRL's metrics of the step and of the evaluation
   if (st.dpo.pairs > 0) extra = st.dpo.means();
+  for (const auto& metric : st.router.metrics()) extra.push_back(metric);  // Qwen3-MoE's routing
   for (const auto& [name, value] : eval_metrics) extra.emplace_back("eval_" + name, value);
   for (const auto& [name, value] : extra) m[name] = value;
   if (run.metrics) run.metrics->write(m);
@@ -95,7 +96,14 @@ void log_step(TrainRun& run, int64_t step, const StepStats& st, int64_t tokens, 
     std::snprintf(part, sizeof part, "  %s %.4f", name.c_str(), value);
     dpo += part;
   }
-  log_info(line, dpo);
+  std::string router;  // Qwen3-MoE: an expert's smallest and largest share of a layer's assignments, the aux loss
+  if (!st.router.empty()) {
+    char part[96];
+    std::snprintf(part, sizeof part, "  router share %.3f-%.3f  aux %.4f", st.router.fraction_min(),
+                  st.router.fraction_max(), st.router.aux_loss());
+    router = part;
+  }
+  log_info(line, dpo, router);
   if (run.metrics || run.tensorboard) write_metrics(run, step, st, tps, elapsed, eval_loss, eval_metrics);
 }
 

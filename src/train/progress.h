@@ -38,7 +38,8 @@ double peak_rss_gib();
 // tokens: the step's real tokens, all ranks (padding excluded: tokens/s and MFU count those).
 // With an evaluation at this step, its loss goes into the line's metrics too, and its other
 // metrics (dpo: TRL's rewards/... and logps/...) as eval_<name>. A DPO step's metrics (TRL's
-// names) go into the line, the metrics record and TensorBoard.
+// names) go into the line, the metrics record and TensorBoard; so do a Qwen3-MoE step's router
+// statistics (train/router_stats.h; the line: "router share MIN-MAX  aux A").
 void log_step(TrainRun& run, int64_t step, const StepStats& st, int64_t tokens, double seconds, double elapsed,
               double eta, const Json& eval_loss, const std::vector<std::pair<std::string, double>>& eval_metrics = {});
 // "done: N steps, tokens/s" with MFU and peak memory on a GPU, and the host's.

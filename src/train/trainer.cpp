@@ -195,6 +195,13 @@ void Trainer::dpo_forward_backward(const TokenBatch& b, int64_t pairs, DpoSums& 
   model_->forward_backward(*store_, ids_, targets_, 1.0f, loss_sum_, Tensor(), documents_of(b), &weighting);
 }
 
+void Trainer::add_router_stats(RouterStats& stats) {
+  const Tensor t = model_->router_stats();
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  ops_->runtime().download(v.data(), t);
+  stats.add(v, ids_.numel());
+}
+
 DpoSums Trainer::global_sums(const DpoSums& mine) {
   if (!comm_) return mine;
   std::vector<double> v = mine.values();
@@ -219,6 +226,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     lap();
   }
   DpoSums sums;
+  RouterStats router(config_.sparse_layers(), config_.moe.num_experts);
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     upload_batch(micro_batches[i]);
     store_->set_sync(i + 1 == micro_batches.size());  // DDP: no_sync before the last
@@ -229,6 +237,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
       model_->forward_backward(*store_, ids_, targets_, 1.0f / static_cast<float>(total), loss_sum_, Tensor(),
                                documents_of(micro_batches[i]));
     if (timing_) timing_result_.backward += lap();
+    if (config_.sparse_layers() > 0) add_router_stats(router);
   }
   if (timing_) {
     store_->finish_collectives();
@@ -245,6 +254,7 @@ StepStats Trainer::step(const std::vector<TokenBatch>& micro_batches) {
     s.loss = (comm_ ? comm_->host_sum(static_cast<double>(loss_sum), "loss") : loss_sum) / static_cast<double>(total);
   }
   s.target_tokens = total;
+  if (config_.sparse_layers() > 0) s.router = router.global(comm_);
   ANVIL_ENSURE(std::isfinite(s.loss), kNumerics, "loss is ", s.loss, " at step ", step_ + 1,
                ": stopping before the update");
   ++step_;

@@ -28,6 +28,7 @@
 #include "plan/memory_plan.h"
 #include "train/dpo.h"
 #include "train/resolve.h"
+#include "train/router_stats.h"
 
 namespace anvil {
 
@@ -43,6 +44,7 @@ struct StepStats {
   double lr = 0;
   int64_t target_tokens = 0;  // dpo: the step's pairs
   DpoSums dpo;                // dpo: the step's sums over its pairs, all ranks (TRL's metrics)
+  RouterStats router;         // Qwen3-MoE: the step's routing, all ranks (train/router_stats.h)
 };
 
 class Trainer {
@@ -111,6 +113,8 @@ class Trainer {
   // One uploaded micro-batch's forward and backward under DPO: the pairs' losses (of the mean
   // over `pairs` pairs) weigh the head's tokens (train/dpo.h); their sums are added to `sums`.
   void dpo_forward_backward(const TokenBatch& b, int64_t pairs, DpoSums& sums);
+  // Qwen3-MoE: the routing of the micro-batch the model ran last (its moe_stats) into `stats`.
+  void add_router_stats(RouterStats& stats);
 
   ModelConfig config_;
   ResolvedConfig settings_;
