@@ -177,7 +177,10 @@ void bind_parallel(Args& a, ParallelSection& p) {
       .opt("--context-parallel", &p.context_parallel, "N",
            "split each sequence over N ranks (every rank of the run; any mode over the same ranks): each holds "
            "seq-len/N tokens, and attention trades them for a share of the heads by all-to-all (Ulysses; N must "
-           "divide the key/value heads and --seq-len)");
+           "divide the key/value heads and --seq-len)")
+      .opt("--expert-parallel", &p.expert_parallel, "N",
+           "MoE: each rank holds 1/N of every sparse layer's experts, tokens exchanged by all-to-all (N divides the "
+           "experts and the ranks); the rest in --mode over all ranks");
   enum_choice(a, "--recompute", &p.recompute, {"none", "selective", "full", "auto"},
               "activation recomputation in the backward: selective recomputes the norms and RoPE, full every block "
               "from its input; auto: the fastest setting whose memory plan fits the GPU (none wherever none fits), "

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -27,6 +28,33 @@ UnitReader host_units_reader(const HostUnits& units) {
     const std::vector<float>& u = units[static_cast<size_t>(unit)];
     std::copy(u.begin() + begin, u.begin() + end, out);
   };
+}
+
+UnitReader host_units_reader(const HostUnits& units, const ParamTable& from, const ParamTable& to) {
+  auto place = std::make_shared<std::map<std::string, const ParamEntry*>>();
+  for (const ParamEntry& e : from.entries()) (*place)[e.name] = &e;
+  return [&units, &to, place](int unit, int64_t begin, int64_t end, float* out) {
+    std::fill(out, out + (end - begin), 0.0f);
+    for (const ParamEntry& e : to.entries()) {
+      if (e.unit != unit || e.offset >= end || e.offset + e.numel() <= begin) continue;
+      auto it = place->find(e.name);
+      ANVIL_ENSURE(it != place->end(), kInternal, e.name, " is not in the other layout");
+      const int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel());
+      const float* src = units[static_cast<size_t>(it->second->unit)].data() + it->second->offset;
+      std::copy(src + (lo - e.offset), src + (hi - e.offset), out + (lo - begin));
+    }
+  };
+}
+
+void copy_by_name(const ParamTable& from, const HostUnits& from_units, const ParamTable& to, HostUnits& to_units) {
+  std::map<std::string, const ParamEntry*> place;
+  for (const ParamEntry& e : to.entries()) place[e.name] = &e;
+  for (const ParamEntry& e : from.entries()) {
+    auto it = place.find(e.name);
+    if (it == place.end()) continue;
+    const float* src = from_units[static_cast<size_t>(e.unit)].data() + e.offset;
+    std::copy(src, src + e.numel(), to_units[static_cast<size_t>(it->second->unit)].data() + it->second->offset);
+  }
 }
 
 namespace {
@@ -58,7 +86,8 @@ std::vector<TensorRead> tensor_reads(const SafetensorsSet& set, const ParamTable
   return reads;
 }
 
-void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const std::vector<TensorRead>& reads) {
+void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const std::vector<TensorRead>& reads,
+                 bool other_experts) {
   std::set<std::string> used;
   for (const TensorRead& r : reads) used.insert(r.name);
   std::string unused;
@@ -66,6 +95,7 @@ void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const 
   for (auto& name : set.names()) {
     if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
     if (name == "lm_head.weight") continue;  // tied: transformers ignores it too
+    if (other_experts && name.find(".mlp.experts.") != std::string::npos) continue;  // other ranks' (expert parallel)
     if (n_unused++ < 3) unused += (unused.empty() ? "" : ", ") + name;
   }
   if (n_unused > 0)
@@ -76,7 +106,7 @@ void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const 
 UnitReader hf_weights_reader(const std::string& model_dir, const ParamTable& table) {
   auto set = std::make_shared<SafetensorsSet>(model_dir);
   auto reads = std::make_shared<std::vector<TensorRead>>(tensor_reads(*set, table));
-  warn_unused(model_dir, *set, *reads);
+  warn_unused(model_dir, *set, *reads, table.expert_layout().degree > 1);
   return [set, reads](int unit, int64_t begin, int64_t end, float* out) {
     std::fill(out, out + (end - begin), 0.0f);
     std::vector<float> whole;  // one tensor, when only part of it is wanted
@@ -99,7 +129,7 @@ void load_hf_weights(const std::string& model_dir, const ParamTable& table, Host
   SafetensorsSet set(model_dir);
   const std::vector<TensorRead> reads = tensor_reads(set, table);
   for (const TensorRead& e : reads) set.read_f32(e.name, e.shape, units[static_cast<size_t>(e.unit)].data() + e.offset);
-  warn_unused(model_dir, set, reads);
+  warn_unused(model_dir, set, reads, table.expert_layout().degree > 1);
 }
 void init_weights(const ModelConfig& config, const ParamTable& table, uint64_t seed, HostUnits& units) {
   // Each tensor is cut into fixed chunks with their own generator, seeded from (seed,

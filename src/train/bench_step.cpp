@@ -252,7 +252,7 @@ Json run_bench_step(const BenchStepOptions& options) {
   ANVIL_ENSURE(c.model.model.empty() != c.model.preset.empty(), kUsage,
                "anvil bench step: give exactly one of --model and --preset");
   c.model.device = resolve_device(c.model.device);
-  OpenRun run = open_run(c.model);
+  OpenRun run = open_run(c.model, c.parallel.expert_parallel);
   ANVIL_ENSURE(options.write_op_table.empty() || run.world == 1, kUsage,
                "anvil bench step: --write-op-table measures one GPU's ops: run it without --nproc-per-node");
   std::unique_ptr<Trainer> trainer;

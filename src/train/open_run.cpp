@@ -15,7 +15,7 @@ std::string resolve_device(const std::string& device) {
   return d;
 }
 
-OpenRun open_run(const ModelSection& m) {
+OpenRun open_run(const ModelSection& m, int64_t expert_parallel) {
   OpenRun run;
   run.device = m.device;
   run.comm_options = comm_options_from_env();
@@ -29,15 +29,23 @@ OpenRun open_run(const ModelSection& m) {
   } else {
     run.config = preset_config(m.preset);
   }
-  run.table = std::make_unique<ParamTable>(run.config, run.world);
+  run.whole = std::make_unique<ParamTable>(run.config, run.world);
+  const int64_t N = expert_parallel, E = run.config.moe.num_experts;
+  const bool experts_split = N > 1 && E > 0 && E % N == 0 && run.world % N == 0;
+  run.table = std::make_unique<ParamTable>(
+      run.config, run.world,
+      experts_split ? ExpertLayout::of_rank(static_cast<int>(N), run.rank, run.world) : ExpertLayout{});
   return run;
 }
 
 UnitReader initial_weights(const OpenRun& run, int64_t seed, HostUnits& fresh) {
   if (!run.model_dir.empty()) return hf_weights_reader(run.model_dir, *run.table);
-  fresh = make_host_units(*run.table);
-  init_weights(run.config, *run.table, static_cast<uint64_t>(seed), fresh);
-  return host_units_reader(fresh);
+  // Drawn on the whole model's table (each tensor's generators are seeded by its place there),
+  // so that a rank's experts are one process's.
+  fresh = make_host_units(*run.whole);
+  init_weights(run.config, *run.whole, static_cast<uint64_t>(seed), fresh);
+  if (run.table->expert_layout().degree == 1) return host_units_reader(fresh);
+  return host_units_reader(fresh, *run.whole, *run.table);
 }
 
 std::unique_ptr<Trainer> make_trainer(const ModelConfig& model, const UnitReader& weights, const TrainConfig& config,

@@ -32,12 +32,15 @@ struct OpenRun {
   int world = 1, rank = 0;
   std::string model_dir;  // empty for a preset
   ModelConfig config;
-  std::unique_ptr<ParamTable> table;
+  std::unique_ptr<ParamTable> table;  // this rank's (with expert parallel: its experts only)
+  std::unique_ptr<ParamTable> whole;  // the whole model's on these ranks (the same as table without expert parallel)
 };
 
 // On m.device (resolved: cpu or cuda), the process group (a worker of a launcher joins from
-// RANK etc.), the model's config and name table. No weight is read.
-OpenRun open_run(const ModelSection& m);
+// RANK etc.), the model's config and name table: this rank's share of the experts under
+// --expert-parallel (a degree that does not divide the ranks and experts is left to
+// resolve_config to refuse: the table then holds every expert). No weight is read.
+OpenRun open_run(const ModelSection& m, int64_t expert_parallel = 1);
 // The starting weights as the Trainer reads them, unit by unit and each rank only what it
 // owns: the model folder's safetensors (mapped; pages dropped after use), or for a preset
 // fresh ones from `seed`, made whole in `fresh` (which must outlive the reader).
