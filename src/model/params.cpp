@@ -37,6 +37,12 @@ ExpertLayout ExpertLayout::of_rank(int degree, int rank, int world) {
   return {degree, rank / D, rank % D};
 }
 
+ExpertLayout ExpertLayout::where_valid(const ModelConfig& c, int64_t degree, int rank, int world) {
+  const int64_t E = c.moe.num_experts;
+  if (degree <= 1 || E == 0 || E % degree != 0 || world % degree != 0) return {};
+  return of_rank(static_cast<int>(degree), rank, world);
+}
+
 ParamTable::ParamTable(const ModelConfig& c, int world_size, ExpertLayout experts)
     : config_(c), world_(world_size), expert_layout_(experts) {
   ANVIL_ENSURE(world_size >= 1, kInternal, "world size ", world_size);

@@ -53,6 +53,10 @@ struct ExpertLayout {
   int replica = 0;
   // Rank `rank` of `world`: shard rank / D, replica rank % D. N must divide world (kInternal).
   static ExpertLayout of_rank(int degree, int rank, int world);
+  // of_rank where `degree` divides the model's experts and the ranks, else every expert (degree
+  // 1): for what reads the setting before resolve_config refuses such a degree (a rank's
+  // table, the memory plan's).
+  static ExpertLayout where_valid(const ModelConfig& c, int64_t degree, int rank, int world);
   int replicas(int world) const { return world / degree; }
 };
 

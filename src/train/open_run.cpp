@@ -30,11 +30,8 @@ OpenRun open_run(const ModelSection& m, int64_t expert_parallel) {
     run.config = preset_config(m.preset);
   }
   run.whole = std::make_unique<ParamTable>(run.config, run.world);
-  const int64_t N = expert_parallel, E = run.config.moe.num_experts;
-  const bool experts_split = N > 1 && E > 0 && E % N == 0 && run.world % N == 0;
-  run.table = std::make_unique<ParamTable>(
-      run.config, run.world,
-      experts_split ? ExpertLayout::of_rank(static_cast<int>(N), run.rank, run.world) : ExpertLayout{});
+  run.table = std::make_unique<ParamTable>(run.config, run.world,
+                                          ExpertLayout::where_valid(run.config, expert_parallel, run.rank, run.world));
   return run;
 }
 
