@@ -6,7 +6,8 @@
 // parameters (1e-5 relative L2, as tests/test_moe_parallel.cpp). A checkpoint saved with one
 // degree resumes with another (the experts are saved in the global layout and read by name):
 // the losses after the resume are the uninterrupted run's within the same bound. Degrees that
-// do not divide the experts or the ranks are refused (exit 2). The load-balancing loss is off,
+// do not divide the experts or the ranks are refused (exit 2). Accumulation and recomputation
+// change nothing of it. The load-balancing loss is off,
 // as in test_moe_parallel (it is a mean over each micro-batch's tokens).
 #include <gtest/gtest.h>
 
@@ -25,10 +26,12 @@ namespace {
 struct Layout {
   const char* mode;
   int nproc, experts, micro;
+  int accum = 1;
+  const char* recompute = "none";
 };
 
 std::string tag_of(const Layout& l) {
-  return cat(l.mode, "_n", l.nproc, "_ep", l.experts, "_b", l.micro);
+  return cat(l.mode, "_n", l.nproc, "_ep", l.experts, "_b", l.micro, "_k", l.accum, "_", l.recompute);
 }
 
 struct TrainRun {
@@ -43,7 +46,8 @@ TrainRun train(const std::string& dir, const std::string& tag, const Layout& l, 
   const std::string out = dir + "/" + tag;
   std::vector<std::string> args = {"train", "--device", "cpu", "--model", dir + "/model", "--data",
                                    dir + "/blocks.safetensors", "--mode", l.mode, "--steps", std::to_string(steps),
-                                   "--micro-batch", std::to_string(l.micro), "--lr", "1e-3", "--log-every", "1",
+                                   "--micro-batch", std::to_string(l.micro), "--grad-accum", std::to_string(l.accum),
+                                   "--recompute", l.recompute, "--lr", "1e-3", "--log-every", "1",
                                    "--metrics", out + ".jsonl", "--export", out, "--export-dtype", "fp32",
                                    "--expert-parallel", std::to_string(l.experts)};
   if (l.nproc > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(l.nproc)});
@@ -107,8 +111,11 @@ TEST(MoeExpertParallel, LossesAndWeightsAreOneProcesssInEveryLayout) {
   const TrainRun base = train(dir, "base", {"ddp", 1, 1, 4}, 5);
   ASSERT_EQ(base.losses.size(), 5u);
   double worst = 0;
+  // Accumulation (the experts' replicas reduce on the last micro-batch) and recomputation (the
+  // exchange runs again before each sparse layer's backward) too.
   for (Layout l : {Layout{"ddp", 2, 2, 2}, Layout{"fsdp", 2, 2, 2}, Layout{"zero2", 2, 2, 2}, Layout{"ddp", 4, 2, 1},
-                   Layout{"fsdp", 4, 2, 1}, Layout{"ddp", 4, 4, 1}, Layout{"fsdp", 4, 4, 1}}) {
+                   Layout{"fsdp", 4, 2, 1}, Layout{"ddp", 4, 4, 1}, Layout{"fsdp", 4, 4, 1},
+                   Layout{"ddp", 2, 2, 1, 2, "full"}, Layout{"fsdp", 2, 2, 1, 2, "selective"}}) {
     const std::string tag = tag_of(l);
     const TrainRun got = train(dir, tag, l, 5);
     EXPECT_NE(got.out.find(cat("expert parallel ", l.experts, ": each rank holds ", 4 / l.experts)), std::string::npos)
@@ -121,8 +128,20 @@ TEST(MoeExpertParallel, LossesAndWeightsAreOneProcesssInEveryLayout) {
       EXPECT_TRUE(testing::close_rel_l2(got.params.at(name), want, kParamRel)) << tag << " " << name;
     std::printf("%s: losses within %.2e relative of one process\n", tag.c_str(), d);
   }
-  std::printf("expert parallel: 7 layouts (N = 2 on 2 ranks, 2 and 4 on 4; ddp, zero2, fsdp) match one process; "
-              "largest loss difference %.2e relative\n", worst);
+  // Two micro-batches per step on 4 ranks (8 sequences): the experts' replicas reduce once, on the last.
+  const TrainRun base8 = train(dir, "base8", {"ddp", 1, 1, 4, 2}, 5);
+  for (Layout l : {Layout{"ddp", 4, 2, 1, 2}, Layout{"fsdp", 4, 2, 1, 2, "full"}}) {
+    const std::string tag = tag_of(l);
+    const TrainRun got = train(dir, tag, l, 5);
+    ASSERT_EQ(got.losses.size(), 5u) << tag;
+    const double d = loss_diff(got, base8, 1, tag);
+    worst = std::max(worst, d);
+    for (auto& [name, want] : base8.params)
+      EXPECT_TRUE(testing::close_rel_l2(got.params.at(name), want, kParamRel)) << tag << " " << name;
+    std::printf("%s: losses within %.2e relative of one process\n", tag.c_str(), d);
+  }
+  std::printf("expert parallel: 11 layouts (N = 2 on 2 ranks, 2 and 4 on 4; ddp, zero2, fsdp; accumulation, "
+              "recomputation) match one process; largest loss difference %.2e relative\n", worst);
 }
 
 TEST(MoeExpertParallel, ResumesAcrossDegrees) {

@@ -117,9 +117,11 @@ void ExpertParallel::forward(const BlockWeights& w, const Activations& a, int64_
   const Tensor x = view(l.x, {l.rows, C}, cd), gate_up = view(l.gate_up, {l.rows, 2 * Im}, cd);
   const Tensor act = view(act_, {l.rows, Im}, cd), y = view(y_, {l.rows, C}, cd);
   dispatch(l, sorted, x);
-  ops_.moe_linear_forward(gate_up, x, w.experts_gate_up, offsets);
-  ops_.swiglu_forward(act, gate_up);
-  ops_.moe_linear_forward(y, act, w.experts_down, offsets);
+  if (l.rows > 0) {  // else this rank's experts have no rows (it still takes part in the exchange)
+    ops_.moe_linear_forward(gate_up, x, w.experts_gate_up, offsets);
+    ops_.swiglu_forward(act, gate_up);
+    ops_.moe_linear_forward(y, act, w.experts_down, offsets);
+  }
   collect(l, y, a[kMoeY].reshape({sorted.rows(), C}));
 }
 
@@ -136,12 +138,17 @@ void ExpertParallel::backward(const BlockWeights& w, const BlockWeights& g, bool
   const Tensor dy = view(d_rows_, {l.rows, C}, cd), act = view(act_, {l.rows, Im}, cd);
   const Tensor d_act = view(d_act_, {l.rows, Im}, cd), d_gate_up = view(d_gate_up_, {l.rows, 2 * Im}, cd);
   dispatch(l, sorted, dy);
-  ops_.moe_linear_backward_input(d_act, dy, w.experts_down, offsets);
-  ops_.swiglu_backward(d_gate_up, d_act, gate_up, act);
-  ops_.moe_linear_backward_weight(g.experts_down, dy, act, offsets, accumulate);
-  ops_.moe_linear_backward_weight(g.experts_gate_up, d_gate_up, x, offsets, accumulate);
   const Tensor dx = view(y_, {l.rows, C}, cd);  // d loss / d the local input rows
-  ops_.moe_linear_backward_input(dx, d_gate_up, w.experts_gate_up, offsets);
+  if (l.rows > 0) {
+    ops_.moe_linear_backward_input(d_act, dy, w.experts_down, offsets);
+    ops_.swiglu_backward(d_gate_up, d_act, gate_up, act);
+    ops_.moe_linear_backward_weight(g.experts_down, dy, act, offsets, accumulate);
+    ops_.moe_linear_backward_weight(g.experts_gate_up, d_gate_up, x, offsets, accumulate);
+    ops_.moe_linear_backward_input(dx, d_gate_up, w.experts_gate_up, offsets);
+  } else if (!accumulate) {  // experts without rows: a zero gradient
+    ops_.runtime().zero(g.experts_down);
+    ops_.runtime().zero(g.experts_gate_up);
+  }
   collect(l, dx, sorted);
 }
 
