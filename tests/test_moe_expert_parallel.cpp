@@ -42,9 +42,9 @@ struct TrainRun {
 
 // `steps` steps of the same global batch (4 sequences) in layout l; extra: more flags.
 TrainRun train(const std::string& dir, const std::string& tag, const Layout& l, int steps,
-               const std::vector<std::string>& extra = {}) {
+               const std::vector<std::string>& extra = {}, const std::string& model = "model") {
   const std::string out = dir + "/" + tag;
-  std::vector<std::string> args = {"train", "--device", "cpu", "--model", dir + "/model", "--data",
+  std::vector<std::string> args = {"train", "--device", "cpu", "--model", dir + "/" + model, "--data",
                                    dir + "/blocks.safetensors", "--mode", l.mode, "--steps", std::to_string(steps),
                                    "--micro-batch", std::to_string(l.micro), "--grad-accum", std::to_string(l.accum),
                                    "--recompute", l.recompute, "--lr", "1e-3", "--log-every", "1",
@@ -163,6 +163,47 @@ TEST(MoeExpertParallel, ResumesAcrossDegrees) {
       if (l.nproc == saved.nproc && l.experts == saved.experts && std::string(l.mode) == saved.mode)
         for (const auto& [step, loss] : got.losses) EXPECT_EQ(loss, whole.losses.at(step)) << tag << " step " << step;
     }
+  }
+}
+
+// transformers 5's fused experts (save_pretrained with save_original_format false): each rank
+// reads its rows of mlp.experts.gate_up_proj and down_proj, the weights of the per-expert
+// tensors, so the run's losses are the same bits.
+TEST(MoeExpertParallel, ReadsItsShareOfFusedExperts) {
+  const std::string dir = make_model("moe-expert-parallel-fused");
+  make_directories(dir + "/fused");
+  write_file_atomic(dir + "/fused/config.json", read_file(dir + "/model/config.json"));
+  SafetensorsFile f(dir + "/model/model.safetensors");
+  std::map<std::string, const SafeTensorInfo*> by_name;
+  SafetensorsWriter w;
+  for (const SafeTensorInfo& t : f.tensors()) {
+    by_name[t.name] = &t;
+    if (t.name.find(".mlp.experts.") == std::string::npos) w.add(t.name, t.dtype, t.shape, t.data);
+  }
+  std::vector<std::vector<uint8_t>> fused;  // held until written
+  for (int layer : {0, 2}) {
+    const std::string x = cat("model.layers.", layer, ".mlp.experts.");
+    std::vector<uint8_t> gate_up, down;
+    for (int e = 0; e < 4; ++e) {
+      for (const char* part : {".gate_proj.weight", ".up_proj.weight"}) {
+        const SafeTensorInfo& t = *by_name.at(x + std::to_string(e) + part);
+        gate_up.insert(gate_up.end(), t.data, t.data + t.bytes);
+      }
+      const SafeTensorInfo& t = *by_name.at(x + std::to_string(e) + ".down_proj.weight");
+      down.insert(down.end(), t.data, t.data + t.bytes);
+    }
+    const DType dtype = by_name.at(x + "0.down_proj.weight")->dtype;
+    fused.push_back(std::move(gate_up));
+    w.add(x + "gate_up_proj", dtype, {4, 48, 48}, fused.back().data());
+    fused.push_back(std::move(down));
+    w.add(x + "down_proj", dtype, {4, 48, 24}, fused.back().data());
+  }
+  w.write(dir + "/fused/model.safetensors");
+  for (Layout l : {Layout{"ddp", 2, 2, 2}, Layout{"fsdp", 4, 4, 1}}) {
+    const TrainRun per_expert = train(dir, "per_expert_" + tag_of(l), l, 3);
+    const TrainRun from_fused = train(dir, "fused_" + tag_of(l), l, 3, {}, "fused");
+    ASSERT_EQ(per_expert.losses.size(), 3u);
+    EXPECT_EQ(from_fused.losses, per_expert.losses) << tag_of(l);
   }
 }
 

@@ -80,9 +80,11 @@ ParamTable::ParamTable(const ModelConfig& c, int world_size, ExpertLayout expert
     }
     b.experts_down = Part{units_[static_cast<size_t>(unit)].numel, {El, C, Im}};
     for (int64_t e = first; e < first + El; ++e) add(unit, x + std::to_string(e) + ".down_proj.weight", {C, Im});
-    if (N > 1) return;  // a shard of the fused tensors: read per expert only
-    fused_.push_back({x + "gate_up_proj", x + "0.gate_proj.weight", unit, b.experts_gate_up.offset, {E, 2 * Im, C}});
-    fused_.push_back({x + "down_proj", x + "0.down_proj.weight", unit, b.experts_down.offset, {E, C, Im}});
+    const std::string e0 = x + std::to_string(first);
+    fused_.push_back({x + "gate_up_proj", e0 + ".gate_proj.weight", unit, b.experts_gate_up.offset, {E, 2 * Im, C},
+                      first * 2 * Im * C, El * 2 * Im * C});
+    fused_.push_back({x + "down_proj", e0 + ".down_proj.weight", unit, b.experts_down.offset, {E, C, Im},
+                      first * C * Im, El * C * Im});
   };
 
   int u = add_unit("embed");

@@ -87,13 +87,16 @@ struct BlockWeights {
 
 // A sparse layer's experts as one tensor (transformers 5's layout with save_original_format
 // false): `name` ("model.layers.3.mlp.experts.gate_up_proj", (E, 2Im, C), or down_proj, (E, C,
-// Im)) holds the per-expert entries from `first` on, which lie back to back in the unit.
+// Im)) holds the per-expert entries from `first` on, which lie back to back in the unit. Under
+// expert parallelism the unit holds the rank's experts only: `held` elements of the tensor from
+// element `from` on (else all of it, from 0).
 struct FusedExperts {
   std::string name;
   std::string first;  // the first per-expert entry's name
   int unit = 0;
   int64_t offset = 0;
   Shape shape;
+  int64_t from = 0, held = 0;
 };
 
 class ParamTable {

@@ -59,13 +59,16 @@ void copy_by_name(const ParamTable& from, const HostUnits& from_units, const Par
 
 namespace {
 
-// One tensor of the folder and where it goes.
+// One tensor of the folder and where it goes: all of it, or (a fused experts tensor under
+// expert parallelism) `count` elements from element `from` on.
 struct TensorRead {
   std::string name;
   int unit = 0;
   int64_t offset = 0;
   Shape shape;
-  int64_t numel() const { return shape.numel(); }
+  int64_t from = 0, count = -1;
+  int64_t numel() const { return count < 0 ? shape.numel() : count; }
+  bool whole() const { return count < 0 || count == shape.numel(); }
 };
 
 // The tensors to read, in the table's order: its entries, except where the folder holds a
@@ -79,9 +82,9 @@ std::vector<TensorRead> tensor_reads(const SafetensorsSet& set, const ParamTable
   for (const ParamEntry& e : table.entries()) {
     const FusedExperts* in = nullptr;
     for (const FusedExperts* f : fused)
-      if (f->unit == e.unit && e.offset >= f->offset && e.offset < f->offset + f->shape.numel()) in = f;
+      if (f->unit == e.unit && e.offset >= f->offset && e.offset < f->offset + f->held) in = f;
     if (!in) reads.push_back({e.name, e.unit, e.offset, e.shape});
-    else if (e.offset == in->offset) reads.push_back({in->name, in->unit, in->offset, in->shape});
+    else if (e.offset == in->offset) reads.push_back({in->name, in->unit, in->offset, in->shape, in->from, in->held});
   }
   return reads;
 }
@@ -113,12 +116,13 @@ UnitReader hf_weights_reader(const std::string& model_dir, const ParamTable& tab
     for (const TensorRead& e : *reads) {
       if (e.unit != unit || e.offset >= end || e.offset + e.numel() <= begin) continue;
       const int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel());
-      if (lo == e.offset && hi == e.offset + e.numel()) {
+      if (e.whole() && lo == e.offset && hi == e.offset + e.numel()) {
         set->read_f32(e.name, e.shape, out + (lo - begin));
       } else {
-        whole.resize(static_cast<size_t>(e.numel()));
+        whole.resize(static_cast<size_t>(e.shape.numel()));
         set->read_f32(e.name, e.shape, whole.data());
-        std::copy(whole.begin() + (lo - e.offset), whole.begin() + (hi - e.offset), out + (lo - begin));
+        const int64_t skip = e.from - e.offset;  // elements of the tensor before the unit's offset 0
+        std::copy(whole.begin() + (skip + lo), whole.begin() + (skip + hi), out + (lo - begin));
       }
       if (const SafeTensorInfo* t = set->find(e.name)) release_mapped_pages(t->data, t->bytes);
     }
@@ -128,7 +132,17 @@ UnitReader hf_weights_reader(const std::string& model_dir, const ParamTable& tab
 void load_hf_weights(const std::string& model_dir, const ParamTable& table, HostUnits& units) {
   SafetensorsSet set(model_dir);
   const std::vector<TensorRead> reads = tensor_reads(set, table);
-  for (const TensorRead& e : reads) set.read_f32(e.name, e.shape, units[static_cast<size_t>(e.unit)].data() + e.offset);
+  std::vector<float> whole;  // a part of a fused experts tensor (expert parallel)
+  for (const TensorRead& e : reads) {
+    float* out = units[static_cast<size_t>(e.unit)].data() + e.offset;
+    if (e.whole()) {
+      set.read_f32(e.name, e.shape, out);
+      continue;
+    }
+    whole.resize(static_cast<size_t>(e.shape.numel()));
+    set.read_f32(e.name, e.shape, whole.data());
+    std::copy_n(whole.begin() + e.from, e.numel(), out);
+  }
   warn_unused(model_dir, set, reads, table.expert_layout().degree > 1);
 }
 void init_weights(const ModelConfig& config, const ParamTable& table, uint64_t seed, HostUnits& units) {

@@ -139,6 +139,7 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
             {"micro_batch", c.data.micro_batch},
             {"grad_accum", c.data.grad_accum},
             {"context_parallel", c.parallel.context_parallel},
+            {"expert_parallel", c.parallel.expert_parallel},
             {"overlap_optimizer", c.parallel.overlap_optimizer},
             {"tokens_per_s", tps},
             {"step_ms", 1e3 * t.timed / n},
