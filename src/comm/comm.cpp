@@ -115,7 +115,8 @@ std::unique_ptr<Comm> Comm::group(const std::vector<int>&) {
 }
 
 void Comm::host_all_gather(const void* mine, size_t bytes, void* all, std::string_view tag) {
-  ANVIL_ENSURE(members_.empty(), kInternal, "host_all_gather on a group comm (", tag, "): host exchanges are the run's");
+  ANVIL_ENSURE(members_.empty(), kInternal, "host_all_gather on a group comm (", tag,
+               "): host exchanges are the run's");
   std::vector<std::string> blobs =
       bootstrap_->all_gather(std::string(static_cast<const char*>(mine), bytes), where("host_all_gather", tag));
   for (size_t r = 0; r < blobs.size(); ++r) {

@@ -51,9 +51,11 @@ void Optimizer::finish() {
 double Optimizer::global_norm(int64_t step) {
   std::vector<Tensor> local, summed;
   for (size_t u = 0; u < norm_parts_.size(); ++u)
-    if (norm_parts_[u] != NormPart::kSkipped) (norm_parts_[u] == NormPart::kLocal ? local : summed).push_back(units_.grads[u]);
+    if (norm_parts_[u] != NormPart::kSkipped)
+      (norm_parts_[u] == NormPart::kLocal ? local : summed).push_back(units_.grads[u]);
   double sq = local.empty() ? 0.0 : grad_sum_squares(ops_, local, scratch_);
-  if (norm_comm_) sq += norm_comm_->host_sum(summed.empty() ? 0.0 : grad_sum_squares(ops_, summed, scratch_), "grad norm");
+  if (norm_comm_)
+    sq += norm_comm_->host_sum(summed.empty() ? 0.0 : grad_sum_squares(ops_, summed, scratch_), "grad norm");
   const double norm = std::sqrt(sq);
   ANVIL_ENSURE(std::isfinite(norm), kNumerics, "gradient norm is ", norm, " at step ", step,
                ": the step was not applied");

@@ -48,7 +48,8 @@ OwnedUnits ParamStore::allocate(DType grad_dtype, bool sharded, bool whole_weigh
     const bool shard = sharded && !info.experts;  // an experts unit is held whole (above)
     const int64_t n = shard ? info.shard() : info.padded;
     Tensor compute_part;  // of the whole weights (below), else its own buffer
-    if (whole_weights) whole_weights_.push_back(info.experts ? Tensor() : buffers_.make(info.padded, ops_.compute_dtype()));
+    if (whole_weights)
+      whole_weights_.push_back(info.experts ? Tensor() : buffers_.make(info.padded, ops_.compute_dtype()));
     if (whole_weights && !info.experts) {
       const int64_t at = comm_->rank() * n;
       compute_part = whole_weights_.back().slice_rows(at, at + n);

@@ -390,7 +390,8 @@ HostUnits Trainer::whole_masters(const ParamTable& whole) {
     std::vector<float> all(static_cast<size_t>(W) * n);
     comm_->host_all_gather(mine[u].data(), n * sizeof(float), all.data(), "experts' masters");
     for (int s = 0; s < xl.degree; ++s)
-      std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(s * D) * n), n, shards[static_cast<size_t>(s)][u].begin());
+      std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(s * D) * n), n,
+                  shards[static_cast<size_t>(s)][u].begin());
   }
   HostUnits out = make_host_units(whole);
   for (int s = 0; s < xl.degree; ++s)  // their other units are zeros here: overwritten next

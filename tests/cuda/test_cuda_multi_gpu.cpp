@@ -211,10 +211,13 @@ TEST_P(ExpertParallel, MatchesEveryExpertOnEveryRank) {
               std::string::npos) << last_out_;
     expect_close(ep, plain, 5e-3, std::string("expert parallel against none, ") + mode);
     expect_close(ep, one, 5e-3, std::string("expert parallel against one GPU, ") + mode);
-    for (size_t i = 0; i < ep.size() && i < plain.size(); ++i) worst = std::max(worst, std::abs(ep[i] - plain[i]) / plain[i]);
-    const std::vector<double> resumed = train(std::string("ep_resumed_") + mode, "ddp", 1, 4, {"--resume", ckpt + "/step-4"});
+    for (size_t i = 0; i < ep.size() && i < plain.size(); ++i)
+      worst = std::max(worst, std::abs(ep[i] - plain[i]) / plain[i]);
+    const std::vector<double> resumed =
+        train(std::string("ep_resumed_") + mode, "ddp", 1, 4, {"--resume", ckpt + "/step-4"});
     ASSERT_EQ(resumed.size(), 4u) << mode;
-    expect_close(resumed, std::vector<double>(ep.begin() + 4, ep.end()), 5e-3, std::string("resumed on one GPU, ") + mode);
+    expect_close(resumed, std::vector<double>(ep.begin() + 4, ep.end()), 5e-3,
+                 std::string("resumed on one GPU, ") + mode);
   }
   std::printf("expert parallel 2 on two ranks against none, 8 steps: largest relative loss difference %.3g\n", worst);
 }
