@@ -14,6 +14,7 @@
 #include "comm/comm.h"
 #include "comm/socket.h"
 #include "core/bf16.h"
+#include "core/error.h"
 #include "comm_ranks.h"
 #include "testing.h"
 
@@ -396,6 +397,43 @@ TEST(Comm, RejectsWrongSizesAndDtypes) {
     EXPECT_THROW(c.all_reduce(Tensor(v.data(), DType::kF32, {8}, Device::kCUDA), ReduceOp::kSum), Error);
   });
   expect_no_errors(errors);
+}
+
+
+// Groups of ranks (Comm::group, expert parallelism's): on 4 ranks, {0, 2} and {1, 3} (strided)
+// and {0, 1} and {2, 3}, each a view of the run's connections with its own sequence, their
+// collectives interleaved with the run's; each result names its senders.
+TEST(Comm, GroupsRunTheirCollectivesBesideTheRunsOwn) {
+  for (bool staged : {false, true}) {
+    g_staged = staged;
+    auto errors = run_ranks(4, [](Comm& c) {
+      const int r = c.rank();
+      const std::unique_ptr<Comm> strided = c.group({r % 2, r % 2 + 2});
+      const std::unique_ptr<Comm> halves = c.group({r / 2 * 2, r / 2 * 2 + 1});
+      ASSERT_EQ(strided->world(), 2);
+      ASSERT_EQ(strided->rank(), r / 2);
+      ASSERT_EQ(halves->rank(), r % 2);
+      for (int round = 0; round < 3; ++round) {
+        Buf all(std::vector<float>(5, static_cast<float>(r + 1)), DType::kF32);
+        c.all_reduce(all.view(), ReduceOp::kSum, "run");
+        Buf s(std::vector<float>(7, static_cast<float>(r + 1)), DType::kF32);
+        strided->all_reduce(s.view(), ReduceOp::kSum, "strided");
+        std::vector<float> mine = {static_cast<float>(10 * r), static_cast<float>(10 * r + 1)};
+        Buf in(mine, DType::kF32), out(std::vector<float>(2, -1.0f), DType::kF32);
+        halves->all_to_all(out.view(), in.view(), "halves");
+        for (float x : all.values()) ASSERT_EQ(x, 10.0f);
+        for (float x : s.values()) ASSERT_EQ(x, static_cast<float>(r % 2 + 1 + r % 2 + 3));
+        const int first = r / 2 * 2;  // chunk p of out comes from group rank p: its element (my group rank)
+        ASSERT_EQ(out.values()[0], static_cast<float>(10 * first + r % 2));
+        ASSERT_EQ(out.values()[1], static_cast<float>(10 * (first + 1) + r % 2));
+      }
+      int32_t x = r;
+      std::vector<int32_t> got(2);
+      EXPECT_THROW(strided->host_all_gather(&x, sizeof x, got.data(), "group"), Error);
+    });
+    expect_no_errors(errors);
+  }
+  g_staged = false;
 }
 
 }  // namespace

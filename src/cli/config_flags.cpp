@@ -175,9 +175,9 @@ void bind_parallel(Args& a, ParallelSection& p) {
          "fsdp, zero2: reduce-scatter gradients once per step, not per micro-batch (keeps the whole model's fp32 "
          "gradient; PyTorch's set_requires_gradient_sync(False))")
       .opt("--context-parallel", &p.context_parallel, "N",
-           "split each sequence over N ranks (every rank of the run; any mode over the same ranks): each holds "
-           "seq-len/N tokens, and attention trades them for a share of the heads by all-to-all (Ulysses; N must "
-           "divide the key/value heads and --seq-len)");
+           "split each sequence over all N ranks: each holds seq-len/N tokens; attention trades them for heads by "
+           "all-to-all (Ulysses; N divides the key/value heads and --seq-len)")
+      .opt("--expert-parallel", &p.expert_parallel, "N", "MoE: each rank holds 1/N of each sparse layer's experts");
   enum_choice(a, "--recompute", &p.recompute, {"none", "selective", "full", "auto"},
               "activation recomputation in the backward: selective recomputes the norms and RoPE, full every block "
               "from its input; auto: the fastest setting whose memory plan fits the GPU (none wherever none fits), "

@@ -99,7 +99,24 @@ void Comm::check_all_to_all(Tensor out, Tensor in) const {
                ": out and in overlap");
 }
 
+Comm::Comm(const Comm& parent, std::vector<int> members) : bootstrap_(parent.bootstrap_), members_(std::move(members)) {
+  ANVIL_ENSURE(parent.members_.empty(), kInternal, "a group of a group");
+  const auto me = std::find(members_.begin(), members_.end(), parent.rank());
+  ANVIL_ENSURE(me != members_.end() && std::is_sorted(members_.begin(), members_.end()) &&
+                   std::adjacent_find(members_.begin(), members_.end()) == members_.end() &&
+                   members_.front() >= 0 && members_.back() < parent.world(),
+               kInternal, "group of ranks ", members_.size(), " not a sorted set of ranks with rank ", parent.rank());
+  group_rank_ = static_cast<int>(me - members_.begin());
+}
+
+std::unique_ptr<Comm> Comm::group(const std::vector<int>&) {
+  raise(ErrorKind::kUnsupported, "the ", backend(), " comm has no groups of ranks yet (sub-communicators): "
+        "--expert-parallel below the number of ranks needs them; use --expert-parallel equal to the ranks");
+}
+
 void Comm::host_all_gather(const void* mine, size_t bytes, void* all, std::string_view tag) {
+  ANVIL_ENSURE(members_.empty(), kInternal, "host_all_gather on a group comm (", tag,
+               "): host exchanges are the run's");
   std::vector<std::string> blobs =
       bootstrap_->all_gather(std::string(static_cast<const char*>(mine), bytes), where("host_all_gather", tag));
   for (size_t r = 0; r < blobs.size(); ++r) {

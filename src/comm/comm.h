@@ -67,8 +67,9 @@ class Comm {
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
-  int rank() const { return bootstrap_->rank(); }
-  int world() const { return bootstrap_->world(); }
+  // A group comm (group(), below): this rank's place among the group's ranks, and their number.
+  int rank() const { return members_.empty() ? bootstrap_->rank() : group_rank_; }
+  int world() const { return members_.empty() ? bootstrap_->world() : static_cast<int>(members_.size()); }
   double timeout_s() const { return bootstrap_->timeout_s(); }
   virtual Device device() const = 0;
   virtual int gpu() const = 0;               // the CUDA device of the buffers; -1 on the CPU
@@ -100,6 +101,13 @@ class Comm {
   virtual void wait(CommWork work) = 0;
   virtual void synchronize() = 0;
 
+  // A comm over `members` (ranks of this comm, ascending, this rank among them; every member
+  // calls it, in the same order): the collectives above among those ranks only, ranked by
+  // their place in `members`, in order with this comm's (expert parallelism's groups,
+  // model/expert_parallel.h). Host exchanges are the whole run's: call them on its comm.
+  // kUnsupported where the backend has no groups (NCCL, today).
+  virtual std::unique_ptr<Comm> group(const std::vector<int>& members);
+
   // Every rank's `bytes` bytes, in rank order, into all (world * bytes).
   void host_all_gather(const void* mine, size_t bytes, void* all, std::string_view tag = {});
   // Sum over ranks, added in rank order: the same bits on every rank.
@@ -109,6 +117,8 @@ class Comm {
 
  protected:
   explicit Comm(std::unique_ptr<Bootstrap> bootstrap) : bootstrap_(std::move(bootstrap)) {}
+  // A group of `parent`'s ranks (group()): its bootstrap shared, ranked by place in members.
+  Comm(const Comm& parent, std::vector<int> members);
   // "all_reduce on rank 1 of 4 (step 12, tag 'layers.3')": the start of every error.
   std::string where(std::string_view op, std::string_view tag) const;
   std::string where(std::string_view op, std::string_view tag, int64_t step) const;  // at another step
@@ -118,8 +128,10 @@ class Comm {
   void check_all_to_all(Tensor out, Tensor in) const;
   void check_device(std::string_view op, Tensor t) const;
 
-  std::unique_ptr<Bootstrap> bootstrap_;
+  std::shared_ptr<Bootstrap> bootstrap_;
   int64_t step_ = -1;
+  std::vector<int> members_;  // a group comm: the run's ranks in it, ascending (else empty)
+  int group_rank_ = 0;
 };
 
 // Moves GPU tensors through host memory for the CPU comm, so that GPU ranks can reduce

@@ -118,6 +118,15 @@ class CpuComm final : public Comm {
         stager_(std::move(stager)) {
     if (world() > 1) connect_mesh();
   }
+  // A group of parent's ranks (Comm::group): the parent's connections, its own sequence of
+  // phases (the members call the group's collectives in the same order, so on each
+  // connection the parent's and the group's messages come in the order both sides sent them).
+  CpuComm(const CpuComm& parent, std::vector<int> members)
+      : Comm(parent, std::move(members)), mesh_(parent.mesh_), stager_(parent.stager_) {}
+
+  std::unique_ptr<Comm> group(const std::vector<int>& members) override {
+    return std::make_unique<CpuComm>(*this, members);
+  }
 
   Device device() const override { return stager_ ? Device::kCUDA : Device::kCPU; }
   int gpu() const override { return stager_ ? stager_->gpu() : -1; }
@@ -318,12 +327,17 @@ class CpuComm final : public Comm {
   void send_ready(Transfer& t, int fd, Op coll, std::string_view tag) const;
   [[noreturn]] void peer_failed(Op coll, std::string_view tag, int peer, bool closed) const;
 
-  std::vector<net::Socket> peers_;  // index p: the connection to rank p (none to self)
+  // The connection to rank p of this comm (a group's rank p: the run's rank members_[p]).
+  const net::Socket& peer(int p) const {
+    return (*mesh_)[static_cast<size_t>(members_.empty() ? p : members_[static_cast<size_t>(p)])];
+  }
+  // index p: the connection to the run's rank p (none to self); shared by the groups
+  std::shared_ptr<std::vector<net::Socket>> mesh_ = std::make_shared<std::vector<net::Socket>>();
   uint64_t seq_ = 0;                // phases exchanged so far: the same count on every rank
   uint64_t works_ = 0;
   std::vector<char> staging_;
   std::vector<float> acc_;
-  std::unique_ptr<HostStager> stager_;     // GPU tensors through the host (comm.h); null on the CPU
+  std::shared_ptr<HostStager> stager_;     // GPU tensors through the host (comm.h); null on the CPU
   std::vector<char> host_out_, host_in_;  // their host copies
 };
 
@@ -334,7 +348,8 @@ void CpuComm::connect_mesh() {
   net::Socket listener = net::listen_tcp(bootstrap_->local_address(), 0, n, &port, what);
   std::vector<std::string> addrs = bootstrap_->all_gather(cat(bootstrap_->local_address(), ":", port), what);
   const auto deadline = net::Deadline::after(timeout_s());
-  peers_.resize(static_cast<size_t>(n));
+  std::vector<net::Socket>& peers = *mesh_;
+  peers.resize(static_cast<size_t>(n));
   // Each rank connects to the ranks below it and accepts the ranks above it.
   for (int p = 0; p < me; ++p) {
     const std::string& a = addrs[static_cast<size_t>(p)];
@@ -343,7 +358,7 @@ void CpuComm::connect_mesh() {
     int32_t hello = me;
     ANVIL_ENSURE(net::send_all(s, &hello, sizeof hello, deadline) == net::IoStatus::kOk, kComm, what,
                  ": rank ", p, " did not take our hello");
-    peers_[static_cast<size_t>(p)] = std::move(s);
+    peers[static_cast<size_t>(p)] = std::move(s);
   }
   for (int k = me + 1; k < n; ++k) {
     net::Socket s = net::accept_tcp(listener, deadline);
@@ -351,11 +366,11 @@ void CpuComm::connect_mesh() {
     int32_t hello = -1;
     ANVIL_ENSURE(net::recv_all(s, &hello, sizeof hello, deadline) == net::IoStatus::kOk, kComm, what,
                  ": a peer connected but did not say its rank");
-    ANVIL_ENSURE(hello > me && hello < n && !peers_[static_cast<size_t>(hello)].valid(), kComm, what,
+    ANVIL_ENSURE(hello > me && hello < n && !peers[static_cast<size_t>(hello)].valid(), kComm, what,
                  ": unexpected hello from rank ", hello);
-    peers_[static_cast<size_t>(hello)] = std::move(s);
+    peers[static_cast<size_t>(hello)] = std::move(s);
   }
-  for (auto& s : peers_)
+  for (auto& s : peers)
     if (s.valid()) s.set_nonblocking();
 }
 
@@ -386,9 +401,9 @@ void CpuComm::poll_set_for(const std::vector<Transfer>& ts, PollSet& ps) const {
   for (size_t i = 0; i < ts.size(); ++i) {
     if (ts[i].finished()) continue;
     size_t k = 0;
-    while (k < ps.fds.size() && ps.fds[k].fd != peers_[static_cast<size_t>(ts[i].peer)].fd()) ++k;
+    while (k < ps.fds.size() && ps.fds[k].fd != peer(ts[i].peer).fd()) ++k;
     if (k == ps.fds.size()) {
-      ps.fds.push_back(pollfd{peers_[static_cast<size_t>(ts[i].peer)].fd(), 0, 0});
+      ps.fds.push_back(pollfd{peer(ts[i].peer).fd(), 0, 0});
       ps.send_of.push_back(-1);
       ps.recv_of.push_back(-1);
     }

@@ -53,6 +53,7 @@ void Block::moe_forward(const BlockWeights& w, const Activations& a) {
   ops_.moe_router_forward(a[kRouterProbs], a[kTopkIdx], a[kTopkW], stats, a[kRouterLogits], m.norm_topk_prob);
   ops_.moe_sort(a[kMoeOrder], a[kMoeRows], a[kMoeOffsets], a[kTopkIdx]);
   ops_.moe_gather(a[kMoeX], a[kH2], a[kMoeOrder], static_cast<int>(m.top_k));
+  if (experts_) return experts_->forward(w, a, layer_);
   ops_.moe_linear_forward(a[kMoeGateUp], a[kMoeX], w.experts_gate_up, a[kMoeOffsets]);
   ops_.swiglu_forward(a[kMoeAct], a[kMoeGateUp]);
   ops_.moe_linear_forward(a[kMoeY], a[kMoeAct], w.experts_down, a[kMoeOffsets]);
@@ -62,14 +63,18 @@ void Block::moe_backward(const BlockWeights& w, const BlockWeights& g, bool acc,
   using enum Activation;
   const MoeConfig& m = c_.moe;
   ops_.moe_combine_backward(a[kMoeDY], a[kDTopkW], a[kDx], a[kMoeY], a[kMoeRows], a[kTopkW]);
-  ops_.moe_linear_backward_input(a[kMoeDAct], a[kMoeDY], w.experts_down, a[kMoeOffsets]);
-  ops_.swiglu_backward(a[kMoeDGateUp], a[kMoeDAct], a[kMoeGateUp], a[kMoeAct]);
-  ops_.moe_linear_backward_weight(g.experts_down, a[kMoeDY], a[kMoeAct], a[kMoeOffsets], acc);
-  // The experts' input rows again (moe_x is shared by the blocks), then d loss / d them into
-  // moe_d_y, whose d loss / d moe_y is spent.
-  ops_.moe_gather(a[kMoeX], a[kH2], a[kMoeOrder], static_cast<int>(m.top_k));
-  ops_.moe_linear_backward_weight(g.experts_gate_up, a[kMoeDGateUp], a[kMoeX], a[kMoeOffsets], acc);
-  ops_.moe_linear_backward_input(a[kMoeDY], a[kMoeDGateUp], w.experts_gate_up, a[kMoeOffsets]);
+  if (experts_) {
+    experts_->backward(w, g, acc, a, layer_);
+  } else {
+    ops_.moe_linear_backward_input(a[kMoeDAct], a[kMoeDY], w.experts_down, a[kMoeOffsets]);
+    ops_.swiglu_backward(a[kMoeDGateUp], a[kMoeDAct], a[kMoeGateUp], a[kMoeAct]);
+    ops_.moe_linear_backward_weight(g.experts_down, a[kMoeDY], a[kMoeAct], a[kMoeOffsets], acc);
+    // The experts' input rows again (moe_x is shared by the blocks), then d loss / d them into
+    // moe_d_y, whose d loss / d moe_y is spent.
+    ops_.moe_gather(a[kMoeX], a[kH2], a[kMoeOrder], static_cast<int>(m.top_k));
+    ops_.moe_linear_backward_weight(g.experts_gate_up, a[kMoeDGateUp], a[kMoeX], a[kMoeOffsets], acc);
+    ops_.moe_linear_backward_input(a[kMoeDY], a[kMoeDGateUp], w.experts_gate_up, a[kMoeOffsets]);
+  }
   ops_.moe_gather_backward(a[kDh], a[kMoeDY], a[kMoeRows], false);
   const Tensor aux_grad = m.output_router_logits ? a[kMoeAuxGrad] : Tensor();
   ops_.moe_router_backward(a[kDRouterLogits], a[kDTopkW], a[kRouterProbs], a[kTopkIdx], a[kTopkW], aux_grad,

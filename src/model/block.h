@@ -14,6 +14,7 @@
 #include "model/activations.h"
 #include "model/block_linears.h"
 #include "model/config.h"
+#include "model/expert_parallel.h"
 #include "model/mlp_tiles.h"
 #include "model/params.h"
 #include "ops/ops.h"
@@ -47,6 +48,9 @@ class Block {
   // The layer the next calls run: where a sparse layer writes its routing statistics (the
   // auxiliary loss's, a[kMoeStats]'s row of the layer, when the buffers have it).
   void set_layer(int64_t layer) { layer_ = layer; }
+  // Expert parallel (model/expert_parallel.h): a sparse layer's experts run on their owners,
+  // and the weights' experts are this rank's; null: every expert here.
+  void set_expert_parallel(ExpertParallel* experts) { experts_ = experts; }
   // x_in -> x_out (x_out may be x_in). x_out empty: stops after gate_up (a sparse layer: after
   // the experts' outputs), all the backward reads (the forward again before a block's backward).
   void forward(const BlockWeights& w, BlockAttention& attention, const Activations& a, Tensor x_in, Tensor x_out,
@@ -73,6 +77,7 @@ class Block {
   Ops& ops_;
   BlockLinears& linears_;
   MlpTiles& tiles_;
+  ExpertParallel* experts_ = nullptr;
   int64_t layer_ = 0;
 };
 

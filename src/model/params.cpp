@@ -1,6 +1,8 @@
 // The parameter table's layout (model/params.h), and the gradient dtype's names and rule.
 #include "model/params.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/enum_names.h"
 
@@ -28,10 +30,30 @@ DType resolve_grad_dtype(GradDType g, DType compute_dtype, int64_t grad_accum) {
   return DType::kBF16;
 }
 
-ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size) {
+ExpertLayout ExpertLayout::of_rank(int degree, int rank, int world) {
+  ANVIL_ENSURE(degree >= 1 && world % degree == 0 && rank >= 0 && rank < world, kInternal, "expert parallel ",
+               degree, " for rank ", rank, " of ", world);
+  const int D = world / degree;
+  return {degree, rank / D, rank % D};
+}
+
+ExpertLayout ExpertLayout::where_valid(const ModelConfig& c, int64_t degree, int rank, int world) {
+  const int64_t E = c.moe.num_experts;
+  if (degree <= 1 || E == 0 || E % degree != 0 || world % degree != 0) return {};
+  return of_rank(static_cast<int>(degree), rank, world);
+}
+
+ParamTable::ParamTable(const ModelConfig& c, int world_size, ExpertLayout experts)
+    : config_(c), world_(world_size), expert_layout_(experts) {
   ANVIL_ENSURE(world_size >= 1, kInternal, "world size ", world_size);
+  const int N = experts.degree;
+  ANVIL_ENSURE(N >= 1 && world_size % N == 0 && c.moe.num_experts % std::max(N, 1) == 0 && experts.shard >= 0 &&
+                   experts.shard < N && experts.replica >= 0 && experts.replica < world_size / N,
+               kInternal, "expert layout ", N, "/", experts.shard, "/", experts.replica, " for world ", world_size,
+               " and ", c.moe.num_experts, " experts");
   num_layers_ = static_cast<int>(c.num_layers);
   tied_ = c.tie_word_embeddings;
+  experts_unit_.assign(static_cast<size_t>(num_layers_), -1);
   const int64_t C = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
 
   auto add_unit = [&](const std::string& name) {
@@ -45,21 +67,24 @@ ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size
     return off;
   };
 
-  // A sparse layer's router and experts: every expert's gate and up rows, then every expert's
-  // down projection, so that each group is one (E, rows, cols) tensor (FusedExperts).
-  const int64_t E = c.moe.num_experts, Im = c.moe.intermediate;
+  // A sparse layer's experts [first, first + n) in `unit`: every expert's gate and up rows, then
+  // every expert's down projection, so that each group is one (n, rows, cols) tensor
+  // (FusedExperts, where n is every expert).
+  const int64_t E = c.moe.num_experts, Im = c.moe.intermediate, El = E / N, first = experts.shard * El;
   auto add_experts = [&](BlockLayout& b, int unit, const std::string& p) {
-    b.router_w = Part{add(unit, p + "mlp.gate.weight", {E, C}), {E, C}};
     const std::string x = p + "mlp.experts.";
-    b.experts_gate_up = Part{units_[static_cast<size_t>(unit)].numel, {E, 2 * Im, C}};
-    for (int64_t e = 0; e < E; ++e) {
+    b.experts_gate_up = Part{units_[static_cast<size_t>(unit)].numel, {El, 2 * Im, C}};
+    for (int64_t e = first; e < first + El; ++e) {
       add(unit, x + std::to_string(e) + ".gate_proj.weight", {Im, C});
       add(unit, x + std::to_string(e) + ".up_proj.weight", {Im, C});
     }
-    b.experts_down = Part{units_[static_cast<size_t>(unit)].numel, {E, C, Im}};
-    for (int64_t e = 0; e < E; ++e) add(unit, x + std::to_string(e) + ".down_proj.weight", {C, Im});
-    fused_.push_back({x + "gate_up_proj", x + "0.gate_proj.weight", unit, b.experts_gate_up.offset, {E, 2 * Im, C}});
-    fused_.push_back({x + "down_proj", x + "0.down_proj.weight", unit, b.experts_down.offset, {E, C, Im}});
+    b.experts_down = Part{units_[static_cast<size_t>(unit)].numel, {El, C, Im}};
+    for (int64_t e = first; e < first + El; ++e) add(unit, x + std::to_string(e) + ".down_proj.weight", {C, Im});
+    const std::string e0 = x + std::to_string(first);
+    fused_.push_back({x + "gate_up_proj", e0 + ".gate_proj.weight", unit, b.experts_gate_up.offset, {E, 2 * Im, C},
+                      first * 2 * Im * C, El * 2 * Im * C});
+    fused_.push_back({x + "down_proj", e0 + ".down_proj.weight", unit, b.experts_down.offset, {E, C, Im},
+                      first * C * Im, El * C * Im});
   };
 
   int u = add_unit("embed");
@@ -80,7 +105,8 @@ ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size
     const bool sparse = c.sparse_layer(l);
     sparse_.push_back(sparse);
     if (sparse) {
-      add_experts(b, u, p);
+      b.router_w = part("mlp.gate.weight", {E, C}, {E, C});
+      if (N == 1) add_experts(b, u, p);  // else in the layer's experts unit, below
     } else {
       b.gate_up_w = part("mlp.gate_proj.weight", {I, C}, {2 * I, C});
       add(u, p + "mlp.up_proj.weight", {I, C});
@@ -105,7 +131,40 @@ ParamTable::ParamTable(const ModelConfig& c, int world_size) : world_(world_size
     u = add_unit("lm_head");
     add(u, "lm_head.weight", {c.vocab_size, C});
   }
-  for (auto& unit : units_) unit.padded = round_up(unit.numel, kShardAlign * world_size);
+  // Expert parallel: each sparse layer's experts of this rank in a unit of their own, after
+  // the others (which keep their indices), split among the D replicas of the shard.
+  for (int64_t l = 0; N > 1 && l < c.num_layers; ++l) {
+    if (!sparse_[static_cast<size_t>(l)]) continue;
+    u = add_unit("layers." + std::to_string(l) + ".experts");
+    units_.back().world = world_size / N;
+    units_.back().experts = true;
+    experts_unit_[static_cast<size_t>(l)] = u;
+    add_experts(moe_, u, "model.layers." + std::to_string(l) + ".");
+  }
+  for (auto& unit : units_) unit.padded = round_up(unit.numel, kShardAlign * unit.world);
+}
+
+ParamTable::Saved ParamTable::saved_layout() const {
+  Saved saved{units_, entries_};
+  const int N = expert_layout_.degree;
+  if (N == 1) return saved;
+  saved.entries.clear();
+  for (const ParamEntry& e : entries_)
+    if (!units_[static_cast<size_t>(e.unit)].experts) saved.entries.push_back(e);
+  for (UnitInfo& u : saved.units)
+    if (u.experts) {
+      u.numel *= N;  // every shard's experts (the padding between shards included)
+      u.padded *= N;
+      u.world = world_;
+    }
+  for (int s = 0; s < N; ++s) {
+    const ParamTable shard(config_, world_, ExpertLayout{N, s, 0});
+    for (const ParamEntry& e : shard.entries_) {
+      const UnitInfo& info = shard.units_[static_cast<size_t>(e.unit)];
+      if (info.experts) saved.entries.push_back({e.name, e.unit, s * info.padded + e.offset, e.shape});
+    }
+  }
+  return saved;
 }
 
 Tensor tensor_at(const Tensor& flat, int64_t offset, Shape shape) {
@@ -114,13 +173,18 @@ Tensor tensor_at(const Tensor& flat, int64_t offset, Shape shape) {
                 shape, flat.device);
 }
 
-BlockWeights ParamTable::block_weights(int64_t layer, const Tensor& unit) const {
+BlockWeights ParamTable::block_weights(int64_t layer, const Tensor& unit, const Tensor& experts) const {
   ANVIL_ASSERT(layer >= 0 && layer < num_layers_);
-  auto view = [&](const Part& part) { return part.offset < 0 ? Tensor() : tensor_at(unit, part.offset, part.shape); };
+  ANVIL_ASSERT((experts_unit(layer) >= 0) == (experts.data != nullptr));
+  auto in = [](const Tensor& t, const Part& part) {
+    return part.offset < 0 ? Tensor() : tensor_at(t, part.offset, part.shape);
+  };
+  auto view = [&](const Part& part) { return in(unit, part); };
+  const Tensor& x = experts.data ? experts : unit;
   const BlockLayout& b = sparse_[static_cast<size_t>(layer)] ? moe_ : dense_;
   return {view(b.attn_norm), view(b.qkv_w),    view(b.qkv_b),     view(b.q_norm),          view(b.k_norm),
           view(b.o_w),       view(b.mlp_norm), view(b.gate_up_w), view(b.down_w),          view(b.router_w),
-          view(b.experts_gate_up), view(b.experts_down)};
+          in(x, b.experts_gate_up), in(x, b.experts_down)};
 }
 
 Tensor ParamTable::unit_tensor(int unit, const Tensor& data) const {

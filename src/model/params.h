@@ -43,12 +43,30 @@ struct ParamEntry {
   int64_t numel() const { return shape.numel(); }
 };
 
+// A rank's share of the sparse layers' experts under --expert-parallel (docs/ARCHITECTURE.md,
+// Expert parallelism): `degree` N shards of E/N experts; this rank holds shard `shard` (s), as
+// replica `replica` (d) of the D = world / N ranks holding it. degree 1: every expert, in the
+// block units as before.
+struct ExpertLayout {
+  int degree = 1;
+  int shard = 0;
+  int replica = 0;
+  // Rank `rank` of `world`: shard rank / D, replica rank % D. N must divide world (kInternal).
+  static ExpertLayout of_rank(int degree, int rank, int world);
+  // of_rank where `degree` divides the model's experts and the ranks, else every expert (degree
+  // 1): for what reads the setting before resolve_config refuses such a degree (a rank's
+  // table, the memory plan's).
+  static ExpertLayout where_valid(const ModelConfig& c, int64_t degree, int rank, int world);
+  int replicas(int world) const { return world / degree; }
+};
+
 struct UnitInfo {
   std::string name;     // "embed", "layers.3", "norm", "lm_head"
   int64_t numel = 0;    // elements holding parameters
   int64_t padded = 0;   // numel rounded up to world * kShardAlign
   int64_t shard() const { return padded / world; }
-  int world = 1;
+  int world = 1;        // the ranks that split it: every rank, or an experts unit's replicas
+  bool experts = false;  // a sparse layer's experts unit (ExpertLayout degree > 1)
 };
 
 // A view of `shape` at element `offset` of a flat buffer.
@@ -69,26 +87,49 @@ struct BlockWeights {
 
 // A sparse layer's experts as one tensor (transformers 5's layout with save_original_format
 // false): `name` ("model.layers.3.mlp.experts.gate_up_proj", (E, 2Im, C), or down_proj, (E, C,
-// Im)) holds the per-expert entries from `first` on, which lie back to back in the unit.
+// Im)) holds the per-expert entries from `first` on, which lie back to back in the unit. Under
+// expert parallelism the unit holds the rank's experts only: `held` elements of the tensor from
+// element `from` on (else all of it, from 0).
 struct FusedExperts {
   std::string name;
   std::string first;  // the first per-expert entry's name
   int unit = 0;
   int64_t offset = 0;
   Shape shape;
+  int64_t from = 0, held = 0;
 };
 
 class ParamTable {
  public:
   static constexpr int64_t kShardAlign = 64;  // elements: 256-byte aligned fp32 shards
 
-  ParamTable(const ModelConfig& config, int world_size);
+  // experts: this rank's share of the experts (ExpertLayout; the default: all of them).
+  ParamTable(const ModelConfig& config, int world_size, ExpertLayout experts = {});
 
   const std::vector<UnitInfo>& units() const { return units_; }
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry* find(const std::string& name) const;
-  // The views of layer `layer`'s tensors in `unit`, that block's flat weights or gradients.
-  BlockWeights block_weights(int64_t layer, const Tensor& unit) const;
+  // The views of layer `layer`'s tensors in `unit`, that block's flat weights or gradients
+  // (with an experts unit, experts_unit(layer): the experts' views in `experts`, its data).
+  BlockWeights block_weights(int64_t layer, const Tensor& unit, const Tensor& experts = Tensor()) const;
+  // The experts unit of a sparse layer under expert parallelism; -1: none (the experts are
+  // in the block unit, or the layer is dense).
+  int experts_unit(int64_t layer) const { return experts_unit_[static_cast<size_t>(layer)]; }
+  const ExpertLayout& expert_layout() const { return expert_layout_; }
+  // Which of a unit's `world` slices rank `rank` of the run writes to a checkpoint (and owns
+  // in fsdp): its rank, or for an experts unit its replica index.
+  int slice_rank(int unit, int rank) const {
+    return units_[static_cast<size_t>(unit)].experts ? expert_layout_.replica : rank;
+  }
+  // The layout a checkpoint records (meta.json's units and tensors): this table's, except that
+  // each experts unit holds every shard's experts, the N shards back to back (each `padded`
+  // long), so that rank r's slice of it is its replica's slice of its own shard and every
+  // expert is listed at its place under its own name.
+  struct Saved {
+    std::vector<UnitInfo> units;
+    std::vector<ParamEntry> entries;
+  };
+  Saved saved_layout() const;
   // The sparse layers' experts, each group as one tensor (FusedExperts).
   const std::vector<FusedExperts>& fused_experts() const { return fused_; }
   // The tensor of a unit that holds one (the embedding, the final norm, the output layer),
@@ -101,12 +142,17 @@ class ParamTable {
   int norm_unit() const { return 1 + num_layers_; }
   int lm_head_unit() const { return tied_ ? embed_unit() : norm_unit() + 1; }  // tied: the embedding
   // Every element of this unit's gradient is written once per backward (GradDType above).
-  bool grads_written_once(int unit) const { return unit >= block_unit(0) && unit <= norm_unit(); }
+  bool grads_written_once(int unit) const {
+    return (unit >= block_unit(0) && unit <= norm_unit()) || units_[static_cast<size_t>(unit)].experts;
+  }
   int64_t total_numel() const;   // parameters, counted once
   int64_t total_padded() const;  // with padding
 
  private:
+  ModelConfig config_;
   int world_ = 1;
+  ExpertLayout expert_layout_;
+  std::vector<int> experts_unit_;  // per layer
   int num_layers_ = 0;
   bool tied_ = false;
   std::vector<UnitInfo> units_;

@@ -25,6 +25,25 @@ Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops
     if (offload_.offloaded(l)) resid_[static_cast<size_t>(l)] = offload_.slot(l);
   attention_.set_buffers(one());
   fp8_slots_ = Fp8Slots(one()[Activation::kFp8Amax]);
+  ANVIL_ENSURE((table.expert_layout().degree > 1) == (p.expert_group != nullptr) && (!p.expert_group || p.run_comm),
+               kInternal, "expert parallel ", table.expert_layout().degree, " with",
+               p.expert_group ? "" : "out", " an expert-parallel group");
+  if (p.expert_group) {
+    experts_ = std::make_unique<ExpertParallel>(config, ops, *p.expert_group, *p.run_comm, table.expert_layout());
+    block_.set_expert_parallel(experts_.get());
+  }
+}
+
+BlockWeights Transformer::block_weights(UnitSource& src, int64_t l, bool grads) {
+  const int u = table_.block_unit(l), x = table_.experts_unit(l);
+  auto get = [&](int unit) { return grads ? src.grads(unit) : src.weights(unit); };
+  const Tensor w = get(u);
+  return table_.block_weights(l, w, x >= 0 ? get(x) : Tensor());
+}
+
+void Transformer::release_block(UnitSource& src, int64_t l) {
+  src.release(table_.block_unit(l));
+  if (table_.experts_unit(l) >= 0) src.release(table_.experts_unit(l));
 }
 
 Transformer::~Transformer() {
@@ -60,16 +79,15 @@ void Transformer::forward_blocks(UnitSource& src, Tensor ids, const Documents& d
   ops_.embedding_forward(resid_[0], ids, table_.unit_tensor(embed, src.weights(embed)));
   src.release(embed);
   for (int64_t l = 0; l < L; ++l) {
-    const int u = table_.block_unit(l);
-    const Tensor w = src.weights(u);
+    const BlockWeights w = block_weights(src, l, false);
     src.prefetch(l + 1 < L ? table_.block_unit(l + 1) : norm);
     offload_.before_write(l + 1);
     fp8_slots_.set_layer(l);
     block_.set_layer(l);
-    block_.forward(table_.block_weights(l, w), attention_, sets_[recompute_.set(l)], resid_[static_cast<size_t>(l)],
+    block_.forward(w, attention_, sets_[recompute_.set(l)], resid_[static_cast<size_t>(l)],
                    resid_[static_cast<size_t>(l + 1)]);
     offload_.after_write(l + 1);
-    src.release(u);
+    release_block(src, l);
   }
 }
 
@@ -123,8 +141,8 @@ void Transformer::head_forward_backward(UnitSource& src, Tensor targets, float l
 
 void Transformer::backward_blocks(UnitSource& src) {
   for (int64_t l = c_.num_layers - 1; l >= 0; --l) {
-    const int u = table_.block_unit(l);
-    const BlockWeights w = table_.block_weights(l, src.weights(u));
+    const int u = table_.block_unit(l), x = table_.experts_unit(l);
+    const BlockWeights w = block_weights(src, l, false);
     if (l > 0) src.prefetch(table_.block_unit(l - 1));
     offload_.prefetch(l - 1);
     offload_.before_read(l);
@@ -133,10 +151,15 @@ void Transformer::backward_blocks(UnitSource& src) {
     fp8_slots_.set_layer(l);
     block_.set_layer(l);
     recompute_.before_backward(block_, w, attention_, a, x_in);
-    const BlockWeights g = table_.block_weights(l, src.grads(u));
+    const BlockWeights g = block_weights(src, l, true);
+    // One write mode for the block and its experts: both are written once per backward (the
+    // same gradient dtype) and become stale together.
+    ANVIL_ENSURE(x < 0 || src.overwrite_grads(u) == src.overwrite_grads(x), kInternal, "layer ", l,
+                 ": its block and experts units differ in whether their gradients are overwritten");
     block_.backward(w, g, !src.overwrite_grads(u), attention_, a, x_in);
-    src.release(u);
+    release_block(src, l);
     src.grads_ready(u);
+    if (x >= 0) src.grads_ready(x);
   }
 }
 

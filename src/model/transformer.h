@@ -80,6 +80,10 @@ struct ModelPolicies {
   Comm* context_parallel = nullptr;  // the group that shares each sequence (its world; null: none)
   Fp8Recipe fp8 = Fp8Recipe::kOff;   // the block linears' (model/block_linears.h)
   bool offload = false;              // the checkpoints in host memory (model/offload.h)
+  // Expert parallel (model/expert_parallel.h; the table's ExpertLayout): the group that shares
+  // each sparse layer's experts, and the run's comm; null: none.
+  Comm* expert_group = nullptr;
+  Comm* run_comm = nullptr;
 };
 
 class Transformer {
@@ -130,6 +134,9 @@ class Transformer {
   // The final norm, the output projection and loss, and their backward: dx = d loss / d x_L.
   void head_forward_backward(UnitSource& source, Tensor targets, float loss_scale, Tensor loss_sum, Tensor logits,
                              const TokenWeighting* weighting);
+  // Layer l's weights (or gradients: grads) from the source, its experts unit's included.
+  BlockWeights block_weights(UnitSource& source, int64_t l, bool grads);
+  void release_block(UnitSource& source, int64_t l);
   // The blocks' backward, last to first, each recomputed first as recompute_ says: dx = d loss / d x_0.
   void backward_blocks(UnitSource& source);
   const Activations& one() const { return sets_[0]; }  // the buffers the model has one of
@@ -146,6 +153,7 @@ class Transformer {
   SequenceAttention attention_;
   OffloadRing offload_;
   Block block_;
+  std::unique_ptr<ExpertParallel> experts_;  // expert parallel, else null
   std::vector<void*> buffers_;  // the activations' device allocations, one per table entry
   std::vector<Tensor> resid_;   // x_0 .. x_L, (N, C); offloaded: their ring slots
   std::vector<Activations> sets_;  // one per set of block buffers, each with the model's one-of-each

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -29,15 +30,45 @@ UnitReader host_units_reader(const HostUnits& units) {
   };
 }
 
+UnitReader host_units_reader(const HostUnits& units, const ParamTable& from, const ParamTable& to) {
+  auto place = std::make_shared<std::map<std::string, const ParamEntry*>>();
+  for (const ParamEntry& e : from.entries()) (*place)[e.name] = &e;
+  return [&units, &to, place](int unit, int64_t begin, int64_t end, float* out) {
+    std::fill(out, out + (end - begin), 0.0f);
+    for (const ParamEntry& e : to.entries()) {
+      if (e.unit != unit || e.offset >= end || e.offset + e.numel() <= begin) continue;
+      auto it = place->find(e.name);
+      ANVIL_ENSURE(it != place->end(), kInternal, e.name, " is not in the other layout");
+      const int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel());
+      const float* src = units[static_cast<size_t>(it->second->unit)].data() + it->second->offset;
+      std::copy(src + (lo - e.offset), src + (hi - e.offset), out + (lo - begin));
+    }
+  };
+}
+
+void copy_by_name(const ParamTable& from, const HostUnits& from_units, const ParamTable& to, HostUnits& to_units) {
+  std::map<std::string, const ParamEntry*> place;
+  for (const ParamEntry& e : to.entries()) place[e.name] = &e;
+  for (const ParamEntry& e : from.entries()) {
+    auto it = place.find(e.name);
+    if (it == place.end()) continue;
+    const float* src = from_units[static_cast<size_t>(e.unit)].data() + e.offset;
+    std::copy(src, src + e.numel(), to_units[static_cast<size_t>(it->second->unit)].data() + it->second->offset);
+  }
+}
+
 namespace {
 
-// One tensor of the folder and where it goes.
+// One tensor of the folder and where it goes: all of it, or (a fused experts tensor under
+// expert parallelism) `count` elements from element `from` on.
 struct TensorRead {
   std::string name;
   int unit = 0;
   int64_t offset = 0;
   Shape shape;
-  int64_t numel() const { return shape.numel(); }
+  int64_t from = 0, count = -1;
+  int64_t numel() const { return count < 0 ? shape.numel() : count; }
+  bool whole() const { return count < 0 || count == shape.numel(); }
 };
 
 // The tensors to read, in the table's order: its entries, except where the folder holds a
@@ -51,14 +82,15 @@ std::vector<TensorRead> tensor_reads(const SafetensorsSet& set, const ParamTable
   for (const ParamEntry& e : table.entries()) {
     const FusedExperts* in = nullptr;
     for (const FusedExperts* f : fused)
-      if (f->unit == e.unit && e.offset >= f->offset && e.offset < f->offset + f->shape.numel()) in = f;
+      if (f->unit == e.unit && e.offset >= f->offset && e.offset < f->offset + f->held) in = f;
     if (!in) reads.push_back({e.name, e.unit, e.offset, e.shape});
-    else if (e.offset == in->offset) reads.push_back({in->name, in->unit, in->offset, in->shape});
+    else if (e.offset == in->offset) reads.push_back({in->name, in->unit, in->offset, in->shape, in->from, in->held});
   }
   return reads;
 }
 
-void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const std::vector<TensorRead>& reads) {
+void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const std::vector<TensorRead>& reads,
+                 bool other_experts) {
   std::set<std::string> used;
   for (const TensorRead& r : reads) used.insert(r.name);
   std::string unused;
@@ -66,6 +98,7 @@ void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const 
   for (auto& name : set.names()) {
     if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
     if (name == "lm_head.weight") continue;  // tied: transformers ignores it too
+    if (other_experts && name.find(".mlp.experts.") != std::string::npos) continue;  // other ranks' (expert parallel)
     if (n_unused++ < 3) unused += (unused.empty() ? "" : ", ") + name;
   }
   if (n_unused > 0)
@@ -76,19 +109,20 @@ void warn_unused(const std::string& model_dir, const SafetensorsSet& set, const 
 UnitReader hf_weights_reader(const std::string& model_dir, const ParamTable& table) {
   auto set = std::make_shared<SafetensorsSet>(model_dir);
   auto reads = std::make_shared<std::vector<TensorRead>>(tensor_reads(*set, table));
-  warn_unused(model_dir, *set, *reads);
+  warn_unused(model_dir, *set, *reads, table.expert_layout().degree > 1);
   return [set, reads](int unit, int64_t begin, int64_t end, float* out) {
     std::fill(out, out + (end - begin), 0.0f);
     std::vector<float> whole;  // one tensor, when only part of it is wanted
     for (const TensorRead& e : *reads) {
       if (e.unit != unit || e.offset >= end || e.offset + e.numel() <= begin) continue;
       const int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel());
-      if (lo == e.offset && hi == e.offset + e.numel()) {
+      if (e.whole() && lo == e.offset && hi == e.offset + e.numel()) {
         set->read_f32(e.name, e.shape, out + (lo - begin));
       } else {
-        whole.resize(static_cast<size_t>(e.numel()));
+        whole.resize(static_cast<size_t>(e.shape.numel()));
         set->read_f32(e.name, e.shape, whole.data());
-        std::copy(whole.begin() + (lo - e.offset), whole.begin() + (hi - e.offset), out + (lo - begin));
+        const int64_t skip = e.from - e.offset;  // elements of the tensor before the unit's offset 0
+        std::copy(whole.begin() + (skip + lo), whole.begin() + (skip + hi), out + (lo - begin));
       }
       if (const SafeTensorInfo* t = set->find(e.name)) release_mapped_pages(t->data, t->bytes);
     }
@@ -98,8 +132,18 @@ UnitReader hf_weights_reader(const std::string& model_dir, const ParamTable& tab
 void load_hf_weights(const std::string& model_dir, const ParamTable& table, HostUnits& units) {
   SafetensorsSet set(model_dir);
   const std::vector<TensorRead> reads = tensor_reads(set, table);
-  for (const TensorRead& e : reads) set.read_f32(e.name, e.shape, units[static_cast<size_t>(e.unit)].data() + e.offset);
-  warn_unused(model_dir, set, reads);
+  std::vector<float> whole;  // a part of a fused experts tensor (expert parallel)
+  for (const TensorRead& e : reads) {
+    float* out = units[static_cast<size_t>(e.unit)].data() + e.offset;
+    if (e.whole()) {
+      set.read_f32(e.name, e.shape, out);
+      continue;
+    }
+    whole.resize(static_cast<size_t>(e.shape.numel()));
+    set.read_f32(e.name, e.shape, whole.data());
+    std::copy_n(whole.begin() + e.from, e.numel(), out);
+  }
+  warn_unused(model_dir, set, reads, table.expert_layout().degree > 1);
 }
 void init_weights(const ModelConfig& config, const ParamTable& table, uint64_t seed, HostUnits& units) {
   // Each tensor is cut into fixed chunks with their own generator, seeded from (seed,

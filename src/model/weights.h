@@ -20,6 +20,12 @@ HostUnits make_host_units(const ParamTable& table);
 // it owns, so host memory holds at most one unit's worth beyond what the rank keeps.
 using UnitReader = std::function<void(int unit, int64_t begin, int64_t end, float* out)>;
 UnitReader host_units_reader(const HostUnits& units);  // units must outlive the reader
+// `to`'s units from `units` laid out by `from`, tensor by tensor by name: another layout of the
+// same model (an expert-parallel rank's table and the whole model's, model/params.h). units
+// and the tables must outlive the reader; a tensor of `to` that `from` lacks is kInternal.
+UnitReader host_units_reader(const HostUnits& units, const ParamTable& from, const ParamTable& to);
+// Every tensor of `from` that `to` has, copied by name from from_units into to_units.
+void copy_by_name(const ParamTable& from, const HostUnits& from_units, const ParamTable& to, HostUnits& to_units);
 // From the model folder's safetensors (mapped; read pages are dropped from this process's
 // memory after use). Missing or mis-shaped tensors are errors naming the file and tensor
 // (when their unit is read); unused tensors are reported once, here.

@@ -27,6 +27,14 @@ class OnQueue {
 Optimizer::Optimizer(Ops& ops, const OwnedUnits& units, Tensor scratch, Comm* norm_comm, bool zero_grads)
     : ops_(ops), units_(units), scratch_(scratch), norm_comm_(norm_comm), zero_grads_(zero_grads) {
   updating_.assign(units.m.size(), 0);
+  norm_parts_.assign(units.m.size(), norm_comm ? NormPart::kSummed : NormPart::kLocal);
+}
+
+void Optimizer::set_norm_parts(Comm* norm_comm, std::vector<NormPart> parts) {
+  ANVIL_ENSURE(parts.size() == updating_.size(), kInternal, parts.size(), " norm parts for ", updating_.size(),
+               " units");
+  norm_comm_ = norm_comm;
+  norm_parts_ = std::move(parts);
 }
 
 void Optimizer::await_update(int unit) {
@@ -41,8 +49,13 @@ void Optimizer::finish() {
 }
 
 double Optimizer::global_norm(int64_t step) {
-  double sq = grad_sum_squares(ops_, units_.grads, scratch_);
-  if (norm_comm_) sq = norm_comm_->host_sum(sq, "grad norm");
+  std::vector<Tensor> local, summed;
+  for (size_t u = 0; u < norm_parts_.size(); ++u)
+    if (norm_parts_[u] != NormPart::kSkipped)
+      (norm_parts_[u] == NormPart::kLocal ? local : summed).push_back(units_.grads[u]);
+  double sq = local.empty() ? 0.0 : grad_sum_squares(ops_, local, scratch_);
+  if (norm_comm_)
+    sq += norm_comm_->host_sum(summed.empty() ? 0.0 : grad_sum_squares(ops_, summed, scratch_), "grad norm");
   const double norm = std::sqrt(sq);
   ANVIL_ENSURE(std::isfinite(norm), kNumerics, "gradient norm is ", norm, " at step ", step,
                ": the step was not applied");

@@ -60,6 +60,12 @@ class Optimizer final : public PendingUpdates {
 
   // Overlap the update with what follows (above); off: it runs on the main queue.
   void set_overlap(bool on) { overlap_ = on; }
+  // How each unit's gradient squares enter the norm: kLocal, the unit is whole and alike on
+  // every rank (counted here alone); kSummed, summed over norm_comm's ranks (sharded units, or an
+  // expert shard's first replica); kSkipped, another rank counts it (an expert shard's other
+  // replicas). By default every unit is kSummed with a norm_comm, else kLocal.
+  enum class NormPart : char { kLocal, kSummed, kSkipped };
+  void set_norm_parts(Comm* norm_comm, std::vector<NormPart> parts);
   // Clips by the global norm and takes one AdamW step; returns the pre-clip norm (checked
   // finite before anything is updated). After finish(), with the gradients complete on the
   // main queue.
@@ -78,6 +84,7 @@ class Optimizer final : public PendingUpdates {
   bool zero_grads_;
   bool overlap_ = true;
   std::vector<char> updating_;  // per unit: an update on the side queue not yet waited for
+  std::vector<NormPart> norm_parts_;
 };
 
 }  // namespace anvil

@@ -12,7 +12,8 @@ GradReducer::GradReducer(const ParamTable& table, Ops& ops, Comm& comm, DeviceBu
     : table_(table), ops_(ops), comm_(comm), buffers_(buffers), pool_(pool), sharded_(sharded) {
   if (!sharded) return;
   int64_t max_shard = 0;
-  for (const UnitInfo& info : table.units()) max_shard = std::max(max_shard, info.shard());
+  for (const UnitInfo& info : table.units())
+    if (!info.experts) max_shard = std::max(max_shard, info.shard());  // experts units: not reduced here
   rs_tmp_ = buffers.make(max_shard, DType::kF32);
 }
 

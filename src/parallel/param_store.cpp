@@ -13,7 +13,7 @@
 namespace anvil {
 
 ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype,
-                       bool sharded)
+                       bool sharded, Comm* replicas)
     : table_(table),
       ops_(ops),
       comm_(comm),
@@ -24,6 +24,7 @@ ParamStore::ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMo
       reducer_(comm && comm->world() > 1
                    ? std::make_unique<GradReducer>(table, ops, *comm, buffers_, pool_, sharded)
                    : nullptr),
+      replicas_(replicas),
       mode_(mode),
       sharded_(sharded) {
   stale_.assign(table.units().size(), 0);
@@ -44,10 +45,12 @@ OwnedUnits ParamStore::allocate(DType grad_dtype, bool sharded, bool whole_weigh
   OwnedUnits o;
   for (size_t u = 0; u < table_.units().size(); ++u) {
     const UnitInfo& info = table_.units()[u];
-    const int64_t n = sharded ? info.shard() : info.padded;
+    const bool shard = sharded && !info.experts;  // an experts unit is held whole (above)
+    const int64_t n = shard ? info.shard() : info.padded;
     Tensor compute_part;  // of the whole weights (below), else its own buffer
-    if (whole_weights) {
-      whole_weights_.push_back(buffers_.make(info.padded, ops_.compute_dtype()));
+    if (whole_weights)
+      whole_weights_.push_back(info.experts ? Tensor() : buffers_.make(info.padded, ops_.compute_dtype()));
+    if (whole_weights && !info.experts) {
       const int64_t at = comm_->rank() * n;
       compute_part = whole_weights_.back().slice_rows(at, at + n);
     } else {
@@ -59,7 +62,7 @@ OwnedUnits ParamStore::allocate(DType grad_dtype, bool sharded, bool whole_weigh
     } else {
       o.master.push_back(compute_part);
     }
-    o.grads.push_back(buffers_.make(n, sharded ? DType::kF32 : unit_grad_dtype(static_cast<int>(u))));
+    o.grads.push_back(buffers_.make(n, shard ? DType::kF32 : unit_grad_dtype(static_cast<int>(u))));
     o.m.push_back(buffers_.make(n, DType::kF32));
     o.v.push_back(buffers_.make(n, DType::kF32));
     if (!sharded) o.compute.push_back(split ? o.hi.back() : o.master.back());
@@ -74,7 +77,14 @@ void ParamStore::set_reduce_dtype(DType dtype) {
 }
 
 int64_t ParamStore::owned_offset(int unit) const {
-  return sharded_ ? comm_->rank() * table_.units()[static_cast<size_t>(unit)].shard() : 0;
+  return sharded_ && !experts(unit) ? comm_->rank() * table_.units()[static_cast<size_t>(unit)].shard() : 0;
+}
+
+void ParamStore::grads_ready_experts(int unit) {
+  stale_[static_cast<size_t>(unit)] = 0;
+  if (replicas_ && sync_)
+    expert_works_.push_back(replicas_->all_reduce(owned_.grads[static_cast<size_t>(unit)], ReduceOp::kSum,
+                                                  table_.units()[static_cast<size_t>(unit)].name));
 }
 
 // The owned elements of every unit, unit by unit: written in place on the CPU, through one
@@ -177,6 +187,8 @@ void ParamStore::zero_grads() {
 
 void ParamStore::finish_collectives() {
   if (reducer_) reducer_->finish();
+  for (CommWork w : expert_works_) replicas_->wait(w);
+  expert_works_.clear();
 }
 
 void ParamStore::complete_grads() {
@@ -186,13 +198,14 @@ void ParamStore::complete_grads() {
   // The norm's download would wait for the gradients' collectives without a bound; the
   // comm's host wait names one that does not finish within the comm timeout (comm/comm.h).
   if (comm_) comm_->synchronize();
+  if (replicas_) replicas_->synchronize();
 }
 
 std::unique_ptr<ParamStore> make_param_store(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode,
-                                             DType grad_dtype) {
+                                             DType grad_dtype, Comm* replicas) {
   if (shards_state(mode) && comm && comm->world() > 1)
-    return std::make_unique<ShardedStore>(table, ops, *comm, mode, grad_dtype);
-  return std::make_unique<ReplicatedStore>(table, ops, comm, mode, grad_dtype);
+    return std::make_unique<ShardedStore>(table, ops, *comm, mode, grad_dtype, replicas);
+  return std::make_unique<ReplicatedStore>(table, ops, comm, mode, grad_dtype, replicas);
 }
 
 }  // namespace anvil

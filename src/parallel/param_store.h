@@ -114,7 +114,18 @@ class ParamStore : public UnitSource {
   // comm: null for a single process (then table.world() must be 1). grad_dtype: F32, or
   // BF16 for the units whose gradients are written once. sharded: each rank owns one shard
   // of every unit (else whole units); with mode zero2 the compute weights are held whole.
-  ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype, bool sharded);
+  // replicas: the ranks holding this rank's experts (expert parallel, below; null: none else).
+  ParamStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype, bool sharded,
+             Comm* replicas);
+  // Expert parallel (model/params.h, ExpertLayout): an experts unit is this rank's whole, in
+  // every mode: its weights are the owned masters (split: their high halves), its gradient the
+  // owned one, all-reduced over `replicas` on the last micro-batch (grads_ready_experts).
+  bool experts(int unit) const { return table_.units()[static_cast<size_t>(unit)].experts; }
+  void grads_ready_experts(int unit);
+  Tensor expert_weights(int unit) {
+    await_update(unit);
+    return owned_.split() ? owned_.hi[static_cast<size_t>(unit)] : owned_.master[static_cast<size_t>(unit)];
+  }
   void await_update(int unit) {
     if (updates_) updates_->await_update(unit);
   }
@@ -137,6 +148,8 @@ class ParamStore : public UnitSource {
   OwnedUnits owned_;
   std::vector<char> stale_;              // per unit, not sharded: the gradient holds the last step's values
   std::unique_ptr<GradReducer> reducer_;  // null on one rank
+  Comm* replicas_;                         // the experts' replica group (null: one replica)
+  std::vector<CommWork> expert_works_;     // its all-reduces of this step
 
  private:
   OwnedUnits allocate(DType grad_dtype, bool sharded, bool whole_weights);  // the layout, in allocation order
@@ -149,7 +162,8 @@ class ParamStore : public UnitSource {
 };
 
 // The store of a resolved mode: sharded for FSDP and ZeRO-2 across ranks, else replicated.
+// replicas: the experts' replica group under expert parallelism (null: none, or one replica).
 std::unique_ptr<ParamStore> make_param_store(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode,
-                                             DType grad_dtype = DType::kF32);
+                                             DType grad_dtype = DType::kF32, Comm* replicas = nullptr);
 
 }  // namespace anvil

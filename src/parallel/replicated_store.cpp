@@ -3,8 +3,9 @@
 
 namespace anvil {
 
-ReplicatedStore::ReplicatedStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype)
-    : ParamStore(table, ops, comm, mode, grad_dtype, false) {}
+ReplicatedStore::ReplicatedStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype,
+                                 Comm* replicas)
+    : ParamStore(table, ops, comm, mode, grad_dtype, false, replicas) {}
 
 void ReplicatedStore::download_master(int unit, float* out) {
   read_owned(State::kMaster, unit, 0, table_.units()[static_cast<size_t>(unit)].padded, out);
@@ -21,6 +22,7 @@ Tensor ReplicatedStore::grads(int unit) {
 }
 
 void ReplicatedStore::grads_ready(int unit) {
+  if (experts(unit)) return grads_ready_experts(unit);
   const size_t u = static_cast<size_t>(unit);
   stale_[u] = 0;
   if (!reducer_) return;

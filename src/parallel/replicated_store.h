@@ -18,7 +18,8 @@ namespace anvil {
 
 class ReplicatedStore final : public ParamStore {
  public:
-  ReplicatedStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype);
+  ReplicatedStore(const ParamTable& table, Ops& ops, Comm* comm, ParallelMode mode, DType grad_dtype,
+                  Comm* replicas = nullptr);
 
   // UnitSource
   Tensor weights(int unit) override;

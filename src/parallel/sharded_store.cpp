@@ -8,13 +8,15 @@
 
 namespace anvil {
 
-ShardedStore::ShardedStore(const ParamTable& table, Ops& ops, Comm& comm, ParallelMode mode, DType grad_dtype)
-    : ParamStore(table, ops, &comm, mode, grad_dtype, true), zero2_(mode == ParallelMode::kZero2) {}
+ShardedStore::ShardedStore(const ParamTable& table, Ops& ops, Comm& comm, ParallelMode mode, DType grad_dtype,
+                           Comm* replicas)
+    : ParamStore(table, ops, &comm, mode, grad_dtype, true, replicas), zero2_(mode == ParallelMode::kZero2) {}
 
 // The owned parts of every rank, gathered whole: fp32 masters, or both halves of split ones
 // (joined on the host).
 void ShardedStore::download_master(int unit, float* out) {
   const size_t u = static_cast<size_t>(unit);
+  if (experts(unit)) return read_owned(State::kMaster, unit, 0, table_.units()[u].padded, out);
   const int64_t n = table_.units()[u].padded;
   auto gather = [&](Tensor owned, void* host) {
     const int64_t bytes = n * static_cast<int64_t>(dtype_size(owned.dtype));
@@ -50,6 +52,7 @@ void ShardedStore::start_gather(int unit, Tensor full) {
 }
 
 void ShardedStore::prefetch(int unit) {
+  if (experts(unit)) return;
   if (zero2_) {  // in place, once after each update
     if (current_.insert(unit).second) start_gather(unit, whole_weights_[static_cast<size_t>(unit)]);
     return;
@@ -59,6 +62,7 @@ void ShardedStore::prefetch(int unit) {
 }
 
 Tensor ShardedStore::weights(int unit) {
+  if (experts(unit)) return expert_weights(unit);
   await_update(unit);
   Tensor full;
   if (zero2_) {
@@ -81,6 +85,7 @@ Tensor ShardedStore::weights(int unit) {
 }
 
 void ShardedStore::release(int unit) {
+  if (experts(unit)) return;
   ANVIL_ENSURE(!in_flight_.count(unit) && (!zero2_ || current_.count(unit)), kInternal, "unit ", unit,
                " released but not acquired");
   pool_.release(unit);  // zero2: whole until the next update
@@ -88,6 +93,7 @@ void ShardedStore::release(int unit) {
 
 Tensor ShardedStore::grads(int unit) {
   await_update(unit);  // the update reads the owned gradient
+  if (experts(unit)) return owned_.grads[static_cast<size_t>(unit)];
   const StorePool::Use g = pool_.grads(unit);
   const DType dtype = unit_grad_dtype(unit);
   const UnitInfo& info = table_.units()[static_cast<size_t>(unit)];
@@ -101,6 +107,7 @@ Tensor ShardedStore::grads(int unit) {
 }
 
 void ShardedStore::grads_ready(int unit) {
+  if (experts(unit)) return grads_ready_experts(unit);
   const size_t u = static_cast<size_t>(unit);
   stale_[u] = 0;
   const StorePool::Ready r = pool_.grads_ready(unit, sync_);

@@ -17,6 +17,7 @@
 // compute weights are held whole (whole_weights_), the owned slice of them updated in place,
 // and a unit is gathered (in place) at its first use after an update or a load, so once a
 // step, in the next forward, unit by unit after its update; release(u) keeps it.
+// An experts unit (expert parallel) is held whole, not sharded (param_store.h).
 // Which pooled buffer each call takes and gives back is StorePool's (parallel/store_pool.h),
 // which the memory plan replays.
 #pragma once
@@ -30,7 +31,7 @@ namespace anvil {
 
 class ShardedStore final : public ParamStore {
  public:
-  ShardedStore(const ParamTable& table, Ops& ops, Comm& comm, ParallelMode mode, DType grad_dtype);
+  ShardedStore(const ParamTable& table, Ops& ops, Comm& comm, ParallelMode mode, DType grad_dtype, Comm* replicas);
 
   // UnitSource
   Tensor weights(int unit) override;

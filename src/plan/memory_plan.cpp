@@ -67,7 +67,10 @@ void plan_model_states(const PlannedRun& run, MemoryPlan& p) {
   p.params = zero2 ? cd * table.total_padded() + (4 - cd) * owned : 4 * owned;
   p.optimizer = 8 * owned;
   p.grads = grad_bytes;
-  p.host_snapshot = host_snapshot_bytes(table);
+  // The snapshot is a rank's slice of the table it trains: under expert parallelism its experts'
+  // share (the rest of this plan does not know expert parallelism yet).
+  p.host_snapshot = host_snapshot_bytes(ParamTable(
+      run.model, run.world, ExpertLayout::where_valid(run.model, run.parallel.expert_parallel, 0, run.world)));
   const ParallelSection& par = run.parallel;
   const PooledBytes pooled = replay_pool(table, {par.mode, run.compute_dtype, blocks_grad_dtype(par), par.reduce_dtype,
                                                  par.fsdp_defer_sync, run.data.grad_accum});

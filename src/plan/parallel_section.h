@@ -27,6 +27,8 @@ struct ParallelSection {
   bool fsdp_defer_sync = false;   // FSDP: reduce-scatter once per step, not per micro-batch
   // The ranks that share each sequence (model/context_parallel.h): every rank today.
   int64_t context_parallel = 1;
+  // The ranks that share each sparse layer's experts, E/N each (model/expert_parallel.h); 1: none.
+  int64_t expert_parallel = 1;
   Fp8Recipe fp8 = Fp8Recipe::kOff;  // the blocks' linear layers in FP8 (ops/fp8_recipe.h)
   bool operator==(const ParallelSection&) const = default;
 };

@@ -146,6 +146,7 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
             {"micro_batch", c.data.micro_batch},
             {"grad_accum", c.data.grad_accum},
             {"context_parallel", c.parallel.context_parallel},
+            {"expert_parallel", c.parallel.expert_parallel},
             {"overlap_optimizer", c.parallel.overlap_optimizer},
             {"tokens_per_s", tps},
             {"step_ms", 1e3 * t.timed / n},
@@ -176,12 +177,12 @@ PlannedRun planned(Trainer& trainer, const OpenRun& run) {
 }
 
 // The step model's figures for this setting on this GPU (null on a GPU it does not know, with
-// context parallelism, whose all-to-alls it does not price, and with FP8 where the table has
-// no FP8 linear rates).
+// context or expert parallelism, whose all-to-alls it does not price, and with FP8 where the
+// table has no FP8 linear rates).
 Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   const GpuSpec* gpu = find_gpu_spec(trainer.ops().runtime().name());
   const ParallelSection& ps = trainer.settings().config.parallel;
-  if (!gpu || ps.context_parallel > 1) return Json(nullptr);  // not modelled
+  if (!gpu || ps.context_parallel > 1 || ps.expert_parallel > 1) return Json(nullptr);  // not modelled
   const OpCostTable table = OpCostTable::load(o.op_table);
   if (ps.fp8 != Fp8Recipe::kOff && !table.why_not_fp8(*gpu).empty()) return Json(nullptr);
   const double bus = o.bus_gbps > 0 ? o.bus_gbps : gpu->bus_gbps;
@@ -249,9 +250,10 @@ Json measure(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
 
 // --num-layers: the first n layers of the preset or of the folder's config, with fresh weights;
 // the config is anvil init --num-layers's (model/init.h).
-void shorten(OpenRun& run, const ModelSection& m, int64_t n) {
+void shorten(OpenRun& run, const ModelSection& m, int64_t n, int64_t expert_parallel) {
   run.config = init_config(run.model_dir.empty() ? "" : path_join(run.model_dir, "config.json"), m.preset, n);
-  run.table = std::make_unique<ParamTable>(run.config, run.world);
+  if (m.router_aux_loss) add_router_aux_loss(run.config, m.model.empty() ? "the preset " + m.preset : m.model);
+  make_tables(run, expert_parallel);
   run.model_dir.clear();  // initial_weights: fresh ones
 }
 
@@ -267,8 +269,8 @@ Json run_bench_step(const BenchStepOptions& options) {
   ANVIL_ENSURE(c.model.model.empty() != c.model.preset.empty(), kUsage,
                "anvil bench step: give exactly one of --model and --preset");
   c.model.device = resolve_device(c.model.device);
-  OpenRun run = open_run(c.model);
-  if (options.num_layers != 0) shorten(run, c.model, options.num_layers);
+  OpenRun run = open_run(c.model, c.parallel.expert_parallel);
+  if (options.num_layers != 0) shorten(run, c.model, options.num_layers, c.parallel.expert_parallel);
   ANVIL_ENSURE(options.write_op_table.empty() || run.world == 1, kUsage,
                "anvil bench step: --write-op-table measures one GPU's ops: run it without --nproc-per-node");
   std::unique_ptr<Trainer> trainer;

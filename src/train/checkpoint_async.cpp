@@ -88,7 +88,7 @@ double SaveSnapshot::stage(int64_t step) {
   for (size_t i = 0; i < parts_.size(); ++i) {
     if (die && i == parts_.size() / 2) die_at_fault(Fault::kDieInStaging, cat("halfway through the snapshot of step ", step));
     const int u = static_cast<int>(i % n_units);
-    const int64_t shard = parts_[i].numel, at = rank_ * shard - store.owned_offset(u);
+    const int64_t shard = parts_[i].numel, at = table.slice_rank(u, rank_) * shard - store.owned_offset(u);
     const std::vector<Tensor> held = store.owned_tensors(state[i / n_units], u);
     char* dst = data_ + parts_[i].offset;
     for (const Tensor& t : held) {

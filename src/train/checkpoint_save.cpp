@@ -79,10 +79,13 @@ std::vector<ShardTensor> shard_tensors(const ParamTable& table) {
   return tensors;
 }
 
+// The layout the checkpoint records: the table's, with expert parallel every shard's experts
+// (ParamTable::saved_layout), so that any degree reads it by name.
 Json table_json(const ParamTable& table) {
   Json units = Json::array(), tensors = Json::array();
-  for (const UnitInfo& u : table.units()) units.push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}});
-  for (const ParamEntry& e : table.entries()) {
+  const ParamTable::Saved saved = table.saved_layout();
+  for (const UnitInfo& u : saved.units) units.push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}});
+  for (const ParamEntry& e : saved.entries) {
     Json shape = Json::array();
     for (int i = 0; i < e.shape.ndim; ++i) shape.push_back(e.shape[i]);
     tensors.push_back({{"name", e.name}, {"unit", e.unit}, {"offset", e.offset}, {"shape", shape}});
@@ -369,7 +372,8 @@ void CheckpointSaver::write_shard_file(Pending& p, Fault fault) {
   p.done = true;
 }
 
-// Rank r's slice [r * shard, (r + 1) * shard) of tensor `part`'s unit, wherever it is held.
+// Rank r's slice [r * shard, (r + 1) * shard) of tensor `part`'s unit, wherever it is held (an
+// experts unit: its replica's slice of the rank's shard, ParamTable::slice_rank).
 void CheckpointSaver::fill_from_state(size_t part, int64_t begin, int64_t n, float* out) const {
   const ParamTable& table = trainer_.table();
   const size_t n_units = table.units().size();
@@ -377,7 +381,7 @@ void CheckpointSaver::fill_from_state(size_t part, int64_t begin, int64_t n, flo
                                       ParamStore::State::kExpAvgSq};
   const int u = static_cast<int>(part % n_units);
   const int64_t shard = table.units()[static_cast<size_t>(u)].shard();
-  const int64_t at = rank_ * shard - trainer_.store().owned_offset(u) + begin;
+  const int64_t at = table.slice_rank(u, rank_) * shard - trainer_.store().owned_offset(u) + begin;
   trainer_.store().read_owned(state[part / n_units], u, at, n, out);
 }
 

@@ -142,14 +142,14 @@ TrainSummary train_loop(TrainRun& run) {
 // The Hugging Face folder of the final weights (--export).
 void export_final(TrainRun& run) {
   const TrainConfig& c = run.config();
-  const HostUnits final_w = run.trainer->masters();  // a collective in FSDP: every rank
+  const HostUnits final_w = run.trainer->whole_masters(*run.base.whole);  // a collective in FSDP: every rank
   if (run.base.rank != 0) return;
   HfExportSettings ex;
   ex.out_dir = c.export_.dir;
   ex.dtype = c.export_.dtype == "fp32" ? DType::kF32 : DType::kBF16;
   ex.source_dirs = {run.base.model_dir, c.data.tokenizer};
   ex.config_toml = run.command.config_toml;
-  export_model(run.base.config, *run.base.table, final_w, ex);
+  export_model(run.base.config, *run.base.whole, final_w, ex);
 }
 
 // 4. Finish: the summary line, the export, the copies off the machine.

@@ -21,7 +21,13 @@ void add_router_aux_loss(ModelConfig& c, const std::string& what) {
   c.moe.output_router_logits = true;
 }
 
-OpenRun open_run(const ModelSection& m) {
+void make_tables(OpenRun& run, int64_t expert_parallel) {
+  run.whole = std::make_unique<ParamTable>(run.config, run.world);
+  run.table = std::make_unique<ParamTable>(run.config, run.world,
+                                          ExpertLayout::where_valid(run.config, expert_parallel, run.rank, run.world));
+}
+
+OpenRun open_run(const ModelSection& m, int64_t expert_parallel) {
   OpenRun run;
   run.device = m.device;
   run.comm_options = comm_options_from_env();
@@ -36,15 +42,18 @@ OpenRun open_run(const ModelSection& m) {
     run.config = preset_config(m.preset);
   }
   if (m.router_aux_loss) add_router_aux_loss(run.config, m.model.empty() ? "the preset " + m.preset : m.model);
-  run.table = std::make_unique<ParamTable>(run.config, run.world);
+  make_tables(run, expert_parallel);
   return run;
 }
 
 UnitReader initial_weights(const OpenRun& run, int64_t seed, HostUnits& fresh) {
   if (!run.model_dir.empty()) return hf_weights_reader(run.model_dir, *run.table);
-  fresh = make_host_units(*run.table);
-  init_weights(run.config, *run.table, static_cast<uint64_t>(seed), fresh);
-  return host_units_reader(fresh);
+  // Drawn on the whole model's table (each tensor's generators are seeded by its place there),
+  // so that a rank's experts are one process's.
+  fresh = make_host_units(*run.whole);
+  init_weights(run.config, *run.whole, static_cast<uint64_t>(seed), fresh);
+  if (run.table->expert_layout().degree == 1) return host_units_reader(fresh);
+  return host_units_reader(fresh, *run.whole, *run.table);
 }
 
 std::unique_ptr<Trainer> make_trainer(const ModelConfig& model, const UnitReader& weights, const TrainConfig& config,

@@ -32,7 +32,8 @@ struct OpenRun {
   int world = 1, rank = 0;
   std::string model_dir;  // empty for a preset
   ModelConfig config;
-  std::unique_ptr<ParamTable> table;
+  std::unique_ptr<ParamTable> table;  // this rank's (with expert parallel: its experts only)
+  std::unique_ptr<ParamTable> whole;  // the whole model's on these ranks (the same as table without expert parallel)
 };
 
 // --router-aux-loss (anvil train, anvil grad): Qwen3-MoE's load-balancing loss added whatever
@@ -41,9 +42,13 @@ struct OpenRun {
 void add_router_aux_loss(ModelConfig& c, const std::string& what);
 
 // On m.device (resolved: cpu or cuda), the process group (a worker of a launcher joins from
-// RANK etc.), the model's config (with m.router_aux_loss: add_router_aux_loss) and name table.
+// RANK etc.), the model's config (with m.router_aux_loss: add_router_aux_loss) and name tables:
+// this rank's share of the experts under --expert-parallel (a degree that does not divide the
+// ranks and experts is left to resolve_config to refuse: the table then holds every expert).
 // No weight is read.
-OpenRun open_run(const ModelSection& m);
+OpenRun open_run(const ModelSection& m, int64_t expert_parallel = 1);
+// run.whole and run.table of run.config (open_run's; again after the config changes).
+void make_tables(OpenRun& run, int64_t expert_parallel);
 // The starting weights as the Trainer reads them, unit by unit and each rank only what it
 // owns: the model folder's safetensors (mapped; pages dropped after use), or for a preset
 // fresh ones from `seed`, made whole in `fresh` (which must outlive the reader).

@@ -142,6 +142,24 @@ void resolve_context_parallel(ResolvedConfig& r, const RunFacts& f) {
                           "runs all ", T, " of ", H / P, " query and ", KV / P, " key/value heads"));
 }
 
+// --expert-parallel N (model/expert_parallel.h): N divides the experts and the ranks; kUsage.
+void resolve_expert_parallel(ResolvedConfig& r, const RunFacts& f) {
+  const int64_t N = r.config.parallel.expert_parallel, E = f.model->moe.num_experts;
+  if (N == 1) return;
+  ANVIL_ENSURE(N >= 1, kUsage, "--expert-parallel must be at least 1, got ", N);
+  ANVIL_ENSURE(f.model->sparse_layers() > 0, kUsage, "--expert-parallel ", N,
+               ": the model has no mixture-of-experts layers (use --expert-parallel 1)");
+  ANVIL_ENSURE(E % N == 0, kUsage, "--expert-parallel ", N, " must divide the model's ", E, " experts");
+  ANVIL_ENSURE(f.world % N == 0, kUsage, "--expert-parallel ", N, " must divide the ranks (", f.world,
+               "; --nproc-per-node)");
+  ANVIL_ENSURE(r.config.parallel.context_parallel == 1, kUsage,
+               "--expert-parallel with --context-parallel is not supported yet (use one of them)");
+  ANVIL_ENSURE(r.config.data.objective != Objective::kDpo, kUsage,
+               "--expert-parallel with --objective dpo is not supported yet (its reference pass is not in step)");
+  r.reasons.push_back(cat("expert parallel ", N, ": each rank holds ", E / N, " of every sparse layer's ", E,
+                          " experts; ", f.world / N, " rank(s) hold each share"));
+}
+
 // --fp8: refused where the device cannot run it; said in the log where it is on.
 void check_fp8(ResolvedConfig& r, const RunFacts& f) {
   const Fp8Recipe fp8 = r.config.parallel.fp8;
@@ -164,6 +182,7 @@ ResolvedConfig resolve_config(const TrainConfig& c, const RunFacts& f) {
     r.reasons.push_back(cat("seq_len ", f.data_seq_len, ": the data's blocks"));
   }
   resolve_context_parallel(r, f);
+  resolve_expert_parallel(r, f);
   resolve_grad_dtype_of(r, f);
   check_fp8(r, f);
   resolve_offload(r);

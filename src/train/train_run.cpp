@@ -18,7 +18,7 @@ RowHoldout holdout_side(const TrainConfig& c, bool held_out) {
 // The group, the model's config, the training data and the eval data (packed as it, or as
 // --eval-packing says; --eval-data, or the held-out rows of --data).
 void open_data(const TrainConfig& c, TrainRun& run) {
-  run.base = open_run(c.model);
+  run.base = open_run(c.model, c.parallel.expert_parallel);
   const OpenRun& b = run.base;
   Comm* comm = b.comm.get();
   PrepareTurn turn;
@@ -56,7 +56,7 @@ bool load_trainer(const TrainConfig& c, TrainRun& run, const ResumeChoice& resum
   HostUnits fresh;
   UnitReader weights;
   if (!resume.path().empty()) {
-    run.point = open_checkpoint(resume, *b.table, b.comm.get());
+    run.point = open_checkpoint(resume, *b.whole, b.comm.get());  // the whole model's names
     if (!run.point.failed.empty()) return false;
     weights = checkpoint_masters_reader(run.point, *b.table);
   } else {
@@ -84,7 +84,7 @@ void log_start(const TrainRun& run) {
   const TrainConfig& c = run.config();
   const BlockSource& data = *run.data;
   for (const std::string& reason : run.trainer->settings().reasons) log_info("resolved ", reason);
-  log_info("training ", b.config.architecture, " (", b.table->total_numel(), " parameters) on ", b.world, " x ",
+  log_info("training ", b.config.architecture, " (", b.whole->total_numel(), " parameters) on ", b.world, " x ",
            b.device, " (", parallel_mode_name(run.trainer->mode()), ", ", run.trainer->settings().mode_reason,
            c.parallel.reduce_dtype == DType::kBF16 ? "; gradients reduced in bf16" : "",
            run.trainer->grad_dtype() == DType::kBF16 ? "; the blocks' gradients in bf16" : "", "): ",

@@ -58,11 +58,18 @@ std::vector<int32_t> checked_positions(const TokenBatch& b, int64_t seq_len) {
   return out;
 }
 
+// This rank's share of the experts (model/params.h; resolve_config checked the degree).
+ExpertLayout expert_layout_of(const ParallelSection& p, Comm* comm) {
+  if (p.expert_parallel == 1) return {};
+  return ExpertLayout::of_rank(static_cast<int>(p.expert_parallel), comm->rank(), comm->world());
+}
+
 }  // namespace
 
 Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const ResolvedConfig& settings, Comm* comm,
                  std::unique_ptr<Ops> ops)
-    : config_(config), settings_(settings), comm_(comm), table_(config, comm ? comm->world() : 1),
+    : config_(config), settings_(settings), comm_(comm),
+      table_(config, comm ? comm->world() : 1, expert_layout_of(settings.config.parallel, comm)),
       ops_(std::move(ops)) {
   if (comm_) comm_->set_compute_stream(ops_->runtime().stream());
   const ParallelSection& p = settings_.config.parallel;
@@ -73,7 +80,20 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   grad_dtype_ = p.grad_dtype == GradDType::kBF16 ? DType::kBF16 : DType::kF32;
   // Memory was planned (resolve_config) before anything is allocated.
   plan_ = plan_memory({config_, d, p, table_.world(), ops_->compute_dtype()});
-  store_ = make_param_store(table_, *ops_, comm_, p.mode, grad_dtype_);
+  // Expert parallel: the group that exchanges tokens (ranks with this rank's replica index)
+  // and the replicas of this rank's experts (docs/ARCHITECTURE.md, Expert parallelism).
+  const ExpertLayout& xl = table_.expert_layout();
+  Comm* expert_group = nullptr;
+  if (xl.degree > 1) {
+    const int D = xl.replicas(comm_->world());
+    std::vector<int> group, replicas;
+    for (int j = 0; j < xl.degree; ++j) group.push_back(j * D + xl.replica);
+    for (int d = 0; d < D; ++d) replicas.push_back(xl.shard * D + d);
+    if (xl.degree < comm_->world()) expert_group_ = comm_->group(group);
+    if (D > 1) expert_replicas_ = comm_->group(replicas);
+    expert_group = expert_group_ ? expert_group_.get() : comm_;
+  }
+  store_ = make_param_store(table_, *ops_, comm_, p.mode, grad_dtype_, expert_replicas_.get());
   store_->set_defer_sync(p.fsdp_defer_sync);
   store_->set_reduce_dtype(p.reduce_dtype);
   store_->load(weights);
@@ -85,7 +105,8 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   slice_ = {cp == 1 ? 0 : comm_->rank() * d.seq_len / cp, cp == 1 ? d.seq_len : (comm_->rank() + 1) * d.seq_len / cp};
   model_ = std::make_unique<Transformer>(config_, table_, *ops_, d.micro_batch, d.seq_len,
                                          ModelPolicies{p.recompute, p.mlp_tile, grad_dtype_, cp > 1 ? comm_ : nullptr,
-                                                       p.fp8, p.offload_activations});
+                                                       p.fp8, p.offload_activations, expert_group,
+                                                       expert_group ? comm_ : nullptr});
   ops_->reserve_workspaces(workspace_shape(config_, d.micro_batch, d.seq_len, cp, p.fp8));
   model_->set_forward_done_hook([this] {
     if (timing_) timing_result_.forward += lap();
@@ -112,6 +133,14 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
   optimizer_ = std::make_unique<Optimizer>(*ops_, store_->owned(), make({1}, DType::kF32), sharded ? comm_ : nullptr,
                                            sharded);
   optimizer_->set_overlap(p.overlap_optimizer);
+  if (xl.degree > 1) {  // each expert shard's squares once (its first replica's), summed over the ranks
+    using Part = Optimizer::NormPart;
+    std::vector<Part> parts;
+    for (const UnitInfo& u : table_.units())
+      parts.push_back(u.experts ? (xl.replica == 0 ? Part::kSummed : Part::kSkipped)
+                                : (sharded ? Part::kSummed : Part::kLocal));
+    optimizer_->set_norm_parts(comm_, std::move(parts));
+  }
   store_->set_pending_updates(optimizer_.get());
 }
 
@@ -355,6 +384,30 @@ Trainer::LossSum Trainer::forward_loss(const TokenBatch& batch) {
   ops_->runtime().download(&sum, loss_sum_);
   r.sum = sum;
   return r;
+}
+
+HostUnits Trainer::whole_masters(const ParamTable& whole) {
+  HostUnits mine = store_->download_masters();
+  const ExpertLayout& xl = table_.expert_layout();
+  if (xl.degree == 1) return mine;
+  // Every rank's experts units through the host; each shard's from its first replica.
+  const int W = comm_->world(), D = xl.replicas(W);
+  std::vector<HostUnits> shards;
+  for (int s = 0; s < xl.degree; ++s) shards.push_back(make_host_units(table_));
+  for (size_t u = 0; u < table_.units().size(); ++u) {
+    if (!table_.units()[u].experts) continue;
+    const size_t n = mine[u].size();
+    std::vector<float> all(static_cast<size_t>(W) * n);
+    comm_->host_all_gather(mine[u].data(), n * sizeof(float), all.data(), "experts' masters");
+    for (int s = 0; s < xl.degree; ++s)
+      std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(s * D) * n), n,
+                  shards[static_cast<size_t>(s)][u].begin());
+  }
+  HostUnits out = make_host_units(whole);
+  for (int s = 0; s < xl.degree; ++s)  // their other units are zeros here: overwritten next
+    copy_by_name(ParamTable(config_, W, ExpertLayout{xl.degree, s, 0}), shards[static_cast<size_t>(s)], whole, out);
+  copy_by_name(table_, mine, whole, out);
+  return out;
 }
 
 HostUnits Trainer::grads() const {

@@ -98,6 +98,9 @@ class Trainer {
   ParamStore& store() { return *store_; }
   Ops& ops() { return *ops_; }
   HostUnits masters() { return store_->download_masters(); }  // every rank must call
+  // The masters in the layout of `whole`, the whole model's table on these ranks: masters(),
+  // with expert parallel every rank's experts gathered (a host exchange). Every rank must call.
+  HostUnits whole_masters(const ParamTable& whole);
   HostUnits grads() const;
 
  private:
@@ -120,6 +123,9 @@ class Trainer {
   ResolvedConfig settings_;
   Comm* comm_;
   ParamTable table_;
+  // Expert parallel (model/expert_parallel.h): the group exchanging tokens where it is not the
+  // run's comm, and the ranks holding this rank's experts where they are several.
+  std::unique_ptr<Comm> expert_group_, expert_replicas_;
   std::unique_ptr<Ops> ops_;
   MemoryPlan plan_;
   DType grad_dtype_ = DType::kF32;

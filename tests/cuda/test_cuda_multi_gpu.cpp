@@ -4,7 +4,7 @@
 // overlapped with the next forward gives the losses of the optimizer run alone, bit for
 // bit; a checkpoint written on 2 ranks resumes on 1, and on 2 bit for bit; context parallel
 // over the 2 ranks gives one GPU's losses; zero2 equals fsdp bit for bit and ddp within
-// the reduction order. Two transports:
+// the reduction order; expert parallel over the 2 ranks gives the losses without it. Two transports:
 // NCCL on two GPUs (skips with fewer), and the CPU comm staging GPU tensors through the
 // host (ANVIL_GPU_COMM_HOST=1, comm/comm.h), where both ranks share one GPU.
 #include <gtest/gtest.h>
@@ -53,7 +53,8 @@ class MultiGpu : public ::testing::TestWithParam<std::tuple<std::string, std::st
   std::vector<double> train(const std::string& tag, const std::string& mode, int nproc, int micro,
                             const std::vector<std::string>& extra = {}) {
     const std::string metrics = dir_ + "/" + tag + ".jsonl";
-    std::vector<std::string> args = {"train", "--device", "cuda", "--model", testing::fixture_dir(fixture()),
+    std::vector<std::string> args = {"train", "--device", "cuda", "--model",
+                                     model_.empty() ? testing::fixture_dir(fixture()) : model_,
                                      "--data", dir_ + "/blocks.safetensors", "--mode", mode, "--steps", std::to_string(steps_),
                                      "--micro-batch", std::to_string(micro), "--lr", "1e-3", "--log-every", "1",
                                      "--metrics", metrics};
@@ -81,6 +82,7 @@ class MultiGpu : public ::testing::TestWithParam<std::tuple<std::string, std::st
   std::string fixture() const { return std::get<0>(GetParam()); }
 
   std::string dir_, last_out_;
+  std::string model_;  // a model folder in place of the fixture's (ExpertParallel's)
   bool host_ = false;
   int steps_ = 8;
 };
@@ -180,6 +182,46 @@ TEST_P(MultiGpu, CheckpointMovesBetweenTwoAndOneGpu) {
   expect_close(resumed, std::vector<double>(one.begin() + 4, one.end()), 5e-3, "2 GPUs -> 1");
 }
 
+// Expert parallel over the two ranks (model/expert_parallel.h): a Qwen3-MoE of 4 experts that
+// routes every token to all 4 (top-k of all, so that bf16 cannot flip a token's experts), each
+// rank holding 2 and exchanging the rows by all-to-all; ddp and fsdp for the rest. Its losses
+// are the same run's without expert parallelism within the reduction order (5e-3, as above),
+// and a checkpoint saved with it resumes on one GPU (the experts in the global layout).
+class ExpertParallel : public MultiGpu {};
+
+TEST_P(ExpertParallel, MatchesEveryExpertOnEveryRank) {
+  const Json cfg = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"vocab_size", 1000}, {"hidden_size", 64},
+                    {"intermediate_size", 128}, {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+                    {"num_key_value_heads", 2}, {"head_dim", 16}, {"num_experts", 4}, {"num_experts_per_tok", 4},
+                    {"moe_intermediate_size", 32}, {"norm_topk_prob", true}, {"mlp_only_layers", {1}},
+                    {"initializer_range", 0.05}};
+  json_write_file(dir_ + "/moe.json", cfg);
+  model_ = dir_ + "/moe";
+  const auto init = testing::run_anvil({"init", "--config", dir_ + "/moe.json", "--out", model_, "--seed", "5"});
+  ASSERT_EQ(init.exit_code, 0) << init.out;
+  const std::vector<double> one = train("ep_one", "ddp", 1, 4);
+  ASSERT_EQ(one.size(), 8u);
+  double worst = 0;
+  for (const char* mode : {"ddp", "fsdp"}) {
+    const std::vector<double> plain = train(std::string("plain_") + mode, mode, 2, 2);
+    const std::string ckpt = dir_ + "/ep_ckpt_" + mode;
+    const std::vector<double> ep = train(std::string("ep_") + mode, mode, 2, 2,
+                                         {"--expert-parallel", "2", "--save-every", "4", "--ckpt-dir", ckpt});
+    EXPECT_NE(last_out_.find("expert parallel 2: each rank holds 2 of every sparse layer's 4 experts"),
+              std::string::npos) << last_out_;
+    expect_close(ep, plain, 5e-3, std::string("expert parallel against none, ") + mode);
+    expect_close(ep, one, 5e-3, std::string("expert parallel against one GPU, ") + mode);
+    for (size_t i = 0; i < ep.size() && i < plain.size(); ++i)
+      worst = std::max(worst, std::abs(ep[i] - plain[i]) / plain[i]);
+    const std::vector<double> resumed =
+        train(std::string("ep_resumed_") + mode, "ddp", 1, 4, {"--resume", ckpt + "/step-4"});
+    ASSERT_EQ(resumed.size(), 4u) << mode;
+    expect_close(resumed, std::vector<double>(ep.begin() + 4, ep.end()), 5e-3,
+                 std::string("resumed on one GPU, ") + mode);
+  }
+  std::printf("expert parallel 2 on two ranks against none, 8 steps: largest relative loss difference %.3g\n", worst);
+}
+
 // A rank whose GPU stops inside a step (ANVIL_FAULT=gpu_hang_at_step, comm/nccl): its
 // first collective of that step hangs inside NCCL on both ranks. The NCCL watchdog names it
 // within the comm timeout plus 10 s (which rank, which collective, which step), the run
@@ -219,6 +261,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MultiGpu,
                          [](const auto& info) {
                            return testing::test_suffix(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                          });
+INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertParallel,
+                         ::testing::Combine(::testing::Values("moe"), ::testing::Values("nccl", "host")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 INSTANTIATE_TEST_SUITE_P(Fixtures, Zero2,
                          ::testing::Combine(::testing::Values("tiny-qwen3", "tiny-llama3"),
                                             ::testing::Values("nccl", "host")),

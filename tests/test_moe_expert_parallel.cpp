@@ -1,0 +1,230 @@
+// --expert-parallel N on CPU ranks (docs/ARCHITECTURE.md, Expert parallelism): each rank holds
+// E/N of every sparse layer's experts and exchanges the routed rows by all-to-all, the rest of
+// the model in ddp, zero2 or fsdp over all ranks. With the same global batch, N = 2 on 2 ranks
+// and N = 2 and 4 on 4 ranks reach one process's losses within the reductions' order (fp32
+// sums in another order: 1e-6 relative, a few ulps; measured below 4e-8) and its exported
+// parameters (1e-5 relative L2, as tests/test_moe_parallel.cpp). A checkpoint saved with one
+// degree resumes with another (the experts are saved in the global layout and read by name):
+// the losses after the resume are the uninterrupted run's within the same bound. Degrees that
+// do not divide the experts or the ranks are refused (exit 2). Accumulation and recomputation
+// change nothing of it. The load-balancing loss is off,
+// as in test_moe_parallel (it is a mean over each micro-batch's tokens).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "core/fs.h"
+#include "core/json.h"
+#include "io/safetensors.h"
+#include "testing.h"
+
+namespace anvil {
+namespace {
+
+struct Layout {
+  const char* mode;
+  int nproc, experts, micro;
+  int accum = 1;
+  const char* recompute = "none";
+};
+
+std::string tag_of(const Layout& l) {
+  return cat(l.mode, "_n", l.nproc, "_ep", l.experts, "_b", l.micro, "_k", l.accum, "_", l.recompute);
+}
+
+struct TrainRun {
+  std::map<int64_t, double> losses;  // by step
+  std::map<std::string, std::vector<double>> params;
+  std::string out;
+};
+
+// `steps` steps of the same global batch (4 sequences) in layout l; extra: more flags.
+TrainRun train(const std::string& dir, const std::string& tag, const Layout& l, int steps,
+               const std::vector<std::string>& extra = {}, const std::string& model = "model") {
+  const std::string out = dir + "/" + tag;
+  std::vector<std::string> args = {"train", "--device", "cpu", "--model", dir + "/" + model, "--data",
+                                   dir + "/blocks.safetensors", "--mode", l.mode, "--steps", std::to_string(steps),
+                                   "--micro-batch", std::to_string(l.micro), "--grad-accum", std::to_string(l.accum),
+                                   "--recompute", l.recompute, "--lr", "1e-3", "--log-every", "1",
+                                   "--metrics", out + ".jsonl", "--export", out, "--export-dtype", "fp32",
+                                   "--expert-parallel", std::to_string(l.experts)};
+  if (l.nproc > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(l.nproc)});
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = testing::run_anvil(args);
+  EXPECT_EQ(r.exit_code, 0) << tag << ": " << r.out;
+  TrainRun run;
+  run.out = r.out;
+  std::ifstream m(out + ".jsonl");
+  std::string line;
+  while (std::getline(m, line))
+    if (const Json j = json_parse(line, tag); j.contains("step") && j.contains("loss"))
+      run.losses[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  if (path_exists(out + "/model.safetensors")) {
+    SafetensorsFile f(out + "/model.safetensors");
+    for (auto& t : f.tensors()) run.params[t.name] = read_as_f64(t);
+  }
+  return run;
+}
+
+// A Qwen3-MoE of 4 experts (top 2) in layers 0 and 2, a dense layer 1, and 40 blocks of 37 tokens.
+std::string make_model(const std::string& name) {
+  const std::string dir = testing::temp_dir(name);
+  const Json cfg = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"vocab_size", 200}, {"hidden_size", 48},
+                    {"intermediate_size", 64}, {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+                    {"num_key_value_heads", 2}, {"head_dim", 16}, {"num_experts", 4}, {"num_experts_per_tok", 2},
+                    {"moe_intermediate_size", 24}, {"norm_topk_prob", true}, {"mlp_only_layers", {1}},
+                    {"initializer_range", 0.2}};
+  json_write_file(dir + "/config.json", cfg);
+  const auto init =
+      testing::run_anvil({"init", "--config", dir + "/config.json", "--out", dir + "/model", "--seed", "9"});
+  EXPECT_EQ(init.exit_code, 0) << init.out;
+  std::mt19937 rng(7);
+  std::vector<int64_t> ids(40 * 37);
+  for (auto& x : ids) x = static_cast<int64_t>(rng() % 200);
+  SafetensorsWriter w;
+  w.add("input_ids", DType::kI64, {40, 37}, ids.data());
+  w.write(dir + "/blocks.safetensors");
+  return dir;
+}
+
+constexpr double kLossRel = 1e-6;   // the reductions' order in fp32 (a few ulps)
+constexpr double kParamRel = 1e-5;  // after 5 AdamW steps (test_moe_parallel's bound)
+
+// The largest relative difference of got's losses from want's, over want's steps from `from`.
+double loss_diff(const TrainRun& got, const TrainRun& want, int64_t from, const std::string& tag) {
+  double worst = 0;
+  for (const auto& [step, loss] : want.losses) {
+    if (step < from) continue;
+    EXPECT_TRUE(got.losses.count(step)) << tag << " has no loss at step " << step;
+    if (!got.losses.count(step)) continue;
+    const double d = std::abs(got.losses.at(step) - loss) / std::abs(loss);
+    EXPECT_LE(d, kLossRel) << tag << " step " << step << ": " << got.losses.at(step) << " vs " << loss;
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+TEST(MoeExpertParallel, LossesAndWeightsAreOneProcesssInEveryLayout) {
+  const std::string dir = make_model("moe-expert-parallel");
+  const TrainRun base = train(dir, "base", {"ddp", 1, 1, 4}, 5);
+  ASSERT_EQ(base.losses.size(), 5u);
+  double worst = 0;
+  // Accumulation (the experts' replicas reduce on the last micro-batch) and recomputation (the
+  // exchange runs again before each sparse layer's backward) too.
+  for (Layout l : {Layout{"ddp", 2, 2, 2}, Layout{"fsdp", 2, 2, 2}, Layout{"zero2", 2, 2, 2}, Layout{"ddp", 4, 2, 1},
+                   Layout{"fsdp", 4, 2, 1}, Layout{"ddp", 4, 4, 1}, Layout{"fsdp", 4, 4, 1},
+                   Layout{"ddp", 2, 2, 1, 2, "full"}, Layout{"fsdp", 2, 2, 1, 2, "selective"}}) {
+    const std::string tag = tag_of(l);
+    const TrainRun got = train(dir, tag, l, 5);
+    EXPECT_NE(got.out.find(cat("expert parallel ", l.experts, ": each rank holds ", 4 / l.experts)), std::string::npos)
+        << tag << ": " << got.out;
+    ASSERT_EQ(got.losses.size(), 5u) << tag;
+    const double d = loss_diff(got, base, 1, tag);
+    worst = std::max(worst, d);
+    ASSERT_EQ(got.params.size(), base.params.size()) << tag;
+    for (auto& [name, want] : base.params)
+      EXPECT_TRUE(testing::close_rel_l2(got.params.at(name), want, kParamRel)) << tag << " " << name;
+    std::printf("%s: losses within %.2e relative of one process\n", tag.c_str(), d);
+  }
+  // Two micro-batches per step on 4 ranks (8 sequences): the experts' replicas reduce once, on the last.
+  const TrainRun base8 = train(dir, "base8", {"ddp", 1, 1, 4, 2}, 5);
+  for (Layout l : {Layout{"ddp", 4, 2, 1, 2}, Layout{"fsdp", 4, 2, 1, 2, "full"}}) {
+    const std::string tag = tag_of(l);
+    const TrainRun got = train(dir, tag, l, 5);
+    ASSERT_EQ(got.losses.size(), 5u) << tag;
+    const double d = loss_diff(got, base8, 1, tag);
+    worst = std::max(worst, d);
+    for (auto& [name, want] : base8.params)
+      EXPECT_TRUE(testing::close_rel_l2(got.params.at(name), want, kParamRel)) << tag << " " << name;
+    std::printf("%s: losses within %.2e relative of one process\n", tag.c_str(), d);
+  }
+  std::printf("expert parallel: 11 layouts (N = 2 on 2 ranks, 2 and 4 on 4; ddp, zero2, fsdp; accumulation, "
+              "recomputation) match one process; largest loss difference %.2e relative\n", worst);
+}
+
+TEST(MoeExpertParallel, ResumesAcrossDegrees) {
+  const std::string dir = make_model("moe-expert-parallel-resume");
+  // Saved at step 3 of 6 with N = 2 on 2 ranks (one replica per shard), and on 4 ranks (two).
+  for (Layout saved : {Layout{"ddp", 2, 2, 2}, Layout{"fsdp", 4, 2, 1}}) {
+    const std::string ckpt = dir + "/ckpt_" + tag_of(saved);
+    const TrainRun whole =
+        train(dir, "whole_" + tag_of(saved), saved, 6, {"--save-every", "3", "--ckpt-dir", ckpt});
+    ASSERT_EQ(whole.losses.size(), 6u);
+    for (Layout l : {Layout{"ddp", 1, 1, 4}, Layout{"ddp", 2, 2, 2}, Layout{"fsdp", 4, 4, 1}, Layout{"ddp", 4, 2, 1}}) {
+      const std::string tag = "resume_" + tag_of(saved) + "_as_" + tag_of(l);
+      const TrainRun got =
+          train(dir, tag, l, 6, {"--resume", ckpt + "/step-3", "--ckpt-dir", dir + "/ckpt_" + tag});
+      EXPECT_NE(got.out.find("resumed from"), std::string::npos) << tag << ": " << got.out;
+      ASSERT_EQ(got.losses.size(), 3u) << tag;
+      const double d = loss_diff(got, whole, 4, tag);
+      std::printf("%s: steps 4-6 within %.2e relative of the uninterrupted run\n", tag.c_str(), d);
+      if (l.nproc == saved.nproc && l.experts == saved.experts && std::string(l.mode) == saved.mode)
+        for (const auto& [step, loss] : got.losses) EXPECT_EQ(loss, whole.losses.at(step)) << tag << " step " << step;
+    }
+  }
+}
+
+// transformers 5's fused experts (save_pretrained with save_original_format false): each rank
+// reads its rows of mlp.experts.gate_up_proj and down_proj, the weights of the per-expert
+// tensors, so the run's losses are the same bits.
+TEST(MoeExpertParallel, ReadsItsShareOfFusedExperts) {
+  const std::string dir = make_model("moe-expert-parallel-fused");
+  make_directories(dir + "/fused");
+  write_file_atomic(dir + "/fused/config.json", read_file(dir + "/model/config.json"));
+  SafetensorsFile f(dir + "/model/model.safetensors");
+  std::map<std::string, const SafeTensorInfo*> by_name;
+  SafetensorsWriter w;
+  for (const SafeTensorInfo& t : f.tensors()) {
+    by_name[t.name] = &t;
+    if (t.name.find(".mlp.experts.") == std::string::npos) w.add(t.name, t.dtype, t.shape, t.data);
+  }
+  std::vector<std::vector<uint8_t>> fused;  // held until written
+  for (int layer : {0, 2}) {
+    const std::string x = cat("model.layers.", layer, ".mlp.experts.");
+    std::vector<uint8_t> gate_up, down;
+    for (int e = 0; e < 4; ++e) {
+      for (const char* part : {".gate_proj.weight", ".up_proj.weight"}) {
+        const SafeTensorInfo& t = *by_name.at(x + std::to_string(e) + part);
+        gate_up.insert(gate_up.end(), t.data, t.data + t.bytes);
+      }
+      const SafeTensorInfo& t = *by_name.at(x + std::to_string(e) + ".down_proj.weight");
+      down.insert(down.end(), t.data, t.data + t.bytes);
+    }
+    const DType dtype = by_name.at(x + "0.down_proj.weight")->dtype;
+    fused.push_back(std::move(gate_up));
+    w.add(x + "gate_up_proj", dtype, {4, 48, 48}, fused.back().data());
+    fused.push_back(std::move(down));
+    w.add(x + "down_proj", dtype, {4, 48, 24}, fused.back().data());
+  }
+  w.write(dir + "/fused/model.safetensors");
+  for (Layout l : {Layout{"ddp", 2, 2, 2}, Layout{"fsdp", 4, 4, 1}}) {
+    const TrainRun per_expert = train(dir, "per_expert_" + tag_of(l), l, 3);
+    const TrainRun from_fused = train(dir, "fused_" + tag_of(l), l, 3, {}, "fused");
+    ASSERT_EQ(per_expert.losses.size(), 3u);
+    EXPECT_EQ(from_fused.losses, per_expert.losses) << tag_of(l);
+  }
+}
+
+TEST(MoeExpertParallel, RefusesDegreesThatDoNotDivide) {
+  const std::string dir = make_model("moe-expert-parallel-refused");
+  struct Case {
+    int nproc, experts;
+    const char* says;
+  };
+  for (Case c : {Case{2, 4, "--expert-parallel 4 must divide the ranks (2"},
+                 Case{3, 3, "--expert-parallel 3 must divide the model's 4 experts"},
+                 Case{1, 0, "--expert-parallel must be at least 1, got 0"}}) {
+    std::vector<std::string> args = {"train", "--device", "cpu", "--model", dir + "/model", "--data",
+                                     dir + "/blocks.safetensors", "--steps", "1", "--micro-batch", "1",
+                                     "--expert-parallel", std::to_string(c.experts)};
+    if (c.nproc > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(c.nproc)});
+    const auto r = testing::run_anvil(args);
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace anvil
