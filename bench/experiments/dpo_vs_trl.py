@@ -109,13 +109,13 @@ def table(x):
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     plan = lambda j: "%.2f" % j["planned_gib"] if ok(j) and j.get("planned_gib") else ""
     refs = lambda j: "%.1f" % j["ref_precompute_s"] if ok(j) and j.get("ref_precompute_s") is not None else ""
-    rows = [("anvil 1.7B", "recompute %s, bf16 grads" % a.get("recompute", "?"), a,
+    rows = [("anvil 1.7B", "recompute %s, bf16 grads" % a.get("recompute", "-"), a,
              "%.2fx" % ratio if ratio else "-", ">= 2x TRL's faster", "yes" if ratio and ratio >= 2 else "no"),
-            ("anvil 1.7B fp32 grads", "recompute %s" % res["anvil_fp32"].get("recompute", "?"), res["anvil_fp32"],
+            ("anvil 1.7B fp32 grads", "recompute %s" % res["anvil_fp32"].get("recompute", "-"), res["anvil_fp32"],
              "", "", ""),
             ("TRL 1.7B", "gradient checkpointing", res["trl_gc"], "", "", ""),
             ("TRL 1.7B", "no gradient checkpointing", res["trl_nogc"], "", "", ""),
-            ("anvil 8B", "recompute %s" % res["anvil_8b"].get("recompute", "?"), res["anvil_8b"], "",
+            ("anvil 8B", "recompute %s" % res["anvil_8b"].get("recompute", "-"), res["anvil_8b"], "",
              "peak <= plan", "yes" if ok(res["anvil_8b"]) and res["anvil_8b"]["peak_allocated_gib"]
              <= res["anvil_8b"]["planned_gib"] + 1e-6 else "no")]
     for name, setting, j, rat, goal, met in rows:
