@@ -1,6 +1,6 @@
 // anvil train --objective dpo on the CPU, the tiny preset and the demo tokenizer, with random
 // preference rows (conversations with a prompt, and the implicit-prompt form):
-//  - two CPU ranks with the same global batch train as one (ddp and fsdp): every step's loss
+//  - two CPU ranks with the same global batch train as one (ddp, zero2 and fsdp): every step's loss
 //    and TRL metrics, and the exported weights, within 1e-6 relative;
 //  - the first step's loss is log 2 (the policy is its reference), the reference pass runs once
 //    and a later run on the same data and model reads its cache;
@@ -10,54 +10,19 @@
 
 #include <cmath>
 #include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "core/json.h"
 #include "io/safetensors.h"
+#include "dpo_rows.h"
 #include "testing.h"
 
 namespace anvil {
 namespace {
 
-std::string demo() { return std::string(ANVIL_SOURCE_DIR) + "/data/demo"; }
-
-std::string write_pairs(const std::string& dir) {
-  std::mt19937 r(7);
-  std::ofstream f(dir + "/pairs.jsonl");
-  for (int k = 0; k < 48; ++k) {
-    const unsigned a = r() % 50 + 1, b = r() % 50 + 1;
-    const std::string q = "What is " + std::to_string(a) + " + " + std::to_string(b) + "?";
-    const std::string good = std::to_string(a + b), bad = std::to_string(a * b + 1);
-    if (k % 2)
-      f << R"({"prompt": [{"role": "user", "content": ")" << q << R"("}], "chosen": [{"role": "assistant", "content": ")"
-        << good << R"("}], "rejected": [{"role": "assistant", "content": ")" << bad << "\"}]}\n";
-    else
-      f << R"({"chosen": [{"role": "user", "content": ")" << q << R"("}, {"role": "assistant", "content": ")" << good
-        << R"("}], "rejected": [{"role": "user", "content": ")" << q << R"("}, {"role": "assistant", "content": ")"
-        << bad << "\"}]}\n";
-  }
-  return dir + "/pairs.jsonl";
-}
-
-std::vector<std::string> train_args(const std::string& dir, const std::string& out, int micro) {
-  return {"train", "--device", "cpu", "--preset", "tiny", "--tokenizer", demo(), "--data", dir + "/pairs.jsonl",
-          "--data-cache", dir + "/cache", "--seq-len", "96", "--objective", "dpo", "--beta", "0.2", "--steps", "4",
-          "--micro-batch", std::to_string(micro), "--lr", "1e-3", "--log-every", "1", "--metrics", out + ".jsonl",
-          "--export", out, "--export-dtype", "fp32"};
-}
-
-std::vector<Json> records(const std::string& path) {
-  std::vector<Json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const Json j = Json::parse(line);
-    if (j.contains("step") && j.contains("loss")) out.push_back(j);
-  }
-  return out;
-}
+using testing::dpo_train_args;
+using testing::step_records;
 
 double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
@@ -65,36 +30,35 @@ class DpoTrain : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::temp_dir("dpo_train");
-    write_pairs(dir_);
+    testing::write_pairs(dir_);
   }
   std::string dir_;
 };
 
 TEST_F(DpoTrain, TwoRanksTrainAsOne) {
   const std::string one = dir_ + "/one";
-  const auto r1 = testing::run_anvil(train_args(dir_, one, 4));
+  const auto r1 = testing::run_anvil(dpo_train_args("cpu", dir_, one, 4));
   ASSERT_EQ(r1.exit_code, 0) << r1.out;
   EXPECT_NE(r1.out.find("reference log-probs: one forward pass"), std::string::npos) << r1.out;
-  const std::vector<Json> want = records(one + ".jsonl");
+  const std::vector<Json> want = step_records(one + ".jsonl");
   ASSERT_EQ(want.size(), 4u);
   EXPECT_NEAR(want[0]["loss"].get<double>(), std::log(2.0), 1e-6);  // the policy is its reference
   SafetensorsFile want_w(one + "/model.safetensors");
-  for (const char* mode : {"ddp", "fsdp"}) {
+  for (const char* mode : {"ddp", "zero2", "fsdp"}) {
     const std::string two = dir_ + "/two_" + mode;
-    std::vector<std::string> args = train_args(dir_, two, 2);
+    std::vector<std::string> args = dpo_train_args("cpu", dir_, two, 2);
     args.insert(args.end(), {"--nproc-per-node", "2", "--mode", mode});
     const auto r2 = testing::run_anvil(args);
     ASSERT_EQ(r2.exit_code, 0) << r2.out;
     EXPECT_NE(r2.out.find("reference log-probs: read from the cache"), std::string::npos) << r2.out;
-    const std::vector<Json> got = records(two + ".jsonl");
+    const std::vector<Json> got = step_records(two + ".jsonl");
     ASSERT_EQ(got.size(), want.size());
     double worst = 0;
     for (size_t s = 0; s < got.size(); ++s)
-      for (const char* key : {"loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen",
-                              "logps/rejected", "rewards/accuracies"}) {
+      for (const std::string& key : testing::dpo_metric_names()) {
         const double e = rel(got[s][key].get<double>(), want[s][key].get<double>());
         EXPECT_LE(e, 1e-6) << mode << " step " << s + 1 << " " << key;
-        if (std::string(key) != "rewards/margins" || s > 0) worst = std::max(worst, e);
+        if (key != "rewards/margins" || s > 0) worst = std::max(worst, e);
       }
     SafetensorsFile got_w(two + "/model.safetensors");
     double worst_w = 0;
@@ -110,7 +74,7 @@ TEST_F(DpoTrain, TwoRanksTrainAsOne) {
 
 TEST_F(DpoTrain, ResumeRefusesAnotherObjective) {
   const std::string ck = dir_ + "/ckpt";
-  std::vector<std::string> args = train_args(dir_, dir_ + "/a", 2);
+  std::vector<std::string> args = dpo_train_args("cpu", dir_, dir_ + "/a", 2);
   args.insert(args.end(), {"--steps", "2", "--save-every", "2", "--ckpt-dir", ck});
   const auto first = testing::run_anvil(args);
   ASSERT_EQ(first.exit_code, 0) << first.out;
@@ -118,13 +82,13 @@ TEST_F(DpoTrain, ResumeRefusesAnotherObjective) {
   const Json m = Json::parse(meta);
   EXPECT_EQ(m["train"]["objective"], "dpo");
   EXPECT_EQ(m["train"]["beta"], 0.2);
-  std::vector<std::string> beta = train_args(dir_, dir_ + "/b", 2);
+  std::vector<std::string> beta = dpo_train_args("cpu", dir_, dir_ + "/b", 2);
   beta.insert(beta.end(), {"--beta", "0.3", "--ckpt-dir", ck});
   const auto refused = testing::run_anvil(beta);
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
   EXPECT_NE(refused.out.find("beta 0.2 -> 0.3"), std::string::npos) << refused.out;
   EXPECT_NE(refused.out.find("would train another objective"), std::string::npos) << refused.out;
-  std::vector<std::string> same = train_args(dir_, dir_ + "/c", 2);
+  std::vector<std::string> same = dpo_train_args("cpu", dir_, dir_ + "/c", 2);
   same.insert(same.end(), {"--ckpt-dir", ck});
   const auto resumed = testing::run_anvil(same);
   EXPECT_EQ(resumed.exit_code, 0) << resumed.out;
