@@ -5,9 +5,12 @@
 //  - the first step's loss is log 2 (the policy is its reference), the reference pass runs once
 //    and a later run on the same data and model reads its cache;
 //  - a checkpoint records the objective and DPO's settings, and a resume that changes beta or
-//    the objective is refused (exit 2) naming the change.
+//    the objective is refused (exit 2) naming the change;
+//  - anvil prepare --objective dpo --max-length writes pairs that train on; --max-length is
+//    refused on prepared blocks and with sft rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -92,6 +95,34 @@ TEST_F(DpoTrain, ResumeRefusesAnotherObjective) {
   same.insert(same.end(), {"--ckpt-dir", ck});
   const auto resumed = testing::run_anvil(same);
   EXPECT_EQ(resumed.exit_code, 0) << resumed.out;
+}
+
+TEST_F(DpoTrain, PreparedPairsTrain) {
+  const std::string out = dir_ + "/prepared";
+  const auto prep = testing::run_anvil({"prepare", "--tokenizer", testing::demo_dir(), "--data", dir_ + "/pairs.jsonl",
+                                        "--seq-len", "96", "--objective", "dpo", "--max-length", "20", "--out", out});
+  ASSERT_EQ(prep.exit_code, 0) << prep.out;
+  EXPECT_NE(prep.out.find("pairs dropped (the prompt alone holds --max-length 20 tokens)"), std::string::npos)
+      << prep.out;
+  const auto on_prepared = [&](const std::string& run) {
+    std::vector<std::string> args = dpo_train_args("cpu", dir_, dir_ + "/" + run, 4);
+    *(std::find(args.begin(), args.end(), "--data") + 1) = out;
+    return args;
+  };
+  const auto trained = testing::run_anvil(on_prepared("p"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.out;
+  EXPECT_EQ(step_records(dir_ + "/p.jsonl").size(), 4u);
+  std::vector<std::string> again = on_prepared("q");
+  again.insert(again.end(), {"--max-length", "12"});
+  const auto cut_again = testing::run_anvil(again);
+  EXPECT_EQ(cut_again.exit_code, 2) << cut_again.out;
+  EXPECT_NE(cut_again.out.find("--max-length cuts rows as they are prepared"), std::string::npos) << cut_again.out;
+  const auto sft = testing::run_anvil({"train", "--device", "cpu", "--preset", "tiny", "--tokenizer",
+                                       testing::demo_dir(), "--data", testing::demo_dir() + "/sums_train.jsonl",
+                                       "--data-cache", dir_ + "/cache", "--seq-len", "96", "--steps", "1",
+                                       "--max-length", "12"});
+  EXPECT_EQ(sft.exit_code, 2) << sft.out;
+  EXPECT_NE(sft.out.find("cuts preference pairs (--objective dpo) only"), std::string::npos) << sft.out;
 }
 
 }  // namespace
