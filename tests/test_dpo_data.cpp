@@ -4,7 +4,8 @@
 // and chat templates: each pair's ids are the chosen sequence's then the rejected's, and only
 // the completions' tokens carry labels. Packed, each pair is two documents of one block, and
 // the batch names them (TokenBatch::pairs). Rows of another shape, and pairs longer than a
-// block, are refused with what is wrong. With --max-length N (TRL's max_length, keep_start) each
+// block, are refused with what is wrong. Parquet rows (strings, or lists of messages) are read as
+// the JSONL rows are. With --max-length N (TRL's max_length, keep_start) each
 // sequence keeps its first N tokens and a pair whose prompt alone holds N is dropped, as TRL's
 // _prepare_dataset and collator do.
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "core/error.h"
 #include "data/blocks.h"
 #include "data/packing.h"
+#include "data/source.h"
 #include "testing.h"
 
 namespace anvil {
@@ -180,6 +182,40 @@ TEST_P(DpoData, MaxLengthCutsAndDropsAsTrl) {
   EXPECT_GT(whole, 0);
   std::printf("%s, max_length 24: %d sequences cut, %d whole, %d pairs dropped, as TRL\n", GetParam().c_str(), cut,
               whole, dropped);
+}
+
+// The same rows as Parquet (pyarrow: strings, or lists of {role, content} structs) are read as the
+// JSONL rows are: every pair's ids, labels and split equal, every form and the long rows.
+TEST_P(DpoData, ParquetRowsAreJsonlRows) {
+  ANVIL_REQUIRE_ORACLE();
+  const std::string dir = testing::temp_dir("dpo_parquet"), tok_dir = tokenizer(GetParam());
+  const Tokenizer tok = Tokenizer::load(tok_dir);
+  const ChatTemplate tmpl = ChatTemplate::load(tok_dir);
+  const RowEncoder enc(tok, &tmpl, preference_options(tmpl));
+  int pairs = 0;
+  for (const char* rows : {kPlain, kConversational, kImplicitPlain, kImplicitConversational, kLongPlain,
+                           kLongConversational, kLongImplicit}) {
+    const std::string jsonl = dir + "/rows.jsonl", parquet = dir + "/rows.parquet";
+    std::ofstream(jsonl) << rows;
+    const auto r = testing::run_oracle("jsonl_parquet.py", {jsonl, parquet});
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const std::unique_ptr<RowBatch> batch = RowReader::open(parquet)->next(100, 1 << 20);
+    ASSERT_NE(batch, nullptr);
+    std::ifstream in(jsonl);
+    std::string line;
+    size_t i = 0;
+    for (; std::getline(in, line); ++i, ++pairs) {
+      ASSERT_LT(i, batch->size());
+      TokenizedRow want, got;
+      enc.encode_line(line, want);
+      enc.encode_row(batch->row(i), got);
+      EXPECT_EQ(got.ids, want.ids) << batch->where(i);
+      EXPECT_EQ(got.labels, want.labels) << batch->where(i);
+      EXPECT_EQ(got.pair_split, want.pair_split) << batch->where(i);
+    }
+    EXPECT_EQ(i, batch->size());
+  }
+  std::printf("%s: %d pairs read from Parquet as from JSONL\n", GetParam().c_str(), pairs);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, DpoData, ::testing::Values("qwen3-tokenizer", "llama3_1-tokenizer"));
