@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -185,7 +186,8 @@ TEST_P(DpoData, MaxLengthCutsAndDropsAsTrl) {
 }
 
 // The same rows as Parquet (pyarrow: strings, or lists of {role, content} structs) are read as the
-// JSONL rows are: every pair's ids, labels and split equal, every form and the long rows.
+// JSONL rows are: every pair's ids, labels and split equal, every form and the long rows; and
+// columns of other names with --columns.
 TEST_P(DpoData, ParquetRowsAreJsonlRows) {
   ANVIL_REQUIRE_ORACLE();
   const std::string dir = testing::temp_dir("dpo_parquet"), tok_dir = tokenizer(GetParam());
@@ -216,6 +218,30 @@ TEST_P(DpoData, ParquetRowsAreJsonlRows) {
     EXPECT_EQ(i, batch->size());
   }
   std::printf("%s: %d pairs read from Parquet as from JSONL\n", GetParam().c_str(), pairs);
+
+  // Columns of other names, read with --columns: the same pairs.
+  std::string renamed = kConversational;
+  for (const auto& [from, to] : {std::pair{"\"prompt\":", "\"question\":"}, std::pair{"\"chosen\":", "\"good\":"},
+                                 std::pair{"\"rejected\":", "\"bad\":"}})
+    for (size_t at; (at = renamed.find(from)) != std::string::npos;) renamed.replace(at, std::strlen(from), to);
+  const std::string jsonl = dir + "/renamed.jsonl", parquet = dir + "/renamed.parquet";
+  std::ofstream(jsonl) << renamed;
+  ASSERT_EQ(testing::run_oracle("jsonl_parquet.py", {jsonl, parquet}).exit_code, 0);
+  RowOptions o = preference_options(tmpl);
+  o.columns = ColumnMap::parse("prompt=question,chosen=good,rejected=bad");
+  const RowEncoder renamed_enc(tok, &tmpl, o);
+  const std::unique_ptr<RowBatch> batch = RowReader::open(parquet, o.columns)->next(100, 1 << 20);
+  ASSERT_NE(batch, nullptr);
+  std::istringstream want_rows(kConversational);
+  std::string line;
+  for (size_t i = 0; std::getline(want_rows, line); ++i) {
+    ASSERT_LT(i, batch->size());
+    TokenizedRow want, got;
+    enc.encode_line(line, want);
+    renamed_enc.encode_row(batch->row(i), got);
+    EXPECT_EQ(got.ids, want.ids) << batch->where(i);
+    EXPECT_EQ(got.labels, want.labels) << batch->where(i);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, DpoData, ::testing::Values("qwen3-tokenizer", "llama3_1-tokenizer"));

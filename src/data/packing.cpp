@@ -229,7 +229,8 @@ void encode_batch(const RowEncoder& encoder, const RowBatch& batch, WorkerPool& 
 // --skip-bad-rows is counted (the first few of each file said).
 PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& data_hashes, const RowEncoder& encoder,
                      BlockSink& out) {
-  const HoldoutRule side = HoldoutRule::make(o.holdout, o.data);
+  const ColumnMap columns = ColumnMap::parse(o.columns);
+  const HoldoutRule side = HoldoutRule::make(o.holdout, o.data, columns);
   int64_t index = 0;  // of the row among all rows read
   WorkerPool pool(hardware_threads());
   PackTally tally;
@@ -238,7 +239,7 @@ PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& da
   std::vector<std::string> errors;
   for (size_t f = 0; f < o.data.size(); ++f) {
     const std::string& file = o.data[f];
-    const std::unique_ptr<RowReader> reader = RowReader::open(file);
+    const std::unique_ptr<RowReader> reader = RowReader::open(file, columns);
     int64_t file_rows = 0, file_bad = 0;
     while (const std::unique_ptr<RowBatch> batch = reader->next(kBatchRows, kBatchBytes)) {
       encode_batch(encoder, *batch, pool, results, errors);

@@ -165,7 +165,7 @@ std::vector<int32_t> span_labels(const Tokenizer& tokenizer, const std::vector<i
 
 bool prompt_rows_first(const std::vector<std::string>& files, const ColumnMap& columns) {
   for (const std::string& file : files) {
-    const std::unique_ptr<RowReader> reader = RowReader::open(file);
+    const std::unique_ptr<RowReader> reader = RowReader::open(file, columns);
     const std::unique_ptr<RowBatch> batch = reader->next(1, 1);
     if (!batch || batch->size() == 0) continue;
     try {

@@ -283,27 +283,34 @@ class ParquetBatch : public RowBatch {
   size_t begin_, end_;
 };
 
+// The field a Parquet column is read as: the field whose --columns name (by default its own) it has.
+std::string field_of(const std::string& column, const ColumnMap& columns) {
+  for (const char* f : {"messages", "conversations", "text", "prompt", "completion", "chosen", "rejected"})
+    if (columns.key(f) == column) return f;
+  return "";
+}
+
 class ParquetReader : public RowReader {
  public:
-  explicit ParquetReader(const std::string& path) : file_(path) {
+  ParquetReader(const std::string& path, const ColumnMap& columns) : file_(path) {
     bool chat = false;  // messages or conversations (ShareGPT's) read: the first of them only
     for (int c : file_.schema()[0].children) {
       const parquet::SchemaNode& n = file_.schema()[static_cast<size_t>(c)];
-      const std::string& name = n.name;
+      const std::string name = field_of(n.name, columns);
       const bool list = !n.children.empty() || n.repetition == parquet::Repetition::kRepeated;
       const bool either = name == "prompt" || name == "completion" || name == "chosen" || name == "rejected";
       if ((name == "messages" || name == "conversations") && !chat) {
         chat = true;
         lists_.push_back({c, messages_layout(file_, c)});
-        keys_.push_back(name);
+        keys_.push_back(n.name);
       } else if (either && list) {
         lists_.push_back({c, messages_layout(file_, c)});
-        keys_.push_back(name);
+        keys_.push_back(n.name);
       } else if (name == "text" || either) {
         if (list) schema_error(file_, n.path, "expected a string column");
         check_string_leaf(file_, n);
         string_nodes_.push_back(c);
-        keys_.push_back(name);
+        keys_.push_back(n.name);
       }
     }
     if (keys_.empty()) {
@@ -311,7 +318,7 @@ class ParquetReader : public RowReader {
       for (int c : file_.schema()[0].children) names += (names.empty() ? "" : ", ") + file_.schema()[static_cast<size_t>(c)].name;
       raise(ErrorKind::kInvalidInput, path, ": no \"messages\" or \"text\" column (columns: ", names,
             "); Parquet rows are read from the messages, conversations (ShareGPT), text, prompt, completion, "
-            "chosen and rejected columns");
+            "chosen and rejected columns (--columns FIELD=COLUMN reads another)");
     }
   }
 
@@ -411,15 +418,15 @@ class ParquetReader : public RowReader {
 
 }  // namespace
 
-std::unique_ptr<RowReader> RowReader::open(const std::string& file) {
+std::unique_ptr<RowReader> RowReader::open(const std::string& file, const ColumnMap& columns) {
   // Parquet is recognised from its magic, as compressed JSONL is from its own.
   char magic[4] = {};
   if (std::FILE* f = std::fopen(file.c_str(), "rb")) {
     const size_t got = std::fread(magic, 1, 4, f);
     std::fclose(f);
-    if (got == 4 && std::memcmp(magic, "PAR1", 4) == 0) return std::make_unique<ParquetReader>(file);
+    if (got == 4 && std::memcmp(magic, "PAR1", 4) == 0) return std::make_unique<ParquetReader>(file, columns);
   }
-  if (is_parquet_name(file)) return std::make_unique<ParquetReader>(file);  // says what is wrong with it
+  if (is_parquet_name(file)) return std::make_unique<ParquetReader>(file, columns);  // says what is wrong with it
   return std::make_unique<JsonlReader>(file);
 }
 
