@@ -109,3 +109,40 @@ def decode_prompt(model_dir, path, tokens):
     vocab = json.load(open(os.path.join(model_dir, "config.json")))["vocab_size"]
     rng = random.Random(0)
     json.dump({"input_ids": [rng.randrange(vocab) for _ in range(tokens)]}, open(path, "w"))
+
+
+# Common English words, each one token of the Qwen3 tokenizer with or without its leading space.
+PAIR_WORDS = (
+    "the of and to in is was for on that with as by at from his her which or an be are this had not but were they "
+    "have one all their there been has when who more will would no if out so said what up its about into than them "
+    "can only other new some could time these two may then do first any my now such like our over man me even most "
+    "made after also did many before must through back years where much your way well down should because each "
+    "just those people how too little state good very make world still own see men work long get here between both "
+    "life being under never day same another know while last might us great old year off come since against go "
+    "came right used take three").split()
+
+
+def preference_pairs(path, n, seed=0):
+    """N conversational preference rows (TRL's prompt/chosen/rejected, one message each) of random
+    words as JSONL: the prompt 300-400 words of all PAIR_WORDS; chosen and rejected 500-600 words
+    each, every chosen word one of the even-indexed PAIR_WORDS with the pair's chance q (else an
+    odd-indexed one) and every rejected word one of them with chance 1 - q, q uniform in [0.5, 1]:
+    a preference a model learns, strong in some pairs and absent in others, so the mean loss falls
+    gradually rather than all at once. Under the Qwen3 chat template a pair is 2 x prompt + chosen
+    + rejected + 28 tokens, 1,628-2,028: each pair fills most of a 2,048-token sequence alone. The
+    rows are written longest pair first, ties in the order drawn: the order of anvil's
+    best-fit-decreasing blocks (one pair each), so that a trainer reading the file in order sees
+    anvil's batches."""
+    rng = random.Random(seed)
+    even, odd = PAIR_WORDS[0::2], PAIR_WORDS[1::2]
+    say = lambda k, q: " ".join(rng.choice(even if rng.random() < q else odd) for _ in range(k))
+    rows = []
+    for _ in range(n):
+        p, c, r, q = rng.randint(300, 400), rng.randint(500, 600), rng.randint(500, 600), rng.uniform(0.5, 1.0)
+        rows.append((2 * p + c + r + 28, {"prompt": [{"role": "user", "content": say(p, 0.5)}],
+                                          "chosen": [{"role": "assistant", "content": say(c, q)}],
+                                          "rejected": [{"role": "assistant", "content": say(r, 1 - q)}]}))
+    rows.sort(key=lambda t: -t[0])  # stable: ties in the order drawn
+    with open(path, "w") as f:
+        for _, row in rows:
+            f.write(json.dumps(row) + "\n")

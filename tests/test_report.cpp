@@ -2,7 +2,8 @@
 // read with the later lines winning; the summary's figures; the HTML rendered by headless
 // Chromium (--dump-dom) holds every chart with each of its data points. Runs with headers
 // (two in one file, one in another) are each their own series, in the DOM and in a
-// screenshot, and the smoothing slider draws TensorBoard's debiased moving average. Without
+// screenshot, and the smoothing slider draws TensorBoard's debiased moving average. A DPO run's
+// rewards and reward accuracy are charted. Without
 // Chromium the rendering tests are skipped with the reason, or fail under CI=true.
 #include <gtest/gtest.h>
 
@@ -162,6 +163,32 @@ TEST(Report, TokensPerSecondIsTheTrainLogs) {
   const std::string t = summary_text(s);
   EXPECT_NE(t.find("tokens/s    1,234, MFU 1.2% (tokens over step time, first 10 steps excluded, as the train log)"),
             std::string::npos) << t;
+}
+
+// A DPO run (--objective dpo: TRL's metrics in its records, an evaluation every 5 steps) gets
+// its rewards and reward accuracy charted, each logged value a point; an SFT run gets neither.
+TEST(Report, DpoRunsChartTheirRewards) {
+  const std::string dir = testing::temp_dir("report-dpo");
+  {
+    std::ofstream out(dir + "/dpo.jsonl");
+    out << "{\"run_id\":\"d\"}\n";
+    for (int s = 1; s <= 20; ++s) {
+      out << "{\"step\":" << s << ",\"loss\":" << 0.69 - 0.01 * s << ",\"rewards/chosen\":" << 0.05 * s
+          << ",\"rewards/rejected\":" << -0.03 * s << ",\"rewards/margins\":" << 0.08 * s
+          << ",\"rewards/accuracies\":" << (s > 1 ? 0.75 : 0.0);
+      if (s % 5 == 0) out << ",\"eval_loss\":0.6,\"eval_rewards/margins\":" << 0.07 * s << ",\"eval_rewards/accuracies\":0.5";
+      out << "}\n";
+    }
+  }
+  const std::string html = render_report_html(read_metrics(dir + "/dpo.jsonl"));
+  for (const char* id : {"chart-rewards", "chart-reward-accuracy"})
+    EXPECT_NE(html.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
+  for (const char* series : {"rewards/chosen\" data-count=\"20\"", "rewards/rejected\" data-count=\"20\"",
+                             "rewards/margins\" data-count=\"20\"", "eval_rewards/margins\" data-count=\"4\"",
+                             "rewards/accuracies\" data-count=\"20\"", "eval_rewards/accuracies\" data-count=\"4\""})
+    EXPECT_NE(html.find(std::string("data-series=\"") + series), std::string::npos) << series;
+  const Fixture sft;
+  EXPECT_EQ(render_report_html(read_metrics(sft.file)).find("chart-rewards"), std::string::npos);
 }
 
 // Runs with headers: runs.jsonl holds run "a" (30 steps) and run "b" (20 steps); other.jsonl

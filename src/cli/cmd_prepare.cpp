@@ -17,6 +17,7 @@ int cmd_prepare(int argc, char** argv) {
   PrepareOptions o;
   std::string out, split = "train", config;
   std::vector<std::string> specs;
+  Objective objective = Objective::kSft;
   Args args("prepare",
             "tokenize chats or texts (JSONL plain, .gz, .zst; Parquet; folders of them; hub dataset ids in the "
             "local cache) and pack them into blocks of --seq-len tokens in "
@@ -35,7 +36,10 @@ int cmd_prepare(int argc, char** argv) {
       .opt("--columns", &o.columns, "FIELD=COLUMN,...",
            "read a field from another column, e.g. messages=dialog,text=body (ShareGPT's conversations needs none)")
       .flag("--skip-bad-rows", &o.skip_bad_rows, "skip and count malformed rows instead of stopping at the first");
+  bind_objective_choice(args, &objective);
+  bind_max_length(args, &o.max_length);
   if (!args.parse(argc, argv)) return 0;
+  o.preference = objective == Objective::kDpo;
   for (const std::string& spec : specs) {
     const std::vector<std::string> files = resolve_data_source(spec, split, config);
     o.data.insert(o.data.end(), files.begin(), files.end());

@@ -114,6 +114,7 @@ void bind_train_flags(Args& a, TrainConfig& c) {
   a.flag("--router-aux-loss", &c.model.router_aux_loss, "MoE: add the load-balancing loss though config.json doesn't");
   bind_data(a, c.data);
   bind_objective(a, &c.data.objective, c.dpo);
+  bind_max_length(a, &c.data.max_length);
   a.opt("--ref-model", &c.dpo.ref_model, "DIR|ID", "dpo: the reference model [default: the start model]");
   bind_eval(a, c.eval);
   bind_shapes(a, c.data);
@@ -234,11 +235,17 @@ Args& bind_packing(Args& a, Packing* out) {
                      parse_packing, packing_name);
 }
 
+Args& bind_objective_choice(Args& a, Objective* objective) {
+  return enum_choice(a, "--objective", objective, {"sft", "dpo"},
+                     "sft: next-token loss; dpo: TRL's DPO on preference rows", parse_objective, objective_name);
+}
+
+Args& bind_max_length(Args& a, int64_t* max_length) {
+  return a.opt("--max-length", max_length, "N", "dpo: keep a sequence's first N tokens (TRL's max_length)");
+}
+
 void bind_objective(Args& a, Objective* objective, DpoSection& d) {
-  enum_choice(a, "--objective", objective, {"sft", "dpo"},
-              "sft: next-token loss; dpo: TRL's DPO on prompt, chosen and rejected rows",
-              parse_objective, objective_name)
-      .opt("--beta", &d.beta, "B", "dpo: TRL's beta (ipo: its tau)");
+  bind_objective_choice(a, objective).opt("--beta", &d.beta, "B", "dpo: TRL's beta (ipo: its tau)");
   enum_choice(a, "--dpo-loss", &d.loss, {"sigmoid", "ipo", "robust"},
               "dpo: TRL's loss_type (robust: sigmoid, label-smoothed)",
               parse_dpo_loss, dpo_loss_name)

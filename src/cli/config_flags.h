@@ -44,5 +44,7 @@ Args& bind_mlp_tile(Args& a, int64_t* out);
 Args& bind_packing(Args& a, Packing* out);
 // --objective and DPO's --beta, --dpo-loss, --label-smoothing (train/dpo.h).
 void bind_objective(Args& a, Objective* objective, DpoSection& d);
+Args& bind_objective_choice(Args& a, Objective* objective);  // --objective alone (anvil prepare)
+Args& bind_max_length(Args& a, int64_t* max_length);         // --max-length: DataSection::max_length
 
 }  // namespace anvil

@@ -31,6 +31,8 @@ BlockSource::BlockSource(const DataSection& d, const std::string& source, const 
     return;
   }
   if (data_kind(source) == DataKind::kPacked) {
+    ANVIL_ENSURE(d.max_length == 0, kUsage, source, ": --max-length cuts rows as they are prepared, and these are "
+                 "prepared already (anvil prepare --max-length)");
     packed_ = std::make_unique<PackedDataset>(PackedDataset::open(source));
   } else {
     PrepareOptions p;
@@ -44,6 +46,7 @@ BlockSource::BlockSource(const DataSection& d, const std::string& source, const 
     p.holdout = holdout;
     p.skip_bad_rows = d.skip_bad_rows;
     p.preference = d.objective == Objective::kDpo;
+    p.max_length = d.max_length;
     const std::string cache = data_cache_dir(d);
     // The first process prepares; the others open what it wrote.
     if (turn.first) packed_ = std::make_unique<PackedDataset>(prepare_cached(p, cache));

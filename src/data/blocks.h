@@ -37,6 +37,7 @@ struct DataSection {
   bool skip_bad_rows = false;
   bool reset_position = false;  // a resumed run reads the blocks from the start (--reset-data-position)
   Objective objective = Objective::kSft;  // dpo: the rows are preference pairs
+  int64_t max_length = 0;  // dpo: each sequence of a pair cut to its first N tokens (TRL's max_length); 0: none
   bool operator==(const DataSection&) const = default;
 };
 

@@ -18,10 +18,10 @@ uint64_t row_hash(uint64_t seed, int64_t index) {
   return z ^ (z >> 31);
 }
 
-int64_t count_rows(const std::vector<std::string>& files) {
+int64_t count_rows(const std::vector<std::string>& files, const ColumnMap& columns) {
   int64_t n = 0;
   for (const std::string& f : files) {
-    const std::unique_ptr<RowReader> reader = RowReader::open(f);
+    const std::unique_ptr<RowReader> reader = RowReader::open(f, columns);
     while (const std::unique_ptr<RowBatch> batch = reader->next(4096, 16u << 20))
       n += static_cast<int64_t>(batch->size());
   }
@@ -30,7 +30,7 @@ int64_t count_rows(const std::vector<std::string>& files) {
 
 }  // namespace
 
-HoldoutRule HoldoutRule::make(const RowHoldout& h, const std::vector<std::string>& files) {
+HoldoutRule HoldoutRule::make(const RowHoldout& h, const std::vector<std::string>& files, const ColumnMap& columns) {
   HoldoutRule r;
   if (!h.any()) return r;
   r.all_ = false;
@@ -42,7 +42,7 @@ HoldoutRule HoldoutRule::make(const RowHoldout& h, const std::vector<std::string
     r.threshold_ = r.none_ ? 0 : static_cast<uint64_t>(top - 1);
     return r;
   }
-  const int64_t total = count_rows(files);
+  const int64_t total = count_rows(files, columns);
   ANVIL_ENSURE(h.rows < total, kInvalidInput, "--eval-rows ", h.rows, " leaves no training rows: the data has ",
                total, " rows (hold out fewer)");
   std::vector<uint64_t> hashes(static_cast<size_t>(total));

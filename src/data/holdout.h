@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "data/row_shapes.h"  // ColumnMap
+
 namespace anvil {
 
 struct RowHoldout {
@@ -24,7 +26,7 @@ struct RowHoldout {
 class HoldoutRule {
  public:
   // Counts the rows of `files` when h.rows is set (kInvalidInput when they are not more).
-  static HoldoutRule make(const RowHoldout& h, const std::vector<std::string>& files);
+  static HoldoutRule make(const RowHoldout& h, const std::vector<std::string>& files, const ColumnMap& columns = {});
   // Row `index` (among all rows read, in order) belongs to this side.
   bool keeps(int64_t index) const;
 

@@ -189,6 +189,7 @@ std::string key_and_data_hashes(const PrepareOptions& o, std::vector<std::string
   if (!o.completion_only_loss) h.update(";completion_only_loss=0");
   if (!o.columns.empty()) h.update(";columns=" + o.columns);
   if (o.preference) h.update(";preference=1");
+  if (o.max_length > 0) h.update(cat(";max_length=", o.max_length));
   const RowHoldout& k = o.holdout;
   if (k.any()) h.update(cat(";holdout=", k.fraction, ",", k.rows, ",", k.seed, ",", k.held_out));
   return h.hex();
@@ -198,6 +199,7 @@ std::string key_and_data_hashes(const PrepareOptions& o, std::vector<std::string
 struct PackTally {
   Json files = Json::array();
   int64_t rows = 0, bad_rows = 0, total_tokens = 0;
+  int64_t dropped_pairs = 0;  // preference pairs whose prompt alone fills --max-length (TRL drops them too)
   // Rows whose labels are all -100 (kept labels only: nothing in them to learn), and where the first is.
   int64_t rows_without_targets = 0;
   std::string first_without_targets;
@@ -227,7 +229,8 @@ void encode_batch(const RowEncoder& encoder, const RowBatch& batch, WorkerPool& 
 // --skip-bad-rows is counted (the first few of each file said).
 PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& data_hashes, const RowEncoder& encoder,
                      BlockSink& out) {
-  const HoldoutRule side = HoldoutRule::make(o.holdout, o.data);
+  const ColumnMap columns = ColumnMap::parse(o.columns);
+  const HoldoutRule side = HoldoutRule::make(o.holdout, o.data, columns);
   int64_t index = 0;  // of the row among all rows read
   WorkerPool pool(hardware_threads());
   PackTally tally;
@@ -236,7 +239,7 @@ PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& da
   std::vector<std::string> errors;
   for (size_t f = 0; f < o.data.size(); ++f) {
     const std::string& file = o.data[f];
-    const std::unique_ptr<RowReader> reader = RowReader::open(file);
+    const std::unique_ptr<RowReader> reader = RowReader::open(file, columns);
     int64_t file_rows = 0, file_bad = 0;
     while (const std::unique_ptr<RowBatch> batch = reader->next(kBatchRows, kBatchBytes)) {
       encode_batch(encoder, *batch, pool, results, errors);
@@ -249,10 +252,15 @@ PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& da
           ++file_bad;
           continue;
         }
+        if (results[k].dropped) {
+          ++tally.dropped_pairs;
+          continue;
+        }
         ANVIL_ENSURE(results[k].pair_split == 0 || static_cast<int64_t>(results[k].ids.size()) <= o.seq_len, kInvalidInput,
                      batch->where(k), ": the preference pair's chosen and rejected sequences hold ",
                      results[k].pair_split, " + ", results[k].ids.size() - static_cast<size_t>(results[k].pair_split),
-                     " tokens, more than --seq-len ", o.seq_len, " (a pair trains in one sequence: a longer --seq-len)");
+                     " tokens, more than --seq-len ", o.seq_len, " (a pair trains in one sequence: a longer --seq-len, "
+                     "or --max-length N to keep each sequence's first N tokens as TRL's max_length does)");
         ++file_rows;
         if (!results[k].labels.empty() && !has_target(results[k]) && tally.rows_without_targets++ == 0)
           tally.first_without_targets = batch->where(k);
@@ -273,6 +281,9 @@ PackTally pack_files(const PrepareOptions& o, const std::vector<std::string>& da
 void check_not_empty(const PrepareOptions& o, const PackTally& tally) {
   if (tally.rows > 0) return;
   const std::string what = o.data.size() == 1 ? o.data[0] : cat("the ", o.data.size(), " data files");
+  ANVIL_ENSURE(tally.dropped_pairs == 0, kInvalidInput, "prepare: every pair of ", what, " (", tally.dropped_pairs,
+               ") is dropped: its prompt alone holds --max-length ", o.max_length, " tokens (as TRL drops such pairs; "
+               "a larger --max-length keeps them)");
   ANVIL_ENSURE(!o.holdout.held_out || tally.bad_rows > 0, kInvalidInput, "no row of ", what, " falls in the held-out "
                "set of --eval-fraction ", o.holdout.fraction, ": hold out a larger fraction, or --eval-rows N");
   ANVIL_ENSURE(tally.bad_rows > 0, kInvalidInput, "prepare: ", what, o.data.size() == 1 ? " is" : " are",
@@ -300,6 +311,7 @@ RowOptions row_options(const PrepareOptions& o, const ChatTemplate* tmpl) {
   r.completion_only_loss = o.completion_only_loss;
   r.columns = ColumnMap::parse(o.columns);
   r.preference = o.preference;
+  r.max_length = o.max_length;
   r.labels = o.assistant_only_loss || o.preference || (o.completion_only_loss && prompt_rows_first(o.data, r.columns));
   r.eos_token = tmpl ? tmpl->eos_token() : std::string();
   return r;
@@ -343,6 +355,10 @@ void add_bin_fields(Json& h, const PackedHeaderInputs& in) {
   h["dropped_tokens"] = st.dropped_tokens;
   h["empty_rows"] = st.empty_rows;
   if (in.o.preference) h["preference"] = true;
+  if (in.o.max_length > 0) {
+    h["max_length"] = in.o.max_length;
+    h["dropped_pairs"] = in.tally.dropped_pairs;
+  }
 }
 
 Json packed_header(const PackedHeaderInputs& in) {
@@ -411,6 +427,8 @@ Json prepare_packed(const PrepareOptions& o, const std::string& out_dir) {
   ANVIL_ENSURE(!o.data.empty(), kUsage, "prepare: no --data files");
   ANVIL_ENSURE(!o.preference || o.packing != Packing::kWrapped, kUsage,
                "prepare: preference pairs are packed as documents (--packing bfd or bfd-split), not wrapped");
+  ANVIL_ENSURE(o.max_length == 0 || (o.preference && o.max_length > 0), kUsage, "prepare: --max-length ", o.max_length,
+               o.preference ? ": must be positive (0: no cut)" : ": cuts preference pairs (--objective dpo) only");
   std::vector<std::string> data_hashes;
   const std::string key = key_and_data_hashes(o, &data_hashes);
   const Tokenizer tokenizer = Tokenizer::load(o.tokenizer);
@@ -493,7 +511,9 @@ std::string packing_summary(const Json& header) {
   return cat(packing, ": ", num("documents"), " documents from ", num("rows"), " rows in ", num("num_blocks"),
              " sequences of ", num("seq_len"), " tokens, ", num("real_tokens"), " real tokens, padding ", fraction,
              ", ", num("split_rows"), " rows split, ", num("dropped_rows"), " rows cut (", num("dropped_tokens"),
-             " tokens dropped)");
+             " tokens dropped)",
+             header.contains("max_length") ? cat(", ", num("dropped_pairs"), " pairs dropped (the prompt alone holds "
+                                                 "--max-length ", num("max_length"), " tokens)") : std::string());
 }
 
 }  // namespace anvil

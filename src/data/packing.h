@@ -51,6 +51,9 @@ struct TokenizedRow {
   // A preference pair (RowOptions::preference): ids are the chosen sequence's, then the
   // rejected's; the first pair_split of them are the chosen's. 0: not a pair.
   int64_t pair_split = 0;
+  // A preference pair whose prompt alone holds RowOptions::max_length tokens: left out (no ids),
+  // as TRL drops it (nothing of its completions would be kept).
+  bool dropped = false;
 };
 
 // How rows become tokens and labels.
@@ -61,6 +64,9 @@ struct RowOptions {
   std::string eos_token;  // appended to a plain completion that does not end with it (as TRL)
   ColumnMap columns;
   bool preference = false;  // DPO: every row a preference pair (and only those)
+  // Preference pairs: each sequence (prompt + completion) cut to its first max_length tokens,
+  // TRL's DPOConfig.max_length with truncation_mode "keep_start"; 0: none.
+  int64_t max_length = 0;
 };
 
 // Turns one row (a JSONL line, or a RowBatch's row) into tokens: a chat, a text, or a prompt
@@ -158,6 +164,7 @@ struct PrepareOptions {
   RowHoldout holdout;                // rows held out for evaluation: this side's (data/holdout.h)
   bool skip_bad_rows = false;        // count and skip malformed rows instead of failing
   bool preference = false;           // DPO: preference pairs, each pair's two sequences in one block
+  int64_t max_length = 0;            // preference pairs: RowOptions::max_length (--max-length)
 };
 
 // Tokenizes and packs o.data into out_dir/packed.bin on every core; returns its header.

@@ -134,6 +134,15 @@ void RowEncoder::encode_preference(const ShapedRow& row, TokenizedRow& out) cons
     tokenizer_.encode_append(prompt + with_eos(row.rejected.get<std::string>()), rejected_ids);
   }
   const size_t prompt_len = std::min(common_prefix(prompt_ids, chosen_ids), common_prefix(prompt_ids, rejected_ids));
+  if (o_.max_length > 0) {  // TRL: the pair dropped when its prompt fills max_length, else each sequence cut
+    const auto keep = static_cast<size_t>(o_.max_length);
+    if (prompt_len >= keep) {
+      out.dropped = true;
+      return;
+    }
+    chosen_ids.resize(std::min(chosen_ids.size(), keep));
+    rejected_ids.resize(std::min(rejected_ids.size(), keep));
+  }
   out.labels = labels_from(chosen_ids, prompt_len);
   const std::vector<int32_t> rejected_labels = labels_from(rejected_ids, prompt_len);
   out.labels.insert(out.labels.end(), rejected_labels.begin(), rejected_labels.end());
@@ -156,7 +165,7 @@ std::vector<int32_t> span_labels(const Tokenizer& tokenizer, const std::vector<i
 
 bool prompt_rows_first(const std::vector<std::string>& files, const ColumnMap& columns) {
   for (const std::string& file : files) {
-    const std::unique_ptr<RowReader> reader = RowReader::open(file);
+    const std::unique_ptr<RowReader> reader = RowReader::open(file, columns);
     const std::unique_ptr<RowBatch> batch = reader->next(1, 1);
     if (!batch || batch->size() == 0) continue;
     try {

@@ -138,7 +138,8 @@ class JsonlReader : public RowReader {
 
 // ---------------------------------------------------------------------------------------
 // Parquet: the `messages` column (list<struct<role, content, ...>>, or ShareGPT's `conversations`
-// of {from, value}) and the string columns `text`, `prompt` and `completion`.
+// of {from, value}), the string column `text`, and `prompt`, `completion`, `chosen` and
+// `rejected` as strings or as such lists (prompt-completion and preference rows).
 
 // Where a messages leaf's definition levels put each thing (see the rows below).
 struct MessagesLayout {
@@ -193,6 +194,12 @@ MessagesLayout messages_layout(const parquet::File& f, int node) {
   return l;
 }
 
+std::string checked(std::string_view v, const char* what) {
+  const size_t bad = utf8_invalid_at(v);
+  ANVIL_ENSURE(bad == std::string_view::npos, kInvalidInput, what, " is not valid UTF-8 (byte ", bad, ")");
+  return std::string(v);
+}
+
 // One decoded row group: the columns read and where each row starts in them.
 struct Group {
   struct Column {
@@ -202,19 +209,45 @@ struct Group {
     std::vector<size_t> value_start;  // per row: index of its first value
     std::string name;                 // the JSON key
   };
+  // A column of messages lists: its layout, its leaves' columns and where each row's entries start.
+  struct Messages {
+    std::string name;  // the JSON key
+    MessagesLayout layout;
+    std::vector<Column> fields;       // parallel to layout.leaves
+    std::vector<size_t> entry_start;  // per row + 1: level entries of the leaves
+  };
   std::string path;
   int64_t first_row = 0;  // index in the file of row 0
-  std::vector<std::string> keys;  // top-level keys in schema order: "messages" (or "conversations"), "text"
-  MessagesLayout layout;
-  std::vector<Column> message_fields;  // parallel to layout.leaves
-  std::vector<size_t> entry_start;     // per row + 1: level entries of the messages leaves
-  std::vector<Column> strings;  // the string columns: text, prompt, completion
+  std::vector<std::string> keys;  // top-level keys in schema order
+  std::vector<Messages> lists;    // messages (or conversations), and prompt, completion, chosen, rejected as lists
+  std::vector<Column> strings;    // the string columns: text, prompt, completion, chosen, rejected
 };
 
-std::string checked(std::string_view v, const char* what) {
-  const size_t bad = utf8_invalid_at(v);
-  ANVIL_ENSURE(bad == std::string_view::npos, kInvalidInput, what, " is not valid UTF-8 (byte ", bad, ")");
-  return std::string(v);
+// Row r's list of messages in column m (null where the row has none).
+OrderedJson messages_of(const Group::Messages& m, size_t r) {
+  const MessagesLayout& l = m.layout;
+  const parquet::ColumnData& lead = m.fields[0].data;
+  const size_t s = m.entry_start[r], e = m.entry_start[r + 1];
+  const int d0 = lead.def[s];
+  if (d0 < l.d_present) return nullptr;
+  OrderedJson messages = OrderedJson::array();
+  if (d0 < l.d_item) return messages;
+  std::vector<size_t> vi(m.fields.size());
+  for (size_t f = 0; f < vi.size(); ++f) vi[f] = m.fields[f].value_start[r];
+  for (size_t k = s; k < e; ++k) {
+    if (lead.def[k] < l.d_element) {
+      messages.push_back(nullptr);
+      continue;
+    }
+    OrderedJson msg = OrderedJson::object();
+    for (size_t f = 0; f < vi.size(); ++f) {
+      const Group::Column& c = m.fields[f];
+      msg[c.name] = c.data.def[k] == c.max_def ? OrderedJson(checked(c.data.value(vi[f]++), "a message field"))
+                                               : OrderedJson();
+    }
+    messages.push_back(std::move(msg));
+  }
+  return messages;
 }
 
 OrderedJson group_row(const Group& g, size_t r) {
@@ -228,33 +261,10 @@ OrderedJson group_row(const Group& g, size_t r) {
       row[key] = present ? OrderedJson(checked(c.data.value(c.value_start[r]), key.c_str())) : OrderedJson();
       continue;
     }
-    const MessagesLayout& l = g.layout;
-    const parquet::ColumnData& lead = g.message_fields[0].data;
-    const size_t s = g.entry_start[r], e = g.entry_start[r + 1];
-    const int d0 = lead.def[s];
-    if (d0 < l.d_present) {
-      row[key] = nullptr;
-      continue;
-    }
-    OrderedJson messages = OrderedJson::array();
-    if (d0 >= l.d_item) {
-      std::vector<size_t> vi(g.message_fields.size());
-      for (size_t f = 0; f < vi.size(); ++f) vi[f] = g.message_fields[f].value_start[r];
-      for (size_t k = s; k < e; ++k) {
-        if (lead.def[k] < l.d_element) {
-          messages.push_back(nullptr);
-          continue;
-        }
-        OrderedJson m = OrderedJson::object();
-        for (size_t f = 0; f < vi.size(); ++f) {
-          const Group::Column& c = g.message_fields[f];
-          m[c.name] = c.data.def[k] == c.max_def ? OrderedJson(checked(c.data.value(vi[f]++), "a message field"))
-                                                 : OrderedJson();
-        }
-        messages.push_back(std::move(m));
-      }
-    }
-    row[key] = std::move(messages);
+    const auto list = std::find_if(g.lists.begin(), g.lists.end(), [&](const Group::Messages& m) {
+      return m.name == key;
+    });
+    row[key] = messages_of(*list, r);
   }
   return row;
 }
@@ -273,31 +283,42 @@ class ParquetBatch : public RowBatch {
   size_t begin_, end_;
 };
 
+// The field a Parquet column is read as: the field whose --columns name (by default its own) it has.
+std::string field_of(const std::string& column, const ColumnMap& columns) {
+  for (const char* f : {"messages", "conversations", "text", "prompt", "completion", "chosen", "rejected"})
+    if (columns.key(f) == column) return f;
+  return "";
+}
+
 class ParquetReader : public RowReader {
  public:
-  explicit ParquetReader(const std::string& path) : file_(path) {
+  ParquetReader(const std::string& path, const ColumnMap& columns) : file_(path) {
+    bool chat = false;  // messages or conversations (ShareGPT's) read: the first of them only
     for (int c : file_.schema()[0].children) {
-      const std::string& name = file_.schema()[static_cast<size_t>(c)].name;
-      if ((name == "messages" || name == "conversations") && layout_.leaves.empty()) {  // conversations: ShareGPT's
-        layout_ = messages_layout(file_, c);
-        keys_.push_back(name);
-      } else if (name == "text" || name == "prompt" || name == "completion") {
-        const parquet::SchemaNode& n = file_.schema()[static_cast<size_t>(c)];
-        if (!n.children.empty() || n.repetition == parquet::Repetition::kRepeated)
-          schema_error(file_, n.path, name == "text" ? "expected a string column"
-                                                     : "expected a string column (prompt-completion rows of "
-                                                       "messages are read from JSONL)");
+      const parquet::SchemaNode& n = file_.schema()[static_cast<size_t>(c)];
+      const std::string name = field_of(n.name, columns);
+      const bool list = !n.children.empty() || n.repetition == parquet::Repetition::kRepeated;
+      const bool either = name == "prompt" || name == "completion" || name == "chosen" || name == "rejected";
+      if ((name == "messages" || name == "conversations") && !chat) {
+        chat = true;
+        lists_.push_back({c, messages_layout(file_, c)});
+        keys_.push_back(n.name);
+      } else if (either && list) {
+        lists_.push_back({c, messages_layout(file_, c)});
+        keys_.push_back(n.name);
+      } else if (name == "text" || either) {
+        if (list) schema_error(file_, n.path, "expected a string column");
         check_string_leaf(file_, n);
         string_nodes_.push_back(c);
-        keys_.push_back(name);
+        keys_.push_back(n.name);
       }
     }
     if (keys_.empty()) {
       std::string names;
       for (int c : file_.schema()[0].children) names += (names.empty() ? "" : ", ") + file_.schema()[static_cast<size_t>(c)].name;
       raise(ErrorKind::kInvalidInput, path, ": no \"messages\" or \"text\" column (columns: ", names,
-            "); Parquet rows are read from the messages, conversations (ShareGPT), text, prompt and completion "
-            "columns");
+            "); Parquet rows are read from the messages, conversations (ShareGPT), text, prompt, completion, "
+            "chosen and rejected columns (--columns FIELD=COLUMN reads another)");
     }
   }
 
@@ -320,12 +341,11 @@ class ParquetReader : public RowReader {
     grp->path = file_.path();
     grp->first_row = first_row_;
     grp->keys = keys_;
-    grp->layout = layout_;
     rows_ = file_.row_group_rows(g);
     first_row_ += rows_;
     pos_ = 0;
     for (int node : string_nodes_) load_string(*grp, g, node);
-    if (!layout_.leaves.empty()) load_messages(*grp, g);
+    for (const auto& [node, layout] : lists_) grp->lists.push_back(load_messages(g, node, layout));
     group_ = std::move(grp);
   }
 
@@ -364,27 +384,31 @@ class ParquetReader : public RowReader {
 
   // The role/content leaves share the list structure: a row starts at each repetition
   // level 0, and their levels agree down to the element.
-  void load_messages(Group& grp, int g) const {
-    for (size_t f = 0; f < layout_.leaves.size(); ++f) grp.message_fields.push_back(read(g, layout_.leaves[f], layout_.names[f]));
-    const parquet::ColumnData& lead = grp.message_fields[0].data;
-    for (size_t f = 1; f < grp.message_fields.size(); ++f) {
-      const parquet::ColumnData& o = grp.message_fields[f].data;
+  Group::Messages load_messages(int g, int node, const MessagesLayout& layout) const {
+    Group::Messages m;
+    m.name = file_.schema()[static_cast<size_t>(node)].name;
+    m.layout = layout;
+    for (size_t f = 0; f < layout.leaves.size(); ++f) m.fields.push_back(read(g, layout.leaves[f], layout.names[f]));
+    const parquet::ColumnData& lead = m.fields[0].data;
+    for (size_t f = 1; f < m.fields.size(); ++f) {
+      const parquet::ColumnData& o = m.fields[f].data;
       bool same = o.rep == lead.rep && o.def.size() == lead.def.size();
       for (size_t k = 0; same && k < o.def.size(); ++k)
-        same = std::min<int>(o.def[k], layout_.d_element) == std::min<int>(lead.def[k], layout_.d_element);
-      if (!same) fail(g, layout_.leaves[f], "its lists disagree with " + file_.schema()[static_cast<size_t>(layout_.leaves[0])].path);
+        same = std::min<int>(o.def[k], layout.d_element) == std::min<int>(lead.def[k], layout.d_element);
+      if (!same) fail(g, layout.leaves[f], "its lists disagree with " + file_.schema()[static_cast<size_t>(layout.leaves[0])].path);
     }
     for (size_t k = 0; k < lead.rep.size(); ++k)
-      if (lead.rep[k] == 0) grp.entry_start.push_back(k);
-    if (static_cast<int64_t>(grp.entry_start.size()) != rows_)
-      fail(g, layout_.leaves[0], cat(grp.entry_start.size(), " rows, the row group has ", rows_));
-    for (Group::Column& c : grp.message_fields) index_values(c, grp.entry_start);
-    grp.entry_start.push_back(lead.rep.size());
+      if (lead.rep[k] == 0) m.entry_start.push_back(k);
+    if (static_cast<int64_t>(m.entry_start.size()) != rows_)
+      fail(g, layout.leaves[0], cat(m.entry_start.size(), " rows, the row group has ", rows_));
+    for (Group::Column& c : m.fields) index_values(c, m.entry_start);
+    m.entry_start.push_back(lead.rep.size());
+    return m;
   }
 
   parquet::File file_;
-  MessagesLayout layout_;
-  std::vector<int> string_nodes_;  // text, prompt, completion
+  std::vector<std::pair<int, MessagesLayout>> lists_;  // the messages-list columns: node and layout
+  std::vector<int> string_nodes_;  // text, and prompt, completion, chosen, rejected as strings
   std::vector<std::string> keys_;
   std::shared_ptr<const Group> group_;
   int next_group_ = 0;
@@ -394,15 +418,15 @@ class ParquetReader : public RowReader {
 
 }  // namespace
 
-std::unique_ptr<RowReader> RowReader::open(const std::string& file) {
+std::unique_ptr<RowReader> RowReader::open(const std::string& file, const ColumnMap& columns) {
   // Parquet is recognised from its magic, as compressed JSONL is from its own.
   char magic[4] = {};
   if (std::FILE* f = std::fopen(file.c_str(), "rb")) {
     const size_t got = std::fread(magic, 1, 4, f);
     std::fclose(f);
-    if (got == 4 && std::memcmp(magic, "PAR1", 4) == 0) return std::make_unique<ParquetReader>(file);
+    if (got == 4 && std::memcmp(magic, "PAR1", 4) == 0) return std::make_unique<ParquetReader>(file, columns);
   }
-  if (is_parquet_name(file)) return std::make_unique<ParquetReader>(file);  // says what is wrong with it
+  if (is_parquet_name(file)) return std::make_unique<ParquetReader>(file, columns);  // says what is wrong with it
   return std::make_unique<JsonlReader>(file);
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "data/chat_template.h"  // OrderedJson
+#include "data/row_shapes.h"    // ColumnMap
 
 namespace anvil {
 
@@ -44,10 +45,11 @@ class RowBatch {
 };
 
 // Reads one file's rows in batches of at most max_rows (JSONL: also about max_bytes).
-// Parquet files are memory-mapped and decoded one row group at a time.
+// Parquet files are memory-mapped and decoded one row group at a time, the columns read by
+// their names or the names `columns` (--columns) gives the fields.
 class RowReader {
  public:
-  static std::unique_ptr<RowReader> open(const std::string& file);
+  static std::unique_ptr<RowReader> open(const std::string& file, const ColumnMap& columns = {});
   virtual ~RowReader() = default;
   // The next batch, or null at the end of the file. A batch owns what it needs.
   virtual std::unique_ptr<RowBatch> next(size_t max_rows, size_t max_bytes) = 0;

@@ -284,6 +284,12 @@ MetricsRow row_of(const Json& j) {
   r.peak_mem_gib = number(j, "peak_mem_gib");
   r.planned_mem_gib = number(j, "planned_mem_gib");
   r.elapsed_s = number(j, "elapsed_s");
+  r.rewards_chosen = number(j, "rewards/chosen");
+  r.rewards_rejected = number(j, "rewards/rejected");
+  r.rewards_margins = number(j, "rewards/margins");
+  r.rewards_accuracies = number(j, "rewards/accuracies");
+  r.eval_rewards_margins = number(j, "eval_rewards/margins");
+  r.eval_rewards_accuracies = number(j, "eval_rewards/accuracies");
   return r;
 }
 
@@ -452,6 +458,27 @@ void append_series(std::vector<Series>& into, std::vector<Series> more, void (*s
   }
 }
 
+// DPO's charts, where a run logged TRL's metrics: the rewards of the chosen and rejected
+// completions and their margin, and the reward accuracy; the evaluation's as markers.
+std::string dpo_charts(const std::vector<Metrics>& runs) {
+  std::vector<Series> rewards = series_of(runs, "rewards/chosen", "chosen", "#16a34a", &MetricsRow::rewards_chosen);
+  if (rewards.empty()) return "";
+  append_series(rewards, series_of(runs, "rewards/rejected", "rejected", "#dc2626", &MetricsRow::rewards_rejected),
+                [](Series& s) { s.dashed = true; });
+  append_series(rewards, series_of(runs, "rewards/margins", "margin", "#2563eb", &MetricsRow::rewards_margins),
+                [](Series&) {});
+  append_series(rewards,
+                series_of(runs, "eval_rewards/margins", "eval margin", "#ea580c", &MetricsRow::eval_rewards_margins),
+                [](Series& s) { s.markers = true; });
+  std::vector<Series> accuracy =
+      series_of(runs, "rewards/accuracies", "train", "#2563eb", &MetricsRow::rewards_accuracies, 100.0);
+  append_series(accuracy, series_of(runs, "eval_rewards/accuracies", "eval", "#ea580c",
+                                    &MetricsRow::eval_rewards_accuracies, 100.0),
+                [](Series& s) { s.markers = true; });
+  return chart("chart-rewards", "DPO rewards (beta x log-ratio to the reference)", "reward", rewards, false, "") +
+         chart("chart-reward-accuracy", "DPO reward accuracy (chosen above rejected)", "pairs (%)", accuracy, true, "");
+}
+
 // The charts of the report, one per logged quantity (losses together, memory with its plan).
 std::string report_charts(const std::vector<Metrics>& runs) {
   std::string h;
@@ -476,7 +503,7 @@ std::string report_charts(const std::vector<Metrics>& runs) {
   h += chart("chart-memory",
              mem.size() == peaks ? "Peak memory (host; the plan covers GPUs)" : "Peak memory against the plan", "GiB",
              mem, true, "no memory logged");
-  return h;
+  return h + dpo_charts(runs);
 }
 
 }  // namespace

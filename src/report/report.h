@@ -14,6 +14,9 @@ struct MetricsRow {
   int64_t step = 0;
   std::optional<double> loss, eval_loss, lr, grad_norm, tokens_per_s, mean_tokens_per_s, mfu, peak_mem_gib,
       planned_mem_gib, elapsed_s;
+  // --objective dpo: TRL's metrics of the step (rewards/chosen, ...) and of its evaluation (eval_...)
+  std::optional<double> rewards_chosen, rewards_rejected, rewards_margins, rewards_accuracies, eval_rewards_margins,
+      eval_rewards_accuracies;
 };
 
 // One run of a metrics file: the records after its header (a file written before headers

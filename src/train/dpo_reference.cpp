@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -107,6 +108,12 @@ ReferenceLogps compute(Trainer& t, Comm* comm, const BlockSource& data, int64_t 
     std::fill(mine.begin(), mine.end(), 0.0);
     for (size_t r = 0; r < all.size(); r += mine.size())
       for (size_t i = 0; i < mine.size(); ++i) mine[i] += all[r + i];
+  }
+  if (log) {
+    char done[96];
+    std::snprintf(done, sizeof done, "reference log-probs: %lld pairs in %.1f s",
+                  static_cast<long long>(pairs), seconds_since(start));
+    log_info(done);
   }
   ReferenceLogps out;
   for (size_t i = 0; i < mine.size(); i += 2) out.chosen.push_back(mine[i]), out.rejected.push_back(mine[i + 1]);
