@@ -176,7 +176,8 @@ TEST(Report, DpoRunsChartTheirRewards) {
       out << "{\"step\":" << s << ",\"loss\":" << 0.69 - 0.01 * s << ",\"rewards/chosen\":" << 0.05 * s
           << ",\"rewards/rejected\":" << -0.03 * s << ",\"rewards/margins\":" << 0.08 * s
           << ",\"rewards/accuracies\":" << (s > 1 ? 0.75 : 0.0);
-      if (s % 5 == 0) out << ",\"eval_loss\":0.6,\"eval_rewards/margins\":" << 0.07 * s << ",\"eval_rewards/accuracies\":0.5";
+      if (s % 5 == 0)
+        out << ",\"eval_loss\":0.6,\"eval_rewards/margins\":" << 0.07 * s << ",\"eval_rewards/accuracies\":0.5";
       out << "}\n";
     }
   }
