@@ -3,6 +3,7 @@
 // Hugging Face export folder (shards, index, generation config, files of the source folders).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/bf16.h"
@@ -297,6 +298,34 @@ TEST(Weights, MissingTensorNamesFileAndTensor) {
   std::rename((dir + "/model2.safetensors").c_str(), (dir + "/model.safetensors").c_str());
   std::string msg = error_of([&] { load_hf_weights(dir, t, back); });
   EXPECT_NE(msg.find("lm_head.weight"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace anvil
+
+namespace anvil {
+namespace {
+
+// Host units made for one process, read by a rank of a larger world whose units are padded
+// further: the elements past a unit's end are padding and read as zero (under ASan, the copy
+// read past the vector: tests/test_plan.cpp's ranks read one-process units so).
+TEST(HostUnits, ReadingPastAUnitsEndGivesZeros) {
+  const ModelConfig cfg = load_config(testing::shared_dir() + "/fixtures/tiny-qwen3");
+  const ParamTable one(cfg, 1), eight(cfg, 8);
+  HostUnits w = make_host_units(one);
+  for (std::vector<float>& u : w) std::fill(u.begin(), u.end(), 1.0f);
+  const UnitReader read = host_units_reader(w);
+  for (size_t u = 0; u < w.size(); ++u) {
+    const int64_t size = static_cast<int64_t>(w[u].size()), padded = eight.units()[u].padded;
+    ASSERT_GE(padded, size);
+    std::vector<float> out(static_cast<size_t>(padded), -1.0f);
+    read(static_cast<int>(u), 0, padded, out.data());
+    EXPECT_TRUE(std::all_of(out.begin(), out.begin() + size, [](float v) { return v == 1.0f; })) << u;
+    EXPECT_TRUE(std::all_of(out.begin() + size, out.end(), [](float v) { return v == 0.0f; })) << u;
+    std::vector<float> tail(4, -1.0f);
+    read(static_cast<int>(u), padded - 4, padded, tail.data());
+    EXPECT_EQ(tail, std::vector<float>(4, padded - 4 >= size ? 0.0f : 1.0f)) << u;
+  }
 }
 
 }  // namespace

@@ -25,8 +25,11 @@ HostUnits make_host_units(const ParamTable& table) {
 
 UnitReader host_units_reader(const HostUnits& units) {
   return [&units](int unit, int64_t begin, int64_t end, float* out) {
+    // Units padded for fewer ranks end before the reader's padding does: that is zero too.
     const std::vector<float>& u = units[static_cast<size_t>(unit)];
-    std::copy(u.begin() + begin, u.begin() + end, out);
+    const int64_t have = std::clamp<int64_t>(static_cast<int64_t>(u.size()), begin, end);
+    std::copy(u.begin() + begin, u.begin() + have, out);
+    std::fill(out + (have - begin), out + (end - begin), 0.0f);
   };
 }
 

@@ -19,7 +19,9 @@ HostUnits make_host_units(const ParamTable& table);
 // Trainer loads its parameters through one, unit by unit and each rank only the elements
 // it owns, so host memory holds at most one unit's worth beyond what the rank keeps.
 using UnitReader = std::function<void(int unit, int64_t begin, int64_t end, float* out)>;
-UnitReader host_units_reader(const HostUnits& units);  // units must outlive the reader
+// units (of a table of any world size: elements past a unit's end read as padding, zero) must
+// outlive the reader.
+UnitReader host_units_reader(const HostUnits& units);
 // `to`'s units from `units` laid out by `from`, tensor by tensor by name: another layout of the
 // same model (an expert-parallel rank's table and the whole model's, model/params.h). units
 // and the tables must outlive the reader; a tensor of `to` that `from` lacks is kInternal.
