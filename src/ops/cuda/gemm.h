@@ -63,9 +63,9 @@ class Gemm {
   // bf16 operands and output (its grouped GEMM has no bf16 -> fp32 form), fp32 compute, alpha
   // 1 and `beta` (1 adds into out). Sizes and strides are read from the host; the operands'
   // addresses reach the device through `pointers`, the caller's device memory of 3 pointers per
-  // problem, written here by one copy in stream order and read by the GEMM after it. A set whose
-  // addresses break cuBLAS's alignment rule for their inner sizes (rows whose width is not a
-  // multiple of 8 elements) runs as run() per problem instead. cuBLAS picks its kernels from the
+  // problem, written here by one copy in stream order and read by the GEMM after it. A set with
+  // rows whose width is not a multiple of 8 elements, or addresses not 16-byte aligned, runs as
+  // run() per problem instead. cuBLAS picks its kernels from the
   // problem set alone, so the same set gives the same bits on every run (its reproducibility
   // rule: the same GPU architecture and SM count, one stream per workspace, which the shared
   // workspace below keeps).
