@@ -6,8 +6,8 @@
 # Usage: tools/sanitize.sh [TEST...]   the given tests/test_*.cpp binaries (default: the
 #                                      parsers': data, tokenizer, templates, Parquet, config,
 #                                      model and checkpoint files)
-#        tools/sanitize.sh --all       every CPU test, as tools/test.sh runs them (about 20 min of
-#                                      two cores to build)
+#        tools/sanitize.sh --all       every CPU test, as tools/test.sh runs them, but the demo's
+#                                      three-minute bound (about 20 min of two cores to build)
 #        tools/sanitize.sh --thread    ThreadSanitizer instead (a build of its own): the tests
 #                                      whose code runs threads and processes against each other,
 #                                      the comm, the launcher, the rendezvous and the asynchronous
@@ -38,14 +38,19 @@ else
 fi
 [ ${#tests[@]} -gt 0 ] || tests=(test_data_parquet test_data_tokenizer test_data_tokenizer_load test_data_chat_template
                                  test_data_shapes test_data_cli test_config test_model_io test_checkpoint)
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=OFF -DANVIL_SANITIZE=$sanitizers \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DANVIL_CUDA=OFF -DANVIL_SANITIZE=$sanitizers -DANVIL_TEST_TIMEOUT=1800 \
   -DANVIL_TEST_PYTHON="${ANVIL_TEST_PYTHON:-$PWD/build/pyenv/bin/python}" >/dev/null
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 if $all; then
   cmake --build "$build"
-  ctest --test-dir "$build" --output-on-failure -LE 'gpu|battery|wheel' -j "$(nproc)"
+  # Not the demo's test: it holds the demo to three minutes of two cores, a bound on time that
+  # the sanitizers' slowdown breaks (its code runs under them in the train, data and generate
+  # tests). Each test gets 30 minutes (ANVIL_TEST_TIMEOUT), not CI's 10: the multi-rank tests
+  # run several times slower.
+  ctest --test-dir "$build" --output-on-failure -LE 'gpu|battery|wheel' \
+    -E '^Demo\.AnswersHeldOutSumsAfterUnderThreeMinutes$' -j "$(nproc)"
   exit
 fi
 cmake --build "$build" --target anvil "${tests[@]}"
