@@ -13,12 +13,12 @@
 
 #include <fstream>
 #include <map>
-#include <random>
 
 #include "core/fs.h"
 #include "core/json.h"
 #include "io/safetensors.h"
 #include "testing.h"
+#include "tiny_moe.h"
 
 namespace anvil {
 namespace {
@@ -68,27 +68,6 @@ TrainRun train(const std::string& dir, const std::string& tag, const Layout& l, 
   return run;
 }
 
-// A Qwen3-MoE of 4 experts (top 2) in layers 0 and 2, a dense layer 1, and 40 blocks of 37 tokens.
-std::string make_model(const std::string& name) {
-  const std::string dir = testing::temp_dir(name);
-  const Json cfg = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"vocab_size", 200}, {"hidden_size", 48},
-                    {"intermediate_size", 64}, {"num_hidden_layers", 3}, {"num_attention_heads", 4},
-                    {"num_key_value_heads", 2}, {"head_dim", 16}, {"num_experts", 4}, {"num_experts_per_tok", 2},
-                    {"moe_intermediate_size", 24}, {"norm_topk_prob", true}, {"mlp_only_layers", {1}},
-                    {"initializer_range", 0.2}};
-  json_write_file(dir + "/config.json", cfg);
-  const auto init =
-      testing::run_anvil({"init", "--config", dir + "/config.json", "--out", dir + "/model", "--seed", "9"});
-  EXPECT_EQ(init.exit_code, 0) << init.out;
-  std::mt19937 rng(7);
-  std::vector<int64_t> ids(40 * 37);
-  for (auto& x : ids) x = static_cast<int64_t>(rng() % 200);
-  SafetensorsWriter w;
-  w.add("input_ids", DType::kI64, {40, 37}, ids.data());
-  w.write(dir + "/blocks.safetensors");
-  return dir;
-}
-
 constexpr double kLossRel = 1e-6;   // the reductions' order in fp32 (a few ulps)
 constexpr double kParamRel = 1e-5;  // after 5 AdamW steps (test_moe_parallel's bound)
 
@@ -107,7 +86,7 @@ double loss_diff(const TrainRun& got, const TrainRun& want, int64_t from, const 
 }
 
 TEST(MoeExpertParallel, LossesAndWeightsAreOneProcesssInEveryLayout) {
-  const std::string dir = make_model("moe-expert-parallel");
+  const std::string dir = testing::parallel_moe_dir("moe-expert-parallel");
   const TrainRun base = train(dir, "base", {"ddp", 1, 1, 4}, 5);
   ASSERT_EQ(base.losses.size(), 5u);
   double worst = 0;
@@ -145,7 +124,7 @@ TEST(MoeExpertParallel, LossesAndWeightsAreOneProcesssInEveryLayout) {
 }
 
 TEST(MoeExpertParallel, ResumesAcrossDegrees) {
-  const std::string dir = make_model("moe-expert-parallel-resume");
+  const std::string dir = testing::parallel_moe_dir("moe-expert-parallel-resume");
   // Saved at step 3 of 6 with N = 2 on 2 ranks (one replica per shard), and on 4 ranks (two).
   for (Layout saved : {Layout{"ddp", 2, 2, 2}, Layout{"fsdp", 4, 2, 1}}) {
     const std::string ckpt = dir + "/ckpt_" + tag_of(saved);
@@ -160,8 +139,9 @@ TEST(MoeExpertParallel, ResumesAcrossDegrees) {
       ASSERT_EQ(got.losses.size(), 3u) << tag;
       const double d = loss_diff(got, whole, 4, tag);
       std::printf("%s: steps 4-6 within %.2e relative of the uninterrupted run\n", tag.c_str(), d);
-      if (l.nproc == saved.nproc && l.experts == saved.experts && std::string(l.mode) == saved.mode)
+      if (l.nproc == saved.nproc && l.experts == saved.experts && std::string(l.mode) == saved.mode) {
         for (const auto& [step, loss] : got.losses) EXPECT_EQ(loss, whole.losses.at(step)) << tag << " step " << step;
+      }
     }
   }
 }
@@ -170,7 +150,7 @@ TEST(MoeExpertParallel, ResumesAcrossDegrees) {
 // reads its rows of mlp.experts.gate_up_proj and down_proj, the weights of the per-expert
 // tensors, so the run's losses are the same bits.
 TEST(MoeExpertParallel, ReadsItsShareOfFusedExperts) {
-  const std::string dir = make_model("moe-expert-parallel-fused");
+  const std::string dir = testing::parallel_moe_dir("moe-expert-parallel-fused");
   make_directories(dir + "/fused");
   write_file_atomic(dir + "/fused/config.json", read_file(dir + "/model/config.json"));
   SafetensorsFile f(dir + "/model/model.safetensors");
@@ -208,7 +188,7 @@ TEST(MoeExpertParallel, ReadsItsShareOfFusedExperts) {
 }
 
 TEST(MoeExpertParallel, RefusesDegreesThatDoNotDivide) {
-  const std::string dir = make_model("moe-expert-parallel-refused");
+  const std::string dir = testing::parallel_moe_dir("moe-expert-parallel-refused");
   struct Case {
     int nproc, experts;
     const char* says;

@@ -9,12 +9,12 @@
 
 #include <fstream>
 #include <map>
-#include <random>
 
 #include "core/fs.h"
 #include "core/json.h"
 #include "io/safetensors.h"
 #include "testing.h"
+#include "tiny_moe.h"
 
 namespace anvil {
 namespace {
@@ -48,22 +48,7 @@ TrainRun train(const std::string& dir, const std::string& tag, const std::string
 }
 
 TEST(MoeParallel, SameGlobalBatchSameResultInEveryLayout) {
-  const std::string dir = testing::temp_dir("moe-parallel");
-  const Json cfg = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"vocab_size", 200}, {"hidden_size", 48},
-                    {"intermediate_size", 64}, {"num_hidden_layers", 3}, {"num_attention_heads", 4},
-                    {"num_key_value_heads", 2}, {"head_dim", 16}, {"num_experts", 4}, {"num_experts_per_tok", 2},
-                    {"moe_intermediate_size", 24}, {"norm_topk_prob", true}, {"mlp_only_layers", {1}},
-                    {"initializer_range", 0.2}};
-  json_write_file(dir + "/config.json", cfg);
-  const auto init =
-      testing::run_anvil({"init", "--config", dir + "/config.json", "--out", dir + "/model", "--seed", "9"});
-  ASSERT_EQ(init.exit_code, 0) << init.out;
-  std::mt19937 rng(7);
-  std::vector<int64_t> ids(40 * 37);
-  for (auto& x : ids) x = static_cast<int64_t>(rng() % 200);
-  SafetensorsWriter w;
-  w.add("input_ids", DType::kI64, {40, 37}, ids.data());
-  w.write(dir + "/blocks.safetensors");
+  const std::string dir = testing::parallel_moe_dir("moe-parallel");
 
   const TrainRun base = train(dir, "base", "ddp", 1, 4, 1);
   ASSERT_EQ(base.losses.size(), 5u);

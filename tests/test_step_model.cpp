@@ -317,7 +317,7 @@ TEST(StepModel, Fp8CastsArePricedByTheirBytes) {
     const double M = 4096, C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size),
                  Q = static_cast<double>(c.qkv_dim()), O = static_cast<double>(c.q_dim());
     const std::vector<StepItem> program = step_program(in.run());
-    auto label = [&](const char* op, double n, double k) { return cat(op, " 4096x", n, "x", k); };
+    auto label = [&](const char* op, double n, double width) { return cat(op, " 4096x", n, "x", width); };
     const OpCall& qkv = first_op(program, label("linear_fp8_forward", Q, C));
     const OpCall& o = first_op(program, label("linear_fp8_forward", C, O));
     const OpCall& down_dx = first_op(program, label("linear_fp8_backward_input", C, I));
@@ -544,10 +544,12 @@ TEST(StepModel, FitSeparatesFp8GemmsFromTheirCasts) {
     ASSERT_NE(got, fit.rates.end()) << want.op;
     EXPECT_NEAR(got->rate, want.rate, 1e-6 * want.rate) << want.op;
   }
-  for (const StepItem& it : program)
-    if (it.kind == StepItem::Kind::kOp && it.op.cast_bytes > 0)
+  for (const StepItem& it : program) {
+    if (it.kind == StepItem::Kind::kOp && it.op.cast_bytes > 0) {
       EXPECT_NEAR(fit.seconds(it.op, h200()), truth.seconds(it.op, h200()), 1e-9 * truth.seconds(it.op, h200()))
           << it.op.label();
+    }
+  }
 }
 
 // A call too small to be timed by its work (the loss sum's 4-byte zeroing, measured at a
