@@ -1,7 +1,7 @@
-// The mixture-of-experts kernels (moe.h). Routing runs a thread per token (E and K are small:
-// 128 and 8 for Qwen3-30B-A3B); per-expert sums run a block per expert over the tokens in a
-// fixed order; the rows' gathers and combines run a block per row. The sort by expert is cub's
-// stable radix sort of the assignments' experts.
+// The mixture-of-experts kernels (moe.h). Routing runs a warp per token (E at most
+// kMaxRouterExperts; 128 and top 8 for Qwen3-30B-A3B); per-expert sums run a block per
+// expert over the tokens in a fixed order; the rows' gathers and combines run a block per
+// row. The sort by expert is cub's stable radix sort of the assignments' experts.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "core/cuda/check.h"
@@ -16,31 +16,70 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+constexpr int kNone = 0x7fffffff;  // no expert yet
+
+// A warp per token: lane l holds the probabilities of experts l, l + 32, ... (kPer of them, so
+// E <= 32 kPer), the logits read and the probabilities written a row at a time. The top K
+// are K rounds of a warp-wide argmax over the experts not yet taken: each lane's best (its
+// experts in increasing order, so the first of equals is the lower expert), then the larger
+// of two lanes' or, on a tie, the lower expert. An expert is taken on the first round that
+// finds no better one, so a NaN row still yields K distinct experts.
+template <int kPer>
 __global__ void router_forward_kernel(float* probs, int32_t* topk_idx, float* topk_w, const __nv_bfloat16* logits,
                                       int64_t N, int64_t E, int64_t K, bool norm) {
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < N;
-       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; t < N; t += warps) {
     const __nv_bfloat16* l = logits + t * E;
-    float* p = probs + t * E;
-    float mx = -INFINITY, sum = 0.0f;
-    for (int64_t e = 0; e < E; ++e) mx = fmaxf(mx, __bfloat162float(l[e]));
-    for (int64_t e = 0; e < E; ++e) sum += __expf(__bfloat162float(l[e]) - mx);
-    for (int64_t e = 0; e < E; ++e) p[e] = __expf(__bfloat162float(l[e]) - mx) / sum;
+    float v[kPer], mx = -INFINITY, sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int64_t e = lane + 32 * i;
+      v[i] = e < E ? __bfloat162float(l[e]) : -INFINITY;
+      mx = fmaxf(mx, v[i]);
+    }
+    mx = warp_max(mx);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      v[i] = lane + 32 * i < E ? __expf(v[i] - mx) : 0.0f;
+      sum += v[i];
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      v[i] /= sum;
+      if (lane + 32 * i < E) probs[t * E + lane + 32 * i] = v[i];
+    }
     int32_t* idx = topk_idx + t * K;
     float* w = topk_w + t * K;
+    uint32_t taken = 0;
     float picked = 0.0f;
     for (int64_t j = 0; j < K; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < E; ++e) {
-        bool taken = false;
-        for (int64_t i = 0; i < j; ++i) taken |= idx[i] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = e;  // the first of equals: the lower index
+      float bv = -INFINITY;
+      int be = kNone;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i)
+        if (lane + 32 * i < E && !(taken >> i & 1u) && (be == kNone || v[i] > bv)) {
+          bv = v[i];
+          be = lane + 32 * i;
+        }
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+        if (oe != kNone && (be == kNone || ov > bv || (ov == bv && oe < be))) {
+          bv = ov;
+          be = oe;
+        }
       }
-      idx[j] = static_cast<int32_t>(best);
-      w[j] = p[best];
-      picked += p[best];
+      if ((be & 31) == lane) taken |= 1u << (be >> 5);
+      if (lane == 0) {
+        idx[j] = be;
+        w[j] = bv;
+      }
+      picked += bv;
     }
-    for (int64_t j = 0; j < K; ++j) w[j] = round_bf16(norm ? w[j] / picked : w[j]);
+    if (lane == 0)
+      for (int64_t j = 0; j < K; ++j) w[j] = round_bf16(norm ? w[j] / picked : w[j]);
   }
 }
 
@@ -61,11 +100,15 @@ __global__ void router_stats_kernel(float* stats, const float* probs, const int3
   }
 }
 
+// A warp per token, lane l for experts l, l + 32, ...: dp_e = aux_grad_e plus, for a chosen e,
+// d w_j / d p_j's term (through w_j = p_j / S when renormalised); dlogits_e = p_e (dp_e - s)
+// with s = sum_e p_e dp_e.
 __global__ void router_backward_kernel(__nv_bfloat16* dlogits, const float* dtopk_w, const float* probs,
                                        const int32_t* topk_idx, const float* topk_w, const float* aux_grad, int64_t N,
                                        int64_t E, int64_t K, bool norm) {
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < N;
-       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; t < N; t += warps) {
     const float* p = probs + t * E;
     const int32_t* idx = topk_idx + t * K;
     const float *dw = dtopk_w + t * K, *w = topk_w + t * K;
@@ -74,12 +117,13 @@ __global__ void router_backward_kernel(__nv_bfloat16* dlogits, const float* dtop
       picked += p[idx[j]];
       dot_w += dw[j] * w[j];
     }
-    // d p of the chosen: through w_j = p_j / S when renormalised; s = sum_e p_e d p_e.
     float s = 0.0f;
-    if (aux_grad)
-      for (int64_t e = 0; e < E; ++e) s += p[e] * aux_grad[e];
+    if (aux_grad) {
+      for (int64_t e = lane; e < E; e += 32) s += p[e] * aux_grad[e];
+      s = warp_sum(s);
+    }
     for (int64_t j = 0; j < K; ++j) s += p[idx[j]] * (norm ? (dw[j] - dot_w) / picked : dw[j]);
-    for (int64_t e = 0; e < E; ++e) {
+    for (int64_t e = lane; e < E; e += 32) {
       float dp = aux_grad ? aux_grad[e] : 0.0f;
       for (int64_t j = 0; j < K; ++j)
         if (idx[j] == e) dp += norm ? (dw[j] - dot_w) / picked : dw[j];
@@ -186,8 +230,18 @@ size_t cub_sort_bytes(int64_t n, int64_t E) {
 
 void moe_router_forward(float* probs, int32_t* topk_idx, float* topk_w, float* stats, const __nv_bfloat16* logits,
                         int64_t N, int64_t E, int64_t K, bool norm, cudaStream_t stream) {
-  router_forward_kernel<<<grid_stride_blocks(N, kThreads), kThreads, 0, stream>>>(probs, topk_idx, topk_w, logits, N,
-                                                                                    E, K, norm);
+  const unsigned blocks = grid_stride_blocks(32 * N, kThreads);
+  if (E <= 32)
+    router_forward_kernel<1><<<blocks, kThreads, 0, stream>>>(probs, topk_idx, topk_w, logits, N, E, K, norm);
+  else if (E <= 64)
+    router_forward_kernel<2><<<blocks, kThreads, 0, stream>>>(probs, topk_idx, topk_w, logits, N, E, K, norm);
+  else if (E <= 128)
+    router_forward_kernel<4><<<blocks, kThreads, 0, stream>>>(probs, topk_idx, topk_w, logits, N, E, K, norm);
+  else if (E <= 256)
+    router_forward_kernel<8><<<blocks, kThreads, 0, stream>>>(probs, topk_idx, topk_w, logits, N, E, K, norm);
+  else
+    router_forward_kernel<kMaxRouterExperts / 32><<<blocks, kThreads, 0, stream>>>(probs, topk_idx, topk_w, logits, N,
+                                                                                   E, K, norm);
   CUDA_CHECK_LAUNCH();
   if (!stats) return;
   router_stats_kernel<<<static_cast<unsigned>(E), kThreads, 0, stream>>>(stats, probs, topk_idx, N, E, K);
@@ -197,8 +251,8 @@ void moe_router_forward(float* probs, int32_t* topk_idx, float* topk_w, float* s
 void moe_router_backward(__nv_bfloat16* dlogits, const float* dtopk_w, const float* probs, const int32_t* topk_idx,
                          const float* topk_w, const float* aux_grad, int64_t N, int64_t E, int64_t K, bool norm,
                          cudaStream_t stream) {
-  router_backward_kernel<<<grid_stride_blocks(N, kThreads), kThreads, 0, stream>>>(dlogits, dtopk_w, probs, topk_idx,
-                                                                                     topk_w, aux_grad, N, E, K, norm);
+  router_backward_kernel<<<grid_stride_blocks(32 * N, kThreads), kThreads, 0, stream>>>(
+      dlogits, dtopk_w, probs, topk_idx, topk_w, aux_grad, N, E, K, norm);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -12,6 +12,9 @@
 
 namespace anvil::cuda {
 
+// The most experts the router kernels take (a warp per token, 32 per lane).
+constexpr int64_t kMaxRouterExperts = 1024;
+
 // probs (N, E) F32 = softmax of logits (N, E) in fp32; topk_idx, topk_w (N, K) the K largest
 // (ties: the lower expert), their weights renormalised when `norm` and rounded to bf16 (as
 // transformers casts them to the compute dtype); stats (2, E) F32, unless null, the count of

@@ -39,6 +39,8 @@ int64_t rows_of(const std::vector<int32_t>& off, int64_t e) {
 
 void CudaOps::moe_router_forward_impl(Tensor probs, Tensor topk_idx, Tensor topk_w, Tensor stats, Tensor logits,
                                       bool norm_topk_prob) {
+  ANVIL_ENSURE(probs.dim(1) <= cuda::kMaxRouterExperts, kUnsupported, "the CUDA router takes at most ",
+               cuda::kMaxRouterExperts, " experts; the model has ", probs.dim(1));
   cuda::moe_router_forward(p<float>(probs), p<int32_t>(topk_idx), p<float>(topk_w),
                            present(stats) ? p<float>(stats) : nullptr, p<nv_bf16>(logits), probs.dim(0), probs.dim(1),
                            topk_idx.cols(), norm_topk_prob, queue());
