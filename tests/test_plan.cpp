@@ -6,6 +6,7 @@
 
 #include "core/json.h"
 #include "core/error.h"
+#include "model/expert_parallel.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
 #include "ops/cross_entropy_chunks.h"
@@ -349,6 +350,7 @@ struct RanksCase {
   int64_t micro_batches = 1;
   bool defer_sync = false;
   Recompute recompute = Recompute::kNone;
+  int64_t expert_parallel = 1;  // --expert-parallel
 };
 
 // `dir`: a model folder (a fixture's, or one a test wrote).
@@ -371,8 +373,12 @@ void expect_ranks_allocate_the_plan(const std::string& dir, const RanksCase& k) 
     c.data.seq_len = 24;
     c.data.grad_accum = k.micro_batches;
     c.parallel.recompute = k.recompute;
+    c.parallel.expert_parallel = k.expert_parallel;
     c.steps = 3;
-    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, comm, 0);
+    // Expert parallel: the rank's table reads the whole model's weights by name.
+    const ParamTable mine(cfg, k.ranks, ExpertLayout::where_valid(cfg, k.expert_parallel, static_cast<int>(rank), k.ranks));
+    const UnitReader reader = k.expert_parallel > 1 ? host_units_reader(w, table, mine) : host_units_reader(w);
+    const std::unique_ptr<Trainer> t = make_trainer(cfg, reader, c, c.data.seq_len, comm, 0);
     std::vector<TokenBatch> micro(static_cast<size_t>(k.micro_batches));
     for (size_t m = 0; m < micro.size(); ++m)
       for (int64_t i = 0; i < 2 * 24; ++i)
@@ -391,7 +397,8 @@ void expect_ranks_allocate_the_plan(const std::string& dir, const RanksCase& k) 
     EXPECT_EQ(peak[r], planned[r]) << fixture << " " << parallel_mode_name(k.mode) << " on " << k.ranks
                                    << " ranks, wire " << dtype_name(k.wire) << ", " << k.micro_batches
                                    << " micro-batches" << (k.defer_sync ? ", sync deferred" : "") << ", recompute "
-                                   << recompute_name(k.recompute) << ", rank " << r;
+                                   << recompute_name(k.recompute) << ", expert parallel " << k.expert_parallel
+                                   << ", rank " << r;
   }
 }
 
@@ -431,6 +438,50 @@ TEST(Plan, MoeTrainingStepOnRanksAllocatesWhatThePlanCounts) {
       for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp})
         for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
           expect_ranks_allocate_the_plan(dir, {ranks, mode, DType::kF32, 1, false, r});
+}
+
+// Expert parallel (--expert-parallel N): each rank's units hold 1/N of the experts (an experts
+// unit per sparse layer, held whole in every mode), the rest of the model as the mode lays it
+// over all ranks, and the exchange's buffers reserved at the planned rows (model/
+// expert_parallel.h). On these models (4 experts, top 2) a rank can receive at most twice the
+// balanced rows with N = 2, and with N = 4 (one expert a rank) as well, so the planned rows
+// (kExpertRowsMargin 2) hold any routing and the peak is the plan's whatever the data routes.
+TEST(Plan, ExpertParallelStepOnRanksAllocatesWhatThePlanCounts) {
+  const std::string only = testing::tiny_moe_dir("moe-ep-mlp-only", {{"mlp_only_layers", {1}}});
+  const std::string step2 = testing::tiny_moe_dir("moe-ep-step-2", {{"decoder_sparse_step", 2}});
+  for (const std::string& dir : {only, step2})
+    for (auto [ranks, experts] : {std::pair{2, 2}, {4, 2}, {4, 4}})
+      for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp}) {
+        RanksCase k{ranks, mode, DType::kF32, 1, false, Recompute::kNone, experts};
+        expect_ranks_allocate_the_plan(dir, k);
+        if (dir != only) continue;
+        k.micro_batches = 2;  // the replicas' all-reduce on the last micro-batch
+        k.wire = DType::kBF16;
+        k.recompute = Recompute::kFull;  // the exchange run again before the backward
+        expect_ranks_allocate_the_plan(dir, k);
+      }
+}
+
+// The planned rows (model/expert_parallel.h) in closed form: n K at balance on each rank, so
+// kExpertRowsMargin n K, at most N n min(K, E / N); the chunk n K / N, at most n min(K, E / N).
+TEST(Plan, ExpertRowsAreTheBalancedCountWithTheMargin) {
+  const ModelConfig m = preset_config("qwen3-30b-a3b");  // 128 experts, top 8
+  const ExpertRows r8 = planned_expert_rows(m, 2048, 8);
+  EXPECT_EQ(r8.local, 2 * 2048 * 8);
+  EXPECT_EQ(r8.chunk, 2 * 2048 * 8 / 8);
+  ModelConfig tiny = m;
+  tiny.moe.num_experts = 4;
+  tiny.moe.top_k = 2;
+  const ExpertRows r4 = planned_expert_rows(tiny, 100, 4);  // one expert a rank: a token sends it 1 row
+  EXPECT_EQ(r4.local, 4 * 100);
+  EXPECT_EQ(r4.chunk, 100);
+  const int64_t C = m.hidden_size, Im = m.moe.intermediate, R = r8.local;
+  // Bytes (bf16): per layer the 17 offsets (a buffer of at least 256 bytes), x and gate/up; send
+  // and receive; act and d_act, y and d_rows, d_gate_up.
+  ASSERT_EQ(m.sparse_layers(), 48);
+  EXPECT_EQ(expert_parallel_bytes(m, 8, r8, DType::kBF16),
+            48 * (256 + 2 * R * C + 2 * R * 2 * Im) + 2 * 2 * 8 * r8.chunk * C + 2 * 2 * R * Im + 2 * 2 * R * C +
+                2 * R * 2 * Im);
 }
 
 TEST(Plan, AdviceFollowsTheRule) {
