@@ -314,6 +314,7 @@ std::string plan_table(const PlanAdvice& a, const PlannedRun& run, int64_t gpu_b
   bytes("weights", &MemoryPlan::weights);
   bytes("activations", &MemoryPlan::activations);
   bytes("workspace", &MemoryPlan::workspace);
+  if (run.parallel.expert_parallel > 1) bytes("exchange", &MemoryPlan::exchange);  // model/expert_parallel.h
   row("total", [](const MemoryPlan& p) { return gib(p.total()); });
   row("recompute", [](const MemoryPlan& p) { return std::string(recompute_name(p.recompute)); });
   row("mlp tile", [](const MemoryPlan& p) { return std::to_string(p.mlp_tile); });
