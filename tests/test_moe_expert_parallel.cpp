@@ -17,6 +17,8 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "io/safetensors.h"
+#include "plan/step_model.h"
+#include "plan_case.h"
 #include "testing.h"
 #include "tiny_moe.h"
 
@@ -184,6 +186,135 @@ TEST(MoeExpertParallel, ReadsItsShareOfFusedExperts) {
     const TrainRun from_fused = train(dir, "fused_" + tag_of(l), l, 3, {}, "fused");
     ASSERT_EQ(per_expert.losses.size(), 3u);
     EXPECT_EQ(from_fused.losses, per_expert.losses) << tag_of(l);
+  }
+}
+
+// The step model under expert parallelism (plan/step_ops.cpp) against what rank 0 of a CPU step
+// issued (anvil bench step --op-times): every op label, but for the ops whose rows follow the
+// routing (the local experts' GEMMs and SwiGLU, the exchange's copy_rows), which are counted per
+// op (the model prices them at the balanced routing, where every (expert, member) pair has rows;
+// ExpertParallel skips a copy of none, so a rank issues at most the model's copies). Dense
+// layers among sparse ones, the aux loss, ddp (the experts' squares under their own scalar),
+// zero2 and fsdp, replicas (N < ranks), accumulation and recomputation.
+std::map<std::string, double> recorded_ep_ops(const std::string& model, const char* mode, int nproc, int experts,
+                                              int accum, const char* recompute) {
+  const auto r = testing::run_anvil({"bench", "step", "--device", "cpu", "--model", model, "--seq-len", "32",
+                                     "--steps", "2", "--warmup", "1", "--op-times", "--no-overlap-optimizer",
+                                     "--micro-batch", "1", "--grad-accum", std::to_string(accum), "--mode", mode,
+                                     "--recompute", recompute, "--nproc-per-node", std::to_string(nproc),
+                                     "--expert-parallel", std::to_string(experts)});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  std::map<std::string, double> calls;
+  const size_t key = r.out.find("\"bench\":\"step\"");
+  if (key == std::string::npos) {
+    ADD_FAILURE() << "no JSON line in " << r.out;
+    return calls;
+  }
+  const size_t line = r.out.rfind('\n', key), begin = line == std::string::npos ? 0 : line + 1;
+  const Json j = json_parse(r.out.substr(begin, r.out.find('\n', key) - begin), "bench step's line");
+  for (const Json& op : j.at("op_times").at("ops"))
+    calls[op.at("op").get<std::string>()] = op.at("calls").get<double>();
+  return calls;
+}
+
+// Labels, except the routed ops' (by op name alone).
+std::map<std::string, double> by_routing(const std::map<std::string, double>& calls) {
+  std::map<std::string, double> out;
+  for (const auto& [label, n] : calls) {
+    const std::string op = label.substr(0, label.find(' '));
+    const bool routed = op == "copy_rows" || op.rfind("moe_linear_", 0) == 0 ||
+                        ((op == "swiglu_forward" || op == "swiglu_backward") && label.find("x24") != std::string::npos);
+    out[routed ? op : label] += n;
+  }
+  return out;
+}
+
+TEST(MoeExpertParallel, StepModelIssuesWhatTheRanksRecord) {
+  const std::string model = testing::tiny_moe_dir("ep-step-model", {{"mlp_only_layers", {1}}});
+  struct Case {
+    const char* mode;
+    int nproc, experts, accum;
+    const char* recompute;
+    ParallelMode parsed;
+  };
+  for (Case k : {Case{"ddp", 2, 2, 1, "none", ParallelMode::kDdp}, Case{"zero2", 4, 2, 1, "none", ParallelMode::kZero2},
+                 Case{"fsdp", 4, 4, 1, "full", ParallelMode::kFsdp},
+                 Case{"ddp", 4, 2, 2, "selective", ParallelMode::kDdp}}) {
+    SCOPED_TRACE(cat(k.mode, " on ", k.nproc, " ranks, expert parallel ", k.experts, ", ", k.accum,
+                     " micro-batches, recompute ", k.recompute));
+    testing::PlanCase in(load_config(model));
+    in.parallel.mode = k.parsed;
+    in.parallel.expert_parallel = k.experts;
+    in.parallel.recompute = parse_recompute(k.recompute);
+    in.world = k.nproc;
+    in.data.seq_len = 32;
+    in.data.grad_accum = k.accum;
+    in.compute_dtype = DType::kF32;
+    std::map<std::string, double> program;
+    for (const StepItem& it : step_program(in.run()))
+      if (it.kind == StepItem::Kind::kOp) program[it.op.label()] += 1;
+    std::map<std::string, double> want = by_routing(program),
+                                   got = by_routing(recorded_ep_ops(model, k.mode, k.nproc, k.experts, k.accum,
+                                                                    k.recompute));
+    EXPECT_LE(got["copy_rows"], want["copy_rows"]);
+    EXPECT_GT(got["copy_rows"], 0);
+    std::printf("%s on %d ranks, expert parallel %d: %g copies of rows issued, %g modelled\n", k.mode, k.nproc,
+                k.experts, got["copy_rows"], want["copy_rows"]);
+    got.erase("copy_rows");
+    want.erase("copy_rows");
+    EXPECT_EQ(want, got);
+  }
+}
+
+// The exchange in closed form on Qwen3-30B-A3B (48 sparse layers, 128 experts, top 8, hidden
+// 2,048; 2,048 tokens a GPU): each sparse layer's four all_to_alls (dispatch and combine, forward
+// and backward; six under full recomputation) of N chunks of n K / N rows of C bf16, priced at
+// (N-1)/N of their bytes; the experts' GEMMs the same FLOPs a rank as without expert parallelism
+// (E/N experts, N times the rows each); the experts units' all-reduce over D = 8 / N replicas
+// in their bf16 gradients, and none where N = 8.
+TEST(MoeExpertParallel, StepModelPricesTheExchangeInClosedForm) {
+  const ModelConfig m = preset_config("qwen3-30b-a3b");
+  const int64_t n = 2048, K = 8, C = 2048, Im = 768, E = 128, Ls = 48;
+  auto input = [&](int64_t N, ParallelMode mode, Recompute r) {
+    testing::PlanCase in(m);
+    in.world = 8;
+    in.parallel.mode = mode;
+    in.parallel.expert_parallel = N;
+    in.parallel.recompute = r;
+    in.parallel.grad_dtype = GradDType::kBF16;
+    return in;
+  };
+  auto experts_flops = [](const std::vector<StepItem>& p) {
+    double f = 0;
+    for (const StepItem& it : p)
+      if (it.kind == StepItem::Kind::kOp && it.op.op.rfind("moe_linear_", 0) == 0) f += it.op.flops;
+    return f;
+  };
+  const double flops = 6.0 * n * K * 3 * Im * C * Ls;
+  EXPECT_EQ(experts_flops(step_program(input(1, ParallelMode::kFsdp, Recompute::kNone).run())), flops);
+  for (int64_t N : {2, 4, 8}) {
+    SCOPED_TRACE(cat("expert parallel ", N));
+    const std::vector<StepItem> p = step_program(input(N, ParallelMode::kFsdp, Recompute::kNone).run());
+    EXPECT_EQ(experts_flops(p), flops);
+    const int64_t one = N * (n * K / N) * C * 2;  // an all_to_all's bytes
+    EXPECT_EQ(comm_bytes(p).all_to_all, Ls * 4 * one);
+    int64_t replicas = 0, count = 0;
+    for (const StepItem& it : p) {
+      if (it.kind != StepItem::Kind::kCollective) continue;
+      if (it.all_to_all) {
+        EXPECT_EQ(it.ranks, N);
+        EXPECT_DOUBLE_EQ(bus_factor(it, 8), static_cast<double>(N - 1) / N);
+      } else if (it.ranks != 0) {
+        EXPECT_EQ(it.ranks, 8 / N);
+        EXPECT_EQ(it.collective, BenchCollective::kAllReduce);
+        replicas += it.bytes;
+        ++count;
+      }
+    }
+    EXPECT_EQ(count, N == 8 ? 0 : Ls);
+    EXPECT_EQ(replicas, N == 8 ? 0 : Ls * (E / N) * 3 * Im * C * 2);
+    EXPECT_EQ(comm_bytes(step_program(input(N, ParallelMode::kFsdp, Recompute::kFull).run())).all_to_all,
+              Ls * 6 * one);
   }
 }
 

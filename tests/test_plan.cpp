@@ -2,10 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <string>
 
 #include "core/json.h"
 #include "core/error.h"
+#include "model/expert_parallel.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
 #include "ops/cross_entropy_chunks.h"
@@ -349,6 +352,7 @@ struct RanksCase {
   int64_t micro_batches = 1;
   bool defer_sync = false;
   Recompute recompute = Recompute::kNone;
+  int64_t expert_parallel = 1;  // --expert-parallel
 };
 
 // `dir`: a model folder (a fixture's, or one a test wrote).
@@ -371,8 +375,12 @@ void expect_ranks_allocate_the_plan(const std::string& dir, const RanksCase& k) 
     c.data.seq_len = 24;
     c.data.grad_accum = k.micro_batches;
     c.parallel.recompute = k.recompute;
+    c.parallel.expert_parallel = k.expert_parallel;
     c.steps = 3;
-    const std::unique_ptr<Trainer> t = make_trainer(cfg, host_units_reader(w), c, c.data.seq_len, comm, 0);
+    // Expert parallel: the rank's table reads the whole model's weights by name.
+    const ParamTable mine(cfg, k.ranks, ExpertLayout::where_valid(cfg, k.expert_parallel, static_cast<int>(rank), k.ranks));
+    const UnitReader reader = k.expert_parallel > 1 ? host_units_reader(w, table, mine) : host_units_reader(w);
+    const std::unique_ptr<Trainer> t = make_trainer(cfg, reader, c, c.data.seq_len, comm, 0);
     std::vector<TokenBatch> micro(static_cast<size_t>(k.micro_batches));
     for (size_t m = 0; m < micro.size(); ++m)
       for (int64_t i = 0; i < 2 * 24; ++i)
@@ -391,7 +399,8 @@ void expect_ranks_allocate_the_plan(const std::string& dir, const RanksCase& k) 
     EXPECT_EQ(peak[r], planned[r]) << fixture << " " << parallel_mode_name(k.mode) << " on " << k.ranks
                                    << " ranks, wire " << dtype_name(k.wire) << ", " << k.micro_batches
                                    << " micro-batches" << (k.defer_sync ? ", sync deferred" : "") << ", recompute "
-                                   << recompute_name(k.recompute) << ", rank " << r;
+                                   << recompute_name(k.recompute) << ", expert parallel " << k.expert_parallel
+                                   << ", rank " << r;
   }
 }
 
@@ -431,6 +440,125 @@ TEST(Plan, MoeTrainingStepOnRanksAllocatesWhatThePlanCounts) {
       for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp})
         for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
           expect_ranks_allocate_the_plan(dir, {ranks, mode, DType::kF32, 1, false, r});
+}
+
+// Expert parallel (--expert-parallel N): each rank's units hold 1/N of the experts (an experts
+// unit per sparse layer, held whole in every mode), the rest of the model as the mode lays it
+// over all ranks, and the exchange's buffers reserved at the planned rows (model/
+// expert_parallel.h). On these models (4 experts, top 2) a rank can receive at most twice the
+// balanced rows with N = 2, and with N = 4 (one expert a rank) as well, so the planned rows
+// (kExpertRowsMargin 2) hold any routing and the peak is the plan's whatever the data routes.
+TEST(Plan, ExpertParallelStepOnRanksAllocatesWhatThePlanCounts) {
+  const std::string only = testing::tiny_moe_dir("moe-ep-mlp-only", {{"mlp_only_layers", {1}}});
+  const std::string step2 = testing::tiny_moe_dir("moe-ep-step-2", {{"decoder_sparse_step", 2}});
+  for (const std::string& dir : {only, step2})
+    for (auto [ranks, experts] : {std::pair{2, 2}, {4, 2}, {4, 4}})
+      for (ParallelMode mode : {ParallelMode::kDdp, ParallelMode::kZero2, ParallelMode::kFsdp}) {
+        RanksCase k{ranks, mode, DType::kF32, 1, false, Recompute::kNone, experts};
+        expect_ranks_allocate_the_plan(dir, k);
+        if (dir != only) continue;
+        k.micro_batches = 2;  // the replicas' all-reduce on the last micro-batch
+        k.wire = DType::kBF16;
+        k.recompute = Recompute::kFull;  // the exchange run again before the backward
+        expect_ranks_allocate_the_plan(dir, k);
+      }
+}
+
+// The planned rows (model/expert_parallel.h) in closed form: n K at balance on each rank, so
+// kExpertRowsMargin n K, at most N n min(K, E / N); the chunk n K / N, at most n min(K, E / N).
+TEST(Plan, ExpertRowsAreTheBalancedCountWithTheMargin) {
+  const ModelConfig m = preset_config("qwen3-30b-a3b");  // 128 experts, top 8
+  const ExpertRows r8 = planned_expert_rows(m, 2048, 8);
+  EXPECT_EQ(r8.local, 2 * 2048 * 8);
+  EXPECT_EQ(r8.chunk, 2 * 2048 * 8 / 8);
+  ModelConfig tiny = m;
+  tiny.moe.num_experts = 4;
+  tiny.moe.top_k = 2;
+  const ExpertRows r4 = planned_expert_rows(tiny, 100, 4);  // one expert a rank: a token sends it 1 row
+  EXPECT_EQ(r4.local, 4 * 100);
+  EXPECT_EQ(r4.chunk, 100);
+  const int64_t C = m.hidden_size, Im = m.moe.intermediate, R = r8.local;
+  // Bytes (bf16): per layer the 17 offsets (a buffer of at least 256 bytes), x and gate/up; send
+  // and receive; act and d_act, y and d_rows, d_gate_up.
+  ASSERT_EQ(m.sparse_layers(), 48);
+  EXPECT_EQ(expert_parallel_bytes(m, 8, r8, DType::kBF16),
+            48 * (256 + 2 * R * C + 2 * R * 2 * Im) + 2 * 2 * 8 * r8.chunk * C + 2 * 2 * R * Im + 2 * 2 * R * C +
+                2 * R * 2 * Im);
+}
+
+// anvil plan of Qwen3-30B-A3B on 8 GPUs: a row for each expert-parallel degree that divides the
+// 128 experts and the GPUs (1, 2, 4, 8) in each mode, in that order; N < 8 with N > 1 marked
+// refused (NCCL has no groups yet). A row's parameters per GPU in closed form: the experts of a
+// sparse layer are 128 x 3 x 768 x 2,048 elements (X a expert, 4,718,592: no padding at any
+// degree), of which a GPU holds E/N whole, 4 bytes each in every mode, and the rest of the model
+// as the mode holds it over the 8 GPUs, the same at every degree N > 1. --num-layers 8 plans the
+// shallower copy (5,607,297,024 parameters).
+TEST(Plan, PlanOfQwen3MoeGivesEveryExpertParallelChoice) {
+  const auto r = testing::run_anvil({"plan", "--preset", "qwen3-30b-a3b", "--nproc", "8", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Json j = json_parse(r.out, "plan --json");
+  const ModelConfig m = preset_config("qwen3-30b-a3b");
+  const int64_t E = 128, X = 3 * 768 * 2048, Ls = 48, P = m.num_parameters(), rest = P - Ls * E * X;
+  const Json& rows = j.at("choices");
+  ASSERT_EQ(rows.size(), 12u);
+  std::map<std::pair<int64_t, std::string>, const Json*> at;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Json& row = rows[i];
+    const int64_t N = int64_t{1} << (i / 3);
+    const std::string mode = parallel_mode_name(kRunModes[i % 3]);
+    EXPECT_EQ(row.at("expert_parallel").get<int64_t>(), N) << i;
+    EXPECT_EQ(row.at("mode").get<std::string>(), mode) << i;
+    EXPECT_EQ(row.at("refused").get<std::string>().empty(), N == 1 || N == 8) << i;
+    EXPECT_GT(row.at("tokens_per_s").get<double>(), 0) << i;
+    EXPECT_EQ(row.at("exchange").get<int64_t>(),
+              N == 1 ? 0 : expert_parallel_bytes(m, static_cast<int>(N), planned_expert_rows(m, 2048, static_cast<int>(N)),
+                                                 DType::kBF16)) << i;
+    int64_t sum = 0;
+    for (const char* part : {"params", "grads", "optimizer", "weights", "activations", "workspace", "exchange"})
+      sum += row.at(part).get<int64_t>();
+    EXPECT_EQ(row.at("total").get<int64_t>(), sum) << i;
+    at[{N, mode}] = &row;
+  }
+  auto params = [&](int64_t N, const char* mode) { return at.at({N, mode})->at("params").get<int64_t>(); };
+  for (const char* mode : {"ddp", "zero2", "fsdp"})
+    for (int64_t N : {2, 4})  // halving the experts a GPU holds: 4 bytes each
+      EXPECT_EQ(params(N, mode) - params(2 * N, mode), 4 * Ls * (E / N - E / (2 * N)) * X) << mode << " " << N;
+  const int64_t units_padding = 4 * 512 * (m.num_layers + 3);  // each unit padded to 8 x 64 elements at most
+  for (int64_t N : {2, 4, 8}) {
+    const int64_t experts = 4 * Ls * (E / N) * X;  // 1/N of the experts' masters
+    EXPECT_GE(params(N, "ddp"), 4 * rest + experts) << N;
+    EXPECT_LT(params(N, "ddp"), 4 * rest + experts + units_padding) << N;
+    EXPECT_GE(params(N, "fsdp"), 4 * rest / 8 + experts) << N;
+    EXPECT_LT(params(N, "fsdp"), (4 * rest + units_padding) / 8 + experts) << N;
+  }
+  const auto text = testing::run_anvil({"plan", "--preset", "qwen3-30b-a3b", "--nproc", "8"});
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find("   N mode   parameters  gradients"), std::string::npos) << text.out;
+  for (int64_t N : {1, 2, 4, 8})
+    for (const char* mode : {"ddp", "zero2", "fsdp"}) {
+      char row[32];
+      std::snprintf(row, sizeof row, "\n%4lld %-6s ", static_cast<long long>(N), mode);
+      EXPECT_NE(text.out.find(row), std::string::npos) << row << " in\n" << text.out;
+    }
+  EXPECT_NE(text.out.find("fastest that fits and runs: --expert-parallel 8 --mode "), std::string::npos) << text.out;
+  const auto short8 = testing::run_anvil({"plan", "--preset", "qwen3-30b-a3b", "--nproc", "8", "--num-layers", "8"});
+  ASSERT_EQ(short8.exit_code, 0) << short8.out;
+  EXPECT_NE(short8.out.find("5607297024 parameters"), std::string::npos) << short8.out;
+  auto refused = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"plan", "--preset", "qwen3-30b-a3b", "--nproc", "8"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return testing::run_anvil(args);
+  };
+  for (auto [flags, says] : {std::pair<std::vector<std::string>, std::string>{{"--expert-parallel", "3"},
+                                                                              "must divide the model's 128 experts"},
+                             {{"--expert-parallel", "16"}, "must divide the GPUs (--nproc 8)"}}) {
+    const auto bad = refused(flags);
+    EXPECT_EQ(bad.exit_code, 2) << bad.out;
+    EXPECT_NE(bad.out.find(says), std::string::npos) << bad.out;
+  }
+  const auto dense = testing::run_anvil({"plan", "--preset", "qwen3-1.7b", "--nproc", "2", "--expert-parallel", "2"});
+  EXPECT_EQ(dense.exit_code, 2) << dense.out;
+  EXPECT_NE(dense.out.find("has no mixture-of-experts layers"), std::string::npos) << dense.out;
 }
 
 TEST(Plan, AdviceFollowsTheRule) {

@@ -8,10 +8,13 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/config_flags.h"
+#include "core/fs.h"
 #include "core/json.h"
 #include "core/units.h"
 #include "io/hub.h"
 #include "model/config.h"
+#include "model/init.h"
+#include "plan/expert_choices.h"
 #include "plan/memory_plan.h"
 #include "plan/step_target.h"
 
@@ -35,6 +38,21 @@ std::string plan_notes(const PlanAdvice& adv, const PlannedRun& run, int64_t gpu
                  "bf16 needs --grad-accum 1, 2 bytes less per parameter of the blocks\n";
 }
 
+// --expert-parallel N as anvil train takes it (train/resolve.cpp): a MoE model, N dividing its
+// experts and the ranks, not beside context parallelism.
+void check_expert_parallel(const ParallelSection& p, const ModelConfig& model, int world) {
+  const int64_t N = p.expert_parallel, E = model.moe.num_experts;
+  if (N == 1) return;
+  ANVIL_ENSURE(N >= 1, kUsage, "anvil plan: --expert-parallel must be at least 1, got ", N);
+  ANVIL_ENSURE(model.sparse_layers() > 0, kUsage, "anvil plan: --expert-parallel ", N,
+               ": the model has no mixture-of-experts layers (use --expert-parallel 1)");
+  ANVIL_ENSURE(E % N == 0, kUsage, "anvil plan: --expert-parallel ", N, " must divide the model's ", E, " experts");
+  ANVIL_ENSURE(world % N == 0, kUsage, "anvil plan: --expert-parallel ", N, " must divide the GPUs (--nproc ", world,
+               ")");
+  ANVIL_ENSURE(p.context_parallel == 1, kUsage,
+               "anvil plan: --expert-parallel with --context-parallel is not supported yet (use one of them)");
+}
+
 // The settings the plan reads, resolved as a run on `world` GPUs (bf16) would resolve them, but
 // for what advise() chooses: without data 2048 tokens, the rules of context parallelism and of
 // offloading checked, the blocks' gradient dtype.
@@ -47,6 +65,7 @@ PlannedRun resolve_plan(TrainConfig& c, const ModelConfig& model, int world) {
   ANVIL_ENSURE(d.grad_accum >= 1, kUsage, "anvil plan: --grad-accum must be at least 1, got ", d.grad_accum);
   if (d.seq_len == 0) d.seq_len = kSeqLenWithoutData;
   check_context_parallel(p.context_parallel, world, model, d.seq_len, "--nproc");
+  check_expert_parallel(p, model, world);
   check_offload(p.recompute, p.offload_activations);
   const PlannedRun run{model, d, p, world};
   const bool bf16 = resolve_grad_dtype(p.grad_dtype, run.compute_dtype, d.grad_accum) == DType::kBF16;
@@ -80,6 +99,19 @@ Json prediction_json(const StepPrediction& p) {
               {"slowed_ms", 1e3 * p.slowed_s}};
 }
 
+Json choices_json(const std::vector<ExpertChoice>& choices) {
+  Json j = Json::array();
+  for (const ExpertChoice& c : choices) {
+    const MemoryPlan& p = c.plan;
+    j.push_back(Json{{"expert_parallel", c.degree}, {"mode", parallel_mode_name(p.mode)}, {"params", p.params},
+                     {"grads", p.grads}, {"optimizer", p.optimizer}, {"weights", p.weights},
+                     {"activations", p.activations}, {"exchange", p.exchange}, {"workspace", p.workspace},
+                     {"total", p.total()}, {"host_snapshot", p.host_snapshot}, {"recompute", recompute_name(p.recompute)},
+                     {"fits", c.fits}, {"tokens_per_s", c.tokens_per_s}, {"refused", c.refused}});
+  }
+  return j;
+}
+
 Json predicted_json(const StepTarget& t, const Predictions& predicted) {
   if (!t.gpu) return Json(nullptr);
   Json j = {{"gpu", t.gpu->key}, {"op_table_measured", t.table.measured}, {"bus_gbps", t.bus_gbps},
@@ -96,6 +128,7 @@ int cmd_plan(int argc, char** argv) {
   double gpu_mem = 0;
   bool json = false;
   TargetFlags target;
+  int64_t num_layers = 0;
   Args a("plan", "Memory per GPU of a full fine-tune in each mode (parameters, gradients, AdamW state, weight "
                  "copies, activations, workspace), whether it fits and with which --recompute, each mode's predicted step time and tokens/s (op "
                  "costs of the GPU, the bus between GPUs), and the advice as the flags to pass to anvil train: of "
@@ -109,14 +142,20 @@ int cmd_plan(int argc, char** argv) {
       .opt("--gpu", &target.gpu, "NAME", "the GPU the step is predicted on (H200, H100, A100, ...) [default: this "
                                         "machine's, else H200]")
       .opt("--topo-answers", &target.topo_answers, "FILE", "recorded NVML answers (anvil topo --record) for the links")
+      .opt("--num-layers", &num_layers, "N",
+           "the model's (or preset's) first N layers only, as anvil init --num-layers writes them")
       .flag("--json", &json, "print one JSON object");
   bind_step_model(a, &target.op_table, &target.bus_gbps);
   if (!a.parse(argc, argv)) return 0;
   ANVIL_ENSURE(c.model.model.empty() != c.model.preset.empty(), kUsage,
                "anvil plan: give exactly one of --model and --preset");
   ANVIL_ENSURE(nproc >= 1, kUsage, "anvil plan: --nproc must be >= 1");
-  const ModelConfig model =
-      c.model.preset.empty() ? load_config(resolve_model_dir(c.model.model)) : preset_config(c.model.preset);
+  ANVIL_ENSURE(num_layers >= 0, kUsage, "anvil plan: --num-layers ", num_layers, " must be positive (or 0: all)");
+  const std::string dir = c.model.preset.empty() ? resolve_model_dir(c.model.model) : "";
+  const ModelConfig model = num_layers > 0 ? init_config(dir.empty() ? "" : path_join(dir, "config.json"),
+                                                         c.model.preset, num_layers)
+                            : dir.empty()  ? preset_config(c.model.preset)
+                                           : load_config(dir);
   const int world = static_cast<int>(nproc);
   const GradDType asked = c.parallel.grad_dtype;
   const PlannedRun run = resolve_plan(c, model, world);
@@ -128,11 +167,14 @@ int cmd_plan(int argc, char** argv) {
   Predictions predicted;
   if (target_of.gpu)
     for (ParallelMode mode : kRunModes) predicted.emplace_back(mode, predict_plan(run, adv.of(mode), target_of));
+  // A MoE model on several GPUs: every expert-parallel degree beside the run's.
+  const std::vector<ExpertChoice> choices =
+      model.sparse_layers() > 0 && world > 1 ? expert_choices(run, gpu_bytes, target_of) : std::vector<ExpertChoice>{};
   if (json) {
     auto j_of = [](const MemoryPlan& p) {
       return Json{{"params", p.params}, {"grads", p.grads}, {"optimizer", p.optimizer}, {"weights", p.weights},
-                  {"activations", p.activations}, {"workspace", p.workspace}, {"total", p.total()},
-                  {"host_snapshot", p.host_snapshot}, {"host_activations", p.host_activations},
+                  {"activations", p.activations}, {"workspace", p.workspace}, {"exchange", p.exchange},
+                  {"total", p.total()}, {"host_snapshot", p.host_snapshot}, {"host_activations", p.host_activations},
                   {"recompute", recompute_name(p.recompute)}, {"mlp_tile", p.mlp_tile}};
     };
     Json j = {{"gpu_bytes", gpu_bytes}, {"reserve_bytes", kPlanReserve},
@@ -140,13 +182,15 @@ int cmd_plan(int argc, char** argv) {
               {"advice", adv.fits ? parallel_mode_name(adv.mode) : ""}, {"flags", adv.flags},
               {"message", adv.message}, {"gpu", target_of.gpu_name}, {"gpu_assumed", target_of.assumed},
               {"grad_dtype", grad_dtype_name(par.grad_dtype)},
-              {"predicted", predicted_json(target_of, predicted)}};
+              {"predicted", predicted_json(target_of, predicted)}, {"expert_parallel", par.expert_parallel},
+              {"choices", choices_json(choices)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     const std::string notes = plan_notes(adv, run, gpu_bytes, asked);
     const std::string step = prediction_text(target_of, world, predicted);
     const std::string assumed = assumed_text(target_of, world, gpu_mem > 0, gpu_bytes);
-    std::fputs((assumed + plan_table(adv, run, gpu_bytes) + notes + step).c_str(), stdout);
+    const std::string experts = choices.empty() ? "" : expert_choices_table(choices, model, world);
+    std::fputs((assumed + plan_table(adv, run, gpu_bytes) + notes + step + experts).c_str(), stdout);
   }
   return 0;
 }

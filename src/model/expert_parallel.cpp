@@ -6,8 +6,31 @@
 #include "core/error.h"
 
 namespace anvil {
+namespace {
 
-ExpertParallel::ExpertParallel(const ModelConfig& c, Ops& ops, Comm& group, Comm& run, const ExpertLayout& layout)
+// A buffer's bytes as ExpertParallel::view allocates them (at least 256).
+int64_t grown_bytes(int64_t numel, DType dtype) {
+  return std::max<int64_t>(numel * static_cast<int64_t>(dtype_size(dtype)), 256);
+}
+
+}  // namespace
+
+ExpertRows planned_expert_rows(const ModelConfig& c, int64_t tokens, int degree) {
+  const int64_t N = degree, K = c.moe.top_k, most = tokens * std::min<int64_t>(K, c.moe.num_experts / N);
+  const int64_t chunk = (tokens * K + N - 1) / N;  // balanced: n K / N from each member to each
+  return {std::min(N * most, kExpertRowsMargin * tokens * K), std::min(most, kExpertRowsMargin * chunk)};
+}
+
+int64_t expert_parallel_bytes(const ModelConfig& c, int degree, ExpertRows rows, DType dtype) {
+  const int64_t C = c.hidden_size, Im = c.moe.intermediate, El = c.moe.num_experts / degree, R = rows.local;
+  const int64_t layer = grown_bytes(El + 1, DType::kI32) + grown_bytes(R * C, dtype) + grown_bytes(R * 2 * Im, dtype);
+  return c.sparse_layers() * layer + 2 * grown_bytes(degree * rows.chunk * C, dtype) +  // send, receive
+         2 * grown_bytes(R * Im, dtype) + 2 * grown_bytes(R * C, dtype) +             // act, d_act; y, d_rows
+         grown_bytes(R * 2 * Im, dtype);                                                // d_gate_up
+}
+
+ExpertParallel::ExpertParallel(const ModelConfig& c, Ops& ops, Comm& group, Comm& run, const ExpertLayout& layout,
+                               int64_t tokens)
     : c_(c),
       ops_(ops),
       group_(group),
@@ -20,6 +43,21 @@ ExpertParallel::ExpertParallel(const ModelConfig& c, Ops& ops, Comm& group, Comm
       layers_(static_cast<size_t>(c.sparse_layers())) {
   ANVIL_ENSURE(group.world() == n_ && group.rank() == me_, kInternal, "expert-parallel group rank ", group.rank(),
                " of ", group.world(), " for shard ", me_, " of ", n_);
+  reserve(planned_expert_rows(c, tokens, n_));
+}
+
+void ExpertParallel::reserve(ExpertRows rows) {
+  const int64_t C = c_.hidden_size, Im = c_.moe.intermediate, R = rows.local;
+  const DType cd = ops_.compute_dtype();
+  for (Layer& l : layers_) {
+    view(l.local_offsets, {local_experts_ + 1}, DType::kI32);
+    view(l.x, {R, C}, cd);
+    view(l.gate_up, {R, 2 * Im}, cd);
+  }
+  for (Grown* g : {&send_, &recv_}) view(*g, {n_ * rows.chunk, C}, cd);
+  for (Grown* g : {&act_, &d_act_}) view(*g, {R, Im}, cd);
+  for (Grown* g : {&y_, &d_rows_}) view(*g, {R, C}, cd);
+  view(d_gate_up_, {R, 2 * Im}, cd);
 }
 
 ExpertParallel::~ExpertParallel() {

@@ -10,7 +10,10 @@
 // all_to_all), the received rows are laid out by local expert, then source rank, then the
 // source's sorted order, and a row's values are those of one process.
 // What the local experts' backward reads (their input rows and gate/up, per sparse layer) and
-// the exchange's buffers depend on the routing; they are allocated as they grow (not planned).
+// the exchange's buffers depend on the routing: they are reserved at construction for the
+// planned rows (planned_expert_rows: the balanced count times kExpertRowsMargin, at most the
+// most a rank can receive), which the memory plan counts (expert_parallel_bytes), and grow past
+// them only where a routing needs more.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +27,30 @@
 
 namespace anvil {
 
+// The rows of a sparse layer's exchange on one rank: received for its local experts (`local`),
+// and in each member's chunk of the rows' all_to_all (`chunk`, the largest count between two
+// members).
+struct ExpertRows {
+  int64_t local = 0, chunk = 0;
+};
+// The margin the exchange is planned with over the balanced routing (each of the N members
+// sends n K / N of its n tokens' K rows to each member, so a rank receives n K rows).
+constexpr int64_t kExpertRowsMargin = 2;
+// The planned rows with `tokens` tokens a rank and `degree` members: kExpertRowsMargin times the
+// balanced count, at most the most possible (a token's rows to one member: min(K, E / N)).
+ExpertRows planned_expert_rows(const ModelConfig& c, int64_t tokens, int degree);
+// The device bytes ExpertParallel holds for `rows` in `dtype` (the compute dtype): per sparse
+// layer the local offsets, input rows and gate/up its backward reads; the send and receive
+// buffers; the local experts' activations and gradients.
+int64_t expert_parallel_bytes(const ModelConfig& c, int degree, ExpertRows rows, DType dtype);
+
 class ExpertParallel {
  public:
   // group: the expert-parallel group (N ranks, group rank = the shard held); run: the run's
-  // comm (host exchanges); layout: this rank's (its replica index places the group).
-  ExpertParallel(const ModelConfig& c, Ops& ops, Comm& group, Comm& run, const ExpertLayout& layout);
+  // comm (host exchanges); layout: this rank's (its replica index places the group); tokens:
+  // this rank's per micro-batch (the buffers reserved for planned_expert_rows).
+  ExpertParallel(const ModelConfig& c, Ops& ops, Comm& group, Comm& run, const ExpertLayout& layout,
+                 int64_t tokens);
   ~ExpertParallel();
   ExpertParallel(const ExpertParallel&) = delete;
   ExpertParallel& operator=(const ExpertParallel&) = delete;
@@ -54,6 +76,8 @@ class ExpertParallel {
     Grown local_offsets, x, gate_up;  // (E/N + 1) I32; (rows, C) and (rows, 2 Im), kept for the backward
   };
   Tensor view(Grown& g, Shape shape, DType dtype);
+  // Every buffer viewed at `rows` (expert_parallel_bytes counts the same shapes).
+  void reserve(ExpertRows rows);
   // Rows member j sends to member k, and where they start in j's sorted rows.
   int64_t count(const Layer& l, int j, int k) const;
   int64_t start(const Layer& l, int j, int k) const;

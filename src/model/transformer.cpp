@@ -29,7 +29,7 @@ Transformer::Transformer(const ModelConfig& config, const ParamTable& table, Ops
                kInternal, "expert parallel ", table.expert_layout().degree, " with",
                p.expert_group ? "" : "out", " an expert-parallel group");
   if (p.expert_group) {
-    experts_ = std::make_unique<ExpertParallel>(config, ops, *p.expert_group, *p.run_comm, table.expert_layout());
+    experts_ = std::make_unique<ExpertParallel>(config, ops, *p.expert_group, *p.run_comm, table.expert_layout(), N_);
     block_.set_expert_parallel(experts_.get());
   }
 }

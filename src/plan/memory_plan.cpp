@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/units.h"
+#include "model/expert_parallel.h"
 #include "model/params.h"
 #include "ops/attention_scratch.h"
 #include "parallel/store_pool.h"
@@ -48,35 +49,41 @@ namespace {
 // slice of them: cd bytes per element whole, 4 - cd per owned element). Across ranks the
 // store's pool (parallel/store_pool.h: FSDP's gathers in weights; the full-unit gradients
 // and wire copies in grads) and, sharded, the reduce-scatter's outputs (parallel/grad_reducer.h:
-// the largest shard in F32, and in BF16 on a bf16 wire).
+// the largest shard in F32, and in BF16 on a bf16 wire). Expert parallel: the rank's table
+// (model/params.h, ExpertLayout; every rank's experts are the same size), whose experts units
+// are held whole in every mode (masters, the blocks' gradient dtype, AdamW state), outside the
+// pool and the reduce-scatter.
 void plan_model_states(const PlannedRun& run, MemoryPlan& p) {
   const bool sharded = shards_state(run.parallel.mode) && run.world > 1;
   const bool zero2 = sharded && run.parallel.mode == ParallelMode::kZero2;
-  ParamTable table(run.model, run.world);
+  const ParamTable table(run.model, run.world,
+                         ExpertLayout::where_valid(run.model, run.parallel.expert_parallel, 0, run.world));
   const int64_t cd = static_cast<int64_t>(dtype_size(run.compute_dtype));
-  int64_t owned = 0, grad_bytes = 0, largest_shard = 0;
+  int64_t largest_shard = 0;
   for (size_t i = 0; i < table.units().size(); ++i) {
     const UnitInfo& u = table.units()[i];
-    const int64_t mine = sharded ? u.shard() : u.padded;
+    const bool shard = sharded && !u.experts;
+    const int64_t mine = shard ? u.shard() : u.padded;
     const bool once = table.grads_written_once(static_cast<int>(i));
     const int64_t g = static_cast<int64_t>(dtype_size(once ? blocks_grad_dtype(run.parallel) : DType::kF32));
-    owned += mine;
-    grad_bytes += mine * (sharded ? 4 : g);  // sharded: F32 owned shards
-    largest_shard = std::max(largest_shard, u.shard());
+    p.params += zero2 && !u.experts ? cd * u.padded + (4 - cd) * mine : 4 * mine;
+    p.optimizer += 8 * mine;
+    p.grads += mine * (shard ? 4 : g);  // sharded: F32 owned shards
+    if (!u.experts) largest_shard = std::max(largest_shard, u.shard());
   }
-  p.params = zero2 ? cd * table.total_padded() + (4 - cd) * owned : 4 * owned;
-  p.optimizer = 8 * owned;
-  p.grads = grad_bytes;
-  // The snapshot is a rank's slice of the table it trains: under expert parallelism its experts'
-  // share (the rest of this plan does not know expert parallelism yet).
-  p.host_snapshot = host_snapshot_bytes(ParamTable(
-      run.model, run.world, ExpertLayout::where_valid(run.model, run.parallel.expert_parallel, 0, run.world)));
+  // The snapshot is a rank's slice of the table it trains (an experts unit's: its replica's).
+  p.host_snapshot = host_snapshot_bytes(table);
   const ParallelSection& par = run.parallel;
   const PooledBytes pooled = replay_pool(table, {par.mode, run.compute_dtype, blocks_grad_dtype(par), par.reduce_dtype,
                                                  par.fsdp_defer_sync, run.data.grad_accum});
   p.weights = pooled.gathers;
   p.grads += pooled.grads;
   if (sharded) p.grads += largest_shard * (4 + (par.reduce_dtype == DType::kBF16 ? 2 : 0));
+  const int degree = table.expert_layout().degree;
+  if (degree > 1)
+    p.exchange = expert_parallel_bytes(
+        run.model, degree, planned_expert_rows(run.model, run.data.micro_batch * run.data.seq_len, degree),
+        run.compute_dtype);
 }
 
 // The backend's workspace table for the plan's micro-batch (ops/workspace.h: the CPU's F32
@@ -307,6 +314,7 @@ std::string plan_table(const PlanAdvice& a, const PlannedRun& run, int64_t gpu_b
   bytes("weights", &MemoryPlan::weights);
   bytes("activations", &MemoryPlan::activations);
   bytes("workspace", &MemoryPlan::workspace);
+  if (run.parallel.expert_parallel > 1) bytes("exchange", &MemoryPlan::exchange);  // model/expert_parallel.h
   row("total", [](const MemoryPlan& p) { return gib(p.total()); });
   row("recompute", [](const MemoryPlan& p) { return std::string(recompute_name(p.recompute)); });
   row("mlp tile", [](const MemoryPlan& p) { return std::to_string(p.mlp_tile); });

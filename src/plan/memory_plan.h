@@ -49,7 +49,10 @@ struct MemoryPlan {
   int64_t weights = 0;      // the store's pooled buffers first taken by FSDP's gathers (zero2's whole weights are in params)
   int64_t activations = 0;  // saved activations, scratch, gradients of activations
   int64_t workspace = 0;    // the backend's workspace table (ops/workspace.h), the trainer's ids and scalars
-  int64_t total() const { return params + grads + optimizer + weights + activations + workspace; }
+  // Expert parallel: the experts' exchange (model/expert_parallel.h: the rows received, what the
+  // local experts' backward reads, the all_to_all's buffers) at planned_expert_rows.
+  int64_t exchange = 0;
+  int64_t total() const { return params + grads + optimizer + weights + activations + workspace + exchange; }
   // Host memory, not in total(): the snapshot of an asynchronous save (train/checkpoint_async.h),
   // this rank's slice of every unit's masters, AdamW m and v (12 bytes an element).
   int64_t host_snapshot = 0;

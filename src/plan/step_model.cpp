@@ -13,7 +13,8 @@ CommBytes comm_bytes(const std::vector<StepItem>& program) {
   CommBytes b;
   for (const StepItem& it : program) {
     if (it.kind != StepItem::Kind::kCollective) continue;
-    (it.collective == BenchCollective::kAllGather       ? b.all_gather
+    (it.all_to_all                                      ? b.all_to_all
+     : it.collective == BenchCollective::kAllGather     ? b.all_gather
      : it.collective == BenchCollective::kReduceScatter ? b.reduce_scatter
                                                         : b.all_reduce) += it.bytes;
   }
@@ -24,6 +25,12 @@ double bus_bytes(const CommBytes& b, int world) {
   return static_cast<double>(b.all_gather) * bench_bus_factor(BenchCollective::kAllGather, world) +
          static_cast<double>(b.reduce_scatter) * bench_bus_factor(BenchCollective::kReduceScatter, world) +
          static_cast<double>(b.all_reduce) * bench_bus_factor(BenchCollective::kAllReduce, world);
+}
+
+double bus_factor(const StepItem& collective, int world) {
+  const int n = collective.ranks > 0 ? collective.ranks : world;
+  if (collective.all_to_all) return static_cast<double>(n - 1) / n;
+  return bench_bus_factor(collective.collective, n);
 }
 
 double compute_seconds(const std::vector<StepItem>& program, const OpCostTable& table, const GpuSpec& gpu) {
@@ -86,7 +93,10 @@ StepPrediction predict_step(const PlannedRun& run, const OpCostTable& table, con
   const int world = run.world;
   StepPrediction p;
   p.bytes = comm_bytes(program);
-  ANVIL_ENSURE(world == 1 || bus_gbps > 0 || bus_bytes(p.bytes, world) == 0, kUsage,
+  double on_bus = 0;
+  for (const StepItem& it : program)
+    if (it.kind == StepItem::Kind::kCollective) on_bus += static_cast<double>(it.bytes) * bus_factor(it, world);
+  ANVIL_ENSURE(world == 1 || bus_gbps > 0 || on_bus == 0, kUsage,
                "step model: the bus bandwidth must be positive with ", world, " GPUs (--bus-gbps)");
   Replay q(table.comm_overlap_cost);
   for (const StepItem& it : program) {
@@ -96,7 +106,7 @@ StepPrediction predict_step(const PlannedRun& run, const OpCostTable& table, con
                                                                                        : p.optimizer_s) += s;
       p.slowed_s += q.run(s);
     } else if (it.kind == StepItem::Kind::kCollective) {
-      const double s = static_cast<double>(it.bytes) * bench_bus_factor(it.collective, world) / (bus_gbps * 1e9);
+      const double s = static_cast<double>(it.bytes) * bus_factor(it, world) / (bus_gbps * 1e9);
       p.comm_s += s;
       q.issue(s);
     } else {

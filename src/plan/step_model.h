@@ -26,7 +26,13 @@
 //   communication it hides. step = compute + exposed + slowed.
 // The optimizer runs after the backward on the compute queue: overlapped with the next
 // forward it takes turns with it on the multiprocessors and saves little (bench/NOTES.md).
-// Not modelled: the collectives' latency (each is large: a unit's weights or gradient), and
+// expert parallel (--expert-parallel N): the sparse layers' exchange at the balanced routing,
+//   its all_to_alls (dispatch and combine, forward and backward, again under full
+//   recomputation) over the same bus, the compute waiting on each; the experts units'
+//   all-reduce over their D = world / N replicas (2(D-1)/D); the rest per the mode over the run.
+// Not modelled: the collectives' latency (each is large: a unit's weights or gradient; the
+// experts' all_to_alls are the exception: 4 a sparse layer), the host exchange of the expert
+// offsets before each sparse layer's forward (model/expert_parallel.h), and
 // packed batches' attention (anvil's kernel on each document: bench step's batches are wrapped).
 #pragma once
 
@@ -40,10 +46,15 @@ namespace anvil {
 // The collectives' nccl-tests sizes summed over a step, by kind.
 struct CommBytes {
   int64_t all_gather = 0, reduce_scatter = 0, all_reduce = 0;
+  int64_t all_to_all = 0;  // the experts' exchange (StepItem::all_to_all)
 };
 CommBytes comm_bytes(const std::vector<StepItem>& program);
-// Bytes over the bus (each size times its bus factor) of a step's collectives on `world` ranks.
+// Bytes over the bus (each size times its bus factor) of a step's all-gathers, reduce-scatters
+// and all-reduces on `world` ranks.
 double bus_bytes(const CommBytes& b, int world);
+// A collective's bus factor: nccl-tests' of its kind over its group (StepItem::ranks, else
+// `world`); the experts' all_to_all (n-1)/n.
+double bus_factor(const StepItem& collective, int world);
 // Seconds of the step's ops on `gpu` by the table (no communication, nothing overlapped).
 double compute_seconds(const std::vector<StepItem>& program, const OpCostTable& table, const GpuSpec& gpu);
 

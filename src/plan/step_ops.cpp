@@ -16,7 +16,9 @@ namespace {
 class StepWalk {
  public:
   explicit StepWalk(const PlannedRun& run)
-      : run_(run), p_(run.parallel), c_(run.model), table_(c_, run.world),
+      : run_(run), p_(run.parallel), c_(run.model),
+        table_(c_, run.world, ExpertLayout::where_valid(c_, p_.expert_parallel, 0, run.world)),
+        ep_(table_.expert_layout().degree), replicas_(run.world / ep_),
         N_(run.data.micro_batch * run.data.seq_len), cb_(static_cast<double>(dtype_size(run.compute_dtype))),
         sharded_(shards_state(p_.mode) && run.world > 1), zero2_(sharded_ && p_.mode == ParallelMode::kZero2),
         split_(run.compute_dtype != DType::kF32),
@@ -44,15 +46,23 @@ class StepWalk {
     it.op = OpCall{name, std::move(shape), size, flops, bytes, cast_bytes, kin};
     items_.push_back(std::move(it));
   }
-  int collective(BenchCollective kind, int64_t bytes) {
+  // ranks: the collective's group (0: every rank of the run).
+  int collective(BenchCollective kind, int64_t bytes, int ranks = 0) {
     StepItem it;
     it.kind = StepItem::Kind::kCollective;
     it.phase = phase_;
     it.collective = kind;
+    it.ranks = ranks;
     it.bytes = bytes;
     it.id = next_id_++;
     items_.push_back(it);
     return it.id;
+  }
+  // The experts' all_to_all in the expert-parallel group.
+  int all_to_all(int64_t bytes) {
+    const int id = collective(BenchCollective::kAllReduce, bytes, ep_);
+    items_.back().all_to_all = true;
+    return id;
   }
   void wait(int id) {
     StepItem it;
@@ -131,11 +141,12 @@ class StepWalk {
   void moe_op(const char* name, std::string shape, int64_t rows, double bytes, const char* kin) {
     op(name, std::move(shape), rows, 0, bytes, 0, kin);
   }
-  // The experts' GEMM over R = N x K assignments of E experts: its FLOPs, at the rate of one
-  // expert's GEMM at the balanced count, R / E rows (the op's size: that GEMM's MFLOP, as a
-  // bf16 linear's), its linear_* kin's without its own.
+  // The experts' GEMM over R = N x K assignments of the rank's E experts (under expert
+  // parallelism E / N of them, on the n K rows they receive at balance: the same R): its
+  // FLOPs, at the rate of one expert's GEMM at the balanced count, R / E rows (the op's size:
+  // that GEMM's MFLOP, as a bf16 linear's), its linear_* kin's without its own.
   void experts_linear(const char* name, int64_t out, int64_t in) {
-    const int64_t R = N_ * c_.moe.top_k, E = c_.moe.num_experts;
+    const int64_t R = N_ * c_.moe.top_k, E = c_.moe.num_experts / ep_;
     const double per_expert = 2.0 * static_cast<double>(std::max<int64_t>(1, R / E) * out * in);
     op(name, cat(R, "x", out, "x", in, " in ", E), gemm_size(per_expert), 2.0 * R * out * in,
        cb_ * static_cast<double>(R * in + E * out * in + R * out), 0, name + std::strlen("moe_"));
@@ -153,6 +164,7 @@ class StepWalk {
   void moe_combine();
   void block_backward(int64_t layer);
   void moe_backward();
+  void exchange(bool to_experts);
   void mlp_backward_tiled();
   void head_forward_backward();
   void optimizer_step();
@@ -169,6 +181,7 @@ class StepWalk {
   const ParallelSection& p_;
   const ModelConfig& c_;
   ParamTable table_;
+  const int ep_, replicas_;  // --expert-parallel N (1: none) and the ranks holding each shard, D
   const int64_t N_;
   const double cb_;
   const bool sharded_, zero2_, split_;
@@ -185,6 +198,7 @@ class StepWalk {
   std::map<int, int> in_flight_;  // unit -> its gather
   std::map<int, bool> gathered_, full_grads_;  // zero2: gathered_ from the unit's first use on (the step's)
   int pending_ = -1, last_all_reduce_ = -1;  // the reduction whose result is not yet taken
+  int last_experts_reduce_ = -1;             // the experts units' last all-reduce over their replicas
   DType pending_grad_ = DType::kF32;
   int64_t pending_n_ = 0;
 };
@@ -222,6 +236,7 @@ void StepWalk::forward_backward() {
     block_backward(l);
     release(u);
     grads_ready(u);
+    if (table_.experts_unit(l) >= 0) grads_ready(table_.experts_unit(l));
   }
   grads(embed);
   op("embedding_backward", cat(N_, "x", C), N_, 0, (cb_ + 8) * static_cast<double>(N_ * C));
@@ -272,9 +287,29 @@ void StepWalk::moe_forward() {
   moe_op("moe_router_forward", cat(N_, "x", E, " top ", K), N_, n * E * (cb_ + 4) + 8 * r, "rmsnorm_forward");
   moe_op("moe_sort", cat(R, " to ", E), R, 36 * r, "embedding_forward");
   moe_op("moe_gather", cat(R, "x", C), R, 2 * cb_ * r * C + 4 * r, "embedding_forward");
+  if (ep_ > 1) exchange(true);
   experts_linear("moe_linear_forward", 2 * Im, C);
   per_token("swiglu_forward", Im, 3, R);
   experts_linear("moe_linear_forward", C, Im);
+  if (ep_ > 1) exchange(false);
+}
+
+// ExpertParallel's dispatch (to_experts) or collect at the balanced routing: a rank's n K sorted
+// rows, n K / N to each member, n K / E of each (expert, member) pair. Dispatch: each member's
+// rows copied into its chunk of the send buffer, the all_to_all (N chunks of C; waited on at
+// once), then the received rows laid out by local expert and member; collect the mirror. The
+// copies are copy_rows (a row read and written), priced at their kin's rate (embedding_forward,
+// a gather of rows).
+void StepWalk::exchange(bool to_experts) {
+  const int64_t C = c_.hidden_size, K = c_.moe.top_k, E = c_.moe.num_experts, El = E / ep_;
+  const int64_t chunk = (N_ * K + ep_ - 1) / ep_, pair = std::max<int64_t>(1, N_ * K / E);
+  auto copies = [&](int64_t calls, int64_t rows) {
+    for (int64_t i = 0; i < calls; ++i)
+      moe_op("copy_rows", cat(rows, "x", C), rows, 2 * cb_ * static_cast<double>(rows * C), "embedding_forward");
+  };
+  copies(to_experts ? ep_ : El * ep_, to_experts ? chunk : pair);
+  wait(all_to_all(ep_ * chunk * C * static_cast<int64_t>(cb_)));
+  copies(to_experts ? El * ep_ : ep_, to_experts ? pair : chunk);
 }
 
 // Block::forward's combine: each token's K outputs read, weighted, written once.
@@ -291,12 +326,14 @@ void StepWalk::moe_backward() {
   const int64_t R = N_ * K;
   const double n = static_cast<double>(N_), r = static_cast<double>(R);
   moe_op("moe_combine_backward", cat(R, "x", C), R, cb_ * (n * C + 2 * r * C) + 12 * r, "embedding_forward");
+  if (ep_ > 1) exchange(true);
   experts_linear("moe_linear_backward_input", C, Im);
   per_token("swiglu_backward", Im, 6, R);
   experts_linear("moe_linear_backward_weight", C, Im);
-  moe_op("moe_gather", cat(R, "x", C), R, 2 * cb_ * r * C + 4 * r, "embedding_forward");
+  if (ep_ == 1) moe_op("moe_gather", cat(R, "x", C), R, 2 * cb_ * r * C + 4 * r, "embedding_forward");
   experts_linear("moe_linear_backward_weight", 2 * Im, C);
   experts_linear("moe_linear_backward_input", 2 * Im, C);
+  if (ep_ > 1) exchange(false);
   moe_op("moe_gather_backward", cat(R, "x", C), R, cb_ * (r * C + n * C) + 4 * r, "embedding_forward");
   moe_op("moe_router_backward", cat(N_, "x", E), N_, n * E * (4 + cb_) + 12 * r, "rmsnorm_forward");
   plain_linear("linear_backward_weight", N_, E, C);
@@ -391,7 +428,7 @@ void StepWalk::release(int u) {
 }
 
 void StepWalk::grads(int u) {
-  if (!sharded_ || full_grads_[u]) return;
+  if (!sharded_ || full_grads_[u] || unit(u).experts) return;  // an experts unit: its owned gradient
   const UnitInfo& info = unit(u);
   if (unit_grad_dtype(u) == DType::kF32)
     zero(info.padded * 4);  // summed into
@@ -402,6 +439,13 @@ void StepWalk::grads(int u) {
 
 void StepWalk::grads_ready(int u) {
   if (run_.world == 1) return;
+  if (unit(u).experts) {  // ParamStore::grads_ready_experts: in its dtype, over the replicas, on the last micro-batch
+    if (replicas_ > 1 && last_micro_)
+      last_experts_reduce_ = collective(BenchCollective::kAllReduce,
+                                        unit(u).padded * static_cast<int64_t>(dtype_size(unit_grad_dtype(u))),
+                                        replicas_);
+    return;
+  }
   if (!sharded_) {
     if (last_micro_) reduce(u, BenchCollective::kAllReduce);  // no_sync before the last micro-batch
     return;
@@ -442,20 +486,25 @@ void StepWalk::finish_pending() {
   pending_ = -1;
 }
 
-// The Trainer's optimizer step (optim/optimizer.h): the reductions finished, the global norm
-// (a zeroed scalar and each owned gradient's sum of squares), then AdamW unit by unit (split
-// masters: 26 or 28 bytes an element; FSDP's owned gradients zeroed after, where the next
-// step adds into them).
+// The Trainer's optimizer step (optim/optimizer.h): the reductions finished (the experts'
+// over their replicas last), the global norm (a zeroed scalar and each owned gradient's sum of
+// squares; ddp under expert parallelism: the rank's own units', then a second scalar for the
+// experts units', summed over the ranks), then AdamW unit by unit (split masters: 26 or 28
+// bytes an element; across ranks sharded, every owned gradient zeroed after, where the next
+// step adds into it). An experts unit is owned whole, in the blocks' gradient dtype.
 void StepWalk::optimizer_step() {
   phase_ = StepPhase::kOptimizer;
   finish_pending();
   if (last_all_reduce_ >= 0) wait(last_all_reduce_);
+  if (last_experts_reduce_ >= 0) wait(last_experts_reduce_);
   zero(4);
   const size_t units = table_.units().size();
   std::vector<std::pair<int64_t, DType>> owned(units);
   for (size_t u = 0; u < units; ++u) {
     const UnitInfo& info = table_.units()[u];
-    owned[u] = {sharded_ ? info.shard() : info.padded, sharded_ ? DType::kF32 : unit_grad_dtype(static_cast<int>(u))};
+    const bool shard = sharded_ && !info.experts;
+    if (info.experts && !sharded_ && (u == 0 || !table_.units()[u - 1].experts)) zero(4);  // the summed part's scalar
+    owned[u] = {shard ? info.shard() : info.padded, shard ? DType::kF32 : unit_grad_dtype(static_cast<int>(u))};
     op("sum_squares", cat(dtype_name(owned[u].second), " ", owned[u].first),
        owned[u].first, 0, static_cast<double>(owned[u].first * static_cast<int64_t>(dtype_size(owned[u].second))));
   }
@@ -464,7 +513,7 @@ void StepWalk::optimizer_step() {
     const double gb = static_cast<double>(dtype_size(g)), e = static_cast<double>(n);
     if (split_) {
       op("adamw_step", cat("split ", n), n, 0, (24 + gb) * e);
-      if (sharded_) zero(n * 4);
+      if (sharded_) zero(n * static_cast<int64_t>(gb));
     } else {
       op("adamw_step", cat(n), n, 0, (24 + gb * (sharded_ ? 2 : 1)) * e);
     }

@@ -6,7 +6,10 @@
 // (parallel/replicated_store.cpp, sharded_store.cpp, grad_reducer.cpp: gathers, gradient
 // reductions and their wire copies), and lists every op with the label the op front gives
 // it (ops/ops.cpp: "linear_forward 2048x4096x2048"), every collective with its bytes, and
-// every point where the main queue waits for a collective. tests/test_step_model.cpp holds
+// every point where the main queue waits for a collective. Under --expert-parallel N (the
+// rank's table: model/params.h, ExpertLayout) the sparse layers' exchange at the balanced
+// routing (each rank's n K rows, n K / N to each member; model/expert_parallel.h), its
+// all_to_alls waited on at once, and the experts units' all-reduce over their replicas. tests/test_step_model.cpp holds
 // the op list against what the CPU backend records in a real step (Runtime::take_op_times),
 // so the two cannot drift apart unnoticed.
 #pragma once
@@ -51,6 +54,10 @@ struct StepItem {
   StepPhase phase = StepPhase::kForward;
   OpCall op;
   BenchCollective collective = BenchCollective::kAllReduce;  // all-reduce, all-gather or reduce-scatter
+  // Expert parallel: the experts' all_to_all of rows in an expert-parallel group (model/
+  // expert_parallel.h; `collective` unused), priced as nccl-tests' alltoall: (n-1)/n of its bytes.
+  bool all_to_all = false;
+  int ranks = 0;  // the ranks the collective spans: 0, every rank of the run; else its group's
   int64_t bytes = 0;
   int id = 0;
 };

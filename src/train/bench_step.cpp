@@ -177,12 +177,12 @@ PlannedRun planned(Trainer& trainer, const OpenRun& run) {
 }
 
 // The step model's figures for this setting on this GPU (null on a GPU it does not know, with
-// context or expert parallelism, whose all-to-alls it does not price, and with FP8 where the
+// context parallelism, whose all-to-alls it does not price, and with FP8 where the
 // table has no FP8 linear rates).
 Json predicted_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o) {
   const GpuSpec* gpu = find_gpu_spec(trainer.ops().runtime().name());
   const ParallelSection& ps = trainer.settings().config.parallel;
-  if (!gpu || ps.context_parallel > 1 || ps.expert_parallel > 1) return Json(nullptr);  // not modelled
+  if (!gpu || ps.context_parallel > 1) return Json(nullptr);  // not modelled
   const OpCostTable table = OpCostTable::load(o.op_table);
   if (ps.fp8 != Fp8Recipe::kOff && !table.why_not_fp8(*gpu).empty()) return Json(nullptr);
   const double bus = o.bus_gbps > 0 ? o.bus_gbps : gpu->bus_gbps;
