@@ -88,7 +88,7 @@ Trainer::Trainer(const ModelConfig& config, const UnitReader& weights, const Res
     const int D = xl.replicas(comm_->world());
     std::vector<int> group, replicas;
     for (int j = 0; j < xl.degree; ++j) group.push_back(j * D + xl.replica);
-    for (int d = 0; d < D; ++d) replicas.push_back(xl.shard * D + d);
+    for (int r = 0; r < D; ++r) replicas.push_back(xl.shard * D + r);
     if (xl.degree < comm_->world()) expert_group_ = comm_->group(group);
     if (D > 1) expert_replicas_ = comm_->group(replicas);
     expert_group = expert_group_ ? expert_group_.get() : comm_;
