@@ -19,7 +19,7 @@ DistributedSampler (seed 0) unless --no-shuffle, which reads them in file order 
 trainer sees the same batches. Steps after the 10th are timed. The result is one JSON line on
 stdout (rank 0): tokens_per_s (all ranks), peak_allocated_gib and peak_reserved_gib (this
 rank's), the settings, the first and last losses; --losses writes every step's loss (the mean
-over ranks) as a JSON list. Without a GPU it runs on the CPU (gloo, bf16 autocast on the CPU; the
+over ranks) as a JSON list. Without a GPU it runs on the CPU (gloo, the same bf16 compute there; the
 peaks are then the process's peak resident memory), to check a small model's run end to end.
 
     torchrun --standalone --nproc-per-node=1 bench/reference_train.py --mode ddp --model qwen3-1.7b

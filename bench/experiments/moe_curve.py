@@ -87,8 +87,10 @@ def table(x):
         grads, "" if grads == "bf16" else " (not bf16: the noise below is not bf16's)"))
     print("step 1 (same weights, same blocks): anvil %.5f, anvil fp32 grads %.5f, transformers %.5f, anvil vs "
           "transformers %.2e relative" % (a[0], a32[0], ref[0], abs(a[0] - ref[0]) / abs(ref[0])))
-    print("anvil's smallest router share of an expert over the steps and layers: %.5f (balanced: 1/%d = %.5f)"
-          % (min(shares), experts, 1 / experts) if shares else "anvil logged no router shares")
+    print("anvil's smallest share of a layer's assignments that went to one expert, over the steps: %.5f (balanced: "
+          "1/%d = %.5f); every expert took tokens at every step: %s"
+          % (min(shares), experts, 1 / experts, "yes" if min(shares) > 0 else "no") if shares
+          else "anvil logged no router shares")
     d_ref, at, mean = R.abs_difference(a, ref)
     noise, noise_at, noise_mean = R.abs_difference(a, a32)
     rel, rel_at, rel_mean = R.curve_difference(a, ref)
