@@ -43,8 +43,8 @@ def set_router_aux_loss(config_json):
 def runs(x):
     s, out = x.s, x.out
     x.python("chats", "docstring_chats.py", out / "chats.jsonl")
-    x.call("blocks", make_inputs.chat_blocks, x.inputs["TOKENIZER_DIR"], out / "chats.jsonl", out / "blocks.safetensors",
-           s["SEQ"], s["STEPS"] * s["BATCH"])
+    x.call("blocks", make_inputs.chat_blocks, x.inputs["TOKENIZER_DIR"], out / "chats.jsonl",
+           out / "blocks.safetensors", s["SEQ"], s["STEPS"] * s["BATCH"])
     model = ["--config", s["CONFIG"]] if s["CONFIG"] else ["--preset", s["PRESET"]]
     x.anvil("init", "init", *model, "--num-layers", s["LAYERS"], "--out", out / "model")
     if s["AUX"]:
@@ -67,16 +67,9 @@ def header(path):
         return {}
 
 
-def table(x):
+def preface(x, a, a32, ref):
+    """The model, the aux loss, anvil's gradients, step 1's losses and the router's smallest share."""
     out = x.out
-    curves = {"anvil": R.losses(out / "anvil.jsonl"), "anvil_fp32": R.losses(out / "anvil_fp32.jsonl"),
-              "ref": R.reference_losses(out / "curve_ref.json")}
-    for label, c in curves.items():
-        if len(c) < x.s["STEPS"]:
-            print("%s: %d of %d steps logged (%s)" % (label, len(c), x.s["STEPS"], out / (label + ".log")))
-    if any(not c for c in curves.values()):
-        return
-    a, a32, ref = curves["anvil"], curves["anvil_fp32"], curves["ref"]
     config = json.load(open(out / "model" / "config.json"))
     aux, experts = config.get("output_router_logits", False), config["num_experts"]
     grads = header(out / "anvil.jsonl").get("grad_dtype", "?")
@@ -91,15 +84,28 @@ def table(x):
           "1/%d = %.5f); every expert took tokens at every step: %s"
           % (min(shares), experts, 1 / experts, "yes" if min(shares) > 0 else "no") if shares
           else "anvil logged no router shares")
+
+
+def table(x):
+    out = x.out
+    curves = {"anvil": R.losses(out / "anvil.jsonl"), "anvil_fp32": R.losses(out / "anvil_fp32.jsonl"),
+              "ref": R.reference_losses(out / "curve_ref.json")}
+    for label, c in curves.items():
+        if len(c) < x.s["STEPS"]:
+            print("%s: %d of %d steps logged (%s)" % (label, len(c), x.s["STEPS"], out / (label + ".log")))
+    if any(not c for c in curves.values()):
+        return
+    a, a32, ref = curves["anvil"], curves["anvil_fp32"], curves["ref"]
+    preface(x, a, a32, ref)
     d_ref, at, mean = R.abs_difference(a, ref)
     noise, noise_at, noise_mean = R.abs_difference(a, a32)
     rel, rel_at, rel_mean = R.curve_difference(a, ref)
     print("\n| run | loss step 1 -> %d | max abs diff from anvil (step) | mean abs diff |" % len(a))
     print("| --- | --- | --- | --- |")
     print("| anvil | %.4f -> %.4f | | |" % (a[0], a[-1]))
-    print("| anvil --grad-dtype fp32 | %.4f -> %.4f | %.3e (%d) | %.3e |" % (a32[0], a32[-1], noise, noise_at, noise_mean))
-    print("| transformers (grouped_mm, fused AdamW) | %.4f -> %.4f | %.3e (%d) | %.3e |" % (ref[0], ref[-1], d_ref, at,
-                                                                                            mean))
+    row = "| %s | %.4f -> %.4f | %.3e (%d) | %.3e |"
+    print(row % ("anvil --grad-dtype fp32", a32[0], a32[-1], noise, noise_at, noise_mean))
+    print(row % ("transformers (grouped_mm, fused AdamW)", ref[0], ref[-1], d_ref, at, mean))
     print("\n| verdict | measured | bar | met |")
     print("| --- | --- | --- | --- |")
     print("| within bf16 noise (held): max abs(anvil - transformers) <= %g x max abs(anvil - anvil fp32 grads) "
