@@ -19,7 +19,8 @@ DistributedSampler (seed 0) unless --no-shuffle, which reads them in file order 
 trainer sees the same batches. Steps after the 10th are timed. The result is one JSON line on
 stdout (rank 0): tokens_per_s (all ranks), peak_allocated_gib and peak_reserved_gib (this
 rank's), the settings, the first and last losses; --losses writes every step's loss (the mean
-over ranks) as a JSON list.
+over ranks) as a JSON list. Without a GPU it runs on the CPU (gloo, the same bf16 compute there; the
+peaks are then the process's peak resident memory), to check a small model's run end to end.
 
     torchrun --standalone --nproc-per-node=1 bench/reference_train.py --mode ddp --model qwen3-1.7b
 """
@@ -27,6 +28,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import time
 
 import torch
@@ -133,8 +135,9 @@ def endless(loader, sampler):
 def distribute(model, mode, device, local_rank):
     """The model wrapped for MODE and the context its forward runs in."""
     if mode == "ddp":
-        wrapped = DistributedDataParallel(model.to(device), device_ids=[local_rank], gradient_as_bucket_view=True)
-        return wrapped, lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+        wrapped = DistributedDataParallel(model.to(device), device_ids=[local_rank] if device.type == "cuda" else None,
+                                          gradient_as_bucket_view=True)
+        return wrapped, lambda: torch.autocast(device.type, dtype=torch.bfloat16)
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.model.layers:
         fully_shard(layer, mp_policy=policy)
@@ -146,7 +149,8 @@ def train(args, model, forward, autocast, batches, device, world):
     """Runs the steps; returns (tokens/s over the timed steps, every step's loss)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, fused=args.fused_adam or None)
     model.train()
-    torch.cuda.reset_peak_memory_stats(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     seconds, tokens, losses = 0.0, 0, []
     for step in range(1, args.steps + 1):
         t0 = time.perf_counter()
@@ -157,7 +161,8 @@ def train(args, model, forward, autocast, batches, device, world):
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
         optimizer.step()
         optimizer.zero_grad()
-        torch.cuda.synchronize(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         if step > UNTIMED_STEPS:
             seconds += time.perf_counter() - t0
             tokens += ids.numel() * world
@@ -168,12 +173,24 @@ def train(args, model, forward, autocast, batches, device, world):
     return tokens / seconds if seconds else None, losses
 
 
+def peaks_gib(device):
+    """(allocated, reserved) peak GiB of the GPU; on the CPU the process's peak resident memory, twice."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30, torch.cuda.max_memory_reserved(device) / 2**30
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    return rss, rss
+
+
 def main():
     args = parse_args()
     local_rank = int(os.environ["LOCAL_RANK"])
-    device = torch.device("cuda", local_rank)
-    torch.cuda.set_device(device)
-    dist.init_process_group(backend="nccl", device_id=device)
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group(backend="gloo")
     world = dist.get_world_size()
 
     model = build_model(args)
@@ -189,13 +206,13 @@ def main():
     tokens_per_s, losses = train(args, model, forward, autocast, batches, device, world)
 
     if dist.get_rank() == 0:
+        allocated, reserved = peaks_gib(device)
         result = dict(mode=args.mode, model=args.model, world=world, seq_len=data.shape[1], batch=args.batch,
                       recompute=not args.no_recompute, fused_adam=args.fused_adam, compile=args.compile,
                       num_layers=config.num_hidden_layers,
                       experts_implementation=getattr(config, "_experts_implementation", None),
                       params=params, tokens_per_s=tokens_per_s,
-                      peak_allocated_gib=torch.cuda.max_memory_allocated(device) / 2**30,
-                      peak_reserved_gib=torch.cuda.max_memory_reserved(device) / 2**30,
+                      peak_allocated_gib=allocated, peak_reserved_gib=reserved,
                       first_losses=losses[:5], last_loss=losses[-1])
         print(json.dumps(result), flush=True)
         if args.losses:

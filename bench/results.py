@@ -103,6 +103,14 @@ def curve_difference(curve, ref):
     return rel[k], k + 1, sum(rel) / n
 
 
+def abs_difference(curve, ref):
+    """Absolute difference of a loss curve from another: (largest, its step from 1, mean)."""
+    n = min(len(curve), len(ref))
+    d = [abs(x - y) for x, y in zip(curve[:n], ref[:n])]
+    k = max(range(n), key=lambda i: d[i])
+    return d[k], k + 1, sum(d) / n
+
+
 def reference_losses(path):
     """The per-step losses bench/reference_train.py --losses wrote; [] when it wrote none."""
     try:
