@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "plan/step_model.h"
 #include "plan_case.h"
+#include "bench_step_calls.h"
 #include "testing.h"
 #include "tiny_moe.h"
 
@@ -198,23 +199,11 @@ TEST(MoeExpertParallel, ReadsItsShareOfFusedExperts) {
 // zero2 and fsdp, replicas (N < ranks), accumulation and recomputation.
 std::map<std::string, double> recorded_ep_ops(const std::string& model, const char* mode, int nproc, int experts,
                                               int accum, const char* recompute) {
-  const auto r = testing::run_anvil({"bench", "step", "--device", "cpu", "--model", model, "--seq-len", "32",
-                                     "--steps", "2", "--warmup", "1", "--op-times", "--no-overlap-optimizer",
-                                     "--micro-batch", "1", "--grad-accum", std::to_string(accum), "--mode", mode,
-                                     "--recompute", recompute, "--nproc-per-node", std::to_string(nproc),
-                                     "--expert-parallel", std::to_string(experts)});
-  EXPECT_EQ(r.exit_code, 0) << r.out;
-  std::map<std::string, double> calls;
-  const size_t key = r.out.find("\"bench\":\"step\"");
-  if (key == std::string::npos) {
-    ADD_FAILURE() << "no JSON line in " << r.out;
-    return calls;
-  }
-  const size_t line = r.out.rfind('\n', key), begin = line == std::string::npos ? 0 : line + 1;
-  const Json j = json_parse(r.out.substr(begin, r.out.find('\n', key) - begin), "bench step's line");
-  for (const Json& op : j.at("op_times").at("ops"))
-    calls[op.at("op").get<std::string>()] = op.at("calls").get<double>();
-  return calls;
+  return testing::bench_step_op_calls(testing::run_anvil(
+      {"bench", "step", "--device", "cpu", "--model", model, "--seq-len", "32", "--steps", "2", "--warmup", "1",
+       "--op-times", "--no-overlap-optimizer", "--micro-batch", "1", "--grad-accum", std::to_string(accum), "--mode",
+       mode, "--recompute", recompute, "--nproc-per-node", std::to_string(nproc), "--expert-parallel",
+       std::to_string(experts)}));
 }
 
 // Labels, except the routed ops' (by op name alone).

@@ -18,6 +18,7 @@
 #include "model/params.h"
 #include "plan/step_model.h"
 #include "plan_case.h"
+#include "bench_step_calls.h"
 #include "testing.h"
 #include "tiny_moe.h"
 
@@ -77,20 +78,7 @@ std::map<std::string, double> recorded_ops(const RecordedCase& k) {
   if (k.world > 1) args.insert(args.end(), {"--nproc-per-node", std::to_string(k.world)});
   if (k.mlp_tile != kMlpTileAuto) args.insert(args.end(), {"--mlp-tile", std::to_string(k.mlp_tile)});
   if (k.fp8 != Fp8Recipe::kOff) args.insert(args.end(), {"--fp8", fp8_recipe_name(k.fp8)});
-  const testing::RunResult r = testing::run_anvil(args);
-  EXPECT_EQ(r.exit_code, 0) << r.out;
-  std::map<std::string, double> calls;
-  const size_t key = r.out.find("\"bench\":\"step\"");
-  if (key == std::string::npos) {
-    ADD_FAILURE() << "no JSON line in " << r.out;
-    return calls;
-  }
-  const size_t line = r.out.rfind('\n', key);
-  const size_t begin = line == std::string::npos ? 0 : line + 1;
-  const Json j = json_parse(r.out.substr(begin, r.out.find('\n', key) - begin), "bench step's line");
-  for (const Json& op : j.at("op_times").at("ops"))
-    calls[op.at("op").get<std::string>()] = op.at("calls").get<double>();
-  return calls;
+  return testing::bench_step_op_calls(testing::run_anvil(args));
 }
 
 // `t` with FP8 linear rates (twice the bf16 op's best, the combined backward at dw's; of any
