@@ -124,17 +124,15 @@ def table(x):
     if not (ok(a) and trl):
         return
     n = min(s["COMPARE"], len(a["losses"]), len(trl["losses"]))
-    gap = lambda p, q: [abs(u - v) for u, v in zip(p[:n], q[:n])]
-    d_trl = gap(a["losses"], trl["losses"])
-    noise = gap(a["losses"], res["anvil_fp32"]["losses"]) if ok(res["anvil_fp32"]) else []
-    worst = max(range(n), key=lambda k: d_trl[k])
+    worst, step, mean = R.abs_difference(a["losses"][:n], trl["losses"][:n])
     print("\nfirst %d steps' losses, anvil vs TRL (%s): max |difference| %.3e (step %d), mean %.3e"
           % (n, "gradient checkpointing" if trl["gradient_checkpointing"] else "no gradient checkpointing",
-             d_trl[worst], worst + 1, sum(d_trl) / n))
-    if noise:
-        bar = 2 * max(noise)
+             worst, step, mean))
+    if ok(res["anvil_fp32"]):
+        noise, _, noise_mean = R.abs_difference(a["losses"][:n], res["anvil_fp32"]["losses"][:n])
+        bar = 2 * noise
         print("bf16 noise (anvil bf16 vs fp32 gradients): max |difference| %.3e, mean %.3e; bar 2 x max = %.3e: %s"
-              % (max(noise), sum(noise) / n, bar, "within bf16 noise" if d_trl[worst] <= bar else "NOT within"))
+              % (noise, noise_mean, bar, "within bf16 noise" if worst <= bar else "NOT within"))
     c0, t0 = a["logps_chosen"][0], trl["logps_chosen"][0]
     print("step 1 logps/chosen (same weights, same pairs): anvil %.3f, TRL %.3f, relative difference %.2e"
           % (c0, t0, abs(c0 - t0) / abs(t0)))
