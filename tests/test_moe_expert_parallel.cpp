@@ -11,8 +11,12 @@
 // as in test_moe_parallel (it is a mean over each micro-batch's tokens).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
+#include <vector>
 
 #include "core/fs.h"
 #include "core/json.h"
@@ -305,6 +309,53 @@ TEST(MoeExpertParallel, StepModelPricesTheExchangeInClosedForm) {
     EXPECT_EQ(comm_bytes(step_program(input(N, ParallelMode::kFsdp, Recompute::kFull).run())).all_to_all,
               Ls * 6 * one);
   }
+}
+
+// The exchange's rows against the plan: the done line says the most rank 0 received and the
+// planned rows (bench step's JSON too), and a routing past the plan is warned of. Skewed: 8
+// experts, top 2, the router's weights zero, so every token's probabilities tie and it goes to
+// experts 0 and 1 (ties to the lower expert), both on shard 0 of 4: rank 0 receives 4 n 2 rows,
+// twice the planned 2 n 2 (n tokens a rank).
+TEST(MoeExpertParallel, ReportsTheRowsItReceivedAndWarnsPastThePlan) {
+  const std::string dir = testing::parallel_moe_dir("moe-expert-parallel-rows");
+  const std::regex said(R"(expert exchange on rank 0: at most (\d+) rows received \(planned (\d+)\))");
+  const std::string past = "x the balanced count, so the exchange's buffers grow past the memory plan";
+  std::smatch m;
+  const TrainRun even = train(dir, "even", Layout{"ddp", 2, 2, 2}, 2);
+  ASSERT_TRUE(std::regex_search(even.out, m, said)) << even.out;
+  EXPECT_GT(std::stoll(m[1]), 0);
+  EXPECT_LE(std::stoll(m[1]), std::stoll(m[2]));
+  EXPECT_EQ(even.out.find(past), std::string::npos) << even.out;
+  const auto bench = testing::run_anvil({"bench", "step", "--device", "cpu", "--model", dir + "/model", "--seq-len",
+                                         "32", "--steps", "2", "--warmup", "1", "--nproc-per-node", "2",
+                                         "--expert-parallel", "2"});
+  const std::regex rows(R"re("expert_rows_max":(\d+),"expert_rows_planned":(\d+))re");
+  ASSERT_TRUE(std::regex_search(bench.out, m, rows)) << bench.out;
+  EXPECT_GT(std::stoll(m[1]), 0);
+  EXPECT_LE(std::stoll(m[1]), std::stoll(m[2]));
+
+  Json cfg = json_parse(read_file(dir + "/model/config.json"), "config.json");
+  cfg["num_experts"] = 8;
+  json_write_file(dir + "/skewed.json", cfg);
+  const auto init = testing::run_anvil({"init", "--config", dir + "/skewed.json", "--out", dir + "/init8"});
+  ASSERT_EQ(init.exit_code, 0) << init.out;
+  std::filesystem::create_directory(dir + "/skewed_model");
+  std::filesystem::copy_file(dir + "/init8/config.json", dir + "/skewed_model/config.json");
+  {
+    SafetensorsFile f(dir + "/init8/model.safetensors");
+    SafetensorsWriter w;
+    std::vector<uint8_t> zeros;
+    for (const SafeTensorInfo& t : f.tensors()) {
+      const bool router = t.name.ends_with(".mlp.gate.weight");
+      zeros.resize(std::max(zeros.size(), t.bytes), 0);
+      w.add(t.name, t.dtype, t.shape, router ? zeros.data() : t.data);
+    }
+    w.write(dir + "/skewed_model/model.safetensors");
+  }
+  const TrainRun skewed = train(dir, "skewed", Layout{"ddp", 4, 4, 1}, 1, {}, "skewed_model");
+  ASSERT_TRUE(std::regex_search(skewed.out, m, said)) << skewed.out;
+  EXPECT_EQ(std::stoll(m[1]), 2 * std::stoll(m[2])) << skewed.out;
+  EXPECT_NE(skewed.out.find(past), std::string::npos) << skewed.out;
 }
 
 TEST(MoeExpertParallel, RefusesDegreesThatDoNotDivide) {

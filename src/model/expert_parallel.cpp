@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace anvil {
 namespace {
@@ -43,7 +44,8 @@ ExpertParallel::ExpertParallel(const ModelConfig& c, Ops& ops, Comm& group, Comm
       layers_(static_cast<size_t>(c.sparse_layers())) {
   ANVIL_ENSURE(group.world() == n_ && group.rank() == me_, kInternal, "expert-parallel group rank ", group.rank(),
                " of ", group.world(), " for shard ", me_, " of ", n_);
-  reserve(planned_expert_rows(c, tokens, n_));
+  planned_ = planned_expert_rows(c, tokens, n_);
+  reserve(planned_);
 }
 
 void ExpertParallel::reserve(ExpertRows rows) {
@@ -148,6 +150,7 @@ void ExpertParallel::forward(const BlockWeights& w, const Activations& a, int64_
     local_offsets[static_cast<size_t>(e + 1)] = static_cast<int32_t>(local_offsets[static_cast<size_t>(e)] + rows);
   }
   l.rows = local_offsets.back();
+  note_rows(l);
   const Tensor offsets = view(l.local_offsets, {El + 1}, DType::kI32);
   ops_.runtime().upload(offsets, local_offsets.data());
   const DType cd = ops_.compute_dtype();
@@ -161,6 +164,16 @@ void ExpertParallel::forward(const BlockWeights& w, const Activations& a, int64_
     ops_.moe_linear_forward(y, act, w.experts_down, offsets);
   }
   collect(l, y, a[kMoeY].reshape({sorted.rows(), C}));
+}
+
+void ExpertParallel::note_rows(const Layer& l) {
+  const bool within = most_.local <= planned_.local && most_.chunk <= planned_.chunk;
+  most_ = {std::max(most_.local, l.rows), std::max(most_.chunk, l.chunk)};
+  if (within && (most_.local > planned_.local || most_.chunk > planned_.chunk))
+    log_warn("expert parallel: shard ", me_, " received ", most_.local, " rows for its experts (planned ",
+             planned_.local, ") and ", most_.chunk, " in one member's chunk (planned ", planned_.chunk,
+             "): the routing is past ", kExpertRowsMargin,
+             " x the balanced count, so the exchange's buffers grow past the memory plan");
 }
 
 void ExpertParallel::backward(const BlockWeights& w, const BlockWeights& g, bool accumulate, const Activations& a,

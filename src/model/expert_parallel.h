@@ -62,6 +62,11 @@ class ExpertParallel {
   // input); the local experts' weight gradients into g, added to (accumulate) or written.
   void backward(const BlockWeights& w, const BlockWeights& g, bool accumulate, const Activations& a, int64_t layer);
 
+  // The rows the buffers were reserved for, and the most this rank's layers have met so far
+  // (received for its experts; in one member's chunk of the exchange).
+  ExpertRows planned() const { return planned_; }
+  ExpertRows most() const { return most_; }
+
  private:
   // Device memory that grows to the largest request (released at destruction).
   struct Grown {
@@ -76,6 +81,8 @@ class ExpertParallel {
     Grown local_offsets, x, gate_up;  // (E/N + 1) I32; (rows, C) and (rows, 2 Im), kept for the backward
   };
   Tensor view(Grown& g, Shape shape, DType dtype);
+  // most_ raised to l's rows, with a warning the first time they pass the planned rows.
+  void note_rows(const Layer& l);
   // Every buffer viewed at `rows` (expert_parallel_bytes counts the same shapes).
   void reserve(ExpertRows rows);
   // Rows member j sends to member k, and where they start in j's sorted rows.
@@ -96,6 +103,7 @@ class ExpertParallel {
   const int n_, me_, replicas_, replica_;  // N, this rank's group rank, D, its replica index
   const int64_t local_experts_;
   std::vector<Layer> layers_;  // by sparse index
+  ExpertRows planned_, most_;
   Grown send_, recv_, act_, y_, d_act_, d_gate_up_, d_rows_;
 };
 

@@ -125,6 +125,8 @@ class Transformer {
   // Qwen3-MoE: the last forward's routing, moe_stats (sparse layers, 2, experts) F32 (per expert
   // its top-k assignments and probability sum, model/activations.h); a dense model's is empty.
   Tensor router_stats() const { return one()[Activation::kMoeStats]; }
+  // Expert parallel's exchange (its planned and largest rows); null without expert parallelism.
+  const ExpertParallel* expert_parallel() const { return experts_.get(); }
 
  private:
   // Allocates one table entry and points the tensor (or tensors) it holds into it.

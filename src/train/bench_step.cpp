@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "model/expert_parallel.h"
 #include "model/init.h"
 #include "plan/step_model.h"
 #include "train/open_run.h"
@@ -157,7 +158,11 @@ Json result_json(Trainer& trainer, const OpenRun& run, const BenchStepOptions& o
             {"flops_per_token", flops},
             {"peak_allocated_gib", static_cast<double>(mem.peak) / (1ll << 30)},
             {"planned_gib", static_cast<double>(trainer.plan().total()) / (1ll << 30)}};
-  j["mfu"] = peak > 0 ? Json(tps * flops / run.world / (peak * 1e12)) : Json(nullptr);
+  if (const ExpertParallel* x = trainer.expert_parallel()) {
+    j["expert_rows_max"] = x->most().local;  // this rank's, received for its experts
+    j["expert_rows_planned"] = x->planned().local;
+  }
+    j["mfu"] = peak > 0 ? Json(tps * flops / run.world / (peak * 1e12)) : Json(nullptr);
   j["peak_tflops"] = peak > 0 ? Json(peak) : Json(nullptr);
   // With FP8 block linears also against the FP8 peak (the GEMMs outside the blocks stay bf16,
   // so the truth lies between the two).

@@ -9,6 +9,7 @@
 #include "core/duration.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "model/expert_parallel.h"
 #include "train/bench_step.h"
 
 namespace anvil {
@@ -132,6 +133,12 @@ void log_done(const TrainRun& run, const TrainSummary& summary) {
                   static_cast<double>(mem.peak) / (1ll << 30),
                   static_cast<double>(run.trainer->plan().total()) / (1ll << 30),
                   recompute_name(run.trainer->recompute()));
+    tail += m;
+  }
+  if (const ExpertParallel* x = run.trainer->expert_parallel()) {
+    char m[200];
+    std::snprintf(m, sizeof m, ", expert exchange on rank 0: at most %lld rows received (planned %lld)",
+                  static_cast<long long>(x->most().local), static_cast<long long>(x->planned().local));
     tail += m;
   }
   char host[64];

@@ -83,6 +83,8 @@ class Trainer {
   Recompute recompute() const { return settings_.config.parallel.recompute; }  // never kAuto
   ParallelMode mode() const { return settings_.config.parallel.mode; }         // never kAuto
   DType grad_dtype() const { return grad_dtype_; }                             // F32 or BF16
+  // Expert parallel's exchange of this rank (model/expert_parallel.h); null without it.
+  const ExpertParallel* expert_parallel() const { return model_->expert_parallel(); }
 
   void enable_timing(bool on) { timing_ = on; }
   const StepTiming& last_timing() const { return timing_result_; }
