@@ -70,9 +70,8 @@ int bench_step(int argc, char** argv) {
   bind_shared_sections(a, c);
   bind_device(a, c.model);
   bind_steps(a, &c.steps);
+  bind_num_layers(a, &o.num_layers);
   a.opt("--warmup", &o.warmup, "N", "untimed first steps")
-      .opt("--num-layers", &o.num_layers, "N",
-           "the model's (or preset's) first N layers with fresh weights, as anvil init --num-layers writes")
       .opt("--peak-tflops", &o.peak_tflops, "X", "the MFU denominator [default: the GPU's dense bf16 rate]")
       .flag("--op-times", &o.op_times,
             "then time every op of up to 3 more steps (main queue, device and host ms per step, by op and "

@@ -142,9 +142,8 @@ int cmd_plan(int argc, char** argv) {
       .opt("--gpu", &target.gpu, "NAME", "the GPU the step is predicted on (H200, H100, A100, ...) [default: this "
                                         "machine's, else H200]")
       .opt("--topo-answers", &target.topo_answers, "FILE", "recorded NVML answers (anvil topo --record) for the links")
-      .opt("--num-layers", &num_layers, "N",
-           "the model's (or preset's) first N layers only, as anvil init --num-layers writes them")
       .flag("--json", &json, "print one JSON object");
+  bind_num_layers(a, &num_layers);
   bind_step_model(a, &target.op_table, &target.bus_gbps);
   if (!a.parse(argc, argv)) return 0;
   ANVIL_ENSURE(c.model.model.empty() != c.model.preset.empty(), kUsage,

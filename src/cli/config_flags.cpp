@@ -155,6 +155,12 @@ void bind_shapes(Args& a, DataSection& d) {
 
 void bind_steps(Args& a, int64_t* steps) { a.opt("--steps", steps, "N", "optimizer steps"); }
 
+Args& bind_num_layers(Args& a, int64_t* num_layers) {
+  return a.opt("--num-layers", num_layers, "N",
+               "the model's (or preset's) first N layers only (fresh weights), as anvil init --num-layers writes "
+               "them");
+}
+
 void bind_parallel(Args& a, ParallelSection& p) {
   enum_choice(a, "--mode", &p.mode, {"auto", "ddp", "zero2", "fsdp"},
               "replicated (ddp), ZeRO stage 2 (zero2: weights whole on every rank; masters, AdamW state and "

@@ -28,6 +28,8 @@ std::string device_or_default(const std::string& device, const std::string& comm
 void bind_shapes(Args& a, DataSection& d);
 // --steps.
 void bind_steps(Args& a, int64_t* steps);
+// --num-layers (bench step, plan): the model's first N layers, as anvil init --num-layers.
+Args& bind_num_layers(Args& a, int64_t* num_layers);
 // The parallel section: --mode, --reduce-dtype, --grad-dtype, --fsdp-defer-sync,
 // --context-parallel, --recompute, --mlp-tile, --fp8, --offload-activations,
 // --no-overlap-optimizer.
